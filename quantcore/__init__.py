@@ -1,0 +1,39 @@
+"""quantcore: framework-free quantization observers and fake quantization
+for NumPy (CPU, Cython + OpenMP) and CuPy (GPU) arrays, bit-exact with the
+frameworks' own kernels.
+
+The public API is listed in ``__all__``; the framework layers live in
+``quantcore.compat.<framework>``.
+"""
+from ._arrays import backend_of
+from ._cpu import get_num_threads, set_num_threads
+from .ops import (dequantize, fake_quant, fake_quant_amax, fake_quant_nudged,
+                  fake_quant_with_mask, minmax, quantize, ste_backward)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "minmax", "fake_quant", "fake_quant_with_mask", "quantize", "dequantize",
+    "fake_quant_nudged", "fake_quant_amax", "ste_backward",
+    "set_num_threads", "get_num_threads", "backend_of", "build_info", "__version__",
+]
+
+
+def build_info():
+    """How the CPU extension was built, and what it can use now.
+
+    Returns
+    -------
+    dict with keys ``openmp`` (bool: compiled with OpenMP), ``compiler``,
+    ``compiler_version``, ``cflags``, ``ldflags``, ``simd_baseline``
+    (``"x86-64-v2"`` or ``"baseline"``), ``cython_version``,
+    ``numpy_build_version``, ``max_threads`` and ``parallel_threshold``.
+    """
+    from ._cpu import BUILD_CONFIG, _kernels
+    from ._cpu.threads import PARALLEL_THRESHOLD
+
+    info = dict(BUILD_CONFIG)
+    info["openmp"] = _kernels.openmp_enabled()
+    info["max_threads"] = get_num_threads()
+    info["parallel_threshold"] = PARALLEL_THRESHOLD
+    return info

@@ -1,0 +1,255 @@
+"""Array plumbing shared by the functional API: back-end choice, input
+conversion, memory layout, ``out=`` handling and argument validation.
+
+Nothing here computes a quantization formula; see ``ops.py`` and
+``include/qc_elementwise.h``.
+"""
+import numbers
+
+import numpy as np
+
+FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def is_cupy_array(x):
+    """True for a cupy.ndarray, checked without importing cupy."""
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def backend_of(x):
+    """Name the back end that handles ``x``: ``"cpu"`` or ``"gpu"``.
+
+    numpy arrays, Python scalars and lists go to the CPU; cupy arrays to the
+    GPU.
+    """
+    if isinstance(x, np.ndarray):
+        return "cpu"
+    if is_cupy_array(x):
+        return "gpu"
+    if hasattr(x, "__cuda_array_interface__"):
+        return "gpu"
+    return "cpu"
+
+
+def require_cpu(x, func):
+    """Raise NotImplementedError for GPU arrays (no GPU path yet)."""
+    if backend_of(x) == "gpu":
+        raise NotImplementedError(
+            f"quantcore.{func}: cupy/GPU arrays are not supported yet (the quantcore_gpu "
+            "kernels are not implemented); pass a numpy array")
+
+
+def as_float_array(x, name, func):
+    """``x`` as a native-byte-order floating numpy array.
+
+    Accepts numpy arrays, Python scalars and (nested) lists (Python numbers
+    become float64, as in numpy; numpy integer scalars and arrays are
+    rejected like any non-float array).  float16,
+    float32 and float64 are accepted; anything else raises TypeError.
+    A big-endian array is converted to native byte order (a copy).
+    """
+    require_cpu(x, func)
+    if isinstance(x, np.ndarray):
+        arr = x
+    else:
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{func}: {name} must be a float array, got {type(x).__name__}") from exc
+        if arr.dtype.kind in "iub" and not isinstance(x, np.generic):
+            # Python ints / lists of ints: float64, as numpy reads Python floats
+            arr = arr.astype(np.float64)
+    if arr.dtype.kind != "f" or arr.dtype.newbyteorder("=") not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{func}: {name} must have a floating dtype (float16, float32 or float64), "
+            f"got {arr.dtype}")
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return arr
+
+
+def compute_dtype(dtype):
+    """The dtype a recipe computes in: float16 is computed in float32."""
+    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+
+
+def normalize_axis(axis, ndim, func):
+    """``axis`` as a non-negative int, or None; clear errors otherwise."""
+    if axis is None:
+        return None
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        raise TypeError(f"{func}: axis must be an int or None, got {axis!r}")
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{func}: axis {axis} is out of range for an array of ndim {ndim}")
+    return axis % ndim
+
+
+class Layout:
+    """A contiguous 1-D view of an array and how channels lie in it.
+
+    C-ordered arrays are used as they are; Fortran-ordered arrays are seen
+    through their transpose (also C-ordered, axis mirrored); anything else is
+    copied once to C order.
+    """
+
+    __slots__ = ("flat", "order", "shape")
+
+    def __init__(self, arr, dtype):
+        self.shape = arr.shape
+        if arr.dtype != dtype:
+            arr = arr.astype(dtype, order="K")
+        if arr.flags.c_contiguous:
+            self.order = "C"
+            self.flat = arr.reshape(-1)
+        elif arr.flags.f_contiguous:
+            self.order = "F"
+            self.flat = arr.T.reshape(-1)
+        else:
+            self.order = "C"
+            self.flat = np.ascontiguousarray(arr).reshape(-1)
+
+    def channels(self, axis):
+        """(outer, C, inner) of the flat view for channel axis ``axis``."""
+        shape = self.shape if self.order == "C" else self.shape[::-1]
+        if self.order == "F":
+            axis = len(shape) - 1 - axis
+        outer = int(np.prod(shape[:axis], dtype=np.int64))
+        inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+        return outer, int(shape[axis]), inner
+
+    def empty(self, dtype):
+        """A new array of this shape and layout, and its flat view."""
+        res = np.empty(self.shape, dtype=dtype, order=self.order)
+        return res, (res.reshape(-1) if self.order == "C" else res.T.reshape(-1))
+
+    def flat_of(self, arr):
+        """The flat view of ``arr`` in this layout, or None if it has none."""
+        if self.order == "C" and arr.flags.c_contiguous:
+            return arr.reshape(-1)
+        if self.order == "F" and arr.flags.f_contiguous:
+            return arr.T.reshape(-1)
+        return None
+
+
+def check_out(out, shape, dtype, func, name="out"):
+    """Validate a user-supplied output array."""
+    if not isinstance(out, np.ndarray):
+        if is_cupy_array(out):
+            require_cpu(out, func)
+        raise TypeError(f"{func}: {name} must be a numpy array, got {type(out).__name__}")
+    if out.shape != tuple(shape):
+        raise ValueError(f"{func}: {name} has shape {out.shape}, expected {tuple(shape)}")
+    if out.dtype != dtype:
+        raise TypeError(f"{func}: {name} has dtype {out.dtype}, expected {dtype}")
+    if not out.flags.writeable:
+        raise ValueError(f"{func}: {name} is read-only")
+
+
+class Output:
+    """Where a kernel writes: the user's ``out`` directly when its layout,
+    dtype and aliasing allow it, else a temporary copied back by ``finish``.
+
+    ``work_dtype`` is what the kernel writes (uint8 for masks; a bool output
+    is written through a uint8 view of the same bytes).
+    """
+
+    __slots__ = ("result", "flat", "_copy_to")
+
+    def __init__(self, layout, src, out, out_dtype, work_dtype, func, name="out"):
+        self._copy_to = None
+        if out is not None:
+            check_out(out, layout.shape, out_dtype, func, name)
+            flat = None
+            if _writes_as(out.dtype, work_dtype):
+                flat = layout.flat_of(out.view(work_dtype))
+            if flat is not None and (not np.may_share_memory(out, src) or _same_memory(out, src)):
+                self.result, self.flat = out, flat
+                return
+            self._copy_to = out
+        self.result, self.flat = layout.empty(work_dtype)
+
+    def finish(self, out_dtype):
+        """The array to return, in ``out_dtype``."""
+        # float32 -> float16 overflows to +-inf: that is the documented result
+        with np.errstate(over="ignore"):
+            if self._copy_to is not None:
+                np.copyto(self._copy_to, self.result, casting="unsafe")
+                return self._copy_to
+            if self.result.dtype != out_dtype:
+                if _writes_as(out_dtype, self.result.dtype):
+                    return self.result.view(out_dtype)
+                return self.result.astype(out_dtype)
+        return self.result
+
+
+def _writes_as(dtype, work_dtype):
+    """True when an array of ``dtype`` can be written as ``work_dtype``."""
+    dtype, work_dtype = np.dtype(dtype), np.dtype(work_dtype)
+    return dtype == work_dtype or (dtype == np.bool_ and work_dtype == np.uint8)
+
+
+def _same_memory(a, b):
+    """True when a and b are the same elements in the same order."""
+    ia, ib = a.__array_interface__, b.__array_interface__
+    return (ia["data"][0] == ib["data"][0] and a.shape == b.shape
+            and a.strides == b.strides and a.dtype.itemsize == b.dtype.itemsize)
+
+
+def as_int(value, name, func):
+    """An integral Python int from an int-like or integral float."""
+    if isinstance(value, bool):
+        raise TypeError(f"{func}: {name} must be an integer, got {value!r}")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and float(value).is_integer():
+        return int(value)
+    if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iuf":
+        return as_int(value.reshape(-1)[0].item(), name, func)
+    raise TypeError(f"{func}: {name} must be an integer, got {value!r}")
+
+
+def check_range(quant_min, quant_max, func):
+    """(qmin, qmax) as ints with qmin < qmax."""
+    qmin = as_int(quant_min, "quant_min", func)
+    qmax = as_int(quant_max, "quant_max", func)
+    if qmin >= qmax:
+        raise ValueError(f"{func}: quant_min must be < quant_max, got quant_min={qmin}, "
+                         f"quant_max={qmax}")
+    return qmin, qmax
+
+
+def param_array(value, name, func, channels):
+    """A quantization parameter as a float64 1-D array.
+
+    Per tensor (``channels is None``) it must hold one value; per channel it
+    must be a scalar (broadcast to every channel) or a 1-D array of
+    ``channels`` values.
+    """
+    if is_cupy_array(value):
+        require_cpu(value, func)
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{func}: {name} must be a real number or array, got {value!r}") from exc
+    if np.asarray(value).dtype.kind not in "iufb":
+        raise TypeError(f"{func}: {name} must be real, got dtype {np.asarray(value).dtype}")
+    if channels is None:
+        if arr.size != 1:
+            raise ValueError(f"{func}: {name} must be a single value for per-tensor "
+                             f"quantization (axis=None), got shape {arr.shape}")
+        return arr.reshape(1)
+    if arr.ndim == 0:
+        return np.full(channels, arr, dtype=np.float64)
+    if arr.ndim != 1 or arr.shape[0] != channels:
+        raise ValueError(f"{func}: {name} must be a 1-D array of {channels} values "
+                         f"(x.shape[axis]), got shape {arr.shape}")
+    return arr
+
+
+def check_scale(scale, func, name="scale"):
+    """Scales must be finite and > 0."""
+    bad = ~(np.isfinite(scale) & (scale > 0))
+    if bad.any():
+        raise ValueError(f"{func}: {name} must be finite and > 0, got "
+                         f"{scale[bad][:4].tolist()}{' ...' if bad.sum() > 4 else ''}")

@@ -1,0 +1,477 @@
+# cython: language_level=3
+"""CPU kernels: OpenMP block loops over the formulas of qc_elementwise.h.
+
+Every function here takes C-contiguous 1-D views of already validated data
+(the Python layer in ``quantcore/ops.py`` validates, converts and
+allocates) plus ``nthreads``, resolved in Python once per call.  Per-channel
+work sees the data as a C-ordered ``(outer, C, inner)`` view, so any axis is
+handled without a transposed copy.
+
+Work is split into units of at most ``BLOCK`` contiguous elements; each unit
+is one iteration of a static ``prange``.  Reductions write one partial per
+unit and fold the partials in unit order, so results do not depend on the
+number of threads.
+"""
+import numpy as np
+
+from cython.parallel cimport prange
+from libc.stdint cimport int64_t
+
+ctypedef fused floating:
+    float
+    double
+
+cdef extern from "qc_omp.h" nogil:
+    int qc_openmp_enabled()
+    int qc_omp_max_threads()
+
+cdef extern from "qc_cpu_loops.h" nogil:
+    void qc_affine_block_f32(const float*, float*, unsigned char*, int64_t,
+                             float, float, float, float, float, int)
+    void qc_affine_block_f64(const double*, double*, unsigned char*, int64_t,
+                             double, double, double, double, double, int)
+    void qc_affine_rowvec_f32(const float*, float*, unsigned char*, int64_t, int64_t,
+                              const float*, const float*, const float*, float, float, int)
+    void qc_affine_rowvec_f64(const double*, double*, unsigned char*, int64_t, int64_t,
+                              const double*, const double*, const double*, double, double, int)
+    void qc_nudged_block_f32(const float*, float*, unsigned char*, int64_t,
+                             float, float, float, float, float, int)
+    void qc_nudged_block_f64(const double*, double*, unsigned char*, int64_t,
+                             double, double, double, double, double, int)
+    void qc_nudged_rowvec_f32(const float*, float*, unsigned char*, int64_t, int64_t,
+                              const float*, const float*, const float*, const float*,
+                              const float*, int)
+    void qc_nudged_rowvec_f64(const double*, double*, unsigned char*, int64_t, int64_t,
+                              const double*, const double*, const double*, const double*,
+                              const double*, int)
+    void qc_amax_block_f32(const float*, float*, unsigned char*, int64_t,
+                           float, float, float, float, float)
+    void qc_amax_block_f64(const double*, double*, unsigned char*, int64_t,
+                           double, double, double, double, double)
+    void qc_amax_rowvec_f32(const float*, float*, unsigned char*, int64_t, int64_t,
+                            const float*, const float*, float, float, const float*)
+    void qc_amax_rowvec_f64(const double*, double*, unsigned char*, int64_t, int64_t,
+                            const double*, const double*, double, double, const double*)
+    void qc_ste_block_f32(const float*, const unsigned char*, float*, int64_t)
+    void qc_ste_block_f64(const double*, const unsigned char*, double*, int64_t)
+    void qc_minmax_block_f32(const float*, int64_t, float*, float*, unsigned char*)
+    void qc_minmax_block_f64(const double*, int64_t, double*, double*, unsigned char*)
+    void qc_minmax_fold_f32(float*, float*, unsigned char*, float, float, unsigned char)
+    void qc_minmax_fold_f64(double*, double*, unsigned char*, double, double, unsigned char)
+    void qc_minmax_rowvec_f32(const float*, int64_t, int64_t, float*, float*, unsigned char*)
+    void qc_minmax_rowvec_f64(const double*, int64_t, int64_t, double*, double*, unsigned char*)
+    void qc_minmax_finish_f32(float*, float*, unsigned char)
+    void qc_minmax_finish_f64(double*, double*, unsigned char)
+
+#: elements per work unit: large enough to amortise scheduling, small
+#: enough that 2 threads share 1 Mi elements evenly.
+cdef int64_t BLOCK = 32768
+#: rows of the rowvec layout per unit hold about BLOCK elements
+cdef inline int64_t _rows_per_unit(int64_t C) noexcept nogil:
+    return BLOCK // C if C < BLOCK else 1
+
+
+def openmp_enabled():
+    """True when the extension was compiled with OpenMP."""
+    return bool(qc_openmp_enabled())
+
+
+def omp_max_threads():
+    """omp_get_max_threads(): honours OMP_NUM_THREADS and threadpoolctl."""
+    return qc_omp_max_threads()
+
+
+def block_size():
+    return BLOCK
+
+
+cdef inline unsigned char* _base(unsigned char[::1] mask):
+    """Pointer to the mask data, or NULL for no mask."""
+    if mask is None or mask.shape[0] == 0:
+        return NULL
+    return &mask[0]
+
+
+cdef inline unsigned char* _off(unsigned char* p, int64_t k) noexcept nogil:
+    return p + k if p != NULL else NULL
+
+
+# ---------------------------------------------------------------- min / max
+def minmax(const floating[::1] x, int nthreads):
+    """Per-tensor (min, max, flags) in one pass; flags = QC_MM_* bits.
+
+    The min / max skip NaN; ``minmax_finish`` turns them into NaN when the NaN flag
+    is set and fixes the sign of a zero result.  An empty x gives
+    (+inf, -inf, 0).
+    """
+    cdef int64_t n = x.shape[0]
+    cdef int64_t nunits = (n + BLOCK - 1) // BLOCK
+    cdef int64_t u, start, cnt
+    dtype = np.float32 if floating is float else np.float64
+    lo_a = np.full(max(nunits, 1), np.inf, dtype=dtype)
+    hi_a = np.full(max(nunits, 1), -np.inf, dtype=dtype)
+    fl_a = np.zeros(max(nunits, 1), dtype=np.uint8)
+    cdef floating[::1] lo = lo_a
+    cdef floating[::1] hi = hi_a
+    cdef unsigned char[::1] fl = fl_a
+    cdef const floating* xp
+    if n > 0:
+        xp = &x[0]
+        for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+            start = u * BLOCK
+            cnt = n - start
+            if cnt > BLOCK:
+                cnt = BLOCK
+            if floating is float:
+                qc_minmax_block_f32(xp + start, cnt, &lo[u], &hi[u], &fl[u])
+            else:
+                qc_minmax_block_f64(xp + start, cnt, &lo[u], &hi[u], &fl[u])
+    cdef floating rlo = lo[0]
+    cdef floating rhi = hi[0]
+    cdef unsigned char rfl = fl[0]
+    for u in range(1, nunits):
+        if floating is float:
+            qc_minmax_fold_f32(&rlo, &rhi, &rfl, lo[u], hi[u], fl[u])
+        else:
+            qc_minmax_fold_f64(&rlo, &rhi, &rfl, lo[u], hi[u], fl[u])
+    return rlo, rhi, int(rfl)
+
+
+def minmax_channels(const floating[::1] x, int64_t outer, int64_t C, int64_t inner,
+                    int nthreads):
+    """Per-channel (min[C], max[C], flags[C]) of the (outer, C, inner) view."""
+    cdef int64_t rows, nblk, nunits, u, r, b, start, cnt, c, row_start, nrows
+    cdef const floating* xp
+    dtype = np.float32 if floating is float else np.float64
+    if inner > 1 or C == 0:
+        rows = outer * C
+        nblk = (inner + BLOCK - 1) // BLOCK if inner > 0 else 0
+        nunits = rows * nblk
+        lo_a = np.full(max(nunits, 1), np.inf, dtype=dtype)
+        hi_a = np.full(max(nunits, 1), -np.inf, dtype=dtype)
+        fl_a = np.zeros(max(nunits, 1), dtype=np.uint8)
+    else:
+        nrows = _rows_per_unit(C)
+        nunits = (outer + nrows - 1) // nrows
+        lo_a = np.full((max(nunits, 1), C), np.inf, dtype=dtype)
+        hi_a = np.full((max(nunits, 1), C), -np.inf, dtype=dtype)
+        fl_a = np.zeros((max(nunits, 1), C), dtype=np.uint8)
+    cdef floating[::1] lo1
+    cdef floating[::1] hi1
+    cdef unsigned char[::1] fl1
+    cdef floating[:, ::1] lo2
+    cdef floating[:, ::1] hi2
+    cdef unsigned char[:, ::1] fl2
+    out_lo = np.full(C, np.inf, dtype=dtype)
+    out_hi = np.full(C, -np.inf, dtype=dtype)
+    out_fl = np.zeros(C, dtype=np.uint8)
+    cdef floating[::1] olo = out_lo
+    cdef floating[::1] ohi = out_hi
+    cdef unsigned char[::1] ofl = out_fl
+    if x.shape[0] == 0 or C == 0:
+        return out_lo, out_hi, out_fl
+    xp = &x[0]
+    if inner > 1:
+        lo1 = lo_a
+        hi1 = hi_a
+        fl1 = fl_a
+        for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+            r = u // nblk
+            b = u - r * nblk
+            start = b * BLOCK
+            cnt = inner - start
+            if cnt > BLOCK:
+                cnt = BLOCK
+            if floating is float:
+                qc_minmax_block_f32(xp + r * inner + start, cnt, &lo1[u], &hi1[u], &fl1[u])
+            else:
+                qc_minmax_block_f64(xp + r * inner + start, cnt, &lo1[u], &hi1[u], &fl1[u])
+        for u in range(nunits):
+            c = (u // nblk) % C
+            if floating is float:
+                qc_minmax_fold_f32(&olo[c], &ohi[c], &ofl[c], lo1[u], hi1[u], fl1[u])
+            else:
+                qc_minmax_fold_f64(&olo[c], &ohi[c], &ofl[c], lo1[u], hi1[u], fl1[u])
+    else:
+        lo2 = lo_a
+        hi2 = hi_a
+        fl2 = fl_a
+        for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+            row_start = u * nrows
+            cnt = outer - row_start
+            if cnt > nrows:
+                cnt = nrows
+            if floating is float:
+                qc_minmax_rowvec_f32(xp + row_start * C, cnt, C, &lo2[u, 0], &hi2[u, 0],
+                                     &fl2[u, 0])
+            else:
+                qc_minmax_rowvec_f64(xp + row_start * C, cnt, C, &lo2[u, 0], &hi2[u, 0],
+                                     &fl2[u, 0])
+        for u in range(nunits):
+            for c in range(C):
+                if floating is float:
+                    qc_minmax_fold_f32(&olo[c], &ohi[c], &ofl[c], lo2[u, c], hi2[u, c],
+                                       fl2[u, c])
+                else:
+                    qc_minmax_fold_f64(&olo[c], &ohi[c], &ofl[c], lo2[u, c], hi2[u, c],
+                                       fl2[u, c])
+    return out_lo, out_hi, out_fl
+
+
+def minmax_finish(floating[::1] lo, floating[::1] hi, const unsigned char[::1] flags):
+    """In place: NaN if the NaN flag is set; the sign of a zero result fixed
+    so that -0.0 < +0.0 (see qc_minmax_finish in qc_cpu_loops.h)."""
+    cdef int64_t c
+    for c in range(lo.shape[0]):
+        if floating is float:
+            qc_minmax_finish_f32(&lo[c], &hi[c], flags[c])
+        else:
+            qc_minmax_finish_f64(&lo[c], &hi[c], flags[c])
+
+
+# ------------------------------------------------------------ affine family
+def fq_affine(const floating[::1] x, floating[::1] y, unsigned char[::1] mask,
+              double scale, double inv, double zp, double qmin, double qmax,
+              int mode, int nthreads):
+    """Per-tensor affine fake quant (qc_fq_affine) of x into y (may alias)."""
+    cdef int64_t n = x.shape[0]
+    cdef int64_t nunits = (n + BLOCK - 1) // BLOCK
+    cdef int64_t u, start, cnt
+    cdef floating s = <floating>scale, iv = <floating>inv, z = <floating>zp
+    cdef floating lo = <floating>qmin, hi = <floating>qmax
+    if n == 0:
+        return
+    cdef const floating* xp = &x[0]
+    cdef floating* yp = &y[0]
+    cdef unsigned char* mp = _base(mask)
+    for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+        start = u * BLOCK
+        cnt = n - start
+        if cnt > BLOCK:
+            cnt = BLOCK
+        if floating is float:
+            qc_affine_block_f32(xp + start, yp + start, _off(mp, start), cnt,
+                                s, iv, z, lo, hi, mode)
+        else:
+            qc_affine_block_f64(xp + start, yp + start, _off(mp, start), cnt,
+                                s, iv, z, lo, hi, mode)
+
+
+def fq_affine_channels(const floating[::1] x, floating[::1] y, unsigned char[::1] mask,
+                       int64_t outer, int64_t C, int64_t inner,
+                       const floating[::1] scale, const floating[::1] inv,
+                       const floating[::1] zp, double qmin, double qmax,
+                       int mode, int nthreads):
+    """Per-channel affine fake quant of the (outer, C, inner) view."""
+    cdef int64_t nblk, nunits, u, r, b, c, start, cnt, nrows
+    cdef floating lo = <floating>qmin, hi = <floating>qmax
+    if x.shape[0] == 0:
+        return
+    cdef const floating* xp = &x[0]
+    cdef floating* yp = &y[0]
+    cdef unsigned char* mp = _base(mask)
+    if inner > 1:
+        nblk = (inner + BLOCK - 1) // BLOCK
+        nunits = outer * C * nblk
+        for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+            r = u // nblk
+            b = u - r * nblk
+            c = r % C
+            start = r * inner + b * BLOCK
+            cnt = inner - b * BLOCK
+            if cnt > BLOCK:
+                cnt = BLOCK
+            if floating is float:
+                qc_affine_block_f32(xp + start, yp + start, _off(mp, start), cnt,
+                                    scale[c], inv[c], zp[c], lo, hi, mode)
+            else:
+                qc_affine_block_f64(xp + start, yp + start, _off(mp, start), cnt,
+                                    scale[c], inv[c], zp[c], lo, hi, mode)
+    else:
+        nrows = _rows_per_unit(C)
+        nunits = (outer + nrows - 1) // nrows
+        for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+            start = u * nrows
+            cnt = outer - start
+            if cnt > nrows:
+                cnt = nrows
+            if floating is float:
+                qc_affine_rowvec_f32(xp + start * C, yp + start * C,
+                                     _off(mp, start * C), cnt, C,
+                                     &scale[0], &inv[0], &zp[0], lo, hi, mode)
+            else:
+                qc_affine_rowvec_f64(xp + start * C, yp + start * C,
+                                     _off(mp, start * C), cnt, C,
+                                     &scale[0], &inv[0], &zp[0], lo, hi, mode)
+
+
+# ------------------------------------------------------------ nudged family
+def fq_nudged(const floating[::1] x, floating[::1] y, unsigned char[::1] mask,
+              double nmin, double nmax, double scale, double inv, double qz,
+              int mode, int nthreads):
+    """Per-tensor nudged fake quant (qc_fq_nudged)."""
+    cdef int64_t n = x.shape[0]
+    cdef int64_t nunits = (n + BLOCK - 1) // BLOCK
+    cdef int64_t u, start, cnt
+    cdef floating a = <floating>nmin, b = <floating>nmax, s = <floating>scale
+    cdef floating iv = <floating>inv, z = <floating>qz
+    if n == 0:
+        return
+    cdef const floating* xp = &x[0]
+    cdef floating* yp = &y[0]
+    cdef unsigned char* mp = _base(mask)
+    for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+        start = u * BLOCK
+        cnt = n - start
+        if cnt > BLOCK:
+            cnt = BLOCK
+        if floating is float:
+            qc_nudged_block_f32(xp + start, yp + start, _off(mp, start), cnt,
+                                a, b, s, iv, z, mode)
+        else:
+            qc_nudged_block_f64(xp + start, yp + start, _off(mp, start), cnt,
+                                a, b, s, iv, z, mode)
+
+
+def fq_nudged_channels(const floating[::1] x, floating[::1] y, unsigned char[::1] mask,
+                       int64_t outer, int64_t C, int64_t inner,
+                       const floating[::1] nmin, const floating[::1] nmax,
+                       const floating[::1] scale, const floating[::1] inv,
+                       const floating[::1] qz, int mode, int nthreads):
+    """Per-channel nudged fake quant of the (outer, C, inner) view."""
+    cdef int64_t nblk, nunits, u, r, b, c, start, cnt, nrows
+    if x.shape[0] == 0:
+        return
+    cdef const floating* xp = &x[0]
+    cdef floating* yp = &y[0]
+    cdef unsigned char* mp = _base(mask)
+    if inner > 1:
+        nblk = (inner + BLOCK - 1) // BLOCK
+        nunits = outer * C * nblk
+        for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+            r = u // nblk
+            b = u - r * nblk
+            c = r % C
+            start = r * inner + b * BLOCK
+            cnt = inner - b * BLOCK
+            if cnt > BLOCK:
+                cnt = BLOCK
+            if floating is float:
+                qc_nudged_block_f32(xp + start, yp + start, _off(mp, start), cnt,
+                                    nmin[c], nmax[c], scale[c], inv[c], qz[c], mode)
+            else:
+                qc_nudged_block_f64(xp + start, yp + start, _off(mp, start), cnt,
+                                    nmin[c], nmax[c], scale[c], inv[c], qz[c], mode)
+    else:
+        nrows = _rows_per_unit(C)
+        nunits = (outer + nrows - 1) // nrows
+        for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+            start = u * nrows
+            cnt = outer - start
+            if cnt > nrows:
+                cnt = nrows
+            if floating is float:
+                qc_nudged_rowvec_f32(xp + start * C, yp + start * C,
+                                     _off(mp, start * C), cnt, C, &nmin[0],
+                                     &nmax[0], &scale[0], &inv[0], &qz[0], mode)
+            else:
+                qc_nudged_rowvec_f64(xp + start * C, yp + start * C,
+                                     _off(mp, start * C), cnt, C, &nmin[0],
+                                     &nmax[0], &scale[0], &inv[0], &qz[0], mode)
+
+
+# -------------------------------------------------------------- amax family
+def fq_amax(const floating[::1] x, floating[::1] y, unsigned char[::1] mask,
+            double mult, double div, double lo, double hi, double amax, int nthreads):
+    """Per-tensor amax fake quant (qc_fq_amax)."""
+    cdef int64_t n = x.shape[0]
+    cdef int64_t nunits = (n + BLOCK - 1) // BLOCK
+    cdef int64_t u, start, cnt
+    cdef floating m = <floating>mult, d = <floating>div, a = <floating>lo
+    cdef floating b = <floating>hi, am = <floating>amax
+    if n == 0:
+        return
+    cdef const floating* xp = &x[0]
+    cdef floating* yp = &y[0]
+    cdef unsigned char* mp = _base(mask)
+    for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+        start = u * BLOCK
+        cnt = n - start
+        if cnt > BLOCK:
+            cnt = BLOCK
+        if floating is float:
+            qc_amax_block_f32(xp + start, yp + start, _off(mp, start), cnt,
+                              m, d, a, b, am)
+        else:
+            qc_amax_block_f64(xp + start, yp + start, _off(mp, start), cnt,
+                              m, d, a, b, am)
+
+
+def fq_amax_channels(const floating[::1] x, floating[::1] y, unsigned char[::1] mask,
+                     int64_t outer, int64_t C, int64_t inner,
+                     const floating[::1] mult, const floating[::1] div,
+                     double lo, double hi, const floating[::1] amax, int nthreads):
+    """Per-channel amax fake quant of the (outer, C, inner) view."""
+    cdef int64_t nblk, nunits, u, r, b, c, start, cnt, nrows
+    cdef floating a = <floating>lo, bb = <floating>hi
+    if x.shape[0] == 0:
+        return
+    cdef const floating* xp = &x[0]
+    cdef floating* yp = &y[0]
+    cdef unsigned char* mp = _base(mask)
+    if inner > 1:
+        nblk = (inner + BLOCK - 1) // BLOCK
+        nunits = outer * C * nblk
+        for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+            r = u // nblk
+            b = u - r * nblk
+            c = r % C
+            start = r * inner + b * BLOCK
+            cnt = inner - b * BLOCK
+            if cnt > BLOCK:
+                cnt = BLOCK
+            if floating is float:
+                qc_amax_block_f32(xp + start, yp + start, _off(mp, start), cnt,
+                                  mult[c], div[c], a, bb, amax[c])
+            else:
+                qc_amax_block_f64(xp + start, yp + start, _off(mp, start), cnt,
+                                  mult[c], div[c], a, bb, amax[c])
+    else:
+        nrows = _rows_per_unit(C)
+        nunits = (outer + nrows - 1) // nrows
+        for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+            start = u * nrows
+            cnt = outer - start
+            if cnt > nrows:
+                cnt = nrows
+            if floating is float:
+                qc_amax_rowvec_f32(xp + start * C, yp + start * C,
+                                   _off(mp, start * C), cnt, C, &mult[0],
+                                   &div[0], a, bb, &amax[0])
+            else:
+                qc_amax_rowvec_f64(xp + start * C, yp + start * C,
+                                   _off(mp, start * C), cnt, C, &mult[0],
+                                   &div[0], a, bb, &amax[0])
+
+
+# ----------------------------------------------------------------- backward
+def ste(const floating[::1] grad, const unsigned char[::1] mask, floating[::1] y,
+        int nthreads):
+    """Straight-through backward y = grad * mask (y may alias grad)."""
+    cdef int64_t n = grad.shape[0]
+    cdef int64_t nunits = (n + BLOCK - 1) // BLOCK
+    cdef int64_t u, start, cnt
+    if n == 0:
+        return
+    cdef const floating* gp = &grad[0]
+    cdef const unsigned char* mp = &mask[0]
+    cdef floating* yp = &y[0]
+    for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+        start = u * BLOCK
+        cnt = n - start
+        if cnt > BLOCK:
+            cnt = BLOCK
+        if floating is float:
+            qc_ste_block_f32(gp + start, mp + start, yp + start, cnt)
+        else:
+            qc_ste_block_f64(gp + start, mp + start, yp + start, cnt)

@@ -1,0 +1,143 @@
+/*
+ * qc_elementwise.h -- the one scalar definition of every per-element formula.
+ *
+ * This header is compiled into the Cython CPU extension and #included by the
+ * CUDA sources of quantcore_gpu, so both back ends compute the same bits by
+ * construction.  It must stay plain C99 that also compiles as CUDA C++:
+ * static inline functions, no globals, no libc beyond <math.h>.
+ *
+ * Numerical contract (see ARCHITECTURE.md): every operation rounds once, in
+ * the order written; the build uses -ffp-contract=off (CPU) and --fmad=false
+ * (GPU) so that `a * b + c` is never fused into an FMA.
+ *
+ * Each formula exists in two precisions, generated from one macro body:
+ * suffix _f32 computes in float, suffix _f64 in double.
+ */
+#ifndef QC_ELEMENTWISE_H
+#define QC_ELEMENTWISE_H
+
+#ifdef __CUDACC__
+#define QC_HD __host__ __device__ __forceinline__
+#else
+#include <math.h>
+#define QC_HD static inline
+#endif
+
+/* ------------------------------------------------------------------------
+ * Mode bits of the affine recipe (qc_fq_affine_*).  The Python layer builds
+ * the mode word once per call; CPU loops specialise on it at compile time.
+ * ---------------------------------------------------------------------- */
+/* rounding of the scaled value (2 bits) */
+#define QC_ROUND_HALF_EVEN 0 /* rint: ties to even (default FE_TONEAREST)  */
+#define QC_ROUND_HALF_UP 1   /* floor(v + 0.5), the "+0.5 then floor" form  */
+#define QC_ROUND_HALF_AWAY 2 /* round(): ties away from zero              */
+#define QC_ROUND_MASK 3
+/* zero point added before rounding (float zero point) instead of after */
+#define QC_ZP_BEFORE 4
+/* v = x / scale instead of v = x * inv_scale */
+#define QC_DIVIDE 8
+/* dequantise in double: y = T((double(q) - double(zp)) * double(scale)) */
+#define QC_DEQUANT_WIDE 16
+/* non-finite policy (2 bits at 32): what q becomes when q_f is NaN/inf */
+#define QC_NF_PROPAGATE 0   /* NaN stays NaN; +-inf clamp to qmax / qmin   */
+#define QC_NF_NAN_TO_QMIN 32 /* NaN -> qmin; +-inf clamp (torch per tensor) */
+#define QC_NF_INT64 64       /* q = int64(q_f) as on x86: NaN, +-inf and
+                                 |q_f| >= 2**63 -> qmin (torch per channel) */
+#define QC_NF_MASK 96
+/* return q itself (quantize) instead of the dequantised value */
+#define QC_OUTPUT_Q 128
+#define QC_AFFINE_MODES 256 /* number of distinct mode words */
+
+/* Mode bits of the nudged recipe (TensorFlow / MindSpore). */
+#define QC_NUDGED_DIVIDE 1 /* t = (xc - nmin) / scale instead of * inv     */
+#define QC_NUDGED_TF 2     /* y = floor(t - qz + 0.5) * scale (current TF);
+                              else y = floor(t + 0.5) * scale + nmin (MS)  */
+#define QC_NUDGED_MODES 4
+
+#define QC_DEFINE_ELEMENTWISE(T, SFX, FLOOR, RINT, ROUND)                       \
+                                                                               \
+  /* Round v by rule `rounding` (QC_ROUND_*). */                               \
+  QC_HD T qc_round_##SFX(T v, int rounding) {                                  \
+    if (rounding == QC_ROUND_HALF_UP) return FLOOR(v + (T)0.5);               \
+    if (rounding == QC_ROUND_HALF_AWAY) return ROUND(v);                      \
+    return RINT(v);                                                            \
+  }                                                                            \
+                                                                               \
+  /* Clamp with comparisons; NaN passes through unchanged. */                  \
+  QC_HD T qc_clamp_##SFX(T v, T lo, T hi) {                                    \
+    T t = (v < lo) ? lo : v;                                                   \
+    return (t > hi) ? hi : t;                                                  \
+  }                                                                            \
+                                                                               \
+  /* Affine fake quantization of one element.                                 \
+   *   v   = x * inv            (x / scale with QC_DIVIDE)                     \
+   *   q_f = round(v) + zp      (round(v + zp) with QC_ZP_BEFORE)              \
+   *   q   = clamp(q_f, qmin, qmax), non-finite q_f per QC_NF_*               \
+   *   y   = (q - zp) * scale   (in double with QC_DEQUANT_WIDE; y = q with   \
+   *                             QC_OUTPUT_Q)                                   \
+   *   mask = qmin <= q_f <= qmax   (false for NaN / inf)                      \
+   */                                                                          \
+  QC_HD T qc_fq_affine_##SFX(T x, T scale, T inv, T zp, T qmin, T qmax,        \
+                             int mode, unsigned char *mask) {                  \
+    T v = (mode & QC_DIVIDE) ? x / scale : x * inv;                            \
+    T qf = (mode & QC_ZP_BEFORE)                                               \
+               ? qc_round_##SFX(v + zp, mode & QC_ROUND_MASK)                  \
+               : qc_round_##SFX(v, mode & QC_ROUND_MASK) + zp;                 \
+    T q;                                                                       \
+    *mask = (unsigned char)((qf >= qmin) & (qf <= qmax));                      \
+    if ((mode & QC_NF_MASK) == QC_NF_NAN_TO_QMIN) {                            \
+      q = (qf > qmin) ? qf : qmin;                                             \
+      q = (q < qmax) ? q : qmax;                                               \
+    } else if ((mode & QC_NF_MASK) == QC_NF_INT64) {                           \
+      /* what cvttsd2si gives outside int64, before the clamp */               \
+      q = (qf > (T)-9223372036854775808.0 && qf < (T)9223372036854775808.0)   \
+              ? qf : qmin;                                                     \
+      q = (q > qmin) ? q : qmin;                                               \
+      q = (q < qmax) ? q : qmax;                                               \
+    } else {                                                                   \
+      q = qc_clamp_##SFX(qf, qmin, qmax);                                      \
+    }                                                                          \
+    if (mode & QC_OUTPUT_Q) return q;                                          \
+    if (mode & QC_DEQUANT_WIDE)                                                \
+      return (T)(((double)q - (double)zp) * (double)scale);                   \
+    return (q - zp) * scale;                                                   \
+  }                                                                            \
+                                                                               \
+  /* Nudged fake quantization (TensorFlow, MindSpore) of one element.         \
+   *   xc = min(max...) : clamp x to [nmin, nmax] (NaN passes)                 \
+   *   t  = (xc - nmin) * inv   ((xc - nmin) / scale with QC_NUDGED_DIVIDE)    \
+   *   TF: y = floor((t - qz) + 0.5) * scale                                   \
+   *   MS: y = floor(t + 0.5) * scale + nmin                                   \
+   *   mask = nmin <= x <= nmax                                                \
+   */                                                                          \
+  QC_HD T qc_fq_nudged_##SFX(T x, T nmin, T nmax, T scale, T inv, T qz,        \
+                             int mode, unsigned char *mask) {                  \
+    T xc = (nmax < x) ? nmax : x;                                              \
+    T cs, t;                                                                   \
+    xc = (xc < nmin) ? nmin : xc;                                              \
+    *mask = (unsigned char)((x >= nmin) & (x <= nmax));                        \
+    cs = xc - nmin;                                                            \
+    t = (mode & QC_NUDGED_DIVIDE) ? cs / scale : cs * inv;                     \
+    if (mode & QC_NUDGED_TF) return FLOOR((t - qz) + (T)0.5) * scale;         \
+    return FLOOR(t + (T)0.5) * scale + nmin;                                   \
+  }                                                                            \
+                                                                               \
+  /* amax fake quantization (NVIDIA) of one element.                          \
+   *   q = clamp(rint(x * mult), lo, hi)  (NaN passes),  y = q / div           \
+   *   mult = max_bound / amax and div = mult, or mult = 0 and div = 1 when    \
+   *   amax <= 2**-24 (the caller decides);  mask = |x| <= amax               \
+   */                                                                          \
+  QC_HD T qc_fq_amax_##SFX(T x, T mult, T div, T lo, T hi, T amax,             \
+                           unsigned char *mask) {                              \
+    T q = qc_clamp_##SFX(RINT(x * mult), lo, hi);                              \
+    *mask = (unsigned char)((x >= -amax) & (x <= amax));                       \
+    return q / div;                                                            \
+  }                                                                            \
+                                                                               \
+  /* Straight-through estimator: grad * mask (NaN * 0 stays NaN). */           \
+  QC_HD T qc_ste_##SFX(T grad, unsigned char mask) { return grad * (T)mask; }
+
+QC_DEFINE_ELEMENTWISE(float, f32, floorf, rintf, roundf)
+QC_DEFINE_ELEMENTWISE(double, f64, floor, rint, round)
+
+#endif /* QC_ELEMENTWISE_H */

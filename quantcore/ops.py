@@ -1,0 +1,483 @@
+"""The functional API: validate, allocate ``out``, pick the back end, call a
+kernel.
+
+Every per-element formula lives in ``include/qc_elementwise.h``; this module
+only turns arguments into the kernels' parameters.  Each public function has
+an unchecked twin (``_affine``, ``_nudged``, ``_amax``) that the compat layers
+call with framework-specific parameters (a zero or negative scale in torch,
+for example) after doing their own framework's validation.
+
+Precision: float32 input is computed in float32, float64 in float64, and
+float16 in float32 with the result rounded back to float16 once.
+"""
+import numpy as np
+
+from . import _arrays as A
+from ._cpu import _kernels as K
+from ._cpu.threads import effective_n_threads
+
+__all__ = [
+    "minmax", "fake_quant", "fake_quant_with_mask", "quantize", "dequantize",
+    "fake_quant_nudged", "fake_quant_amax", "ste_backward",
+]
+
+# Mode bits, mirrored from qc_elementwise.h (one definition there; these
+# names are checked against it by tests/test_header_constants.py).
+ROUND_HALF_EVEN, ROUND_HALF_UP, ROUND_HALF_AWAY = 0, 1, 2
+ZP_BEFORE, DIVIDE, DEQUANT_WIDE = 4, 8, 16
+NF_PROPAGATE, NF_NAN_TO_QMIN, NF_INT64 = 0, 32, 64
+OUTPUT_Q = 128
+NUDGED_DIVIDE, NUDGED_TF = 1, 2
+MM_NAN, MM_NEGZERO, MM_POSZERO = 1, 2, 4
+
+ROUNDING = {"half_even": ROUND_HALF_EVEN, "half_up": ROUND_HALF_UP,
+            "half_away": ROUND_HALF_AWAY}
+ZERO_POINT_ADD = {"after_rounding": 0, "before_rounding": ZP_BEFORE}
+SCALE_OP = {"mul_inverse": 0, "div": DIVIDE}
+NONFINITE = {"propagate": NF_PROPAGATE, "nan_to_qmin": NF_NAN_TO_QMIN, "int64": NF_INT64}
+NUDGED_FORMULA = {"tensorflow": NUDGED_TF, "mindspore": 0}
+
+
+def _choice(table, value, name, func):
+    try:
+        return table[value]
+    except (KeyError, TypeError):
+        raise ValueError(f"{func}: {name} must be one of {sorted(table)}, got {value!r}") from None
+
+
+def affine_mode(rounding="half_even", zero_point_add="after_rounding", scale_op="mul_inverse",
+                nonfinite="propagate", dequant_wide=False, output_q=False, func="fake_quant"):
+    """The kernel mode word for the affine recipe (see qc_elementwise.h)."""
+    return (_choice(ROUNDING, rounding, "rounding", func)
+            | _choice(ZERO_POINT_ADD, zero_point_add, "zero_point_add", func)
+            | _choice(SCALE_OP, scale_op, "scale_op", func)
+            | _choice(NONFINITE, nonfinite, "nonfinite", func)
+            | (DEQUANT_WIDE if dequant_wide else 0) | (OUTPUT_Q if output_q else 0))
+
+
+def _channel_args(layout, axis, *params):
+    """(outer, C, inner) and the parameters as contiguous arrays."""
+    outer, C, inner = layout.channels(axis)
+    return (outer, C, inner), [np.ascontiguousarray(p) for p in params]
+
+
+# ------------------------------------------------------------------ min/max
+def minmax(x, axis=None, *, nan_policy="propagate"):
+    """Minimum and maximum in one pass over ``x``.
+
+    Parameters
+    ----------
+    x : array_like of float16, float32 or float64
+    axis : int or None
+        None: per tensor, the results are 0-d arrays.  An int: per channel
+        along ``axis`` (any axis, no transposed copy), the results are 1-D
+        arrays of ``x.shape[axis]`` values.
+    nan_policy : {"propagate", "omit"}
+        "propagate": a NaN anywhere (in a channel) makes both results NaN,
+        like ``numpy.min``.  "omit": NaNs are skipped.
+
+    Returns
+    -------
+    (min, max) : arrays of x's dtype.  Empty input (or an all-NaN input with
+    "omit") gives the identities ``(+inf, -inf)``.  Zeros are ordered
+    ``-0.0 < +0.0``, so the result does not depend on the thread count.
+    """
+    func = "minmax"
+    if nan_policy not in ("propagate", "omit"):
+        raise ValueError(f"{func}: nan_policy must be 'propagate' or 'omit', got {nan_policy!r}")
+    arr = A.as_float_array(x, "x", func)
+    lo, hi, flags = _minmax_flags(arr, axis, func)
+    if nan_policy == "omit":
+        flags = np.asarray(flags, dtype=np.uint8) & np.uint8(~MM_NAN & 0xFF)
+    lo, hi = _finish_minmax(lo, hi, flags)
+    return lo.astype(arr.dtype, copy=False), hi.astype(arr.dtype, copy=False)
+
+
+def _minmax_flags(x, axis, func):
+    """(lo, hi, flags) before the NaN / signed-zero rule; for observers."""
+    arr = A.as_float_array(x, "x", func)
+    axis = A.normalize_axis(axis, arr.ndim, func)
+    work = A.compute_dtype(arr.dtype)
+    layout = A.Layout(arr, work)
+    n = layout.flat.shape[0]
+    nthreads = effective_n_threads(n)
+    if axis is None:
+        lo, hi, flags = K.minmax(layout.flat, nthreads)
+        return work.type(lo), work.type(hi), flags
+    outer, C, inner = layout.channels(axis)
+    return K.minmax_channels(layout.flat, outer, C, inner, nthreads)
+
+
+def _finish_minmax(lo, hi, flags):
+    """Apply the NaN / signed-zero rule; 0-d results per tensor."""
+    per_tensor = not isinstance(lo, np.ndarray)
+    lo = np.array(lo, ndmin=1)
+    hi = np.array(hi, ndmin=1)
+    K.minmax_finish(lo, hi, np.array(flags, dtype=np.uint8, ndmin=1))
+    if per_tensor:
+        return lo.reshape(()), hi.reshape(())
+    return lo, hi
+
+
+# ------------------------------------------------------------ affine family
+def _affine(x, scale, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
+            mask_out=None, mask_dtype=np.bool_, out_dtype=None):
+    """Unchecked affine fake quant / quantize: the compat layers' entry.
+
+    ``scale`` and ``zero_point`` are 1-D float arrays (1 value per tensor,
+    C per channel), already validated by the caller.  ``inv`` is computed
+    here in the compute dtype: ``inv = T(1) / T(scale)``.
+    """
+    arr = A.as_float_array(x, "x", func)
+    work = A.compute_dtype(arr.dtype)
+    layout = A.Layout(arr, work)
+    res_dtype = arr.dtype if out_dtype is None else np.dtype(out_dtype)
+    o = A.Output(layout, arr, out, res_dtype, work, func)
+    m = A.Output(layout, arr, mask_out, np.dtype(mask_dtype), np.dtype(np.uint8), func,
+                 "mask_out") if want_mask else None
+    s = scale.astype(work)
+    z = zero_point.astype(work)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        inv = (work.type(1) / s).astype(work)
+    mflat = m.flat if m is not None else None
+    nthreads = effective_n_threads(layout.flat.shape[0])
+    if axis is None:
+        K.fq_affine(layout.flat, o.flat, mflat, float(s[0]), float(inv[0]), float(z[0]),
+                    float(qmin), float(qmax), mode, nthreads)
+    else:
+        (outer, C, inner), (s, inv, z) = _channel_args(layout, axis, s, inv, z)
+        K.fq_affine_channels(layout.flat, o.flat, mflat, outer, C, inner, s, inv, z,
+                             float(qmin), float(qmax), mode, nthreads)
+    result = o.finish(res_dtype)
+    if want_mask:
+        return result, m.finish(np.dtype(mask_dtype))
+    return result
+
+
+def _affine_params(x, scale, zero_point, quant_min, quant_max, axis, zero_point_add, func):
+    """Validate the public affine arguments."""
+    arr = A.as_float_array(x, "x", func)
+    axis = A.normalize_axis(axis, arr.ndim, func)
+    qmin, qmax = A.check_range(quant_min, quant_max, func)
+    channels = None if axis is None else arr.shape[axis]
+    work = A.compute_dtype(arr.dtype)
+    s = A.param_array(scale, "scale", func, channels)
+    z = A.param_array(zero_point, "zero_point", func, channels)
+    sw = s.astype(work)
+    A.check_scale(sw, func)
+    with np.errstate(divide="ignore", over="ignore"):
+        if not np.isfinite(work.type(1) / sw).all():
+            raise ValueError(f"{func}: scale {s.tolist()} is too small: 1/scale overflows {work}")
+    if not np.isfinite(z).all():
+        raise ValueError(f"{func}: zero_point must be finite, got {z.tolist()}")
+    if zero_point_add == "after_rounding":
+        if not (np.floor(z) == z).all():
+            raise ValueError(f"{func}: zero_point must be integral when added after rounding "
+                             f"(zero_point_add='after_rounding'), got {z.tolist()}")
+        if ((z < qmin) | (z > qmax)).any():
+            raise ValueError(f"{func}: zero_point must lie in [quant_min, quant_max] = "
+                             f"[{qmin}, {qmax}], got {z.tolist()}")
+    return arr, axis, qmin, qmax, s, z
+
+
+def fake_quant(x, scale, zero_point, quant_min, quant_max, *, axis=None, rounding="half_even",
+               zero_point_add="after_rounding", scale_op="mul_inverse", nonfinite="propagate",
+               out=None):
+    """Affine fake quantization, per tensor or per channel.
+
+    For each element, computed in the compute dtype T (float32 for float16
+    and float32 input, float64 for float64), one rounding per operation::
+
+        v    = x * T(1 / scale)           (scale_op="mul_inverse")
+             = x / scale                  (scale_op="div")
+        q_f  = round(v) + zero_point      (zero_point_add="after_rounding")
+             = round(v + zero_point)      (zero_point_add="before_rounding")
+        q    = clamp(q_f, quant_min, quant_max)
+        out  = (q - zero_point) * scale
+
+    Parameters
+    ----------
+    x : array_like of float16, float32 or float64
+        Any layout (C, Fortran, strided, read-only).
+    scale, zero_point : float or array
+        One value per tensor (``axis=None``) or ``x.shape[axis]`` values.
+        scale must be finite and > 0.  With ``zero_point_add="after_rounding"``
+        the zero point must be an integer in ``[quant_min, quant_max]``.
+    quant_min, quant_max : int
+        The integer range, ``quant_min < quant_max``.
+    axis : int or None
+        Channel axis for per-channel quantization.
+    rounding : {"half_even", "half_up", "half_away"}
+        ``rint`` (ties to even), ``floor(v + 0.5)``, or ties away from zero.
+    nonfinite : {"propagate", "nan_to_qmin", "int64"}
+        What a NaN / inf ``q_f`` becomes.  "propagate" (default): NaN stays
+        NaN, +inf / -inf clamp to quant_max / quant_min.  "nan_to_qmin": NaN
+        becomes quant_min (PyTorch per tensor).  "int64": NaN, +-inf and
+        ``|q_f| >= 2**63`` become quant_min (x86 int64 conversion, PyTorch
+        per channel).
+    out : ndarray, optional
+        Output of x's shape and dtype; may be ``x`` itself.
+
+    Returns
+    -------
+    ndarray of x's dtype and shape.
+    """
+    func = "fake_quant"
+    arr, axis, qmin, qmax, s, z = _affine_params(x, scale, zero_point, quant_min, quant_max,
+                                                 axis, zero_point_add, func)
+    mode = affine_mode(rounding, zero_point_add, scale_op, nonfinite, func=func)
+    return _affine(arr, s, z, qmin, qmax, mode, axis, out, False, func)
+
+
+def fake_quant_with_mask(x, scale, zero_point, quant_min, quant_max, *, axis=None,
+                         rounding="half_even", zero_point_add="after_rounding",
+                         scale_op="mul_inverse", nonfinite="propagate", out=None,
+                         mask_out=None, mask_dtype=np.bool_):
+    """``fake_quant`` that also returns the straight-through mask.
+
+    ``mask = quant_min <= q_f <= quant_max`` (before the clamp; False for
+    NaN and inf), as bool (default) or uint8 (``mask_dtype``).  Use it with
+    :func:`ste_backward`.
+
+    Returns
+    -------
+    (out, mask)
+    """
+    func = "fake_quant_with_mask"
+    if np.dtype(mask_dtype) not in (np.dtype(np.bool_), np.dtype(np.uint8)):
+        raise TypeError(f"{func}: mask_dtype must be bool or uint8, got {np.dtype(mask_dtype)}")
+    arr, axis, qmin, qmax, s, z = _affine_params(x, scale, zero_point, quant_min, quant_max,
+                                                 axis, zero_point_add, func)
+    mode = affine_mode(rounding, zero_point_add, scale_op, nonfinite, func=func)
+    return _affine(arr, s, z, qmin, qmax, mode, axis, out, True, func, mask_out=mask_out,
+                   mask_dtype=mask_dtype)
+
+
+def _int_dtype_for(qmin, qmax):
+    for dt in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64):
+        info = np.iinfo(dt)
+        if info.min <= qmin and qmax <= info.max:
+            return np.dtype(dt)
+    raise ValueError(f"quantize: no integer dtype holds [{qmin}, {qmax}]")
+
+
+def quantize(x, scale, zero_point, quant_min, quant_max, *, axis=None, rounding="half_even",
+             zero_point_add="after_rounding", scale_op="mul_inverse", dtype=None):
+    """Quantize to integers: ``q = clamp(round(x / scale) + zero_point)``.
+
+    The same ``q`` as :func:`fake_quant` computes, returned as integers.
+    NaN maps to ``quant_min`` and +-inf clamp (an integer cannot hold NaN).
+
+    Parameters
+    ----------
+    dtype : integer dtype, optional
+        Default: the smallest of int8, uint8, int16, uint16, int32, uint32,
+        int64 that holds ``[quant_min, quant_max]``.
+
+    Returns
+    -------
+    ndarray of integers, x's shape.
+    """
+    func = "quantize"
+    arr, axis, qmin, qmax, s, z = _affine_params(x, scale, zero_point, quant_min, quant_max,
+                                                 axis, zero_point_add, func)
+    int_dtype = _int_dtype_for(qmin, qmax) if dtype is None else np.dtype(dtype)
+    if int_dtype.kind not in "iu":
+        raise TypeError(f"{func}: dtype must be an integer dtype, got {int_dtype}")
+    info = np.iinfo(int_dtype)
+    if qmin < info.min or qmax > info.max:
+        raise ValueError(f"{func}: dtype {int_dtype} cannot hold [{qmin}, {qmax}]")
+    mode = affine_mode(rounding, zero_point_add, scale_op, "nan_to_qmin", output_q=True,
+                       func=func)
+    work = A.compute_dtype(arr.dtype)
+    q = _affine(arr, s, z, qmin, qmax, mode, axis, None, False, func, out_dtype=work)
+    if float(work.type(qmin)) != qmin or float(work.type(qmax)) != qmax:
+        # the range ends are not exact in the compute dtype (int32 range in
+        # float32): clamp again exactly before the integer conversion
+        q = np.clip(q.astype(np.float64), qmin, qmax)
+    return q.astype(int_dtype)
+
+
+def dequantize(q, scale, zero_point, *, axis=None, dtype=np.float32):
+    """``(q - zero_point) * scale`` computed in ``dtype`` (float32 default).
+
+    ``q`` is converted to ``dtype`` first (exact for |q| <= 2**24 in
+    float32), then each operation rounds once.
+    """
+    func = "dequantize"
+    A.require_cpu(q, func)
+    qa = np.asarray(q)
+    if qa.dtype.kind not in "iuf":
+        raise TypeError(f"{func}: q must be an integer or float array, got {qa.dtype}")
+    dtype = np.dtype(dtype)
+    if dtype not in A.FLOAT_DTYPES:
+        raise TypeError(f"{func}: dtype must be float16, float32 or float64, got {dtype}")
+    axis = A.normalize_axis(axis, qa.ndim, func)
+    channels = None if axis is None else qa.shape[axis]
+    s = A.param_array(scale, "scale", func, channels).astype(dtype)
+    z = A.param_array(zero_point, "zero_point", func, channels).astype(dtype)
+    if axis is not None:
+        shape = [1] * qa.ndim
+        shape[axis] = channels
+        s, z = s.reshape(shape), z.reshape(shape)
+    else:
+        s, z = s[0], z[0]
+    res = qa.astype(dtype)
+    np.subtract(res, z, out=res)
+    np.multiply(res, s, out=res)
+    return res
+
+
+# ------------------------------------------------------------ nudged family
+def _nudged(x, nudged_min, nudged_max, scale, inv_scale, quant_zero, mode, axis, out,
+            want_mask, func, mask_dtype=np.bool_):
+    """Unchecked nudged fake quant; parameters are 1-D arrays."""
+    arr = A.as_float_array(x, "x", func)
+    work = A.compute_dtype(arr.dtype)
+    layout = A.Layout(arr, work)
+    o = A.Output(layout, arr, out, arr.dtype, work, func)
+    m = A.Output(layout, arr, None, np.dtype(np.uint8), np.dtype(np.uint8), func) if want_mask else None
+    params = [np.asarray(p).astype(work) for p in (nudged_min, nudged_max, scale, inv_scale, quant_zero)]
+    mflat = m.flat if m is not None else None
+    nthreads = effective_n_threads(layout.flat.shape[0])
+    if axis is None:
+        K.fq_nudged(layout.flat, o.flat, mflat, *[float(p.reshape(-1)[0]) for p in params],
+                    mode, nthreads)
+    else:
+        (outer, C, inner), params = _channel_args(layout, axis, *params)
+        K.fq_nudged_channels(layout.flat, o.flat, mflat, outer, C, inner, *params, mode,
+                             nthreads)
+    result = o.finish(arr.dtype)
+    if want_mask:
+        return result, m.finish(np.dtype(mask_dtype))
+    return result
+
+
+def fake_quant_nudged(x, nudged_min, nudged_max, scale, *, inv_scale=None, quant_zero=None,
+                      formula="tensorflow", scale_op="mul_inverse", axis=None, out=None,
+                      return_mask=False):
+    """Nudged fake quantization (TensorFlow / MindSpore family).
+
+    With the nudged range from :func:`quantcore.qparams.nudge_tensorflow` or
+    :func:`quantcore.qparams.nudge_mindspore`, in the compute dtype::
+
+        xc = clamp(x, nudged_min, nudged_max)       (NaN passes through)
+        t  = (xc - nudged_min) * inv_scale          (scale_op="mul_inverse")
+           = (xc - nudged_min) / scale              (scale_op="div")
+        tensorflow: out = floor((t - quant_zero) + 0.5) * scale
+        mindspore:  out = floor(t + 0.5) * scale + nudged_min
+        mask = nudged_min <= x <= nudged_max
+
+    ``inv_scale`` defaults to ``T(1) / scale``; ``quant_zero`` (tensorflow
+    only) to ``floor(-nudged_min * inv_scale + 0.5)``.
+    """
+    func = "fake_quant_nudged"
+    arr = A.as_float_array(x, "x", func)
+    axis = A.normalize_axis(axis, arr.ndim, func)
+    channels = None if axis is None else arr.shape[axis]
+    work = A.compute_dtype(arr.dtype)
+    mode = _choice(NUDGED_FORMULA, formula, "formula", func) | (
+        NUDGED_DIVIDE if _choice(SCALE_OP, scale_op, "scale_op", func) else 0)
+    nmin = A.param_array(nudged_min, "nudged_min", func, channels).astype(work)
+    nmax = A.param_array(nudged_max, "nudged_max", func, channels).astype(work)
+    s = A.param_array(scale, "scale", func, channels).astype(work)
+    A.check_scale(s, func)
+    if ((nmin > 0) | (nmax < 0) | ~np.isfinite(nmin) | ~np.isfinite(nmax)).any():
+        raise ValueError(f"{func}: the nudged range must be finite and contain 0, got "
+                         f"[{nmin.tolist()}, {nmax.tolist()}]")
+    with np.errstate(divide="ignore", over="ignore"):
+        inv = (work.type(1) / s).astype(work) if inv_scale is None else \
+            A.param_array(inv_scale, "inv_scale", func, channels).astype(work)
+    if quant_zero is None:
+        qz = np.floor((-nmin * inv).astype(work) + work.type(0.5)).astype(work)
+    else:
+        qz = A.param_array(quant_zero, "quant_zero", func, channels).astype(work)
+    return _nudged(arr, nmin, nmax, s, inv, qz, mode, axis, out, return_mask, func)
+
+
+# -------------------------------------------------------------- amax family
+def _amax(x, amax, num_bits, unsigned, narrow_range, axis, out, want_mask, func):
+    """Unchecked amax fake quant (qparams.amax_multiplier gives the scale)."""
+    from .qparams import amax_bounds, amax_multiplier
+    arr = A.as_float_array(x, "x", func)
+    work = A.compute_dtype(arr.dtype)
+    layout = A.Layout(arr, work)
+    o = A.Output(layout, arr, out, arr.dtype, work, func)
+    m = A.Output(layout, arr, None, np.dtype(np.uint8), np.dtype(np.uint8), func) if want_mask else None
+    amax_w = np.asarray(amax).astype(work).reshape(-1)
+    mult, div = amax_multiplier(amax_w, num_bits, unsigned)
+    lo, hi = amax_bounds(num_bits, unsigned, narrow_range)
+    mflat = m.flat if m is not None else None
+    nthreads = effective_n_threads(layout.flat.shape[0])
+    if axis is None:
+        K.fq_amax(layout.flat, o.flat, mflat, float(mult[0]), float(div[0]), lo, hi,
+                  float(amax_w[0]), nthreads)
+    else:
+        (outer, C, inner), (mult, div, amax_w) = _channel_args(layout, axis, mult, div, amax_w)
+        K.fq_amax_channels(layout.flat, o.flat, mflat, outer, C, inner, mult, div, lo, hi,
+                           amax_w, nthreads)
+    result = o.finish(arr.dtype)
+    if want_mask:
+        return result, m.finish(np.dtype(np.bool_))
+    return result
+
+
+def fake_quant_amax(x, amax, num_bits=8, *, unsigned=False, narrow_range=True, axis=None,
+                    out=None, return_mask=False):
+    """amax (max-calibrated, symmetric) fake quantization, NVIDIA style.
+
+    In the compute dtype::
+
+        max_bound = 2**(num_bits - 1 + unsigned) - 1
+        mult = max_bound / amax                     (a multiplier)
+        q    = clamp(rint(x * mult), min_bound, max_bound)   (NaN passes)
+        out  = q / mult
+        min_bound = 0 (unsigned), -max_bound (narrow_range), -max_bound - 1
+        mask = |x| <= amax
+
+    An amax <= 2**-24 gives zeros (mult = 0, divisor 1).  amax must be
+    >= 0; with ``unsigned`` x must be >= 0.
+    """
+    func = "fake_quant_amax"
+    arr = A.as_float_array(x, "x", func)
+    axis = A.normalize_axis(axis, arr.ndim, func)
+    nb = A.as_int(num_bits, "num_bits", func)
+    if not 2 <= nb <= 16:
+        raise ValueError(f"{func}: num_bits must be in 2..16, got {nb}")
+    channels = None if axis is None else arr.shape[axis]
+    am = A.param_array(amax, "amax", func, channels)
+    if not (np.isfinite(am) & (am >= 0)).all():
+        raise ValueError(f"{func}: amax must be finite and >= 0, got {am.tolist()}")
+    if unsigned and arr.size and np.nanmin(arr) < 0:
+        raise ValueError(f"{func}: negative values in x with unsigned=True")
+    return _amax(arr, am, nb, bool(unsigned), bool(narrow_range), axis, out, return_mask, func)
+
+
+# ----------------------------------------------------------------- backward
+def ste_backward(grad, mask, *, out=None):
+    """Straight-through-estimator backward: ``grad * mask``.
+
+    ``mask`` is a bool / uint8 array of grad's shape, or a bit-packed uint8
+    array from ``numpy.packbits(mask.ravel(), bitorder="little")`` (then it
+    is unpacked first).  NaN gradients stay NaN where the mask is 0
+    (``NaN * 0``), as in the frameworks.
+    """
+    func = "ste_backward"
+    g = A.as_float_array(grad, "grad", func)
+    mk = np.asarray(mask)
+    if mk.dtype not in (np.bool_, np.uint8):
+        raise TypeError(f"{func}: mask must be bool or uint8, got {mk.dtype}")
+    if mk.shape != g.shape:
+        packed_len = (g.size + 7) // 8
+        if mk.dtype == np.uint8 and mk.ndim == 1 and mk.shape[0] == packed_len:
+            mk = np.unpackbits(mk, count=g.size, bitorder="little").reshape(g.shape)
+        else:
+            raise ValueError(f"{func}: mask has shape {mk.shape}, expected {g.shape} "
+                             f"(or {packed_len} packed bytes)")
+    work = A.compute_dtype(g.dtype)
+    layout = A.Layout(g, work)
+    mk8 = mk.view(np.uint8)
+    mflat = np.ascontiguousarray(mk8 if layout.order == "C" else mk8.T).reshape(-1)
+    o = A.Output(layout, g, out, g.dtype, work, func)
+    K.ste(layout.flat, mflat, o.flat, effective_n_threads(layout.flat.shape[0]))
+    return o.finish(g.dtype)

@@ -1,0 +1,164 @@
+"""Float64 NumPy references for the core recipes, written independently of
+the kernels.
+
+A float32 operation is emulated by computing it exactly-or-once in float64
+and rounding the result to float32 (``r32``).  For +, -, *, / of float32
+operands this gives the correctly rounded float32 result (53 >= 2*24 + 2,
+so the double rounding is innocuous).  float64 recipes are computed in
+float64 directly.  Inputs are float64 arrays holding values of the
+compute dtype.
+"""
+import numpy as np
+
+
+def rounder(dtype):
+    """Rounding of one operation's result to the compute dtype."""
+    if np.dtype(dtype) == np.float64:
+        return lambda a: np.asarray(a, dtype=np.float64)
+    return lambda a: np.asarray(a, dtype=np.float64).astype(np.float32).astype(np.float64)
+
+
+def round_half_away(v):
+    a = np.abs(v)
+    r = np.floor(a)
+    r = r + (a - r >= 0.5)
+    return np.copysign(r, v)
+
+
+def round_value(v, rounding, rnd):
+    if rounding == "half_even":
+        return np.rint(v)
+    if rounding == "half_up":
+        return np.floor(rnd(v + 0.5))
+    return round_half_away(v)
+
+
+def compute_of(dtype):
+    return np.float64 if np.dtype(dtype) == np.float64 else np.float32
+
+
+def affine(x, scale, zp, qmin, qmax, rounding="half_even", zero_point_add="after_rounding",
+           scale_op="mul_inverse", nonfinite="propagate", dtype=np.float32, output_q=False):
+    """Reference affine fake quant; scale / zp broadcast against x."""
+    cdt = compute_of(dtype)
+    rnd = rounder(cdt)
+    with np.errstate(all="ignore"):
+        x = rnd(np.asarray(x, np.float64))
+        s = rnd(scale)
+        z = rnd(zp)
+        inv = rnd(1.0 / s)
+        v = rnd(x / s) if scale_op == "div" else rnd(x * inv)
+        if zero_point_add == "before_rounding":
+            qf = round_value(rnd(v + z), rounding, rnd)
+        else:
+            qf = rnd(round_value(v, rounding, rnd) + z)
+        mask = (qf >= qmin) & (qf <= qmax)
+        if nonfinite == "propagate":
+            q = np.where(qf < qmin, qmin, np.where(qf > qmax, qmax, qf))
+        elif nonfinite == "nan_to_qmin":
+            q = np.where(np.isnan(qf), qmin, np.clip(qf, qmin, qmax))
+        else:
+            ok = (qf > -2.0 ** 63) & (qf < 2.0 ** 63)
+            q = np.where(ok, np.clip(np.where(ok, qf, 0), qmin, qmax), qmin)
+        if output_q:
+            return q, mask
+        out = rnd(rnd(q - z) * s)
+    return out, mask
+
+
+def nudged(x, nmin, nmax, scale, inv, qz, formula, scale_op, dtype=np.float32):
+    cdt = compute_of(dtype)
+    rnd = rounder(cdt)
+    with np.errstate(all="ignore"):
+        x = rnd(np.asarray(x, np.float64))
+        nmin, nmax, s, inv, qz = (rnd(a) for a in (nmin, nmax, scale, inv, qz))
+        mask = (x >= nmin) & (x <= nmax)
+        xc = np.where(nmax < x, nmax, x)
+        xc = np.where(xc < nmin, nmin, xc)
+        cs = rnd(xc - nmin)
+        t = rnd(cs / s) if scale_op == "div" else rnd(cs * inv)
+        if formula == "tensorflow":
+            out = rnd(np.floor(rnd(rnd(t - qz) + 0.5)) * s)
+        else:
+            out = rnd(rnd(np.floor(rnd(t + 0.5)) * s) + nmin)
+    return out, mask
+
+
+def amax_fq(x, amax, num_bits, unsigned, narrow_range, dtype=np.float32):
+    cdt = compute_of(dtype)
+    rnd = rounder(cdt)
+    with np.errstate(all="ignore"):
+        x = rnd(np.asarray(x, np.float64))
+        amax = rnd(amax)
+        max_bound = 2.0 ** (num_bits - 1 + int(unsigned)) - 1
+        min_bound = 0.0 if unsigned else (-max_bound if narrow_range else -max_bound - 1)
+        mult = rnd(max_bound / amax)
+        tiny = amax <= 2.0 ** -24
+        mult = np.where(tiny, 0.0, mult)
+        div = np.where(tiny, 1.0, mult)
+        q = np.rint(rnd(x * mult))
+        q = np.where(q < min_bound, min_bound, np.where(q > max_bound, max_bound, q))
+        out = rnd(q / div)
+        mask = np.abs(x) <= amax
+    return out, mask
+
+
+def minmax(x, axis=None, nan_policy="propagate"):
+    """min / max with NaN and signed-zero rules (-0.0 < +0.0)."""
+    x = np.asarray(x)
+    if axis is None:
+        flat = x.reshape(1, -1)
+    else:
+        flat = np.moveaxis(x, axis, 0)
+        flat = flat.reshape(x.shape[axis], int(np.prod(flat.shape[1:], dtype=np.int64)))
+    los, his = [], []
+    for row in flat:
+        nan = np.isnan(row).any()
+        vals = row[~np.isnan(row)]
+        if nan and nan_policy == "propagate":
+            los.append(np.nan)
+            his.append(np.nan)
+            continue
+        if vals.size == 0:
+            los.append(np.inf)
+            his.append(-np.inf)
+            continue
+        lo, hi = vals.min(), vals.max()
+        if lo == 0:
+            lo = -0.0 if np.any((vals == 0) & np.signbit(vals)) else 0.0
+        if hi == 0:
+            hi = 0.0 if np.any((vals == 0) & ~np.signbit(vals)) else -0.0
+        los.append(lo)
+        his.append(hi)
+    lo = np.array(los, dtype=x.dtype)
+    hi = np.array(his, dtype=x.dtype)
+    if axis is None:
+        return lo.reshape(()), hi.reshape(())
+    return lo, hi
+
+
+def bits_equal(a, b):
+    """Bit-pattern equality of two float arrays (NaN payloads aside)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    nan_a, nan_b = np.isnan(a), np.isnan(b)
+    if not np.array_equal(nan_a, nan_b):
+        return False
+    ia = a.view(np.dtype(f"u{a.dtype.itemsize}"))
+    ib = b.view(np.dtype(f"u{b.dtype.itemsize}"))
+    return bool(np.array_equal(ia[~nan_a], ib[~nan_b]))
+
+
+def assert_bits_equal(actual, expected, msg=""):
+    if not bits_equal(actual, expected):
+        a, e = np.atleast_1d(actual), np.atleast_1d(expected)
+        diff = ""
+        if a.shape == e.shape:
+            ia = a.view(np.dtype(f"u{a.dtype.itemsize}")) if a.dtype == e.dtype else a
+            ie = e.view(np.dtype(f"u{e.dtype.itemsize}")) if a.dtype == e.dtype else e
+            bad = np.nonzero((ia != ie) & ~(np.isnan(a) & np.isnan(e)))
+            diff = f" first mismatches at {[tuple(int(i) for i in t) for t in zip(*bad)][:5]}: " \
+                   f"got {a[bad][:5]}, expected {e[bad][:5]}"
+        raise AssertionError(f"bit patterns differ {msg}: {a.dtype}{a.shape} vs "
+                             f"{e.dtype}{e.shape}{diff}")

@@ -1,0 +1,93 @@
+"""The build: OpenMP, flags, SIMD baseline, header constants."""
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import quantcore as qc
+from quantcore import ops
+
+HEADER = Path(qc.__file__).parent / "include" / "qc_elementwise.h"
+LOOPS = Path(qc.__file__).parent / "include" / "qc_cpu_loops.h"
+
+
+def test_build_info_keys():
+    info = qc.build_info()
+    for key in ("openmp", "compiler", "cflags", "simd_baseline", "cython_version",
+                "max_threads", "parallel_threshold"):
+        assert key in info
+    assert "-ffp-contract=off" in info["cflags"]
+    for bad in ("-ffast-math", "-ffinite-math-only", "-march=native", "-Ofast"):
+        assert bad not in info["cflags"]
+
+
+@pytest.mark.skipif(os.environ.get("QUANTCORE_NO_OPENMP", "") not in ("", "0"),
+                    reason="serial build requested")
+def test_openmp_is_really_compiled_in():
+    info = qc.build_info()
+    assert info["openmp"] is True
+    assert "-fopenmp" in info["cflags"]
+
+
+def test_simd_baseline_vectorises_rounding():
+    import platform
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        assert qc.build_info()["simd_baseline"] == "x86-64-v2"
+
+
+def _defines(path):
+    text = path.read_text()
+    return {m.group(1): int(m.group(2)) for m in
+            re.finditer(r"#define\s+QC_(\w+)\s+(\d+)\b", text)}
+
+
+def test_python_mode_bits_mirror_the_header():
+    d = _defines(HEADER)
+    d.update(_defines(LOOPS))
+    mirror = {
+        "ROUND_HALF_EVEN": ops.ROUND_HALF_EVEN, "ROUND_HALF_UP": ops.ROUND_HALF_UP,
+        "ROUND_HALF_AWAY": ops.ROUND_HALF_AWAY, "ZP_BEFORE": ops.ZP_BEFORE,
+        "DIVIDE": ops.DIVIDE, "DEQUANT_WIDE": ops.DEQUANT_WIDE,
+        "NF_PROPAGATE": ops.NF_PROPAGATE, "NF_NAN_TO_QMIN": ops.NF_NAN_TO_QMIN,
+        "NF_INT64": ops.NF_INT64, "OUTPUT_Q": ops.OUTPUT_Q,
+        "NUDGED_DIVIDE": ops.NUDGED_DIVIDE, "NUDGED_TF": ops.NUDGED_TF,
+        "MM_NAN": ops.MM_NAN, "MM_NEGZERO": ops.MM_NEGZERO, "MM_POSZERO": ops.MM_POSZERO,
+    }
+    for name, value in mirror.items():
+        assert d[name] == value, name
+
+
+def test_gil_is_released_during_kernels():
+    """Another Python thread runs bytecode while a kernel is running.
+
+    Structural, not a timing target: thread B records when it runs; if the
+    kernel held the GIL, no record could fall inside the kernel call.
+    """
+    import threading
+    import time
+
+    import numpy as np
+    x = np.random.default_rng(0).normal(size=1 << 23).astype(np.float32)
+    stamps, stop = [], threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            stamps.append(time.perf_counter())
+
+    qc.set_num_threads(1)
+    t = threading.Thread(target=ticker)
+    t.start()
+    try:
+        time.sleep(0.01)
+        windows = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            qc.fake_quant(x, 0.01, 0, -128, 127, rounding="half_away", scale_op="div")
+            windows.append((t0, time.perf_counter()))
+    finally:
+        stop.set()
+        t.join()
+        qc.set_num_threads(None)
+    inside = sum(1 for a, b in windows for s_ in stamps if a + (b - a) * 0.2 < s_ < b - (b - a) * 0.2)
+    assert inside > 0, "no other Python thread ran during a kernel: the GIL was not released"
