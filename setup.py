@@ -10,6 +10,7 @@ Environment:
   QUANTCORE_NO_OPENMP=1   force the serial build
   QUANTCORE_CFLAGS="..."  extra compiler flags, appended last
 """
+import glob
 import os
 import platform
 import shlex
@@ -148,6 +149,8 @@ extensions = [
         f"quantcore._cpu.{name}",
         [os.path.join("quantcore", "_cpu", f"{name}.pyx")],
         include_dirs=[INCLUDE, numpy.get_include()],
+        # rebuild when a shared header changes (setuptools does not see #includes)
+        depends=sorted(glob.glob(os.path.join(INCLUDE, "*.h"))),
         extra_compile_args=CFLAGS,
         extra_link_args=LDFLAGS,
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],

@@ -448,7 +448,7 @@ def fake_quant_amax(x, amax, num_bits=8, *, unsigned=False, narrow_range=True, a
     am = A.param_array(amax, "amax", func, channels)
     if not (np.isfinite(am) & (am >= 0)).all():
         raise ValueError(f"{func}: amax must be finite and >= 0, got {am.tolist()}")
-    if unsigned and arr.size and np.nanmin(arr) < 0:
+    if unsigned and (arr < 0).any():
         raise ValueError(f"{func}: negative values in x with unsigned=True")
     return _amax(arr, am, nb, bool(unsigned), bool(narrow_range), axis, out, return_mask, func)
 

@@ -46,7 +46,7 @@ def amax_multiplier(amax, num_bits, unsigned):
     amax = np.asarray(amax)
     dtype = amax.dtype
     max_bound = dtype.type(2 ** (num_bits - 1 + int(unsigned)) - 1)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):
         mult = (max_bound / amax).astype(dtype)
     tiny = amax <= dtype.type(2.0 ** -24)
     mult = np.where(tiny, dtype.type(0), mult).astype(dtype)

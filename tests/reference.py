@@ -55,11 +55,13 @@ def affine(x, scale, zp, qmin, qmax, rounding="half_even", zero_point_add="after
         mask = (qf >= qmin) & (qf <= qmax)
         if nonfinite == "propagate":
             q = np.where(qf < qmin, qmin, np.where(qf > qmax, qmax, qf))
-        elif nonfinite == "nan_to_qmin":
-            q = np.where(np.isnan(qf), qmin, np.clip(qf, qmin, qmax))
         else:
-            ok = (qf > -2.0 ** 63) & (qf < 2.0 ** 63)
-            q = np.where(ok, np.clip(np.where(ok, qf, 0), qmin, qmax), qmin)
+            # fmax/fmin-style clamp: NaN -> qmin; a zero q_f equal to qmin
+            # becomes qmin itself (+0.0), as an integer conversion would
+            if nonfinite == "int64":
+                qf = np.where((qf > -2.0 ** 63) & (qf < 2.0 ** 63), qf, qmin)
+            q = np.where(qf > qmin, qf, qmin)
+            q = np.where(q < qmax, q, qmax)
         if output_q:
             return q, mask
         out = rnd(rnd(q - z) * s)

@@ -20,7 +20,13 @@
 #define QC_HD __host__ __device__ __forceinline__
 #else
 #include <math.h>
+/* always_inline: in a large Cython translation unit GCC's unit-growth
+ * limits would otherwise leave a call per element and no vectorisation. */
+#if defined(__GNUC__)
+#define QC_HD static inline __attribute__((always_inline))
+#else
 #define QC_HD static inline
+#endif
 #endif
 
 /* ------------------------------------------------------------------------
