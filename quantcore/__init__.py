@@ -9,6 +9,11 @@ from ._arrays import backend_of
 from ._cpu import get_num_threads, set_num_threads
 from .ops import (dequantize, fake_quant, fake_quant_amax, fake_quant_nudged,
                   fake_quant_with_mask, minmax, quantize, ste_backward)
+from .observers import (EMAMinMaxObserver, MinMaxObserver, MomentumMinMaxObserver,
+                        MovingAverageMinMaxObserver)
+from .fake_quantize import FakeQuantize
+from .state import load_state, save_state
+from . import qparams
 
 __version__ = "0.1.0"
 
@@ -16,6 +21,8 @@ __all__ = [
     "minmax", "fake_quant", "fake_quant_with_mask", "quantize", "dequantize",
     "fake_quant_nudged", "fake_quant_amax", "ste_backward",
     "set_num_threads", "get_num_threads", "backend_of", "build_info", "__version__",
+    "MinMaxObserver", "MovingAverageMinMaxObserver", "EMAMinMaxObserver",
+    "MomentumMinMaxObserver", "FakeQuantize", "save_state", "load_state", "qparams",
 ]
 
 

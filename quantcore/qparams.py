@@ -23,6 +23,128 @@ def _round_half_away(v):
     return np.copysign(r, v)
 
 
+#: torch.finfo(torch.float32).eps, the default lower bound of a scale
+F32_EPS = float(np.finfo(np.float32).eps)
+
+_INT32_MIN = -(2 ** 31)
+
+
+def _to_int32_x86(v):
+    """float -> int32 as x86 cvttss2si: NaN, +-inf and out-of-range values
+    become INT32_MIN (torch's ``.to(torch.int)`` on x86-64)."""
+    v = np.asarray(v, dtype=np.float64)
+    ok = np.isfinite(v) & (v > -2.0 ** 31 - 1) & (v < 2.0 ** 31)
+    return np.where(ok, np.trunc(np.where(ok, v, 0)), _INT32_MIN).astype(np.int64)
+
+
+def _wrap_int32(v):
+    """Two's-complement wrap of int64 values into int32."""
+    return ((np.asarray(v, np.int64) + 2 ** 31) % 2 ** 32) - 2 ** 31
+
+
+def affine_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS):
+    """Affine (asymmetric) scale and zero point, PyTorch observer form.
+
+    All float32, true division (torch.md §1.4)::
+
+        min_neg = min(min_val, 0);  max_pos = max(max_val, 0)
+        scale   = max((max_pos - min_neg) / f32(qmax - qmin), eps)
+        zp      = clamp(qmin - int32(rint(min_neg / scale)), qmin, qmax)
+
+    The int32 conversion and subtraction behave as on x86-64: NaN / inf
+    ratios convert to INT32_MIN and the subtraction wraps.  There is no
+    special case for ``min == max``.
+
+    Returns
+    -------
+    (scale float32[C], zero_point int64[C])
+    """
+    mn, mx = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        min_neg = np.minimum(mn, F32(0))
+        max_pos = np.maximum(mx, F32(0))
+        scale = ((max_pos - min_neg).astype(F32) / F32(quant_max - quant_min)).astype(F32)
+        scale = np.where(scale > F32(eps), scale, F32(eps)).astype(F32)
+        scale = np.where(np.isnan(max_pos - min_neg), F32(np.nan), scale).astype(F32)
+        ratio = np.rint((min_neg / scale).astype(F32))
+    zp = _wrap_int32(quant_min - _to_int32_x86(ratio))
+    return scale, np.clip(zp, quant_min, quant_max).astype(np.int64)
+
+
+def symmetric_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS, zero_point=None):
+    """Symmetric scale, PyTorch observer form (also Horizon's)::
+
+        amax  = max(-min(min_val, 0), max(max_val, 0))
+        scale = max(amax / f32((qmax - qmin) / 2), eps)       (float32)
+
+    The divisor is the half range, e.g. 127.5 for [-128, 127].  The zero
+    point is ``zero_point`` when given, else 0 for a signed range and
+    ``(qmin + qmax + 1) // 2`` (128 for [0, 255]) for an unsigned one.
+
+    Returns
+    -------
+    (scale float32[C], zero_point int64[C])
+    """
+    mn, mx = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        amax = np.maximum(-np.minimum(mn, F32(0)), np.maximum(mx, F32(0))).astype(F32)
+        scale = (amax / F32((quant_max - quant_min) / 2)).astype(F32)
+        scale = np.where(np.isnan(scale) | (scale > F32(eps)), scale, F32(eps)).astype(F32)
+    if zero_point is None:
+        zero_point = 0 if quant_min < 0 else (quant_min + quant_max + 1) // 2
+    return scale, np.full(scale.shape, zero_point, dtype=np.int64)
+
+
+def float_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS):
+    """Per-channel float qparams (PyTorch ``per_channel_affine_float_qparams``)::
+
+        scale = (max - min) / f32(qmax - qmin);  scale = scale if scale > eps else 1
+        zp    = -min / scale          (float32, not rounded; no 0-inclusion)
+
+    Returns
+    -------
+    (scale float32[C], zero_point float32[C])
+    """
+    mn, mx = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        scale = ((mx - mn).astype(F32) / F32(quant_max - quant_min)).astype(F32)
+        scale = np.where(scale > F32(eps), scale, F32(1)).astype(F32)
+        zp = (-mn / scale).astype(F32)
+    return scale, zp
+
+
+def oneflow_qparams(min_val, max_val, num_bits, scheme="symmetric", formula="google",
+                    zp_rounding="half_even"):
+    """OneFlow's scale and zero point (spec §3.2 / §3.3), float32.
+
+    google, symmetric: ``scale = max(|hi|, |lo|) / f32(2**(b-1) - 1)``, zp 0.
+    google, affine:    ``scale = (hi - lo) / f32(2**b - 1)``,
+                       ``zp = -round(lo / scale)`` with ties to even
+                       (MinMaxObserver) or away from zero (moving average);
+                       no 0-inclusion clamp.
+    cambricon:         ``scale = floor(log2(max(|hi|, |lo|))) - (b - 2)``
+                       (an exponent, not a scale), zp 0.
+
+    Returns
+    -------
+    (scale float32[C], zero_point float32[C])
+    """
+    lo, hi = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if formula == "cambricon":
+            amax = np.maximum(np.abs(hi), np.abs(lo)).astype(F32)
+            scale = (np.floor(np.log2(amax.astype(np.float64))) - (num_bits - 2)).astype(F32)
+            return scale, np.zeros_like(scale)
+        if scheme == "symmetric":
+            amax = np.maximum(np.abs(hi), np.abs(lo)).astype(F32)
+            scale = (amax / F32(2 ** (num_bits - 1) - 1)).astype(F32)
+            return scale, np.zeros_like(scale)
+        scale = ((hi - lo).astype(F32) / F32(2 ** num_bits - 1)).astype(F32)
+        ratio = (lo / scale).astype(F32)
+        rounded = np.rint(ratio) if zp_rounding == "half_even" else _round_half_away(ratio)
+        return scale, (-rounded).astype(F32)
+
+
 # -------------------------------------------------------------- amax family
 def amax_bounds(num_bits, unsigned, narrow_range):
     """(min_bound, max_bound) of NVIDIA's symmetric integer grid, as floats.

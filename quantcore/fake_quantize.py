@@ -1,0 +1,227 @@
+"""FakeQuantize: observer + qparams + fake quant, with switches, a delay
+and a straight-through backward.
+
+One forward is at most two passes over the input: the observer's one-pass
+min/max, then the fake-quant kernel, which writes the output and the
+straight-through mask in the same pass.
+"""
+import threading
+
+import numpy as np
+
+from . import _arrays as A
+from . import ops
+from . import qparams as Q
+from .observers import MovingAverageMinMaxObserver, ObserverBase
+
+F32 = np.float32
+
+__all__ = ["FakeQuantize"]
+
+
+class FakeQuantize:
+    """Observe, compute qparams, fake quantize; backward by the STE mask.
+
+    Forward, with ``(scale, zero_point)`` from the observer's statistics
+    (:func:`quantcore.qparams.affine_qparams` or ``symmetric_qparams``)::
+
+        training and observer_enabled:  observer.update(x); recompute qparams
+        fake_quant_enabled and not in the delay:
+            out  = (clamp(round(x * f32(1/scale)) + zp, qmin, qmax) - zp) * scale
+            mask = qmin <= round(x * f32(1/scale)) + zp <= qmax
+        otherwise:                      out = x, backward is the identity
+
+    Parameters
+    ----------
+    observer : ObserverBase, optional
+        Default: ``MovingAverageMinMaxObserver(axis=axis)``.
+    quant_min, quant_max : int
+        Integer range, ``quant_min < quant_max``.
+    symmetric : bool
+        Symmetric qparams (half-range divisor, fixed zero point).
+    axis : int or None
+        Per-channel axis; must agree with the observer's.
+    eps : float
+        Lower bound of the scale.
+    rounding : {"half_even", "half_up", "half_away"}
+        Rounding of the fake-quant kernel.
+    quant_delay : int
+        Training forwards that return ``x`` unchanged before quantizing (the
+        observer still records them).
+    packed_mask : bool
+        Keep the backward mask bit-packed (1 bit per element,
+        ``numpy.packbits(..., bitorder="little")``) instead of 1 byte.
+
+    Attributes
+    ----------
+    scale, zero_point : ndarray
+        Current qparams (float32 / int64, one value or one per channel).
+    fake_quant_enabled, observer_enabled, training : bool
+    step : int
+        Training forwards so far.
+    """
+
+    def __init__(self, observer=None, quant_min=0, quant_max=255, *, symmetric=False,
+                 axis=None, eps=Q.F32_EPS, rounding="half_even", quant_delay=0,
+                 packed_mask=False):
+        func = "FakeQuantize"
+        self.quant_min, self.quant_max = A.check_range(quant_min, quant_max, func)
+        if observer is None:
+            observer = MovingAverageMinMaxObserver(axis=axis)
+        if not isinstance(observer, ObserverBase):
+            raise TypeError(f"{func}: observer must be a quantcore observer instance, got "
+                            f"{type(observer).__name__}")
+        if axis is not None and observer.axis != axis:
+            raise ValueError(f"{func}: axis={axis} but the observer has axis={observer.axis}")
+        delay = A.as_int(quant_delay, "quant_delay", func)
+        if delay < 0:
+            raise ValueError(f"{func}: quant_delay must be >= 0, got {delay}")
+        self.observer = observer
+        self.axis = observer.axis
+        self.symmetric = bool(symmetric)
+        self.eps = float(eps)
+        self.rounding = rounding
+        self._mode = ops.affine_mode(rounding, func=func)
+        self.quant_delay = delay
+        self.packed_mask = bool(packed_mask)
+        self.fake_quant_enabled = True
+        self.observer_enabled = True
+        self.training = True
+        self.step = 0
+        self.scale = np.ones(1, F32)
+        self.zero_point = np.zeros(1, np.int64)
+        self._mask = None
+        self._mask_shape = None
+        self._lock = threading.RLock()
+
+    # -- switches ----------------------------------------------------------
+    def enable_fake_quant(self, enabled=True):
+        self.fake_quant_enabled = bool(enabled)
+        return self
+
+    def disable_fake_quant(self):
+        return self.enable_fake_quant(False)
+
+    def enable_observer(self, enabled=True):
+        self.observer_enabled = bool(enabled)
+        return self
+
+    def disable_observer(self):
+        return self.enable_observer(False)
+
+    def train(self, mode=True):
+        self.training = bool(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    # -- qparams -----------------------------------------------------------
+    def calculate_qparams(self):
+        """(scale, zero_point) from the observer's current statistics."""
+        return self.observer.calculate_qparams(self.quant_min, self.quant_max,
+                                               symmetric=self.symmetric, eps=self.eps)
+
+    # -- forward / backward ------------------------------------------------
+    def __call__(self, x, out=None):
+        return self.forward(x, out=out)
+
+    def forward(self, x, out=None):
+        """Fake-quantized ``x`` (see the class docstring); ``out`` may be x."""
+        func = "FakeQuantize.forward"
+        arr = A.as_float_array(x, "x", func)
+        with self._lock:
+            if self.training and self.observer_enabled:
+                self.observer.update(arr)
+                if self.observer.initialized:
+                    self.scale, self.zero_point = self.calculate_qparams()
+            delayed = self.training and self.step < self.quant_delay
+            if self.training:
+                self.step += 1
+            if not self.fake_quant_enabled or delayed:
+                self._mask = None
+                if out is None:
+                    return arr
+                A.check_out(out, arr.shape, arr.dtype, func)
+                np.copyto(out, arr)
+                return out
+            scale, zp = self.scale, self.zero_point
+            if self.axis is not None:
+                channels = arr.shape[A.normalize_axis(self.axis, arr.ndim, func)]
+                if scale.size == 1:
+                    scale = np.full(channels, scale[0], F32)
+                    zp = np.full(channels, zp[0], zp.dtype)
+                elif scale.size != channels:
+                    raise ValueError(f"{func}: x has {channels} channels, the qparams "
+                                     f"{scale.size}")
+            axis = None if self.axis is None else A.normalize_axis(self.axis, arr.ndim, func)
+            y, mask = ops._affine(arr, scale.astype(np.float64), zp.astype(np.float64),
+                                  self.quant_min, self.quant_max, self._mode, axis, out, True,
+                                  func, mask_dtype=np.uint8)
+            self._mask_shape = arr.shape
+            self._mask = (np.packbits(mask.reshape(-1), bitorder="little")
+                          if self.packed_mask else mask)
+            return y
+
+    @property
+    def mask(self):
+        """The straight-through mask of the last forward (packed if
+        ``packed_mask``), or None when that forward did not quantize."""
+        return self._mask
+
+    def backward(self, grad_output, out=None):
+        """Input gradient of the last forward: ``grad * mask`` (STE), or
+        ``grad`` itself when the last forward did not quantize."""
+        func = "FakeQuantize.backward"
+        g = A.as_float_array(grad_output, "grad_output", func)
+        with self._lock:
+            mask, shape = self._mask, self._mask_shape
+        if mask is None:
+            return g
+        if g.shape != shape:
+            raise ValueError(f"{func}: grad_output has shape {g.shape}, the last forward "
+                             f"had {shape}")
+        return ops.ste_backward(g, mask, out=out)
+
+    # -- state -------------------------------------------------------------
+    def state_dict(self):
+        with self._lock:
+            return {
+                "scale": self.scale.copy(), "zero_point": self.zero_point.copy(),
+                "quant_min": self.quant_min, "quant_max": self.quant_max,
+                "symmetric": self.symmetric, "eps": self.eps, "rounding": self.rounding,
+                "quant_delay": self.quant_delay, "packed_mask": self.packed_mask,
+                "fake_quant_enabled": self.fake_quant_enabled,
+                "observer_enabled": self.observer_enabled, "training": self.training,
+                "step": self.step, "observer": self.observer.state_dict(),
+                "observer_class": type(self.observer).__name__,
+            }
+
+    def load_state_dict(self, state):
+        if not isinstance(state, dict):
+            raise TypeError(f"FakeQuantize.load_state_dict: expected a dict, got "
+                            f"{type(state).__name__}")
+        missing = {"scale", "zero_point", "observer"} - set(state)
+        if missing:
+            raise ValueError(f"FakeQuantize.load_state_dict: missing keys {sorted(missing)}")
+        scale = np.asarray(state["scale"])
+        zp = np.asarray(state["zero_point"])
+        if scale.dtype.kind != "f" or zp.dtype.kind not in "iuf" or scale.shape != zp.shape:
+            raise ValueError("FakeQuantize.load_state_dict: scale / zero_point must be numeric "
+                             f"arrays of one shape, got {scale.dtype}{scale.shape} and "
+                             f"{zp.dtype}{zp.shape}")
+        with self._lock:
+            self.observer.load_state_dict(state["observer"])
+            self.scale = scale.astype(F32).reshape(-1)
+            self.zero_point = zp.astype(np.int64).reshape(-1)
+            for key in ("fake_quant_enabled", "observer_enabled", "training"):
+                if key in state:
+                    setattr(self, key, bool(state[key]))
+            if "step" in state:
+                self.step = int(state["step"])
+
+    def __repr__(self):
+        return (f"FakeQuantize(observer={self.observer!r}, quant_min={self.quant_min}, "
+                f"quant_max={self.quant_max}, symmetric={self.symmetric}, "
+                f"fake_quant_enabled={self.fake_quant_enabled}, "
+                f"observer_enabled={self.observer_enabled}, training={self.training})")

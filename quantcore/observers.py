@@ -1,0 +1,354 @@
+"""Min/max observers: statistics as state, one update rule per class.
+
+Every observer works per tensor (``axis=None``: 0-d ``min_val`` /
+``max_val``) or per channel along ``axis`` (1-D, one value per channel);
+the batch statistics come from one pass of :func:`quantcore.minmax`.  State
+is float32 and every update rule is float32 arithmetic in the order given
+in the class docstring.
+
+Non-finite policy (``nan_policy``), the same for all observers:
+
+- ``"skip"`` (default): a batch holding a NaN (in any channel) does not
+  change the state; a RuntimeWarning is issued and ``nan_batches`` counts
+  it, so one bad batch can never poison later qparams silently.
+- ``"propagate"``: NaN enters the state and stays (frameworks' behaviour).
+- ``"raise"``: ValueError.
+
++-inf values are statistics like any other: they enter min/max (and make
+moving averages inf / NaN, as in the frameworks).
+
+Observers are thread-safe: ``update``, ``merge``, ``reset`` and the state
+methods hold a per-instance lock.
+"""
+import threading
+import warnings
+
+import numpy as np
+
+from . import _arrays as A
+from . import qparams as Q
+from .ops import MM_NAN, _finish_minmax, _minmax_flags
+
+F32 = np.float32
+
+__all__ = ["MinMaxObserver", "MovingAverageMinMaxObserver", "EMAMinMaxObserver",
+           "MomentumMinMaxObserver", "ObserverBase"]
+
+
+class ObserverBase:
+    """Shared state handling of the min/max observers.
+
+    Parameters
+    ----------
+    axis : int or None
+        None for per-tensor statistics, an int for per-channel statistics
+        along that axis (negative values count from the end).
+    nan_policy : {"skip", "propagate", "raise"}
+        See the module docstring.
+    """
+
+    #: whether merge() combines two observers exactly
+    mergeable = False
+    _FIELDS = ()  # extra scalar configuration saved in state_dict
+
+    def __init__(self, axis=None, nan_policy="skip"):
+        if axis is not None and (isinstance(axis, bool) or not isinstance(axis, (int, np.integer))):
+            raise TypeError(f"{type(self).__name__}: axis must be an int or None, got {axis!r}")
+        if nan_policy not in ("skip", "propagate", "raise"):
+            raise ValueError(f"{type(self).__name__}: nan_policy must be 'skip', 'propagate' or "
+                             f"'raise', got {nan_policy!r}")
+        self.axis = None if axis is None else int(axis)
+        self.nan_policy = nan_policy
+        self._lock = threading.RLock()
+        self.reset()
+
+    # -- state -------------------------------------------------------------
+    def reset(self):
+        """Forget all statistics."""
+        with self._lock:
+            shape = () if self.axis is None else (0,)
+            self.min_val = np.full(shape, np.inf, dtype=F32)
+            self.max_val = np.full(shape, -np.inf, dtype=F32)
+            self.num_batches = 0
+            self.nan_batches = 0
+
+    @property
+    def initialized(self):
+        """True once a batch has been recorded."""
+        return self.num_batches > 0
+
+    def state_dict(self):
+        """The state as a dict of numpy arrays and Python scalars."""
+        with self._lock:
+            d = {"min_val": self.min_val.copy(), "max_val": self.max_val.copy(),
+                 "num_batches": int(self.num_batches), "nan_batches": int(self.nan_batches),
+                 "axis": -1 if self.axis is None else int(self.axis),
+                 "per_channel": self.axis is not None, "nan_policy": self.nan_policy}
+            for name in self._FIELDS:
+                d[name] = getattr(self, name)
+            return d
+
+    def load_state_dict(self, state):
+        """Restore ``state_dict()`` output (validated; nothing is unpickled)."""
+        name = type(self).__name__
+        if not isinstance(state, dict):
+            raise TypeError(f"{name}.load_state_dict: expected a dict, got {type(state).__name__}")
+        missing = {"min_val", "max_val"} - set(state)
+        if missing:
+            raise ValueError(f"{name}.load_state_dict: missing keys {sorted(missing)}")
+        mn = np.asarray(state["min_val"])
+        mx = np.asarray(state["max_val"])
+        if mn.dtype.kind != "f" or mx.dtype.kind != "f" or mn.shape != mx.shape:
+            raise ValueError(f"{name}.load_state_dict: min_val / max_val must be float arrays of "
+                             f"one shape, got {mn.dtype}{mn.shape} and {mx.dtype}{mx.shape}")
+        want_ndim = 0 if self.axis is None else 1
+        if mn.ndim != want_ndim:
+            raise ValueError(f"{name}.load_state_dict: min_val has ndim {mn.ndim}, this observer "
+                             f"({'per tensor' if self.axis is None else 'per channel'}) needs "
+                             f"{want_ndim}")
+        with self._lock:
+            self.min_val = mn.astype(F32, copy=True)
+            self.max_val = mx.astype(F32, copy=True)
+            self.num_batches = int(state.get("num_batches", 1 if np.isfinite(mn).any() else 0))
+            self.nan_batches = int(state.get("nan_batches", 0))
+            for field in self._FIELDS:
+                if field in state:
+                    setattr(self, field, type(getattr(self, field))(state[field]))
+
+    # -- observing ---------------------------------------------------------
+    def __call__(self, x):
+        """Record ``x`` and return it unchanged (like a framework module)."""
+        self.update(x)
+        return x
+
+    forward = __call__
+
+    def batch_minmax(self, x):
+        """(min, max) of one batch, after the NaN policy; None to skip it."""
+        arr = A.as_float_array(x, "x", f"{type(self).__name__}.update")
+        if arr.size == 0:
+            return None
+        axis = A.normalize_axis(self.axis, arr.ndim, f"{type(self).__name__}.update")
+        lo, hi, flags = _minmax_flags(arr, axis, "update")
+        has_nan = bool(np.any(np.asarray(flags) & MM_NAN))
+        if has_nan and self.nan_policy != "propagate":
+            if self.nan_policy == "raise":
+                raise ValueError(f"{type(self).__name__}.update: the batch contains NaN")
+            self.nan_batches += 1
+            warnings.warn(f"{type(self).__name__}: a batch containing NaN was skipped "
+                          f"({self.nan_batches} so far)", RuntimeWarning, stacklevel=3)
+            return None
+        lo, hi = _finish_minmax(lo, hi, flags)
+        return lo.astype(F32), hi.astype(F32)
+
+    def update(self, x):
+        """Record one batch (an empty batch changes nothing)."""
+        with self._lock:
+            stats = self.batch_minmax(x)
+            if stats is None:
+                return
+            lo, hi = stats
+            if self.axis is not None and self.min_val.size and self.min_val.shape != lo.shape:
+                raise ValueError(f"{type(self).__name__}.update: the batch has {lo.shape[0]} "
+                                 f"channels, the observer {self.min_val.shape[0]}")
+            first = self.num_batches == 0
+            self.min_val, self.max_val = self._combine(lo, hi, first)
+            self.num_batches += 1
+
+    def _combine(self, lo, hi, first):
+        raise NotImplementedError
+
+    # -- merging -----------------------------------------------------------
+    def merge(self, other):
+        """Fold another observer's statistics into this one, exactly.
+
+        Only observers whose statistic combines exactly (running min/max)
+        support it; moving averages depend on the order of the batches.
+        """
+        if not self.mergeable:
+            raise ValueError(f"{type(self).__name__} cannot be merged: its moving-average "
+                             "statistic depends on the order of the batches")
+        if type(other) is not type(self) or other.axis != self.axis:
+            raise ValueError(f"{type(self).__name__}.merge: expected a {type(self).__name__} "
+                             f"with axis={self.axis}, got {type(other).__name__}")
+        with self._lock:
+            if other.num_batches == 0:
+                self.nan_batches += other.nan_batches
+                return self
+            if self.num_batches and self.min_val.shape != other.min_val.shape:
+                raise ValueError(f"{type(self).__name__}.merge: channel counts differ "
+                                 f"({self.min_val.shape} vs {other.min_val.shape})")
+            if self.num_batches == 0:
+                self.min_val, self.max_val = other.min_val.copy(), other.max_val.copy()
+            else:
+                self.min_val, self.max_val = self._combine(other.min_val, other.max_val, False)
+            self.num_batches += other.num_batches
+            self.nan_batches += other.nan_batches
+        return self
+
+    # -- qparams -----------------------------------------------------------
+    def calculate_qparams(self, quant_min=0, quant_max=255, symmetric=False, eps=Q.F32_EPS):
+        """(scale, zero_point) from the state via :mod:`quantcore.qparams`.
+
+        Affine (:func:`~quantcore.qparams.affine_qparams`) or symmetric
+        (:func:`~quantcore.qparams.symmetric_qparams`).  Before any batch the
+        default ``(1.0, 0)`` is returned with a warning.
+        """
+        if self.num_batches == 0:
+            warnings.warn(f"{type(self).__name__}: no batch observed yet; returning scale 1.0, "
+                          "zero point 0", RuntimeWarning, stacklevel=2)
+            n = 1 if self.axis is None else max(self.min_val.size, 1)
+            return np.ones(n, F32), np.zeros(n, np.int64)
+        fn = Q.symmetric_qparams if symmetric else Q.affine_qparams
+        return fn(self.min_val, self.max_val, quant_min, quant_max, eps)
+
+    def __repr__(self):
+        where = "per tensor" if self.axis is None else f"axis={self.axis}"
+        return f"{type(self).__name__}({where}, batches={self.num_batches})"
+
+
+def _running_min(a, b):
+    """Elementwise min, NaN-propagating (np.minimum)."""
+    return np.minimum(a, b).astype(F32)
+
+
+class MinMaxObserver(ObserverBase):
+    """Running min / max over all batches::
+
+        min_val = min(min_val, batch_min);  max_val = max(max_val, batch_max)
+
+    Mergeable exactly: observers over chunks merge to the observer over the
+    concatenation.
+    """
+
+    mergeable = True
+
+    def _combine(self, lo, hi, first):
+        if first:
+            return lo.copy(), hi.copy()
+        return _running_min(self.min_val, lo), np.maximum(self.max_val, hi).astype(F32)
+
+
+class MovingAverageMinMaxObserver(ObserverBase):
+    """Moving average in PyTorch's (and Horizon's in-place) form::
+
+        first batch:  m = batch
+        later:        m = f32(m + f32(c * f32(batch - m)))      (c = f32(averaging_constant))
+
+    This is not ``(1 - c) m + c x``: c = 1 is not exactly memoryless.  The
+    first-batch rule applies per observer (all channels at once).
+    """
+
+    _FIELDS = ("averaging_constant",)
+
+    def __init__(self, averaging_constant=0.01, axis=None, nan_policy="skip"):
+        c = float(averaging_constant)
+        if not 0.0 < c <= 1.0:
+            raise ValueError(f"MovingAverageMinMaxObserver: averaging_constant must be in (0, 1], "
+                             f"got {averaging_constant!r}")
+        self.averaging_constant = c
+        super().__init__(axis, nan_policy)
+
+    def _combine(self, lo, hi, first):
+        if first:
+            return lo.copy(), hi.copy()
+        c = F32(self.averaging_constant)
+        with np.errstate(invalid="ignore", over="ignore"):
+            mn = (self.min_val + (c * (lo - self.min_val).astype(F32)).astype(F32)).astype(F32)
+            mx = (self.max_val + (c * (hi - self.max_val).astype(F32)).astype(F32)).astype(F32)
+        return mn, mx
+
+
+class EMAMinMaxObserver(ObserverBase):
+    """Exponential moving average in MindSpore's form, from initial values::
+
+        c   = f32(1 - decay)                 (computed in double)
+        min = f32(f32(min * decay) + f32(batch_min * c)), then min(min, 0) if include_zero
+        max = f32(f32(max * decay) + f32(batch_max * c)), then max(max, 0) if include_zero
+
+    There is no first-batch rule: the average starts from ``min_init`` /
+    ``max_init`` (``decay=0`` gives the plain batch statistic).
+    """
+
+    _FIELDS = ("decay", "include_zero")
+
+    def __init__(self, decay=0.999, min_init=-6.0, max_init=6.0, axis=None,
+                 include_zero=True, nan_policy="skip", num_channels=None):
+        d = float(decay)
+        if not 0.0 <= d <= 1.0:
+            raise ValueError(f"EMAMinMaxObserver: decay must be in [0, 1], got {decay!r}")
+        self.decay = d
+        self.include_zero = bool(include_zero)
+        self._init = (min_init, max_init, num_channels)
+        super().__init__(axis, nan_policy)
+
+    def reset(self):
+        with self._lock:
+            min_init, max_init, n = self._init
+            shape = () if self.axis is None else (n if n is not None else np.size(min_init),)
+            self.min_val = np.broadcast_to(np.asarray(min_init, F32), shape).astype(F32)
+            self.max_val = np.broadcast_to(np.asarray(max_init, F32), shape).astype(F32)
+            self.num_batches = 0
+            self.nan_batches = 0
+
+    @property
+    def initialized(self):
+        return True
+
+    def _combine(self, lo, hi, first):
+        d = F32(self.decay)
+        c = F32(1.0 - self.decay)
+        with np.errstate(invalid="ignore", over="ignore"):
+            mn = ((self.min_val * d).astype(F32) + (lo * c).astype(F32)).astype(F32)
+            mx = ((self.max_val * d).astype(F32) + (hi * c).astype(F32)).astype(F32)
+        if self.include_zero:
+            mn, mx = np.minimum(mn, F32(0)), np.maximum(mx, F32(0))
+        return mn.astype(F32), mx.astype(F32)
+
+    def calculate_qparams(self, quant_min=0, quant_max=255, symmetric=False, eps=Q.F32_EPS):
+        fn = Q.symmetric_qparams if symmetric else Q.affine_qparams
+        return fn(self.min_val, self.max_val, quant_min, quant_max, eps)
+
+
+class MomentumMinMaxObserver(ObserverBase):
+    """Momentum average in OneFlow's form, with its zero-buffer rule::
+
+        om = f32(1 - f32(momentum))
+        m  = batch                        if m == 0   (per side, every time)
+        m  = f32(f32(m * momentum) + f32(batch * om))   otherwise
+
+    With ``symmetric=True`` the statistic is ``a = max(|max|, |min|)`` of the
+    batch, kept in ``max_val``, and ``min_val`` is set equal to it (OneFlow's
+    buffers).  Affine tracks min and max independently.  State starts at 0.
+    """
+
+    _FIELDS = ("momentum", "symmetric")
+
+    def __init__(self, momentum=0.95, symmetric=False, axis=None, nan_policy="skip"):
+        self.momentum = float(momentum)
+        self.symmetric = bool(symmetric)
+        super().__init__(axis, nan_policy)
+
+    def reset(self):
+        with self._lock:
+            shape = () if self.axis is None else (0,)
+            self.min_val = np.zeros(shape, F32)
+            self.max_val = np.zeros(shape, F32)
+            self.num_batches = 0
+            self.nan_batches = 0
+
+    def _side(self, old, new):
+        m = F32(self.momentum)
+        om = F32(F32(1) - m)
+        if old.shape != new.shape:
+            old = np.zeros_like(new)
+        with np.errstate(invalid="ignore", over="ignore"):
+            avg = ((old * m).astype(F32) + (new * om).astype(F32)).astype(F32)
+        return np.where(old == 0, new, avg).astype(F32)
+
+    def _combine(self, lo, hi, first):
+        if self.symmetric:
+            a = np.maximum(np.abs(hi), np.abs(lo)).astype(F32)
+            mx = self._side(self.max_val, a)
+            return mx.copy(), mx
+        return self._side(self.min_val, lo), self._side(self.max_val, hi)
