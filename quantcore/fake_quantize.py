@@ -12,11 +12,17 @@ import numpy as np
 from . import _arrays as A
 from . import ops
 from . import qparams as Q
-from .observers import MovingAverageMinMaxObserver, ObserverBase
+from ._cpu import _kernels
+from ._cpu.threads import effective_n_threads
+from .observers import MinMaxObserver, MovingAverageMinMaxObserver, ObserverBase
 
 F32 = np.float32
 
 __all__ = ["FakeQuantize"]
+
+#: observers whose per-tensor update runs inside the fused kernel
+_FAST_RULES = {MinMaxObserver: 0, MovingAverageMinMaxObserver: 1}
+_NAN_POLICY = {"skip": 0, "propagate": 1, "raise": 2}
 
 
 class FakeQuantize:
@@ -130,6 +136,10 @@ class FakeQuantize:
         """Fake-quantized ``x`` (see the class docstring); ``out`` may be x."""
         func = "FakeQuantize.forward"
         arr = A.as_float_array(x, "x", func)
+        if self.axis is None and arr.dtype == F32 and type(self.observer) in _FAST_RULES:
+            fast = self._forward_fused(arr, out)
+            if fast is not None:
+                return fast
         with self._lock:
             if self.training and self.observer_enabled:
                 self.observer.update(arr)
@@ -158,6 +168,72 @@ class FakeQuantize:
             y, mask = ops._affine(arr, scale.astype(np.float64), zp.astype(np.float64),
                                   self.quant_min, self.quant_max, self._mode, axis, out, True,
                                   func, mask_dtype=np.uint8)
+            self._mask_shape = arr.shape
+            self._mask = (np.packbits(mask.reshape(-1), bitorder="little")
+                          if self.packed_mask else mask)
+            return y
+
+    def _forward_fused(self, arr, out):
+        """Per-tensor float32 forward in one kernel call (observe, qparams,
+        fake quant: two passes over x); None when the layout does not allow
+        it (then the general path runs).  Same numbers as the general path."""
+        c_order = arr.flags.c_contiguous
+        if not (c_order or arr.flags.f_contiguous):
+            return None
+
+        def flat_of(a):
+            return a.reshape(-1) if c_order else a.T.reshape(-1)
+
+        if out is not None:
+            A.check_out(out, arr.shape, arr.dtype, "FakeQuantize.forward")
+            same_layout = out.flags.c_contiguous if c_order else out.flags.f_contiguous
+            partial_overlap = (np.may_share_memory(out, arr) and out.ctypes.data != arr.ctypes.data)
+            if not same_layout or partial_overlap:
+                return None
+        order = "C" if c_order else "F"
+        flat = flat_of(arr)
+        obs = self.observer
+        with self._lock, obs._lock:
+            observe = self.training and self.observer_enabled
+            delayed = self.training and self.step < self.quant_delay
+            quantize = self.fake_quant_enabled and not delayed
+            if self.training:
+                self.step += 1
+            if not observe and not quantize:
+                self._mask = None
+                if out is None:
+                    return arr
+                np.copyto(out, arr)
+                return out
+            y = np.empty(arr.shape, F32, order=order) if out is None else out
+            mask = np.empty(arr.shape, np.uint8, order=order) if quantize else None
+            yflat = flat_of(y)
+            mflat = None if mask is None else flat_of(mask)
+            state = np.array([obs.min_val, obs.max_val, 1 if obs.num_batches else 0], F32)
+            scale = np.array(self.scale[:1], F32)
+            zp = np.array(self.zero_point[:1], np.int64)
+            rule = _FAST_RULES[type(obs)] if observe else -1
+            c = getattr(obs, "averaging_constant", 1.0)
+            status = _kernels.observe_fake_quant_f32(
+                flat, yflat, mflat, state, rule, c, _NAN_POLICY[obs.nan_policy], scale, zp,
+                self.quant_min, self.quant_max, self.eps, self.symmetric,
+                Q.symmetric_zero_point(self.quant_min, self.quant_max), quantize, self._mode,
+                effective_n_threads(flat.shape[0]))
+            if status == _kernels.NAN_REFUSED:
+                raise ValueError(f"{type(obs).__name__}.update: the batch contains NaN")
+            if status == _kernels.NAN_SKIPPED:
+                obs._note_nan_batch(stacklevel=3)
+            elif status == _kernels.OBSERVED:
+                obs.min_val = np.array(state[0], F32)
+                obs.max_val = np.array(state[1], F32)
+                obs.num_batches += 1
+                self.scale, self.zero_point = scale, zp
+            if not quantize:
+                self._mask = None
+                if out is None:
+                    return arr
+                np.copyto(out, arr)
+                return out
             self._mask_shape = arr.shape
             self._mask = (np.packbits(mask.reshape(-1), bitorder="little")
                           if self.packed_mask else mask)

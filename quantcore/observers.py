@@ -27,6 +27,7 @@ import numpy as np
 
 from . import _arrays as A
 from . import qparams as Q
+from ._cpu import _kernels
 from .ops import MM_NAN, _finish_minmax, _minmax_flags
 
 F32 = np.float32
@@ -134,12 +135,16 @@ class ObserverBase:
         if has_nan and self.nan_policy != "propagate":
             if self.nan_policy == "raise":
                 raise ValueError(f"{type(self).__name__}.update: the batch contains NaN")
-            self.nan_batches += 1
-            warnings.warn(f"{type(self).__name__}: a batch containing NaN was skipped "
-                          f"({self.nan_batches} so far)", RuntimeWarning, stacklevel=3)
+            self._note_nan_batch(stacklevel=4)
             return None
         lo, hi = _finish_minmax(lo, hi, flags)
         return lo.astype(F32), hi.astype(F32)
+
+    def _note_nan_batch(self, stacklevel):
+        """Count and warn about a skipped NaN batch."""
+        self.nan_batches += 1
+        warnings.warn(f"{type(self).__name__}: a batch containing NaN was skipped "
+                      f"({self.nan_batches} so far)", RuntimeWarning, stacklevel=stacklevel)
 
     def update(self, x):
         """Record one batch (an empty batch changes nothing)."""
@@ -252,11 +257,12 @@ class MovingAverageMinMaxObserver(ObserverBase):
     def _combine(self, lo, hi, first):
         if first:
             return lo.copy(), hi.copy()
-        c = F32(self.averaging_constant)
-        with np.errstate(invalid="ignore", over="ignore"):
-            mn = (self.min_val + (c * (lo - self.min_val).astype(F32)).astype(F32)).astype(F32)
-            mx = (self.max_val + (c * (hi - self.max_val).astype(F32)).astype(F32)).astype(F32)
-        return mn, mx
+        c = float(F32(self.averaging_constant))
+        mn = np.array(self.min_val, dtype=F32, ndmin=1)
+        mx = np.array(self.max_val, dtype=F32, ndmin=1)
+        _kernels.ma_update(mn, np.array(lo, dtype=F32, ndmin=1), c)  # qc_ma_update_f32
+        _kernels.ma_update(mx, np.array(hi, dtype=F32, ndmin=1), c)
+        return mn.reshape(np.shape(lo)), mx.reshape(np.shape(hi))
 
 
 class EMAMinMaxObserver(ObserverBase):

@@ -135,10 +135,7 @@ def _affine(x, scale, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
     o = A.Output(layout, arr, out, res_dtype, work, func)
     m = A.Output(layout, arr, mask_out, np.dtype(mask_dtype), np.dtype(np.uint8), func,
                  "mask_out") if want_mask else None
-    s = scale.astype(work)
-    z = zero_point.astype(work)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        inv = (work.type(1) / s).astype(work)
+    s, inv, z = _scale_inverse(scale, zero_point, work)
     mflat = m.flat if m is not None else None
     nthreads = effective_n_threads(layout.flat.shape[0])
     if axis is None:
@@ -154,6 +151,21 @@ def _affine(x, scale, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
     return result
 
 
+def _scale_inverse(scale, zero_point, work):
+    """(scale, inv, zero_point) in the compute dtype, ``inv = T(1) / T(scale)``
+    (one rounding; a zero scale gives inf, as the frameworks' kernels)."""
+    s = scale.astype(work)
+    z = zero_point.astype(work)
+    if (s > _TINY[work]).all():
+        return s, (work.type(1) / s).astype(work), z
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        return s, (work.type(1) / s).astype(work), z
+
+
+#: scales above these have a finite reciprocal in the compute dtype
+_TINY = {np.dtype(np.float32): np.float32(2.0 ** -126), np.dtype(np.float64): 2.0 ** -1022}
+
+
 def _affine_params(x, scale, zero_point, quant_min, quant_max, axis, zero_point_add, func):
     """Validate the public affine arguments."""
     arr = A.as_float_array(x, "x", func)
@@ -164,19 +176,23 @@ def _affine_params(x, scale, zero_point, quant_min, quant_max, axis, zero_point_
     s = A.param_array(scale, "scale", func, channels)
     z = A.param_array(zero_point, "zero_point", func, channels)
     sw = s.astype(work)
-    A.check_scale(sw, func)
-    with np.errstate(divide="ignore", over="ignore"):
-        if not np.isfinite(work.type(1) / sw).all():
-            raise ValueError(f"{func}: scale {s.tolist()} is too small: 1/scale overflows {work}")
-    if not np.isfinite(z).all():
-        raise ValueError(f"{func}: zero_point must be finite, got {z.tolist()}")
+    # scales of the compute dtype that are finite, > 0, with a finite 1/scale
+    if not ((sw >= _TINY[work]) & (sw <= np.finfo(work).max)).all():
+        A.check_scale(sw, func)
+        raise ValueError(f"{func}: scale {s.tolist()} is too small: 1/scale overflows {work}")
+    lo_ok = z >= qmin
+    hi_ok = z <= qmax
     if zero_point_add == "after_rounding":
+        if not (lo_ok & hi_ok).all():
+            if not np.isfinite(z).all():
+                raise ValueError(f"{func}: zero_point must be finite, got {z.tolist()}")
+            raise ValueError(f"{func}: zero_point must lie in [quant_min, quant_max] = "
+                             f"[{qmin}, {qmax}], got {z.tolist()}")
         if not (np.floor(z) == z).all():
             raise ValueError(f"{func}: zero_point must be integral when added after rounding "
                              f"(zero_point_add='after_rounding'), got {z.tolist()}")
-        if ((z < qmin) | (z > qmax)).any():
-            raise ValueError(f"{func}: zero_point must lie in [quant_min, quant_max] = "
-                             f"[{qmin}, {qmax}], got {z.tolist()}")
+    elif not np.isfinite(z).all():
+        raise ValueError(f"{func}: zero_point must be finite, got {z.tolist()}")
     return arr, axis, qmin, qmax, s, z
 
 

@@ -8,6 +8,8 @@ otherwise.
 """
 import numpy as np
 
+from ._cpu import _kernels
+
 F32 = np.float32
 
 
@@ -29,19 +31,6 @@ F32_EPS = float(np.finfo(np.float32).eps)
 _INT32_MIN = -(2 ** 31)
 
 
-def _to_int32_x86(v):
-    """float -> int32 as x86 cvttss2si: NaN, +-inf and out-of-range values
-    become INT32_MIN (torch's ``.to(torch.int)`` on x86-64)."""
-    v = np.asarray(v, dtype=np.float64)
-    ok = np.isfinite(v) & (v > -2.0 ** 31 - 1) & (v < 2.0 ** 31)
-    return np.where(ok, np.trunc(np.where(ok, v, 0)), _INT32_MIN).astype(np.int64)
-
-
-def _wrap_int32(v):
-    """Two's-complement wrap of int64 values into int32."""
-    return ((np.asarray(v, np.int64) + 2 ** 31) % 2 ** 32) - 2 ** 31
-
-
 def affine_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS):
     """Affine (asymmetric) scale and zero point, PyTorch observer form.
 
@@ -52,23 +41,16 @@ def affine_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS):
         zp      = clamp(qmin - int32(rint(min_neg / scale)), qmin, qmax)
 
     The int32 conversion and subtraction behave as on x86-64: NaN / inf
-    ratios convert to INT32_MIN and the subtraction wraps.  There is no
-    special case for ``min == max``.
+    ratios convert to INT32_MIN and the subtraction wraps.  NaN statistics
+    propagate into the scale.  There is no special case for ``min == max``.
+    The formula is ``qc_affine_qparams_f32`` in ``qc_elementwise.h``.
 
     Returns
     -------
     (scale float32[C], zero_point int64[C])
     """
-    mn, mx = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        min_neg = np.minimum(mn, F32(0))
-        max_pos = np.maximum(mx, F32(0))
-        scale = ((max_pos - min_neg).astype(F32) / F32(quant_max - quant_min)).astype(F32)
-        scale = np.where(scale > F32(eps), scale, F32(eps)).astype(F32)
-        scale = np.where(np.isnan(max_pos - min_neg), F32(np.nan), scale).astype(F32)
-        ratio = np.rint((min_neg / scale).astype(F32))
-    zp = _wrap_int32(quant_min - _to_int32_x86(ratio))
-    return scale, np.clip(zp, quant_min, quant_max).astype(np.int64)
+    mn, mx = _stats(min_val, max_val)
+    return _kernels.affine_qparams(mn, mx, int(quant_min), int(quant_max), float(F32(eps)))
 
 
 def symmetric_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS, zero_point=None):
@@ -80,19 +62,31 @@ def symmetric_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS, zero_
     The divisor is the half range, e.g. 127.5 for [-128, 127].  The zero
     point is ``zero_point`` when given, else 0 for a signed range and
     ``(qmin + qmax + 1) // 2`` (128 for [0, 255]) for an unsigned one.
+    The formula is ``qc_symmetric_scale_f32`` in ``qc_elementwise.h``.
 
     Returns
     -------
     (scale float32[C], zero_point int64[C])
     """
-    mn, mx = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        amax = np.maximum(-np.minimum(mn, F32(0)), np.maximum(mx, F32(0))).astype(F32)
-        scale = (amax / F32((quant_max - quant_min) / 2)).astype(F32)
-        scale = np.where(np.isnan(scale) | (scale > F32(eps)), scale, F32(eps)).astype(F32)
+    mn, mx = _stats(min_val, max_val)
+    scale = _kernels.symmetric_scale(mn, mx, int(quant_min), int(quant_max), float(F32(eps)))
     if zero_point is None:
-        zero_point = 0 if quant_min < 0 else (quant_min + quant_max + 1) // 2
+        zero_point = symmetric_zero_point(quant_min, quant_max)
     return scale, np.full(scale.shape, zero_point, dtype=np.int64)
+
+
+def symmetric_zero_point(quant_min, quant_max):
+    """Default symmetric zero point: 0 for a signed range, else the middle
+    ``(qmin + qmax + 1) // 2`` (128 for [0, 255])."""
+    return 0 if quant_min < 0 else (quant_min + quant_max + 1) // 2
+
+
+def _stats(min_val, max_val):
+    mn = np.ascontiguousarray(np.asarray(min_val, dtype=F32).reshape(-1))
+    mx = np.ascontiguousarray(np.asarray(max_val, dtype=F32).reshape(-1))
+    if mn.shape != mx.shape:
+        raise ValueError(f"min_val and max_val must have one shape, got {mn.shape} and {mx.shape}")
+    return mn, mx
 
 
 def float_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS):

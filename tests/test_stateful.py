@@ -405,3 +405,48 @@ def test_bad_state_files(tmp_path, rng):
         qc.load_state(tampered)
     with pytest.raises(TypeError, match="cannot save"):
         qc.save_state(object(), tmp_path / "x.npz")
+
+
+class _SlowMovingAverage(qc.MovingAverageMinMaxObserver):
+    """Same rule; a subclass, so FakeQuantize takes its general path."""
+
+
+class _SlowMinMax(qc.MinMaxObserver):
+    pass
+
+
+@pytest.mark.parametrize("symmetric,qrange", [(False, (0, 255)), (True, (-128, 127)),
+                                              (True, (0, 255)), (False, (-8, 7))])
+@pytest.mark.parametrize("kind", ["ma", "minmax"])
+def test_fused_fast_path_equals_general_path(symmetric, qrange, kind, rng):
+    fast_obs = qc.MovingAverageMinMaxObserver(0.1) if kind == "ma" else qc.MinMaxObserver()
+    slow_obs = _SlowMovingAverage(0.1) if kind == "ma" else _SlowMinMax()
+    fast = qc.FakeQuantize(fast_obs, *qrange, symmetric=symmetric, quant_delay=2)
+    slow = qc.FakeQuantize(slow_obs, *qrange, symmetric=symmetric, quant_delay=2)
+    for step in range(30):
+        shape = (200, 700) if step % 7 == 3 else (5, 9)
+        x = (rng.normal(size=shape) * (1 + step)).astype(F32)
+        if step == 5:
+            x[1, 1] = np.nan
+        if step == 9:
+            x = np.asfortranarray(x)
+        if step == 12:
+            fast.disable_observer(), slow.disable_observer()
+        if step == 15:
+            fast.enable_observer(), slow.enable_observer()
+            fast.disable_fake_quant(), slow.disable_fake_quant()
+        if step == 17:
+            fast.enable_fake_quant(), slow.enable_fake_quant()
+        if step == 20:
+            fast.eval(), slow.eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            yf, ys = fast(x), slow(x)
+        assert ref.bits_equal(yf, ys), step
+        assert ref.bits_equal(fast.scale, slow.scale) and np.array_equal(fast.zero_point,
+                                                                          slow.zero_point)
+        assert ref.bits_equal(fast_obs.min_val, slow_obs.min_val)
+        assert fast_obs.num_batches == slow_obs.num_batches
+        assert fast_obs.nan_batches == slow_obs.nan_batches
+        g = np.ones_like(x)
+        assert ref.bits_equal(fast.backward(g), slow.backward(g)), step

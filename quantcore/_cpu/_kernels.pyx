@@ -16,6 +16,7 @@ import numpy as np
 
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t
+from libc.stdlib cimport free, malloc
 
 ctypedef fused floating:
     float
@@ -24,6 +25,12 @@ ctypedef fused floating:
 cdef extern from "qc_omp.h" nogil:
     int qc_openmp_enabled()
     int qc_omp_max_threads()
+
+cdef extern from "qc_elementwise.h" nogil:
+    float qc_ma_update_f32(float m, float x, float c)
+    void qc_affine_qparams_f32(float mn, float mx, int64_t qmin, int64_t qmax, float eps,
+                               float* scale, int64_t* zp)
+    float qc_symmetric_scale_f32(float mn, float mx, int64_t qmin, int64_t qmax, float eps)
 
 cdef extern from "qc_cpu_loops.h" nogil:
     void qc_affine_block_f32(const float*, float*, unsigned char*, int64_t,
@@ -63,6 +70,8 @@ cdef extern from "qc_cpu_loops.h" nogil:
     void qc_minmax_finish_f32(float*, float*, unsigned char)
     void qc_minmax_finish_f64(double*, double*, unsigned char)
 
+cdef float INFINITY_F = float("inf")
+
 #: elements per work unit: large enough to amortise scheduling, small
 #: enough that 2 threads share 1 Mi elements evenly.
 cdef int64_t BLOCK = 32768
@@ -97,6 +106,44 @@ cdef inline unsigned char* _off(unsigned char* p, int64_t k) noexcept nogil:
 
 
 # ---------------------------------------------------------------- min / max
+cdef int _minmax_f32(const float* xp, int64_t n, int nthreads, float* lo, float* hi,
+                    unsigned char* flags) noexcept nogil:
+    """Per-tensor folded (lo, hi, flags) of n floats; -1 if out of memory."""
+    cdef int64_t nunits = (n + BLOCK - 1) // BLOCK
+    cdef int64_t u, start, cnt
+    cdef float* plo
+    cdef float* phi
+    cdef unsigned char* pfl
+    lo[0] = <float>INFINITY_F
+    hi[0] = -<float>INFINITY_F
+    flags[0] = 0
+    if n <= 0:
+        return 0
+    if nunits == 1:
+        qc_minmax_block_f32(xp, n, lo, hi, flags)
+        return 0
+    plo = <float*>malloc(nunits * sizeof(float))
+    phi = <float*>malloc(nunits * sizeof(float))
+    pfl = <unsigned char*>malloc(nunits)
+    if plo == NULL or phi == NULL or pfl == NULL:
+        free(plo)
+        free(phi)
+        free(pfl)
+        return -1
+    for u in prange(nunits, schedule='static', num_threads=nthreads):
+        start = u * BLOCK
+        cnt = n - start
+        if cnt > BLOCK:
+            cnt = BLOCK
+        qc_minmax_block_f32(xp + start, cnt, &plo[u], &phi[u], &pfl[u])
+    for u in range(nunits):
+        qc_minmax_fold_f32(lo, hi, flags, plo[u], phi[u], pfl[u])
+    free(plo)
+    free(phi)
+    free(pfl)
+    return 0
+
+
 def minmax(const floating[::1] x, int nthreads):
     """Per-tensor (min, max, flags) in one pass; flags = QC_MM_* bits.
 
@@ -475,3 +522,140 @@ def ste(const floating[::1] grad, const unsigned char[::1] mask, floating[::1] y
             qc_ste_block_f32(gp + start, mp + start, yp + start, cnt)
         else:
             qc_ste_block_f64(gp + start, mp + start, yp + start, cnt)
+
+
+# ------------------------------------------------------- statistics -> qparams
+def affine_qparams(const float[::1] lo, const float[::1] hi, int64_t qmin, int64_t qmax,
+                   float eps):
+    """(scale float32[C], zero_point int64[C]) by qc_affine_qparams_f32."""
+    cdef int64_t c, n = lo.shape[0]
+    scale = np.empty(n, dtype=np.float32)
+    zp = np.empty(n, dtype=np.int64)
+    cdef float[::1] s = scale
+    cdef int64_t[::1] z = zp
+    for c in range(n):
+        qc_affine_qparams_f32(lo[c], hi[c], qmin, qmax, eps, &s[c], &z[c])
+    return scale, zp
+
+
+def symmetric_scale(const float[::1] lo, const float[::1] hi, int64_t qmin, int64_t qmax,
+                    float eps):
+    """scale float32[C] by qc_symmetric_scale_f32."""
+    cdef int64_t c, n = lo.shape[0]
+    scale = np.empty(n, dtype=np.float32)
+    cdef float[::1] s = scale
+    for c in range(n):
+        s[c] = qc_symmetric_scale_f32(lo[c], hi[c], qmin, qmax, eps)
+    return scale
+
+
+def ma_update(float[::1] m, const float[::1] x, float c):
+    """In place m = qc_ma_update_f32(m, x, c) (PyTorch's moving average)."""
+    cdef int64_t i
+    for i in range(m.shape[0]):
+        m[i] = qc_ma_update_f32(m[i], x[i], c)
+
+
+cdef enum:
+    ST_OBSERVED = 0
+    ST_NAN_SKIPPED = 1
+    ST_NAN_REFUSED = 2
+    ST_NOT_OBSERVED = 3
+    ST_NO_MEMORY = 4
+
+#: status codes of observe_fake_quant_f32
+OBSERVED, NAN_SKIPPED, NAN_REFUSED, NOT_OBSERVED = (ST_OBSERVED, ST_NAN_SKIPPED,
+                                                    ST_NAN_REFUSED, ST_NOT_OBSERVED)
+
+
+def observe_fake_quant_f32(const float[::1] x, float[::1] y, unsigned char[::1] mask,
+                           float[::1] state, int rule, float c, int nan_policy,
+                           float[::1] qparams_out, int64_t[::1] zp_out,
+                           int64_t qmin, int64_t qmax, float eps, int symmetric,
+                           int64_t zp_fixed, int quantize, int mode, int nthreads):
+    """FakeQuantize's per-tensor float32 step in one call: observe, qparams,
+    fake quant (two passes over x, no temporaries).
+
+    state = [min, max, num_batches] (float32, updated in place);
+    rule: -1 do not observe, 0 running min/max, 1 moving average with c;
+    nan_policy: 0 skip, 1 propagate, 2 refuse (return NAN_REFUSED, nothing
+    written).  qparams are recomputed from the state whenever it is
+    observed; ``qparams_out[0]`` / ``zp_out[0]`` hold the current ones and are
+    used for the fake quant when ``quantize``.  Returns a status code.
+    """
+    cdef int64_t n = x.shape[0]
+    cdef int status
+    cdef const float* xp = &x[0] if n > 0 else NULL
+    cdef float* yp = &y[0] if n > 0 else NULL
+    cdef unsigned char* mp = _base(mask)
+    with nogil:
+        status = _observe_fake_quant(xp, yp, mp, n, &state[0], rule, c, nan_policy,
+                                     &qparams_out[0], &zp_out[0], qmin, qmax, eps, symmetric,
+                                     zp_fixed, quantize, mode, nthreads)
+    if status == ST_NO_MEMORY:
+        raise MemoryError()
+    return status
+
+
+cdef int _observe_fake_quant(const float* xp, float* yp, unsigned char* mp, int64_t n,
+                             float* state, int rule, float c, int nan_policy,
+                             float* scale_out, int64_t* zp_out, int64_t qmin, int64_t qmax,
+                             float eps, int symmetric, int64_t zp_fixed, int quantize,
+                             int mode, int nthreads) noexcept nogil:
+    cdef float lo, hi, s
+    cdef unsigned char flags
+    cdef int64_t z
+    cdef int status = ST_NOT_OBSERVED
+    if rule >= 0 and n > 0:
+        if _minmax_f32(xp, n, nthreads, &lo, &hi, &flags) != 0:
+            return ST_NO_MEMORY
+        qc_minmax_finish_f32(&lo, &hi, flags)
+        status = ST_OBSERVED
+        if flags & 1:
+            if nan_policy == 0:
+                status = ST_NAN_SKIPPED
+            elif nan_policy == 2:
+                return ST_NAN_REFUSED
+        if status == ST_OBSERVED:
+            if state[2] == 0:
+                state[0] = lo
+                state[1] = hi
+            elif rule == 0:
+                # NaN-propagating running min / max (np.minimum / np.maximum)
+                if lo < state[0] or lo != lo:
+                    state[0] = lo
+                if hi > state[1] or hi != hi:
+                    state[1] = hi
+            else:
+                state[0] = qc_ma_update_f32(state[0], lo, c)
+                state[1] = qc_ma_update_f32(state[1], hi, c)
+            state[2] += 1
+            if symmetric:
+                scale_out[0] = qc_symmetric_scale_f32(state[0], state[1], qmin, qmax, eps)
+                zp_out[0] = zp_fixed
+            else:
+                qc_affine_qparams_f32(state[0], state[1], qmin, qmax, eps, &s, &z)
+                scale_out[0] = s
+                zp_out[0] = z
+    if quantize and n > 0:
+        s = scale_out[0]
+        _affine_f32(xp, yp, mp, n, s, <float>1.0 / s, <float>zp_out[0], <float>qmin,
+                    <float>qmax, mode, nthreads)
+    return status
+
+
+cdef void _affine_f32(const float* xp, float* yp, unsigned char* mp, int64_t n, float s,
+                      float inv, float z, float lo, float hi, int mode,
+                      int nthreads) noexcept nogil:
+    cdef int64_t nunits = (n + BLOCK - 1) // BLOCK
+    cdef int64_t u, start, cnt
+    if nunits == 1:
+        qc_affine_block_f32(xp, yp, mp, n, s, inv, z, lo, hi, mode)
+        return
+    for u in prange(nunits, schedule='static', num_threads=nthreads):
+        start = u * BLOCK
+        cnt = n - start
+        if cnt > BLOCK:
+            cnt = BLOCK
+        qc_affine_block_f32(xp + start, yp + start, _off(mp, start), cnt, s, inv, z, lo, hi,
+                            mode)

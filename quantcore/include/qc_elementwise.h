@@ -146,4 +146,52 @@
 QC_DEFINE_ELEMENTWISE(float, f32, floorf, rintf, roundf)
 QC_DEFINE_ELEMENTWISE(double, f64, floor, rint, round)
 
+
+/* ------------------------------------------------------------------------
+ * Scalar statistics -> qparams formulas (float32), shared by the CPU kernels,
+ * quantcore.qparams and the GPU's last-block computation.
+ * ---------------------------------------------------------------------- */
+#ifdef __CUDACC__
+typedef long long qc_i64;
+#else
+#include <stdint.h>
+typedef int64_t qc_i64;
+#endif
+
+/* Moving average in PyTorch's form: m + c * (x - m), one rounding each. */
+QC_HD float qc_ma_update_f32(float m, float x, float c) { return m + c * (x - m); }
+
+/* NaN-propagating min(v, 0) / max(v, 0), as torch.min / torch.max. */
+QC_HD float qc_min0_f32(float v) { return (v < 0.0f || v != v) ? v : 0.0f; }
+QC_HD float qc_max0_f32(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }
+/* NaN-propagating max(v, eps). */
+QC_HD float qc_at_least_f32(float v, float eps) { return (v > eps || v != v) ? v : eps; }
+
+/* Affine (scale, zero point), PyTorch observer form:
+ *   scale = max((max(mx,0) - min(mn,0)) / f32(qmax - qmin), eps)
+ *   zp    = clamp(qmin - int32(rint(min(mn,0) / scale)), qmin, qmax)
+ * where int32() is x86's conversion (NaN, inf, out of range -> INT32_MIN)
+ * and the subtraction wraps in int32, written out portably. */
+QC_HD void qc_affine_qparams_f32(float mn, float mx, qc_i64 qmin, qc_i64 qmax, float eps,
+                                 float *scale, qc_i64 *zp) {
+  float min_neg = qc_min0_f32(mn), max_pos = qc_max0_f32(mx);
+  float s = qc_at_least_f32((max_pos - min_neg) / (float)(qmax - qmin), eps);
+  float r = rintf(min_neg / s);
+  qc_i64 conv = (r >= -2147483648.0f && r < 2147483648.0f) ? (qc_i64)r
+                                                             : (qc_i64)(-2147483647 - 1);
+  qc_i64 z = qmin - conv;
+  z = (qc_i64)(int)(unsigned int)(unsigned long long)z; /* int32 wrap */
+  z = z < qmin ? qmin : (z > qmax ? qmax : z);
+  *scale = s;
+  *zp = z;
+}
+
+/* Symmetric scale, PyTorch observer form (also Horizon's):
+ *   scale = max(max(-min(mn,0), max(mx,0)) / f32((qmax - qmin) / 2), eps) */
+QC_HD float qc_symmetric_scale_f32(float mn, float mx, qc_i64 qmin, qc_i64 qmax, float eps) {
+  float neg = -qc_min0_f32(mn), pos = qc_max0_f32(mx);
+  float amax = (neg > pos || neg != neg) ? neg : pos;
+  return qc_at_least_f32(amax / (float)((double)(qmax - qmin) / 2.0), eps);
+}
+
 #endif /* QC_ELEMENTWISE_H */
