@@ -29,13 +29,16 @@ install: $(VENV)/.installed
 demo: install
 	$(PY) -m quantcore demo
 
+# the unit tests, then every benchmark once as a test (no timing)
 test: install
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q tests bench --benchmark-disable $(PYTEST_ARGS)
 
+# full benchmark run: JSON + Markdown summary + PNG plot under bench/results/
+BENCH_JSON ?= bench/results/latest.json
 bench: install
 	$(PIP) install matplotlib
-	$(PY) -m pytest bench -q --benchmark-only --benchmark-json=bench/results/latest.json $(PYTEST_ARGS)
-	$(PY) bench/summary.py bench/results/latest.json
+	$(PY) -m pytest bench -q --benchmark-only --benchmark-json=$(BENCH_JSON) $(PYTEST_ARGS)
+	$(PY) bench/summary.py $(BENCH_JSON)
 
 clean:
 	rm -rf build *.egg-info quantcore/_cpu/*.so quantcore/_cpu/*.c $(VENV)
