@@ -1,0 +1,952 @@
+"""Calibrators: max and histogram statistics turned into a clipping range.
+
+Two families, numpy only (no SciPy, no PyTorch at run time):
+
+* :class:`MaxCalibrator` and :class:`HistogramCalibrator` reproduce NVIDIA
+  ``pytorch_quantization`` (PQ) calibrators bit for bit on float32, including
+  the float32 rules of ``torch.histc``, ``torch.linspace`` and ``torch.arange``
+  that PQ's default ``torch_hist=True`` path depends on
+  (spec/nvidia_horizon.md section 3).
+* :class:`TorchHistogram` is the statistics half of PyTorch's
+  ``torch.ao.quantization.HistogramObserver`` (spec/torch.md section 2): the
+  running histogram with its re-binning on range growth, and the greedy L2
+  ("NormMinimization") search for the clipping range.  Turning the range into
+  ``(scale, zero_point)`` is left to ``quantcore.qparams``.
+
+Every statistic is data: ``state_dict()`` returns numpy arrays and plain
+Python scalars only, ``load_state_dict()`` restores it exactly, and ``merge``
+combines two calibrators that saw different data (exactly, where the
+statistic allows it).
+
+Float32 models of PyTorch CPU primitives (torch 2.13, x86-64), used here and
+checked against torch in tests/test_calib.py:
+
+``histc(x, nb, lo, hi)``
+    ``lo == hi`` is replaced by the data's min / max, and if still equal by
+    ``lo - 1, hi + 1`` (in double).  With ``l = f32(lo)``, ``h = f32(hi)``:
+    ``b = trunc(f32(f32(f32(x - l) * nb) / f32(h - l)))``, ``b == nb`` counts
+    in bin ``nb - 1``; values outside ``[l, h]`` and NaN are dropped.
+``linspace(a, b, n)``
+    ``step = f32(f32(b - a) / (n - 1))``; ``e_i = f32(a + step * i)`` for
+    ``i < n // 2`` and ``e_i = f32(b - step * (n - 1 - i))`` otherwise, each
+    rounded once (the kernel is compiled with FMA contraction).
+``arange(0, end, w)``
+    ``n = ceil(end / w)`` in double; in blocks of 16 (two 8-lane vectors):
+    ``base = f32(w * i0)`` and lane ``k`` is ``f32(base + k * w)`` in double;
+    the tail (``n % 16`` values) is ``f32(w * i)``.  Exact while
+    ``n <= 32768`` (above that torch splits the work across threads and the
+    block alignment depends on its thread count).
+``sum`` (float32)
+    torch's cascade sum: 8-lane float32 vectors, 4 interleaved accumulators,
+    4 levels of chunked partial sums (see :func:`_torch_sum_f32`).
+``cumsum`` (float32)
+    accumulated in double, each prefix rounded to float32.
+"""
+import bisect
+import math
+import numbers
+import warnings
+
+import numpy as np
+
+from . import _arrays as A
+
+__all__ = ["MaxCalibrator", "HistogramCalibrator", "TorchHistogram"]
+
+_f32 = np.float32
+
+
+# ----------------------------------------------------------------- helpers
+def _check_int(value, name, func, low=None):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{func}: {name} must be an int, got {value!r}")
+    value = int(value)
+    if low is not None and value < low:
+        raise ValueError(f"{func}: {name} must be >= {low}, got {value}")
+    return value
+
+
+def _check_num_bits(num_bits, func):
+    nb = _check_int(num_bits, "num_bits", func)
+    if not 2 <= nb <= 16:
+        raise ValueError(f"{func}: num_bits must be in 2..16, got {nb}")
+    return nb
+
+
+def _as_f32_input(x, func):
+    """x as a float32 numpy array (float16 / float64 are converted)."""
+    arr = A.as_float_array(x, "x", func)
+    return np.ascontiguousarray(arr, dtype=_f32)
+
+
+def _round_f32(hi, lo):
+    """float32 rounding of the exact value ``hi + lo`` (float64 arrays, ``lo``
+    the error term of a TwoSum), correctly rounded: round to odd in double,
+    then to float32."""
+    hi = np.asarray(hi, dtype=np.float64)
+    lo = np.asarray(lo, dtype=np.float64)
+    bits = hi.view(np.int64)
+    fix = (lo != 0) & ((bits & 1) == 0) & np.isfinite(hi)
+    if fix.any():
+        hi = hi.copy()
+        hi[fix] = np.nextafter(hi[fix], np.where(lo[fix] > 0, np.inf, -np.inf))
+    return hi.astype(_f32)
+
+
+def _fma_f32(a, b, c):
+    """``f32(a * b + c)`` rounded once, for float32-representable inputs.
+
+    ``a * b`` is exact in double (24 + 24 bits); the sum's rounding error is
+    recovered with TwoSum, so the result is the correctly rounded FMA.
+    """
+    p = np.asarray(a, dtype=np.float64) * np.asarray(b, dtype=np.float64)
+    c = np.asarray(c, dtype=np.float64)
+    s = p + c
+    bb = s - p
+    err = (p - (s - bb)) + (c - bb)
+    return _round_f32(s, err)
+
+
+def torch_linspace_f32(start, end, steps):
+    """``torch.linspace(start, end, steps)`` in float32, as torch CPU computes
+    it (see the module docstring)."""
+    a, b = _f32(start), _f32(end)
+    if steps == 1:
+        return np.array([a], dtype=_f32)
+    step = _f32(_f32(b - a) / _f32(steps - 1))
+    i = np.arange(steps, dtype=np.float64)
+    half = steps // 2
+    first = _fma_f32(step, i[:half], a)
+    second = _fma_f32(-step, (steps - 1) - i[half:], b)
+    return np.concatenate([first, second]).astype(_f32)
+
+
+def torch_arange_f32(end, step):
+    """``torch.arange(0, end, step)`` in float32 (``end``, ``step`` > 0 read
+    as doubles), with torch CPU's block-of-16 rule (module docstring)."""
+    end, step = float(end), float(step)
+    n = int(math.ceil(end / step))
+    out = np.empty(n, dtype=_f32)
+    nblk = (n // 16) * 16
+    if nblk:
+        i0 = np.arange(0, nblk, 8, dtype=np.float64)
+        base = (step * i0).astype(_f32).astype(np.float64)       # exact product
+        lanes = base[:, None] + np.arange(8, dtype=np.float64)[None, :] * step
+        out[:nblk] = lanes.astype(_f32).reshape(-1)               # exact sums
+    out[nblk:] = (step * np.arange(nblk, n, dtype=np.float64)).astype(_f32)
+    return out
+
+
+def torch_histc_f32(x, bins, lo, hi):
+    """``torch.histc(x, bins, min=lo, max=hi)`` on float32 ``x``: float32
+    counts (see the module docstring for the binning rule)."""
+    lo, hi = float(lo), float(hi)
+    if lo == hi and x.size:
+        lo, hi = float(np.min(x)), float(np.max(x))
+    if lo == hi:
+        lo, hi = lo - 1.0, hi + 1.0
+    l32, h32 = _f32(lo), _f32(hi)
+    if not (np.isfinite(l32) and np.isfinite(h32)):
+        raise ValueError(f"histc: range of [{lo}, {hi}] is not finite")
+    if l32 > h32:
+        raise ValueError(f"histc: max must be larger than min, got [{lo}, {hi}]")
+    sel = x[(x >= l32) & (x <= h32)]
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = ((sel - l32).astype(_f32) * _f32(bins)).astype(_f32) / _f32(h32 - l32)
+    pos = np.trunc(t.astype(_f32)).astype(np.int64)
+    pos[pos >= bins] = bins - 1
+    return np.bincount(pos, minlength=bins)[:bins].astype(_f32)
+
+
+def _ceil_log2(x):
+    return 1 if x <= 2 else int(x - 1).bit_length()
+
+
+def _multi_row_sum(rows):
+    """torch's multi_row_sum over axis 0 of ``rows`` (float32, any trailing
+    shape): 4 levels of chunked partial sums."""
+    size = rows.shape[0]
+    num_levels = 4
+    level_power = max(4, _ceil_log2(size) // num_levels) if size else 4
+    level_step = 1 << level_power
+    level_mask = level_step - 1
+    acc = np.zeros((num_levels,) + rows.shape[1:], dtype=_f32)
+    i = 0
+    while i + level_step <= size:
+        for _ in range(level_step):
+            acc[0] = acc[0] + rows[i]
+            i += 1
+        for j in range(1, num_levels):
+            acc[j] = acc[j] + acc[j - 1]
+            acc[j - 1] = 0
+            if i & (level_mask << (j * level_power)):
+                break
+    while i < size:
+        acc[0] = acc[0] + rows[i]
+        i += 1
+    for j in range(1, num_levels):
+        acc[0] = acc[0] + acc[j]
+    return acc[0]
+
+
+def _row_sum(data):
+    """torch's row_sum: 4 interleaved accumulators, then the tail, then the
+    partials in order.  ``data`` has shape (n, ...) float32."""
+    n = data.shape[0]
+    n_ilp = n // 4
+    partial = _multi_row_sum(data[:n_ilp * 4].reshape((n_ilp, 4) + data.shape[1:]))
+    partial = partial.copy()
+    for i in range(n_ilp * 4, n):
+        partial[0] = partial[0] + data[i]
+    for k in range(1, 4):
+        partial[0] = partial[0] + partial[k]
+    return partial[0]
+
+
+def _torch_sum_f32(x, vec=8):
+    """``torch.sum`` of a contiguous 1-D float32 array on x86-64 AVX2
+    (torch's ``cascade_sum``; exact model of the summation order for arrays
+    small enough not to be split across threads, i.e. < 32768 values)."""
+    x = np.ascontiguousarray(x, dtype=_f32).reshape(-1)
+    n = x.shape[0]
+    if n < vec:
+        return _f32(_row_sum(x)) if n else _f32(0)
+    nvec = n // vec
+    lanes = _row_sum(x[:nvec * vec].reshape(nvec, vec))
+    acc = _f32(0)
+    for v in x[nvec * vec:]:
+        acc = _f32(acc + v)
+    for v in lanes:
+        acc = _f32(acc + v)
+    return acc
+
+
+def _torch_cumsum_f32(x):
+    """``torch.cumsum`` of float32 on CPU: double accumulator, float32 out."""
+    return np.cumsum(np.asarray(x, dtype=np.float64)).astype(_f32)
+
+
+# ------------------------------------------------------------ MaxCalibrator
+class MaxCalibrator:
+    """Running absolute maximum, NVIDIA ``pytorch_quantization`` style.
+
+    Parameters
+    ----------
+    num_bits : int, default 8
+        Kept for the quantizer that uses the amax (2..16).
+    axis : None, int or tuple of ints
+        None: one amax per tensor (a 0-d array).  Otherwise the axes that are
+        *kept*: every other axis is reduced and the result keeps its
+        dimensions, e.g. ``axis=0`` on (2, 2) gives shape (2, 1) and
+        ``axis=(1,)`` on (2, 3, 4) gives (1, 3, 1).  A result of one element
+        is squeezed to 0-d.  Negative axes count from the end.
+    unsigned : bool, default False
+    track_amax : bool, default False
+        Keep a copy of every batch's amax in ``amaxs``.
+
+    Notes
+    -----
+    ``collect(x)`` computes ``local = max(|x|)`` over the reduced axes and
+    then ``amax = maximum(amax, local)`` elementwise.  float16 and float32
+    input give a float32 amax, float64 a float64 amax.  A NaN in ``x``
+    raises ValueError and leaves the state unchanged (PQ would store NaN);
+    +-inf gives an inf amax, as in PQ.
+    """
+
+    def __init__(self, num_bits=8, axis=None, unsigned=False, track_amax=False):
+        func = "MaxCalibrator"
+        self._num_bits = _check_num_bits(num_bits, func)
+        if axis is not None:
+            axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
+            for a in axes:
+                _check_int(a, "axis", func)
+            if len(set(axes)) != len(axes):
+                raise ValueError(f"{func}: axis has repeated entries: {axis!r}")
+            axis = tuple(int(a) for a in axes)
+        self._axis = axis
+        self._unsigned = bool(unsigned)
+        self._track_amax = bool(track_amax)
+        self._amax = None
+        self.amaxs = []
+
+    num_bits = property(lambda self: self._num_bits)
+    axis = property(lambda self: self._axis)
+    unsigned = property(lambda self: self._unsigned)
+
+    def _reduce(self, arr, func):
+        if self._axis is None:
+            keep = ()
+        else:
+            keep = []
+            for a in self._axis:
+                if not -arr.ndim <= a < arr.ndim:
+                    raise ValueError(f"{func}: axis {a} is out of range for an array of "
+                                     f"ndim {arr.ndim}")
+                keep.append(a % arr.ndim)
+            keep = tuple(sorted(keep))
+        if arr.size == 0:
+            raise ValueError(f"{func}: x is empty")
+        work = A.compute_dtype(arr.dtype)
+        if not keep:
+            local = np.abs(arr).max().astype(work)
+            local = np.asarray(local)
+        else:
+            red = tuple(d for d in range(arr.ndim) if d not in keep)
+            local = np.abs(arr).max(axis=red, keepdims=True).astype(work)
+        if np.isnan(local).any():
+            raise ValueError(f"{func}: x contains NaN")
+        if local.size == 1:
+            local = local.reshape(())
+        return local
+
+    def collect(self, x):
+        """Update the running amax with the abs-max of ``x``.
+
+        Raises
+        ------
+        ValueError
+            NaN in ``x``, an empty ``x``, an axis out of range, or an amax
+            whose shape differs from the one collected before
+            ("amax shape changed").
+        """
+        func = "MaxCalibrator.collect"
+        arr = A.as_float_array(x, "x", func)
+        local = self._reduce(arr, func)
+        if self._amax is None:
+            self._amax = local.copy()
+        else:
+            if local.shape != self._amax.shape:
+                raise ValueError(f"{func}: amax shape changed! got {local.shape}, collected "
+                                 f"{self._amax.shape} before")
+            self._amax = np.maximum(self._amax, local)
+        if self._track_amax:
+            self.amaxs.append(local.copy())
+
+    def compute_amax(self):
+        """The collected amax (a copy), or None before any ``collect``."""
+        return None if self._amax is None else self._amax.copy()
+
+    def reset(self):
+        """Forget everything collected."""
+        self._amax = None
+        self.amaxs = []
+
+    def merge(self, other):
+        """Fold in another calibrator's statistics: ``amax = maximum(a, b)``.
+
+        Exact: merging calibrators that saw disjoint chunks gives the amax of
+        a single pass over all of them.
+        """
+        func = "MaxCalibrator.merge"
+        if not isinstance(other, MaxCalibrator):
+            raise TypeError(f"{func}: other must be a MaxCalibrator, got "
+                            f"{type(other).__name__}")
+        if other._axis != self._axis:
+            raise ValueError(f"{func}: axis differs ({self._axis!r} vs {other._axis!r})")
+        if other._amax is None:
+            return self
+        if self._amax is None:
+            self._amax = other._amax.copy()
+        else:
+            if other._amax.shape != self._amax.shape:
+                raise ValueError(f"{func}: amax shapes differ ({self._amax.shape} vs "
+                                 f"{other._amax.shape})")
+            self._amax = np.maximum(self._amax, other._amax)
+        if self._track_amax:
+            self.amaxs.extend(a.copy() for a in other.amaxs)
+        return self
+
+    def state_dict(self):
+        """``{"collected": bool, "amax": ndarray}`` (amax is an empty float32
+        array when nothing was collected)."""
+        amax = np.zeros((0,), _f32) if self._amax is None else self._amax.copy()
+        return {"collected": self._amax is not None, "amax": amax}
+
+    def load_state_dict(self, state):
+        """Restore what :meth:`state_dict` returned."""
+        func = "MaxCalibrator.load_state_dict"
+        _check_keys(state, ("collected", "amax"), func)
+        if not state["collected"]:
+            self._amax = None
+            return
+        amax = np.array(state["amax"], copy=True)
+        if amax.dtype.kind != "f":
+            raise TypeError(f"{func}: amax must be a float array, got {amax.dtype}")
+        self._amax = amax
+
+    def __repr__(self):
+        return (f"MaxCalibrator(num_bits={self._num_bits}, axis={self._axis!r}, "
+                f"unsigned={self._unsigned}, track_amax={self._track_amax})")
+
+
+def _check_keys(state, keys, func):
+    if not isinstance(state, dict):
+        raise TypeError(f"{func}: state must be a dict, got {type(state).__name__}")
+    missing = [k for k in keys if k not in state]
+    extra = [k for k in state if k not in keys]
+    if missing or extra:
+        raise ValueError(f"{func}: state keys do not match: missing {missing}, "
+                         f"unexpected {extra}")
+
+
+# ------------------------------------------------------ HistogramCalibrator
+class HistogramCalibrator:
+    """Histogram of ``|x|`` with percentile, entropy (KL) and MSE amax,
+    bit-exact with NVIDIA ``pytorch_quantization`` (spec section 3).
+
+    Parameters
+    ----------
+    num_bits : int, default 8
+    axis : None
+        Only per-tensor histograms exist; anything else raises
+        NotImplementedError.
+    unsigned : bool, default False
+    num_bins : int, default 2048
+        Bins of the first batch's histogram.
+    grow_method : ignored
+        Deprecated in PQ; a non-None value gives a DeprecationWarning.
+    skip_zeros : bool, default False
+        Drop exact zeros (after ``abs``) before histogramming.
+    torch_hist : bool, default True
+        True: PQ's torch path (float32 counts)::
+
+            first batch:  hist  = histc(|x|, num_bins, 0, xm),  xm = max|x|
+                          edges = linspace(0, xm, num_bins + 1)
+            later batch:  if xm > edges[-1]:
+                              w = f32(edges[1] - edges[0])
+                              num_bins = ceil(f32(xm / w))
+                              edges = arange(0, f32(xm + w), w)
+                          h = histc(|x|, num_bins, 0, edges[-1])
+                          h[:len(hist)] += hist;  hist = h
+
+        (old counts are added by index, not re-binned; ``histc``,
+        ``linspace`` and ``arange`` follow torch CPU's float32 rules, see the
+        module docstring).  False: PQ's numpy path, ``np.histogram`` over
+        ``[min, max]`` for the first batch and growth by appending
+        ``np.arange(e[-1] + w, xm + w, w)`` to the edges.
+
+    Notes
+    -----
+    NaN or +-inf in ``x`` raise ValueError (PQ fails inside ``histc`` too);
+    the state is unchanged.  An all-zero first batch is stored as PQ stores
+    it (all edges 0); a later batch then raises ValueError (PQ: a division
+    by a zero bin width).
+    """
+
+    def __init__(self, num_bits=8, axis=None, unsigned=False, num_bins=2048, grow_method=None,
+                 skip_zeros=False, torch_hist=True):
+        func = "HistogramCalibrator"
+        self._num_bits = _check_num_bits(num_bits, func)
+        if axis is not None:
+            raise NotImplementedError(
+                f"{func}: Calibrator histogram collection only supports per tensor scaling "
+                f"(axis must be None, got {axis!r})")
+        if grow_method is not None:
+            warnings.warn(f"{func}: grow_method is deprecated and ignored",
+                          DeprecationWarning, stacklevel=2)
+        self._axis = None
+        self._unsigned = bool(unsigned)
+        self._init_bins = _check_int(num_bins, "num_bins", func, low=1)
+        self._skip_zeros = bool(skip_zeros)
+        self._torch_hist = bool(torch_hist)
+        self.reset()
+
+    num_bits = property(lambda self: self._num_bits)
+    unsigned = property(lambda self: self._unsigned)
+    torch_hist = property(lambda self: self._torch_hist)
+
+    @property
+    def num_bins(self):
+        """Current number of bins (grows with the data range)."""
+        return self._num_bins
+
+    @property
+    def hist(self):
+        """The histogram counts (a copy), or None before any collect."""
+        return None if self._hist is None else self._hist.copy()
+
+    @property
+    def bin_edges(self):
+        """The bin edges (a copy), or None before any collect."""
+        return None if self._edges is None else self._edges.copy()
+
+    def reset(self):
+        """Forget everything collected."""
+        self._num_bins = self._init_bins
+        self._hist = None
+        self._edges = None
+
+    # -------------------------------------------------------------- collect
+    def collect(self, x):
+        """Add ``|x|`` to the histogram (growing its range if needed)."""
+        func = "HistogramCalibrator.collect"
+        arr = _as_f32_input(x, func).reshape(-1)
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{func}: x contains NaN or inf")
+        if arr.size and arr.min() < 0:
+            arr = np.abs(arr)
+        if self._skip_zeros:
+            arr = arr[arr != 0]
+        if arr.size == 0:
+            raise ValueError(f"{func}: x is empty" +
+                             (" (after skip_zeros)" if self._skip_zeros else ""))
+        if self._torch_hist:
+            self._collect_torch(arr, func)
+        else:
+            self._collect_numpy(arr, func)
+
+    def _collect_torch(self, x, func):
+        xm = x.max()
+        if self._hist is None:
+            self._hist = torch_histc_f32(x, self._num_bins, 0.0, float(xm))
+            self._edges = torch_linspace_f32(0.0, xm, self._num_bins + 1)
+            return
+        edges, num_bins = self._edges, self._num_bins
+        if xm > edges[-1]:
+            w = _f32(edges[1] - edges[0])
+            if w <= 0:
+                raise ValueError(f"{func}: cannot grow a histogram whose bin width is 0 "
+                                 "(the first batch was all zeros)")
+            num_bins = int(math.ceil(_f32(xm / w)))
+            edges = torch_arange_f32(_f32(xm + w), w)
+        h = torch_histc_f32(x, num_bins, 0.0, float(edges[-1]))
+        n = min(len(self._hist), len(h))
+        h[:n] = (h[:n] + self._hist[:n]).astype(_f32)
+        self._hist, self._edges, self._num_bins = h, edges, num_bins
+
+    def _collect_numpy(self, x, func):
+        if self._hist is None:
+            self._hist, self._edges = np.histogram(x, bins=self._num_bins)
+            return
+        edges = self._edges
+        xm = np.max(x)
+        if xm > edges[-1]:
+            w = edges[1] - edges[0]
+            edges = np.hstack((edges, np.arange(edges[-1] + w, xm + w, w)))
+        h, edges = np.histogram(x, bins=edges)
+        h[:len(self._hist)] += self._hist
+        self._hist, self._edges = h, edges
+
+    # -------------------------------------------------------------- compute
+    def compute_amax(self, method, *, stride=1, start_bin=128, percentile=99.99):
+        """The amax chosen from the histogram.
+
+        Parameters
+        ----------
+        method : {"percentile", "entropy", "mse"}
+        stride, start_bin : int
+            Candidate bins ``range(start_bin, n, stride)`` for entropy and mse.
+        percentile : float
+            In ``[0, 100]``, for "percentile".
+
+        Returns
+        -------
+        0-d float32 array, or None before any collect.
+
+        Notes
+        -----
+        The counts are read as int64 and the edges as float32.
+
+        percentile::
+
+            cdf  = cumsum(hist / sum(hist))               (float64)
+            amax = edges[searchsorted(cdf, percentile / 100, side="left")]
+
+        (the left edge of the bin where the cdf crosses).
+
+        entropy (TensorRT KL calibration), ``nq = 2**(num_bits - 1 + unsigned)``,
+        ``bins = hist`` with ``bins[0] = bins[1]``, for each candidate ``i`` in
+        ``range(start_bin, len(bins) + 1, stride)``::
+
+            g(j)  = digitize(j, linspace(0, i, nq + 1)) - 1 = floor(j * nq / i)
+            Q[j]  = mean of the nonempty bins[:i] of group g(j)   (0 if bins[j] == 0)
+            P     = bins[:i];  P[i-1] += sum(bins[i:])
+            KL(i) = sum_j p_j * ln(p_j / q_j),  p = P / sum(P), q = Q / sum(Q)
+
+        with ``0 ln(0/q) = 0`` and ``p ln(p/0) = inf`` (as
+        ``scipy.stats.entropy``).  ``round(sum(Q) + sum(bins[i:]))`` and
+        ``round(sum(P))`` must equal ``sum(bins)`` (else RuntimeError "Count
+        mismatch!").  amax = ``edges[i*]`` with ``i*`` the *last* candidate of
+        minimal KL.  The stored histogram is not modified (PQ's numpy path
+        writes ``bins[0] = bins[1]`` into it; that side effect is not
+        reproduced).
+
+        mse, ``c = f32((edges[1:] + edges[:-1]) / 2)``, for each candidate
+        ``i`` in ``range(start_bin, len(c), stride)``::
+
+            qc     = fake_quant_amax(c, c[i], num_bits, unsigned, narrow_range=True)
+            mse(i) = f32(sum_f32((qc - c)**2 * counts) / len(c))
+
+        (float32 throughout, the sum in torch CPU's order); amax = ``c[i*]``
+        with ``i*`` the *first* candidate of minimal mse.
+        """
+        func = "HistogramCalibrator.compute_amax"
+        if method not in ("percentile", "entropy", "mse"):
+            raise TypeError(f"Unknown calibration method {method}")
+        stride = _check_int(stride, "stride", func, low=1)
+        start_bin = _check_int(start_bin, "start_bin", func, low=0)
+        if method == "percentile":
+            if isinstance(percentile, bool) or not isinstance(percentile, numbers.Real):
+                raise TypeError(f"{func}: percentile must be a real number, got {percentile!r}")
+            if not 0 <= percentile <= 100:
+                raise ValueError("Invalid percentile. Must be in range 0 <= percentile <= 100."
+                                 f" (got {percentile!r})")
+        if self._hist is None:
+            return None
+        hist = self._hist.astype(np.int64)
+        edges = np.asarray(self._edges, dtype=_f32)
+        if method == "percentile":
+            return self._percentile(hist, edges, percentile)
+        if method == "entropy":
+            return self._entropy(hist, edges, stride, start_bin, func)
+        return self._mse(hist, edges, stride, start_bin, func)
+
+    @staticmethod
+    def _percentile(hist, edges, percentile):
+        total = hist.sum()
+        cdf = np.cumsum(hist / total)
+        idx = np.searchsorted(cdf, percentile / 100)
+        return np.asarray(edges[idx], dtype=_f32)
+
+    def _entropy(self, hist, edges, stride, start_bin, func):
+        bins = hist.copy()
+        if len(bins) < 2:
+            raise ValueError(f"{func}: entropy needs at least 2 bins, got {len(bins)}")
+        bins[0] = bins[1]
+        total = int(np.sum(bins))
+        nq = 1 << (self._num_bits - 1 + int(self._unsigned))
+        stop = len(bins)
+        candidates = list(range(start_bin, stop + 1, stride))
+        if not candidates:
+            raise ValueError(f"{func}: no candidate bins: start_bin={start_bin} is beyond the "
+                             f"{stop} histogram bins")
+        divergences = np.empty(len(candidates), dtype=np.float64)
+        for n, i in enumerate(candidates):
+            space = np.linspace(0, i, num=nq + 1)
+            groups = np.digitize(np.arange(i), space) - 1
+            head = bins[:i]
+            nonempty = head != 0
+            g = groups[nonempty]
+            gsum = np.bincount(g, weights=head[nonempty].astype(np.float64), minlength=nq + 1)
+            gcnt = np.bincount(g, minlength=nq + 1)
+            q = np.zeros(i, dtype=np.float64)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                q[nonempty] = (gsum / gcnt)[g]
+            outliers = int(np.sum(bins[i:]))
+            p = np.array(head)
+            if i > 0:
+                p[-1] += outliers
+            total_new = float(np.sum(q)) + outliers
+            total_old = int(np.sum(p))
+            if round(total_new) != total or round(total_old) != total:
+                raise RuntimeError(f"Count mismatch! total_counts_new={total_new}, "
+                                   f"total_counts_old={total_old}, total_data={total}")
+            divergences[n] = _kl_divergence(p, q)
+        k = len(divergences) - 1 - int(np.argmin(divergences[::-1]))
+        return np.asarray(edges[k * stride + start_bin], dtype=_f32)
+
+    def _mse(self, hist, edges, stride, start_bin, func):
+        from .ops import fake_quant_amax
+        centers = ((edges[1:] + edges[:-1]) / _f32(2)).astype(_f32)
+        counts = hist.astype(_f32)
+        if len(counts) != len(centers):
+            raise ValueError(f"{func}: mse needs one count per bin, got {len(counts)} counts "
+                             f"for {len(centers)} bins (PQ fails to broadcast here too)")
+        candidates = range(start_bin, len(centers), stride)
+        if not len(candidates):
+            raise ValueError(f"{func}: no candidate bins: start_bin={start_bin} is beyond the "
+                             f"{len(centers)} histogram bins")
+        n = _f32(len(centers))
+        mses = []
+        for i in candidates:
+            qc = fake_quant_amax(centers, centers[i], self._num_bits, unsigned=self._unsigned,
+                                 narrow_range=True)
+            d = (qc - centers).astype(_f32)
+            err = ((d * d).astype(_f32) * counts).astype(_f32)
+            mses.append(_f32(_torch_sum_f32(err) / n))
+        best = candidates[int(np.argmin(np.array(mses, dtype=_f32)))]
+        return np.asarray(centers[best], dtype=_f32)
+
+    # ------------------------------------------------------ merge and state
+    def merge(self, other):
+        """Add another calibrator's histogram; the bin edges must be equal."""
+        func = "HistogramCalibrator.merge"
+        if not isinstance(other, HistogramCalibrator):
+            raise TypeError(f"{func}: other must be a HistogramCalibrator, got "
+                            f"{type(other).__name__}")
+        if other._torch_hist != self._torch_hist:
+            raise ValueError(f"{func}: torch_hist differs ({self._torch_hist} vs "
+                             f"{other._torch_hist})")
+        if other._hist is None:
+            return self
+        if self._hist is None:
+            self._hist, self._edges = other._hist.copy(), other._edges.copy()
+            self._num_bins = other._num_bins
+            return self
+        if (self._edges.shape != other._edges.shape or self._hist.shape != other._hist.shape
+                or not np.array_equal(self._edges, other._edges)):
+            raise ValueError(f"{func}: histograms have different bin edges ({len(self._edges)} "
+                             f"edges up to {self._edges[-1]} vs {len(other._edges)} up to "
+                             f"{other._edges[-1]}); only equal edges can be merged")
+        self._hist = (self._hist + other._hist).astype(self._hist.dtype)
+        return self
+
+    def state_dict(self):
+        """``{"num_bins": int, "collected": bool, "hist": ndarray,
+        "bin_edges": ndarray}`` (empty arrays before any collect)."""
+        empty = np.zeros((0,), _f32)
+        return {"num_bins": self._num_bins, "collected": self._hist is not None,
+                "hist": empty if self._hist is None else self._hist.copy(),
+                "bin_edges": empty if self._edges is None else self._edges.copy()}
+
+    def load_state_dict(self, state):
+        """Restore what :meth:`state_dict` returned."""
+        func = "HistogramCalibrator.load_state_dict"
+        _check_keys(state, ("num_bins", "collected", "hist", "bin_edges"), func)
+        num_bins = _check_int(state["num_bins"], "num_bins", func, low=1)
+        if not state["collected"]:
+            self._num_bins, self._hist, self._edges = num_bins, None, None
+            return
+        hist = np.array(state["hist"], copy=True)
+        edges = np.array(state["bin_edges"], copy=True)
+        if hist.ndim != 1 or edges.ndim != 1 or len(edges) < 2:
+            raise ValueError(f"{func}: hist and bin_edges must be 1-D (got shapes {hist.shape}"
+                             f" and {edges.shape})")
+        self._num_bins, self._hist, self._edges = num_bins, hist, edges
+
+    def __repr__(self):
+        return (f"HistogramCalibrator(num_bits={self._num_bits}, axis=None, "
+                f"unsigned={self._unsigned}, num_bins={self._num_bins}, "
+                f"skip_zeros={self._skip_zeros}, torch_hist={self._torch_hist})")
+
+
+def _kl_divergence(p, q):
+    """``scipy.stats.entropy(p, q)``: both normalised, natural log,
+    ``sum(rel_entr(p, q))`` with ``rel_entr(0, y>=0) = 0`` and
+    ``rel_entr(x>0, 0) = inf``."""
+    p = 1.0 * p / np.sum(p)
+    q = 1.0 * q / np.sum(q)
+    out = np.zeros_like(p)
+    pos = (p > 0) & (q > 0)
+    out[pos] = p[pos] * np.log(p[pos] / q[pos])
+    out[(p > 0) & ~(q > 0)] = np.inf
+    out[(p < 0) | (q < 0)] = np.inf
+    return float(np.sum(out))
+
+
+# ----------------------------------------------------------- TorchHistogram
+class TorchHistogram:
+    """The statistics of PyTorch's ``HistogramObserver`` (torch 2.13 CPU),
+    bit-exact on float32.
+
+    Parameters
+    ----------
+    bins : int, default 2048
+    upsample_rate : int, default 16
+
+    Attributes
+    ----------
+    histogram : float32 array of ``bins`` counts
+    min_val, max_val : float32 (``+inf`` / ``-inf`` before any data)
+
+    Notes
+    -----
+    ``collect(x)`` (x is read as float32):
+
+    * +-inf values are dropped with the warning "torch.inf detected in input
+      tensor, ignoring input"; NaN raises ValueError (torch would store a
+      NaN range).  Empty input is ignored.
+    * First batch: ``histogram = histc(x, bins, min(x), max(x))``.
+    * Later batches, with ``lo = min(min_val, min(x))``,
+      ``hi = max(max_val, max(x))`` and ``h = histc(x, bins, lo, hi)``:
+      unchanged range: ``histogram += h``.  Otherwise the old histogram is
+      re-binned onto ``[lo, hi]`` and added to ``h``: an old single-valued
+      range puts ``sum(histogram)`` in the bin of ``min_val``; else every old
+      bin is split into ``upsample_rate`` pieces of ``count / rate`` whose
+      midpoints ``linspace(min_val, max_val, bins*rate + 1)[:-1] +
+      0.5 * (max_val - min_val) / (bins*rate)`` are bucketed into
+      ``linspace(lo, hi, bins + 1)`` (``searchsorted(side="right") - 1``,
+      clamped to ``[0, bins-1]``) and accumulated in float32 in order.
+
+    :meth:`non_linear_param_search` is the greedy L2 search (see there).
+    """
+
+    def __init__(self, bins=2048, upsample_rate=16):
+        func = "TorchHistogram"
+        self.bins = _check_int(bins, "bins", func, low=1)
+        self.upsample_rate = _check_int(upsample_rate, "upsample_rate", func, low=1)
+        self.reset()
+
+    def reset(self):
+        """Back to the empty state."""
+        self.histogram = np.zeros(self.bins, dtype=_f32)
+        self.min_val = _f32(np.inf)
+        self.max_val = _f32(-np.inf)
+
+    @property
+    def initialized(self):
+        return not (self.min_val == np.inf or self.max_val == -np.inf)
+
+    def collect(self, x):
+        """Add ``x`` to the running histogram; returns ``x``."""
+        func = "TorchHistogram.collect"
+        arr = _as_f32_input(x, func).reshape(-1)
+        if arr.size == 0:
+            return x
+        if np.isnan(arr).any():
+            raise ValueError(f"{func}: x contains NaN")
+        inf = np.isinf(arr)
+        if inf.any():
+            warnings.warn("torch.inf detected in input tensor, ignoring input", stacklevel=2)
+            arr = arr[~inf]
+            if arr.size == 0:
+                return x
+        x_min, x_max = arr.min(), arr.max()
+        if not self.initialized:
+            self.min_val, self.max_val = _f32(x_min), _f32(x_max)
+            self.histogram = torch_histc_f32(arr, self.bins, float(x_min), float(x_max))
+            return x
+        cur_min, cur_max = self.min_val, self.max_val
+        new_min, new_max = min(cur_min, x_min), max(cur_max, x_max)
+        update = torch_histc_f32(arr, self.bins, float(new_min), float(new_max))
+        if new_min == cur_min and new_max == cur_max:
+            self.histogram = (self.histogram + update).astype(_f32)
+            return x
+        if cur_min == cur_max:
+            mass = _torch_sum_f32(self.histogram)
+            old = (torch_histc_f32(np.array([cur_min], _f32), self.bins, float(new_min),
+                                   float(new_max)) * mass).astype(_f32)
+        else:
+            old = self._upscale(self.histogram, cur_min, cur_max, new_min, new_max)
+        self.histogram = (update + old).astype(_f32)
+        self.min_val, self.max_val = _f32(new_min), _f32(new_max)
+        return x
+
+    def _upscale(self, hist, orig_min, orig_max, new_min, new_max):
+        rate = self.upsample_rate
+        n_fine = self.bins * rate
+        fine = (np.repeat(hist, rate) / _f32(rate)).astype(_f32)
+        bin_size = _f32(_f32(orig_max - orig_min) / _f32(n_fine))
+        mids = (torch_linspace_f32(orig_min, orig_max, n_fine + 1)[:-1]
+                + _f32(_f32(0.5) * bin_size)).astype(_f32)
+        bounds = torch_linspace_f32(new_min, new_max, self.bins + 1)
+        idx = np.searchsorted(bounds, mids, side="right") - 1
+        np.clip(idx, 0, self.bins - 1, out=idx)
+        out = np.zeros(self.bins, dtype=_f32)
+        np.add.at(out, idx, fine)              # float32, in order, as bincount
+        return out
+
+    # ---------------------------------------------------------- L2 search
+    def _quantization_error(self, start, end, dst_nbins):
+        """L2 error of quantizing bins [start, end] onto ``dst_nbins`` levels,
+        torch's float32 formula (uniform density within a source bin)."""
+        nb = self.bins
+        bin_width = (float(self.max_val) - float(self.min_val)) / nb
+        dst_w = bin_width * (end - start + 1) / dst_nbins
+        if dst_w == 0.0:
+            return 0.0
+        bw32, dw32 = _f32(bin_width), _f32(dst_w)
+        half32 = _f32(dst_w / 2)
+        src = np.arange(nb, dtype=np.int64)
+        begin = ((src - start).astype(_f32) * bw32).astype(_f32)
+        end_ = (begin + bw32).astype(_f32)
+        dob = np.clip(np.floor_divide(begin, dw32), _f32(0), _f32(dst_nbins - 1)).astype(_f32)
+        dob_center = ((dob + _f32(0.5)).astype(_f32) * dw32).astype(_f32)
+        doe = np.clip(np.floor_divide(end_, dw32), _f32(0), _f32(dst_nbins - 1)).astype(_f32)
+        density = (self.histogram / bw32).astype(_f32)
+
+        def l2(b, e, dens):
+            cube_e = ((e * e).astype(_f32) * e).astype(_f32)
+            cube_b = ((b * b).astype(_f32) * b).astype(_f32)
+            return (dens * ((cube_e - cube_b).astype(_f32) / _f32(3)).astype(_f32)).astype(_f32)
+
+        norm = np.zeros(nb, dtype=_f32)
+        delta_begin = (begin - dob_center).astype(_f32)
+        norm = (norm + l2(delta_begin, np.full(nb, half32, _f32), density)).astype(_f32)
+        inner = ((doe - dob).astype(_f32) - _f32(1)).astype(_f32)
+        full = l2(_f32(-dst_w / 2), _f32(dst_w / 2), density)
+        norm = (norm + (inner * full).astype(_f32)).astype(_f32)
+        doe_center = ((doe * dw32).astype(_f32) + half32).astype(_f32)
+        delta_end = (end_ - doe_center).astype(_f32)
+        norm = (norm + l2(_f32(-dst_w / 2), delta_end, density)).astype(_f32)
+        return float(_torch_sum_f32(norm))
+
+    def non_linear_param_search(self, dst_nbins=256):
+        """Greedy L2 search for the clipping range (caffe2 NormMinimization).
+
+        With ``total = sum(histogram)``, ``cs = cumsum(histogram)`` (float32),
+        ``alpha = 0``, ``beta = 1``, ``start = 0``, ``end = bins - 1``: each
+        step moves ``alpha`` up or ``beta`` down by ``1e-5``; ``l`` is the
+        first bin in ``[start, end)`` with ``cs >= f32(alpha' * total)`` and
+        ``r`` the last bin in ``(start, end]`` with ``cs <= f32(beta' * total)``;
+        the side that moves more (``l - start > end - r``, else the end side)
+        is taken.  Each new ``[start, end]`` is scored by the L2 error of
+        mapping it onto ``dst_nbins`` uniform bins, a uniform density within
+        each source bin contributing ``density * (b**3 - a**3) / 3`` per
+        piece; the search stops when the error increases.
+
+        Returns
+        -------
+        (new_min, new_max) : float32
+            ``min_val + bw * start`` and ``min_val + bw * (end + 1)`` with
+            ``bw = f32(f32(max_val - min_val) / bins)``.
+        """
+        func = "TorchHistogram.non_linear_param_search"
+        dst_nbins = _check_int(dst_nbins, "dst_nbins", func, low=1)
+        if not self.initialized:
+            raise ValueError(f"{func}: no data collected")
+        nb = self.bins
+        bw32 = _f32(_f32(self.max_val - self.min_val) / _f32(nb))
+        total = float(_torch_sum_f32(self.histogram))
+        csum = _torch_cumsum_f32(self.histogram).tolist()    # exact float32 values
+        stepsize = 1e-5
+        alpha, beta = 0.0, 1.0
+        start, end = 0, nb - 1
+        norm_min = math.inf
+        while alpha < beta:
+            next_alpha = alpha + stepsize
+            next_beta = beta - stepsize
+            # torch compares a float32 tensor with a Python float in float32
+            a32 = float(_f32(next_alpha * total))
+            b32 = float(_f32(next_beta * total))
+            # first l in [start, end] with csum[l] >= a32 (csum is non-decreasing)
+            l = min(max(bisect.bisect_left(csum, a32), start), max(end, start))
+            # last r in [start, end] with csum[r] <= b32
+            r = max(min(bisect.bisect_right(csum, b32) - 1, end), start)
+            next_start, next_end = start, end
+            if (l - start) > (end - r):
+                next_start = l
+                alpha = next_alpha
+            else:
+                next_end = r
+                beta = next_beta
+            if next_start == start and next_end == end:
+                continue
+            norm = self._quantization_error(next_start, next_end, dst_nbins)
+            if norm > norm_min:
+                break
+            norm_min = norm
+            start, end = next_start, next_end
+        new_min = _f32(self.min_val + _f32(bw32 * _f32(start)))
+        new_max = _f32(self.min_val + _f32(bw32 * _f32(end + 1)))
+        return new_min, new_max
+
+    # ------------------------------------------------------ merge and state
+    def state_dict(self):
+        """``{"histogram": float32 array, "min_val": float, "max_val": float}``."""
+        return {"histogram": self.histogram.copy(), "min_val": float(self.min_val),
+                "max_val": float(self.max_val)}
+
+    def load_state_dict(self, state):
+        """Restore what :meth:`state_dict` returned."""
+        func = "TorchHistogram.load_state_dict"
+        _check_keys(state, ("histogram", "min_val", "max_val"), func)
+        hist = np.array(state["histogram"], dtype=_f32, copy=True)
+        if hist.shape != (self.bins,):
+            raise ValueError(f"{func}: histogram has shape {hist.shape}, expected "
+                             f"({self.bins},)")
+        self.histogram = hist
+        self.min_val, self.max_val = _f32(state["min_val"]), _f32(state["max_val"])
+
+    def __repr__(self):
+        return f"TorchHistogram(bins={self.bins}, upsample_rate={self.upsample_rate})"
