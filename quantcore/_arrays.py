@@ -4,6 +4,7 @@ conversion, memory layout, ``out=`` handling and argument validation.
 Nothing here computes a quantization formula; see ``ops.py`` and
 ``include/qc_elementwise.h``.
 """
+import functools
 import numbers
 
 import numpy as np
@@ -29,6 +30,68 @@ def backend_of(x):
     if hasattr(x, "__cuda_array_interface__"):
         return "gpu"
     return "cpu"
+
+
+def _framework_of(x):
+    """Top-level module of a DLPack-exporting array type (torch, jax, ...)."""
+    return type(x).__module__.split(".")[0]
+
+
+def _from_dlpack(x):
+    """A zero-copy numpy view of a CPU DLPack array; GPU arrays are refused
+    until quantcore_gpu exists."""
+    device = getattr(x, "__dlpack_device__", lambda: (1, 0))()
+    if device[0] not in (1, 3):  # kDLCPU, kDLCUDAHost
+        raise NotImplementedError(
+            f"quantcore: {type(x).__name__} on device type {device[0]} is not supported yet "
+            "(the GPU path is not implemented); move it to the CPU")
+    return np.from_dlpack(x)
+
+
+def _to_framework(result, framework):
+    """Hand numpy results back as the caller's array type, zero-copy."""
+    if isinstance(result, tuple):
+        return tuple(_to_framework(r, framework) for r in result)
+    if not isinstance(result, np.ndarray):
+        return result
+    if framework == "torch":
+        import torch
+        if result.dtype == np.bool_:
+            return torch.from_numpy(result)
+        return torch.from_dlpack(result)
+    if framework in ("jax", "jaxlib"):
+        import jax.numpy as jnp
+        return jnp.from_dlpack(result)
+    return result
+
+
+def interop(func):
+    """Let a functional-API entry take any ``__dlpack__`` array (torch
+    tensors, jax arrays) as its first argument: it is viewed as numpy without
+    a copy (``out=`` too), and array results come back as the same type."""
+    @functools.wraps(func)
+    def wrapper(x, *args, **kwargs):
+        if type(x) is np.ndarray or isinstance(x, np.ndarray) or not hasattr(x, "__dlpack__") \
+                or is_cupy_array(x):
+            return func(x, *args, **kwargs)
+        framework = _framework_of(x)
+        for key in ("out", "mask_out"):
+            if hasattr(kwargs.get(key), "__dlpack__") and not isinstance(kwargs[key], np.ndarray):
+                kwargs[key] = _from_dlpack(kwargs[key])
+        args = tuple(_from_dlpack(a) if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray)
+                     else a for a in args)
+        return _to_framework(func(_from_dlpack(x), *args, **kwargs), framework)
+    return wrapper
+
+
+def interop_method(method):
+    """``interop`` for methods whose first argument after self is the array."""
+    @functools.wraps(method)
+    def wrapper(self, x, *args, **kwargs):
+        if isinstance(x, np.ndarray) or not hasattr(x, "__dlpack__") or is_cupy_array(x):
+            return method(self, x, *args, **kwargs)
+        return interop(functools.partial(method, self))(x, *args, **kwargs)
+    return wrapper
 
 
 def require_cpu(x, func):

@@ -132,6 +132,7 @@ class FakeQuantize:
     def __call__(self, x, out=None):
         return self.forward(x, out=out)
 
+    @A.interop_method
     def forward(self, x, out=None):
         """Fake-quantized ``x`` (see the class docstring); ``out`` may be x."""
         func = "FakeQuantize.forward"
@@ -245,6 +246,7 @@ class FakeQuantize:
         ``packed_mask``), or None when that forward did not quantize."""
         return self._mask
 
+    @A.interop_method
     def backward(self, grad_output, out=None):
         """Input gradient of the last forward: ``grad * mask`` (STE), or
         ``grad`` itself when the last forward did not quantize."""

@@ -146,6 +146,7 @@ class ObserverBase:
         warnings.warn(f"{type(self).__name__}: a batch containing NaN was skipped "
                       f"({self.nan_batches} so far)", RuntimeWarning, stacklevel=stacklevel)
 
+    @A.interop_method
     def update(self, x):
         """Record one batch (an empty batch changes nothing)."""
         with self._lock:

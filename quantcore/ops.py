@@ -62,6 +62,7 @@ def _channel_args(layout, axis, *params):
 
 
 # ------------------------------------------------------------------ min/max
+@A.interop
 def minmax(x, axis=None, *, nan_policy="propagate"):
     """Minimum and maximum in one pass over ``x``.
 
@@ -196,6 +197,7 @@ def _affine_params(x, scale, zero_point, quant_min, quant_max, axis, zero_point_
     return arr, axis, qmin, qmax, s, z
 
 
+@A.interop
 def fake_quant(x, scale, zero_point, quant_min, quant_max, *, axis=None, rounding="half_even",
                zero_point_add="after_rounding", scale_op="mul_inverse", nonfinite="propagate",
                out=None):
@@ -245,6 +247,7 @@ def fake_quant(x, scale, zero_point, quant_min, quant_max, *, axis=None, roundin
     return _affine(arr, s, z, qmin, qmax, mode, axis, out, False, func)
 
 
+@A.interop
 def fake_quant_with_mask(x, scale, zero_point, quant_min, quant_max, *, axis=None,
                          rounding="half_even", zero_point_add="after_rounding",
                          scale_op="mul_inverse", nonfinite="propagate", out=None,
@@ -277,6 +280,7 @@ def _int_dtype_for(qmin, qmax):
     raise ValueError(f"quantize: no integer dtype holds [{qmin}, {qmax}]")
 
 
+@A.interop
 def quantize(x, scale, zero_point, quant_min, quant_max, *, axis=None, rounding="half_even",
              zero_point_add="after_rounding", scale_op="mul_inverse", dtype=None):
     """Quantize to integers: ``q = clamp(round(x / scale) + zero_point)``.
@@ -314,6 +318,7 @@ def quantize(x, scale, zero_point, quant_min, quant_max, *, axis=None, rounding=
     return q.astype(int_dtype)
 
 
+@A.interop
 def dequantize(q, scale, zero_point, *, axis=None, dtype=np.float32):
     """``(q - zero_point) * scale`` computed in ``dtype`` (float32 default).
 
@@ -369,6 +374,7 @@ def _nudged(x, nudged_min, nudged_max, scale, inv_scale, quant_zero, mode, axis,
     return result
 
 
+@A.interop
 def fake_quant_nudged(x, nudged_min, nudged_max, scale, *, inv_scale=None, quant_zero=None,
                       formula="tensorflow", scale_op="mul_inverse", axis=None, out=None,
                       return_mask=False):
@@ -438,6 +444,7 @@ def _amax(x, amax, num_bits, unsigned, narrow_range, axis, out, want_mask, func)
     return result
 
 
+@A.interop
 def fake_quant_amax(x, amax, num_bits=8, *, unsigned=False, narrow_range=True, axis=None,
                     out=None, return_mask=False):
     """amax (max-calibrated, symmetric) fake quantization, NVIDIA style.
@@ -470,6 +477,7 @@ def fake_quant_amax(x, amax, num_bits=8, *, unsigned=False, narrow_range=True, a
 
 
 # ----------------------------------------------------------------- backward
+@A.interop
 def ste_backward(grad, mask, *, out=None):
     """Straight-through-estimator backward: ``grad * mask``.
 
