@@ -724,8 +724,9 @@ def _kl_divergence(p, q):
     """``scipy.stats.entropy(p, q)``: both normalised, natural log,
     ``sum(rel_entr(p, q))`` with ``rel_entr(0, y>=0) = 0`` and
     ``rel_entr(x>0, 0) = inf``."""
-    p = 1.0 * p / np.sum(p)
-    q = 1.0 * q / np.sum(q)
+    with np.errstate(invalid="ignore", divide="ignore"):  # an all-zero q gives inf below
+        p = 1.0 * p / np.sum(p)
+        q = 1.0 * q / np.sum(q)
     out = np.zeros_like(p)
     pos = (p > 0) & (q > 0)
     out[pos] = p[pos] * np.log(p[pos] / q[pos])
