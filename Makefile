@@ -40,5 +40,19 @@ bench: install
 	$(PY) -m pytest bench -q --benchmark-only --benchmark-json=$(BENCH_JSON) $(PYTEST_ARGS)
 	$(PY) bench/summary.py $(BENCH_JSON)
 
+# kernels under AddressSanitizer: a separate in-place build in build/asan
+ASAN_DIR := build/asan
+asan-test: venv
+	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)
+	cp -r setup.py pyproject.toml README.md quantcore quantcore_gpu tests $(ASAN_DIR)/
+	rm -f $(ASAN_DIR)/quantcore/_cpu/*.so $(ASAN_DIR)/quantcore/_cpu/*.c
+	$(PIP) install -q pytest hypothesis threadpoolctl
+	cd $(ASAN_DIR) && QUANTCORE_CFLAGS="-fsanitize=address -fno-omit-frame-pointer -g" \
+	  QUANTCORE_LDFLAGS="-fsanitize=address" ../../$(PY) setup.py -q build_ext --inplace
+	cd $(ASAN_DIR) && LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 QC_HYPOTHESIS_EXAMPLES=300 \
+	  PYTHONPATH=. ../../$(PY) -m pytest -q -p no:cacheprovider tests/test_recipes.py \
+	  tests/test_layout_threads.py tests/test_validation.py tests/test_stateful.py
+
 clean:
 	rm -rf build *.egg-info quantcore/_cpu/*.so quantcore/_cpu/*.c $(VENV)

@@ -9,6 +9,7 @@ when the compiler accepts it, else the plain baseline.
 Environment:
   QUANTCORE_NO_OPENMP=1   force the serial build
   QUANTCORE_CFLAGS="..."  extra compiler flags, appended last
+  QUANTCORE_LDFLAGS="..." extra linker flags (e.g. -fsanitize=address)
 """
 import glob
 import os
@@ -111,7 +112,7 @@ def build_flags():
         print(f"quantcore: warning: QUANTCORE_CFLAGS has {bad}: results may not be "
               "bit-exact", file=sys.stderr)
     cflags += user
-    ldflags = list(omp or [])
+    ldflags = list(omp or []) + shlex.split(os.environ.get("QUANTCORE_LDFLAGS", ""))
     return cflags, ldflags, bool(omp), baseline
 
 

@@ -225,3 +225,204 @@ def nudge_mindspore(min_val, max_val, quant_min, quant_max):
         nmin = ((qmin - nzp) * scale).astype(F32)
         nmax = ((qmax - nzp) * scale).astype(F32)
     return nmin, nmax, scale
+
+
+# ------------------------------------------------ MindSpore / OneFlow helpers
+def symmetric_range(min_val, max_val):
+    """MindSpore's symmetric range, taken before nudging, float32.
+
+    ::
+
+        M = max(max, -min);   range = [-M, M]
+
+    (MindSpore's GPU kernel writes it as ``(-max, max) if |min| < max else
+    (min, -min)``, which is the same.)  NaN propagates.
+
+    Parameters
+    ----------
+    min_val, max_val : float or array_like
+        One value per tensor or one per channel.
+
+    Returns
+    -------
+    (min float32[C], max float32[C])
+    """
+    mn, mx = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
+    with np.errstate(invalid="ignore"):
+        m = np.maximum(mx, -mn).astype(F32)
+    return (-m).astype(F32), m
+
+
+def cambricon_step(shift, dtype=np.float32):
+    """OneFlow's cambricon step ``2**int32(shift)`` (an exact power of two).
+
+    ``shift`` is the exponent returned by :func:`oneflow_qparams` with
+    ``formula="cambricon"``.  The float -> int32 conversion truncates toward
+    zero; NaN, +-inf and values outside int32 become ``INT32_MIN`` (x86), so
+    the step underflows to 0.  Large exponents overflow to inf.
+
+    Parameters
+    ----------
+    shift : float or array_like
+    dtype : float dtype of the result (float32 default)
+
+    Returns
+    -------
+    ndarray of ``dtype``, shape of ``shift`` flattened to 1-D.
+    """
+    v = np.asarray(shift, dtype=np.float64).reshape(-1)
+    ok = np.isfinite(v) & (v > -2.0 ** 31 - 1) & (v < 2.0 ** 31)
+    e = np.where(ok, np.trunc(np.where(ok, v, 0.0)), _INT32_MIN)
+    e = np.clip(e, -2000, 2000).astype(np.int32)  # beyond float64's range either way
+    with np.errstate(over="ignore", under="ignore"):
+        return np.ldexp(np.dtype(dtype).type(1), e).astype(dtype)
+
+
+# ------------------------------------------------------ torch fused op
+def choose_qparams_fused(min_val, max_val, quant_min, quant_max, preserve_sparsity=False):
+    """PyTorch's ``quant_utils::ChooseQuantizationParams`` as used by
+    ``torch.fused_moving_avg_obs_fake_quant`` (torch.md section 6), elementwise.
+
+    Parameters
+    ----------
+    min_val, max_val : array_like of float32
+        Running statistics, one value per tensor or per channel.
+    quant_min, quant_max : int
+        The integer range.
+    preserve_sparsity : bool, default False
+        True for symmetric quantization (``symmetric_quant``).
+
+    Returns
+    -------
+    scale : float32 ndarray [C]
+    zero_point : int64 ndarray [C]
+
+    Notes
+    -----
+    With ``mn, mx`` float32 and ``d = qmax - qmin``::
+
+        if preserve_sparsity and mn < 0 < mx:
+            sqmin = -(d // 2 + 1);  sqmax = d // 2
+            ms = max(|f32(mn / sqmin)|, |f32(mx / sqmax)|)        (float32)
+            mn = f32(double(ms) * sqmin);  mx = f32(double(ms) * sqmax)
+        mn = min(mn, 0);  mx = max(mx, 0)
+        scale = (double(mx) - mn) / d                             (double)
+        if f32(scale) == 0 or f32(1) / f32(scale) is inf:  scale = 0.1
+        if scale < f32(6.1e-5):
+            a = f32(f32(6.1e-5) / f32(scale));  scale = f32(6.1e-5)
+            mn == 0: mx = f32(6.1e-5) * d;   mx == 0: mn = -f32(6.1e-5) * d
+            else:    mn = f32(mn * a);  mx = f32(mx * a)
+        scale = f32(scale)
+        zmin = qmin - mn / scale;  zmax = qmax - mx / scale      (double)
+        z = zmin if |qmin| + |mn / scale| < |qmax| + |mx / scale| else zmax
+        if preserve_sparsity and mn < 0 < mx:  z = (qmin + qmax) / 2
+        zp = qmin if z < qmin, qmax if z > qmax, else nearbyint(z)
+             (NaN -> INT32_MIN, the x86 conversion)
+
+    Differences from the observer formulas: symmetric divides by ``d / 2``
+    rounded down (127 for qint8, not 127.5); symmetric on one-signed data is
+    affine; all zeros give scale 0.1.
+
+    The integer arithmetic is torch's int32 (x86): ``qmin``, ``qmax`` and
+    ``d = qmax - qmin`` wrap (the int32 range gives ``d = -1``), integer
+    division truncates toward zero and ``|INT32_MIN| == INT32_MIN``.
+    """
+    mn = np.array(min_val, dtype=F32).reshape(-1)
+    mx = np.array(max_val, dtype=F32).reshape(-1)
+
+    def i32(v):
+        return int((int(v) + 2 ** 31) % 2 ** 32 - 2 ** 31)
+
+    def half(v):                       # C integer division by 2
+        return v // 2 if v >= 0 else -((-v) // 2)
+
+    qmin, qmax = i32(quant_min), i32(quant_max)
+    d = i32(qmax - qmin)
+    abs_qmin = qmin if qmin == _INT32_MIN else abs(qmin)
+    abs_qmax = qmax if qmax == _INT32_MIN else abs(qmax)
+    small_thr = F32(6.1e-5)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if preserve_sparsity:
+            sym = (mn < 0) & (mx > 0)
+            sqmin, sqmax = i32(-(half(d) + 1)), half(d)
+            ms = np.maximum(np.abs((mn / F32(sqmin)).astype(F32)),
+                            np.abs((mx / F32(sqmax)).astype(F32))).astype(F32)
+            mn = np.where(sym, (ms.astype(np.float64) * sqmin).astype(F32), mn).astype(F32)
+            mx = np.where(sym, (ms.astype(np.float64) * sqmax).astype(F32), mx).astype(F32)
+        mn = np.minimum(mn, F32(0)).astype(F32)
+        mx = np.maximum(mx, F32(0)).astype(F32)
+        scale = (mx.astype(np.float64) - mn.astype(np.float64)) / float(d)
+        s32 = scale.astype(F32)
+        scale = np.where((s32 == 0) | np.isinf(F32(1) / s32), 0.1, scale)
+        small = scale < float(small_thr)
+        amp = (small_thr / scale.astype(F32)).astype(F32)
+        span = (small_thr * F32(d)).astype(F32)
+        mn_s = np.where(mn == 0, mn, np.where(mx == 0, -span, (mn * amp).astype(F32)))
+        mx_s = np.where(mn == 0, span, np.where(mx == 0, mx, (mx * amp).astype(F32)))
+        mn = np.where(small, mn_s, mn).astype(F32)
+        mx = np.where(small, mx_s, mx).astype(F32)
+        scale = np.where(small, float(small_thr), scale).astype(F32)
+        s64 = scale.astype(np.float64)
+        rmin = mn.astype(np.float64) / s64
+        rmax = mx.astype(np.float64) / s64
+        z = np.where(abs_qmin + np.abs(rmin) < abs_qmax + np.abs(rmax), qmin - rmin,
+                     qmax - rmax)
+        if preserve_sparsity:
+            z = np.where((mn < 0) & (mx > 0), i32(qmin + qmax) / 2.0, z)
+        zr = np.where(z < qmin, qmin, np.where(z > qmax, qmax, np.rint(z)))
+        ok = np.isfinite(zr)
+        zp = np.where(ok, zr, float(_INT32_MIN)).astype(np.int64)
+    return scale, zp
+
+
+# ------------------------------------------------ NVIDIA affine, Horizon pow2
+def pq_affine_qparams(min_range, max_range, num_bits, dtype=np.float32):
+    """Step and zero of NVIDIA ``fake_affine_tensor_quant`` (gemmlowp style).
+
+    In ``dtype`` (float32 default; one rounding per operation)::
+
+        step       = (max_range - min_range) / (2**num_bits - 1)
+        quant_zero = round_half_even(min_range / step) + 2**(num_bits - 1)
+
+    The fake quant is then ``clamp(round(x / step) - quant_zero,
+    -2**(n-1), 2**(n-1) - 1)``, dequantized as ``(q + quant_zero) * step``,
+    i.e. the affine recipe with ``zero_point = -quant_zero`` and division by
+    ``step``.  ``min_range == max_range`` gives step 0 (no check, as PQ).
+
+    Parameters
+    ----------
+    min_range, max_range : float or array_like
+        One value per tensor (or per channel).
+    num_bits : int
+    dtype : float dtype of the computation.
+
+    Returns
+    -------
+    (step, quant_zero) : 1-D arrays of ``dtype``.
+    """
+    t = np.dtype(dtype).type
+    lo = np.asarray(min_range, dtype=dtype).reshape(-1)
+    hi = np.asarray(max_range, dtype=dtype).reshape(-1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        step = ((hi - lo).astype(dtype) / t(2.0 ** num_bits - 1)).astype(dtype)
+        qzero = (np.rint((lo / step).astype(dtype)) + t(2.0 ** (num_bits - 1))).astype(dtype)
+    return step, qzero
+
+
+def horizon_pow2_scale(scale):
+    """Horizon's power-of-two scale (BERNOULLI march), float32::
+
+        scale = 1 / 2**clamp(floor(-log2(scale)), 1, 14)
+
+    ``log2`` is NumPy's float32 ``log2`` (torch's float32 ``log2`` may
+    differ by one ulp, which moves the floor only for scales within about
+    ``2**-22`` relative of a power of two).
+
+    Returns
+    -------
+    float32 ndarray, the shape of ``scale`` flattened to 1-D.
+    """
+    s = np.asarray(scale, dtype=F32).reshape(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.clip(np.floor((-np.log2(s)).astype(F32)), F32(1), F32(14)).astype(F32)
+    return (F32(1) / np.exp2(e).astype(F32)).astype(F32)

@@ -1,0 +1,283 @@
+"""TensorFlow 2.x ``tf.quantization.fake_quant_with_min_max_*`` on NumPy arrays.
+
+Functions with TensorFlow's names, argument order and defaults.  The nudged
+range comes from :func:`quantcore.qparams.nudge_tensorflow` and every
+element goes through the shared ``qc_fq_nudged`` kernel in its current-TF
+form; only the ``d_min`` / ``d_max`` sums of the gradients are NumPy
+reductions.
+
+>>> import numpy as np
+>>> from quantcore.compat import tensorflow as tfq
+>>> x = np.array([[1, 2, 1], [-2, 0, -1]], dtype=np.float32)
+>>> print(tfq.fake_quant_with_min_max_args(x))
+[[ 0.9882353  2.0235295  0.9882353]
+ [-1.9764706  0.        -0.9882353]]
+>>> print(tfq.fake_quant_with_min_max_vars(x, -6.0, 6.0))
+[[ 0.9882353  1.9764706  0.9882353]
+ [-1.9764706  0.        -0.9882353]]
+
+Decisions (spec/DECISIONS.md, "TensorFlow")
+-------------------------------------------
+- Current TF (2.21) formulas, bit-exact with TF 2.21 CPU, gradients
+  included: ``quant_zero = floor(f32(-nudged_min * inv) + 0.5)``,
+  ``y = floor(f32(t - quant_zero) + 0.5) * scale``; ``args`` and
+  ``per_channel`` compute ``t = (xc - nudged_min) * inv`` with the
+  separately divided ``inv = (qmax - qmin) / (max - min)``, ``vars`` divides
+  by the scale.  ``args`` and ``vars`` can therefore differ at ties.
+- Range ``[narrow_range ? 1 : 0, 2**num_bits - 1]``, num_bits 2..16.
+- Gradients: ``dx = g * (nudged_min <= x <= nudged_max)`` (inclusive;
+  ``NaN * 0`` stays NaN);
+  ``d_min = sum(g * (x < nudged_min))``, ``d_max = sum(g * (x > nudged_max))``
+  as float32 sums starting from +0.0 (Eigen's order of summation may differ
+  from NumPy's pairwise one by a few ulp on long inputs).
+- ``vars`` / ``per_channel`` with ``min == max == 0`` (per channel): output
+  0, ``dx = g``, ``d_min = d_max = 0``.  Another ``min == max`` gives NaN;
+  ``min > max`` is computed literally, as in TF.
+- per_channel works along the LAST axis (inputs viewed as ``[-1, d]``).
+
+Choices beyond DECISIONS.md
+---------------------------
+- TF's InvalidArgumentError is raised as ValueError with TF's message text
+  (without the ``{{function_node ...}}`` / ``[Op:...]`` decoration); TF's
+  attribute type errors stay TypeError with TF's text.
+- Inputs are converted to float32 as TF's Python wrappers do (lists, ints,
+  float16 and float64 arrays are accepted and rounded to float32); results
+  are float32.  ``min`` / ``max`` attributes of ``args`` are float32, ``None``
+  means the default.  ``narrow_range`` must be a Python bool and
+  ``num_bits`` an int (an integral float is accepted), as TF.
+- ``..._per_channel`` with a rank-0 input raises ValueError (TF's kernel
+  aborts the process).
+- The ``name`` argument is accepted and ignored.
+"""
+import numbers
+
+import numpy as np
+
+from .. import _arrays as A
+from .. import qparams as Q
+from ..ops import NUDGED_DIVIDE, NUDGED_TF, _nudged, ste_backward
+
+__all__ = [
+    "fake_quant_with_min_max_args", "fake_quant_with_min_max_args_gradient",
+    "fake_quant_with_min_max_vars", "fake_quant_with_min_max_vars_gradient",
+    "fake_quant_with_min_max_vars_per_channel",
+    "fake_quant_with_min_max_vars_per_channel_gradient",
+]
+
+F32 = np.float32
+
+
+# ------------------------------------------------------------- conversions
+def _tensor(x, op):
+    """A float32 array, as tf.convert_to_tensor(x, tf.float32)."""
+    A.require_cpu(x, op)
+    try:
+        arr = np.asarray(x)
+        if arr.dtype.kind not in "biuf":
+            raise TypeError
+        return np.asarray(arr, dtype=F32)
+    except (TypeError, ValueError):
+        raise TypeError(f"{op}: cannot convert {x!r} to a float32 tensor") from None
+
+
+def _num_bits(num_bits):
+    if isinstance(num_bits, (bool, np.bool_)):
+        num_bits = int(num_bits)
+    elif isinstance(num_bits, numbers.Integral):
+        num_bits = int(num_bits)
+    elif isinstance(num_bits, numbers.Real) and float(num_bits).is_integer():
+        num_bits = int(num_bits)
+    else:
+        raise TypeError(f"Expected int for argument 'num_bits' not {num_bits!r}.")
+    if not 2 <= num_bits <= 16:
+        raise ValueError("num_bits must be between 2 and 16, inclusive")
+    return num_bits
+
+
+def _narrow(narrow_range):
+    if not isinstance(narrow_range, bool):
+        raise TypeError(f"Expected bool for argument 'narrow_range' not {narrow_range!r}.")
+    return narrow_range
+
+
+def _attr_float(value, name, default):
+    if value is None:
+        return F32(default)
+    if not isinstance(value, (numbers.Real, np.bool_)):
+        raise TypeError(f"Expected float for argument '{name}' not {value!r}.")
+    return F32(float(value))
+
+
+def _tf_float(v):
+    """A float as TF's StrCat prints it (6 significant digits when exact)."""
+    v = F32(v)
+    if np.isnan(v):
+        return "nan"
+    if np.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    s = "%.6g" % float(v)
+    return s if F32(float(s)) == v else "%.9g" % float(v)
+
+
+def _range(num_bits, narrow_range):
+    nb = _num_bits(num_bits)
+    return (1 if _narrow(narrow_range) else 0), 2 ** nb - 1
+
+
+def _vars_minmax(min, max, rank, op):
+    mn = _tensor(min, op)
+    mx = _tensor(max, op)
+    for name, v in (("min", mn), ("max", mx)):
+        if v.ndim != rank:
+            raise ValueError(f"`{name}` must be rank {rank} but is rank {v.ndim}")
+    return mn, mx
+
+
+def _same_size(g, x, op, args_op=False):
+    if g.shape != x.shape:
+        if args_op:
+            raise ValueError(
+                f"Inputs to operation {op} of type {op} must have the same size and shape.  "
+                f"Input 0: [{','.join(map(str, g.shape))}] != input 1: "
+                f"[{','.join(map(str, x.shape))}]")
+        raise ValueError("gradient and input must be the same size")
+
+
+def _channels(x, mn, mx):
+    if x.ndim == 0:
+        raise ValueError("Shape must be at least rank 1 but is rank 0")
+    depth = x.shape[-1]
+    for name, v in (("min", mn), ("max", mx)):
+        if v.shape[0] != depth:
+            raise ValueError(f"{name} has incorrect size, expected {depth} was {v.shape[0]}")
+    return x.ndim - 1
+
+
+# ------------------------------------------------------------ kernels' use
+def _forward(x, mn, mx, qmin, qmax, mode, axis, op, want_mask=False):
+    nmin, nmax, scale, inv, qz = Q.nudge_tensorflow(mn, mx, qmin, qmax)
+    return _nudged(x, nmin, nmax, scale, inv, qz, mode, axis, None, want_mask, op), (nmin, nmax)
+
+
+def _outside_sums(g, x, nmin, nmax, axis):
+    """(sum g[x < nmin], sum g[x > nmax]) as TF: g * mask, float32, from +0."""
+    if axis is None:
+        below = ste_backward(g, x < nmin[0])
+        above = ste_backward(g, x > nmax[0])
+        return (np.sum(below, dtype=F32, initial=F32(0)).astype(F32)[()],
+                np.sum(above, dtype=F32, initial=F32(0)).astype(F32)[()])
+    below = ste_backward(g, x < nmin).reshape(-1, x.shape[-1])
+    above = ste_backward(g, x > nmax).reshape(-1, x.shape[-1])
+    return (np.sum(below, axis=0, dtype=F32, initial=F32(0)).astype(F32),
+            np.sum(above, axis=0, dtype=F32, initial=F32(0)).astype(F32))
+
+
+# ------------------------------------------------------------------- args
+def fake_quant_with_min_max_args(inputs, min=-6, max=6, num_bits=8, narrow_range=False,
+                                 name=None):
+    """Fake-quantize ``inputs`` into the nudged ``[min, max]`` (attributes).
+
+    ``y = floor(f32(t - quant_zero) + 0.5) * scale`` with
+    ``t = (clamp(x) - nudged_min) * inv``.  ValueError unless ``min < max``.
+    """
+    op = "FakeQuantWithMinMaxArgs"
+    mn, mx = _attr_float(min, "min", -6), _attr_float(max, "max", 6)
+    if not mn < mx:
+        raise ValueError(f"min has to be smaller than max, was: {_tf_float(mn)} >= "
+                         f"{_tf_float(mx)}")
+    qmin, qmax = _range(num_bits, narrow_range)
+    x = _tensor(inputs, op)
+    return _forward(x, mn, mx, qmin, qmax, NUDGED_TF, None, op)[0]
+
+
+def fake_quant_with_min_max_args_gradient(gradients, inputs, min=-6, max=6, num_bits=8,
+                                          narrow_range=False, name=None):
+    """``gradients`` where ``nudged_min <= inputs <= nudged_max``, else 0."""
+    op = "FakeQuantWithMinMaxArgsGradient"
+    mn, mx = _attr_float(min, "min", -6), _attr_float(max, "max", 6)
+    if not mn < mx:
+        raise ValueError(f"min has to be smaller than max, was: {_tf_float(mn)} >= "
+                         f"{_tf_float(mx)}")
+    qmin, qmax = _range(num_bits, narrow_range)
+    g, x = _tensor(gradients, op), _tensor(inputs, op)
+    _same_size(g, x, op, args_op=True)
+    (_, mask), _ = _forward(x, mn, mx, qmin, qmax, NUDGED_TF, None, op, want_mask=True)
+    return ste_backward(g, mask)
+
+
+# ------------------------------------------------------------------- vars
+def fake_quant_with_min_max_vars(inputs, min, max, num_bits=8, narrow_range=False, name=None):
+    """Fake-quantize ``inputs`` into the nudged ``[min, max]`` (rank-0 tensors).
+
+    ``t = (clamp(x) - nudged_min) / scale``.  ``min == max == 0`` gives zeros.
+    """
+    op = "FakeQuantWithMinMaxVars"
+    qmin, qmax = _range(num_bits, narrow_range)
+    x = _tensor(inputs, op)
+    mn, mx = _vars_minmax(min, max, 0, op)
+    if mn == 0 and mx == 0:
+        return np.zeros_like(x)
+    return _forward(x, mn, mx, qmin, qmax, NUDGED_TF | NUDGED_DIVIDE, None, op)[0]
+
+
+def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=8,
+                                          narrow_range=False, name=None):
+    """``(backprops_wrt_input, backprop_wrt_min, backprop_wrt_max)``.
+
+    ``dx = g * (nudged_min <= x <= nudged_max)``; ``d_min`` / ``d_max`` are
+    the float32 sums of ``g`` below / above the nudged range (0-d arrays).
+    """
+    op = "FakeQuantWithMinMaxVarsGradient"
+    qmin, qmax = _range(num_bits, narrow_range)
+    g, x = _tensor(gradients, op), _tensor(inputs, op)
+    _same_size(g, x, op)
+    mn, mx = _vars_minmax(min, max, 0, op)
+    if mn == 0 and mx == 0:
+        return g.copy(), np.zeros((), F32), np.zeros((), F32)
+    (_, mask), (nmin, nmax) = _forward(x, mn, mx, qmin, qmax, NUDGED_TF | NUDGED_DIVIDE, None,
+                                       op, want_mask=True)
+    dmin, dmax = _outside_sums(g, x, nmin, nmax, None)
+    return ste_backward(g, mask), np.asarray(dmin, F32), np.asarray(dmax, F32)
+
+
+# ------------------------------------------------------------ per channel
+def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narrow_range=False,
+                                             name=None):
+    """Per-channel fake quantization along the last axis of ``inputs``.
+
+    ``min`` / ``max`` have shape ``[d]``, ``d = inputs.shape[-1]``;
+    ``t = (clamp(x) - nudged_min) * inv``; channels with
+    ``min == max == 0`` give zeros.
+    """
+    op = "FakeQuantWithMinMaxVarsPerChannel"
+    qmin, qmax = _range(num_bits, narrow_range)
+    x = _tensor(inputs, op)
+    mn, mx = _vars_minmax(min, max, 1, op)
+    axis = _channels(x, mn, mx)
+    y = _forward(x, mn, mx, qmin, qmax, NUDGED_TF, axis, op)[0]
+    zero = (mn == 0) & (mx == 0)
+    if zero.any():
+        y[..., zero] = 0
+    return y
+
+
+def fake_quant_with_min_max_vars_per_channel_gradient(gradients, inputs, min, max, num_bits=8,
+                                                      narrow_range=False, name=None):
+    """``(backprops_wrt_input, backprop_wrt_min[d], backprop_wrt_max[d])``, per
+    channel along the last axis (see :func:`fake_quant_with_min_max_vars_gradient`)."""
+    op = "FakeQuantWithMinMaxVarsPerChannelGradient"
+    qmin, qmax = _range(num_bits, narrow_range)
+    g, x = _tensor(gradients, op), _tensor(inputs, op)
+    _same_size(g, x, op)
+    mn, mx = _vars_minmax(min, max, 1, op)
+    axis = _channels(x, mn, mx)
+    (_, mask), (nmin, nmax) = _forward(x, mn, mx, qmin, qmax, NUDGED_TF, axis, op,
+                                       want_mask=True)
+    dx = ste_backward(g, mask)
+    dmin, dmax = _outside_sums(g, x, nmin, nmax, axis)
+    zero = (mn == 0) & (mx == 0)
+    if zero.any():
+        dx[..., zero] = g[..., zero]
+        dmin[zero] = 0
+        dmax[zero] = 0
+    return dx, dmin, dmax
