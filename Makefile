@@ -21,7 +21,7 @@ venv: $(VENV)/.created
 
 # Editable install with the test extras; rebuilt when a C/Cython source changes.
 $(VENV)/.installed: $(VENV)/.created $(SOURCES)
-	$(PIP) install --no-build-isolation -e ".[test,torch,demo,cli]"
+	$(PIP) install --no-build-isolation -e ".[test,torch,demo,cli,tensorflow]"
 	touch $@
 
 install: $(VENV)/.installed

@@ -26,13 +26,13 @@ __all__ = [
 ROUND_HALF_EVEN, ROUND_HALF_UP, ROUND_HALF_AWAY = 0, 1, 2
 ZP_BEFORE, DIVIDE, DEQUANT_WIDE = 4, 8, 16
 NF_PROPAGATE, NF_NAN_TO_QMIN, NF_INT64 = 0, 32, 64
-OUTPUT_Q = 128
+OUTPUT_Q, NO_ZERO_POINT = 128, 256
 NUDGED_DIVIDE, NUDGED_TF = 1, 2
 MM_NAN, MM_NEGZERO, MM_POSZERO = 1, 2, 4
 
 ROUNDING = {"half_even": ROUND_HALF_EVEN, "half_up": ROUND_HALF_UP,
             "half_away": ROUND_HALF_AWAY}
-ZERO_POINT_ADD = {"after_rounding": 0, "before_rounding": ZP_BEFORE}
+ZERO_POINT_ADD = {"after_rounding": 0, "before_rounding": ZP_BEFORE, "none": NO_ZERO_POINT}
 SCALE_OP = {"mul_inverse": 0, "div": DIVIDE}
 NONFINITE = {"propagate": NF_PROPAGATE, "nan_to_qmin": NF_NAN_TO_QMIN, "int64": NF_INT64}
 NUDGED_FORMULA = {"tensorflow": NUDGED_TF, "mindspore": 0}
@@ -192,6 +192,10 @@ def _affine_params(x, scale, zero_point, quant_min, quant_max, axis, zero_point_
         if not (np.floor(z) == z).all():
             raise ValueError(f"{func}: zero_point must be integral when added after rounding "
                              f"(zero_point_add='after_rounding'), got {z.tolist()}")
+    elif zero_point_add == "none":
+        if (z != 0).any():
+            raise ValueError(f"{func}: zero_point must be 0 with zero_point_add='none', got "
+                             f"{z.tolist()}")
     elif not np.isfinite(z).all():
         raise ValueError(f"{func}: zero_point must be finite, got {z.tolist()}")
     return arr, axis, qmin, qmax, s, z
@@ -210,8 +214,10 @@ def fake_quant(x, scale, zero_point, quant_min, quant_max, *, axis=None, roundin
              = x / scale                  (scale_op="div")
         q_f  = round(v) + zero_point      (zero_point_add="after_rounding")
              = round(v + zero_point)      (zero_point_add="before_rounding")
+             = round(v)                   (zero_point_add="none": symmetric, no
+                                           zero-point arithmetic, -0.0 stays -0.0)
         q    = clamp(q_f, quant_min, quant_max)
-        out  = (q - zero_point) * scale
+        out  = (q - zero_point) * scale   (q * scale with "none")
 
     Parameters
     ----------
@@ -220,7 +226,8 @@ def fake_quant(x, scale, zero_point, quant_min, quant_max, *, axis=None, roundin
     scale, zero_point : float or array
         One value per tensor (``axis=None``) or ``x.shape[axis]`` values.
         scale must be finite and > 0.  With ``zero_point_add="after_rounding"``
-        the zero point must be an integer in ``[quant_min, quant_max]``.
+        the zero point must be an integer in ``[quant_min, quant_max]``; with
+        ``"none"`` it must be 0.
     quant_min, quant_max : int
         The integer range, ``quant_min < quant_max``.
     axis : int or None

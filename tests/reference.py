@@ -48,7 +48,9 @@ def affine(x, scale, zp, qmin, qmax, rounding="half_even", zero_point_add="after
         z = rnd(zp)
         inv = rnd(1.0 / s)
         v = rnd(x / s) if scale_op == "div" else rnd(x * inv)
-        if zero_point_add == "before_rounding":
+        if zero_point_add == "none":
+            qf = round_value(v, rounding, rnd)
+        elif zero_point_add == "before_rounding":
             qf = round_value(rnd(v + z), rounding, rnd)
         else:
             qf = rnd(round_value(v, rounding, rnd) + z)
@@ -64,7 +66,7 @@ def affine(x, scale, zp, qmin, qmax, rounding="half_even", zero_point_add="after
             q = np.where(q < qmax, q, qmax)
         if output_q:
             return q, mask
-        out = rnd(rnd(q - z) * s)
+        out = rnd(q * s) if zero_point_add == "none" else rnd(rnd(q - z) * s)
     return out, mask
 
 

@@ -280,8 +280,6 @@ def test_quantization_keeps_negative_zero():
     bits(FakeQuantization()(x[1:], 1.0, 0.0), [0, -0.0, 0])
 
 
-@pytest.mark.xfail(strict=True, reason="needs a symmetric recipe without zero-point "
-                   "arithmetic: q = clamp(rint(x / scale)), y = q * scale (see report)")
 def test_negative_zero_input_stays_negative_zero():
     # OneFlow: rint(-0.0 / s) = -0.0, y = -0.0 * s = -0.0; the core adds zp 0.0 first
     bits(FakeQuantization()(f32([-0.0]), 1.0, 0.0), [-0.0])

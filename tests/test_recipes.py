@@ -61,9 +61,11 @@ def affine_cases(draw, per_channel):
     axis = draw(st.integers(0, len(shape) - 1)) if per_channel else None
     C = shape[axis] if per_channel else 1
     qmin, qmax = draw(st.sampled_from(RANGES))
-    zp_add = draw(st.sampled_from(["after_rounding", "before_rounding"]))
+    zp_add = draw(st.sampled_from(["after_rounding", "before_rounding", "none"]))
     scale = np.array(draw(st.lists(scales, min_size=C, max_size=C)), np.float64)
-    if zp_add == "after_rounding":
+    if zp_add == "none":
+        zp = np.zeros(C)
+    elif zp_add == "after_rounding":
         lo, hi = max(qmin, -300), min(qmax, 300)
         zp = np.array(draw(st.lists(st.integers(lo, hi), min_size=C, max_size=C)), np.float64)
     else:

@@ -275,14 +275,13 @@ class FakeQuantization(_Module):
             if z.size != s.size:
                 raise ValueError(f"{cls}: zero_point has {z.size} values, scale {s.size}")
         else:
-            # zero point 0 added before rounding: +0.0 keeps rint(v) = -0.0
-            # in y = (q - 0) * s; Quantization returns q, where -0.0 keeps
-            # a -0.0 input's sign as well
-            z = np.full(s.size, -0.0 if self._output_q else 0.0)
+            # symmetric / cambricon: no zero point at all, q = rint(x / s),
+            # y = q * s (keeps a -0.0 input's sign, as OneFlow)
+            z = np.zeros(s.size)
         work = A.compute_dtype(x.dtype)
         lo, hi = self._bounds()
-        mode = affine_mode("half_even", "before_rounding", "div", "propagate",
-                           output_q=self._output_q, func=cls)
+        mode = affine_mode("half_even", "before_rounding" if affine else "none", "div",
+                           "propagate", output_q=self._output_q, func=cls)
         with np.errstate(all="ignore"):
             return _affine(x, s.astype(work), z.astype(work), lo, hi, mode, axis, None, False,
                            cls)

@@ -52,7 +52,10 @@
 #define QC_NF_MASK 96
 /* return q itself (quantize) instead of the dequantised value */
 #define QC_OUTPUT_Q 128
-#define QC_AFFINE_MODES 256 /* number of distinct mode words */
+/* no zero point at all: q_f = round(v), y = q * scale (keeps -0.0; OneFlow
+   symmetric / cambricon) */
+#define QC_NO_ZERO_POINT 256
+#define QC_AFFINE_MODES 512 /* number of distinct mode words */
 
 /* Mode bits of the nudged recipe (TensorFlow / MindSpore). */
 #define QC_NUDGED_DIVIDE 1 /* t = (xc - nmin) / scale instead of * inv     */
@@ -77,16 +80,19 @@
                                                                                \
   /* Affine fake quantization of one element.                                 \
    *   v   = x * inv            (x / scale with QC_DIVIDE)                     \
-   *   q_f = round(v) + zp      (round(v + zp) with QC_ZP_BEFORE)              \
+   *   q_f = round(v) + zp      (round(v + zp) with QC_ZP_BEFORE; round(v)    \
+   *                            with QC_NO_ZERO_POINT)                          \
    *   q   = clamp(q_f, qmin, qmax), non-finite q_f per QC_NF_*               \
-   *   y   = (q - zp) * scale   (in double with QC_DEQUANT_WIDE; y = q with   \
-   *                             QC_OUTPUT_Q)                                   \
+   *   y   = (q - zp) * scale   (in double with QC_DEQUANT_WIDE; q * scale     \
+   *                             with QC_NO_ZERO_POINT; y = q with QC_OUTPUT_Q) \
    *   mask = qmin <= q_f <= qmax   (false for NaN / inf)                      \
    */                                                                          \
   QC_HD T qc_fq_affine_##SFX(T x, T scale, T inv, T zp, T qmin, T qmax,        \
                              int mode, unsigned char *mask) {                  \
     T v = (mode & QC_DIVIDE) ? x / scale : x * inv;                            \
-    T qf = (mode & QC_ZP_BEFORE)                                               \
+    T qf = (mode & QC_NO_ZERO_POINT)                                           \
+               ? qc_round_##SFX(v, mode & QC_ROUND_MASK)                       \
+           : (mode & QC_ZP_BEFORE)                                             \
                ? qc_round_##SFX(v + zp, mode & QC_ROUND_MASK)                  \
                : qc_round_##SFX(v, mode & QC_ROUND_MASK) + zp;                 \
     T q;                                                                       \
@@ -104,6 +110,10 @@
       q = qc_clamp_##SFX(qf, qmin, qmax);                                      \
     }                                                                          \
     if (mode & QC_OUTPUT_Q) return q;                                          \
+    if (mode & QC_NO_ZERO_POINT) {                                             \
+      if (mode & QC_DEQUANT_WIDE) return (T)((double)q * (double)scale);      \
+      return q * scale;                                                        \
+    }                                                                          \
     if (mode & QC_DEQUANT_WIDE)                                                \
       return (T)(((double)q - (double)zp) * (double)scale);                   \
     return (q - zp) * scale;                                                   \
