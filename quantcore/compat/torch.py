@@ -1,0 +1,1468 @@
+"""PyTorch 2.13 ``torch.ao.quantization`` on numpy arrays (CPU, x86-64).
+
+Observers, fake-quantize modules and the fake-quant functions of
+``torch.ao.quantization`` as plain Python classes over numpy arrays, bit for
+bit with torch 2.13.0+cpu on x86-64 (spec/torch.md; DECISIONS.md "PyTorch").
+Torch dtypes and qschemes are given as strings (``"quint8"``,
+``"torch.per_channel_symmetric"``, ...).  This layer only translates
+arguments: per-element work goes through :func:`quantcore.ops._affine`,
+statistics through :mod:`quantcore.observers` / :func:`quantcore.minmax`,
+qparams through :mod:`quantcore.qparams`.
+
+Exceptions: where torch raises ``AssertionError`` this layer raises
+``ValueError`` (same message); torch ``RuntimeError`` from argument checks
+becomes ``ValueError`` (``TypeError`` for a wrong dtype);
+``NotImplementedError``, ``IndexError`` and ``TypeError`` are kept.
+
+Torch quirks reproduced
+-----------------------
+* Observer qparams (torch.md 1.4): true division (not multiply by the
+  reciprocal), no ``min == max`` special case, ``[0, 0]`` gives scale eps;
+  affine zero point int32, symmetric int64, float_qparams float32;
+  symmetric zp 128 for quint8/uint8 default range even with
+  ``reduce_range`` (so uint8 + symmetric + reduce_range gives range (0, 127)
+  with zp 128), ``(qmin + qmax) // 2`` with a custom range, 32768 for uint16;
+  x86 NaN/inf -> INT32_MIN conversion with int32 wrap (NaN gives zp
+  ``clamp(qmin - INT32_MIN)``); ``min > max`` raises (also min=+inf with a
+  finite max), NaN never trips it; defaults ``([1.0], [0])`` with torch's
+  warning before any data.
+* Ranges: custom range only when both ends are given, validated in torch's
+  order with torch's messages; ``reduce_range`` floors a custom range
+  (``(qmin // 2, qmax // 2)``), is ignored for 16/32-bit types, emits
+  torch's ``UserWarning`` text (with its embedded run of spaces); the
+  4-bit / float8 fall-back range (0, 15).
+* Observers cast x to float32 before reducing; NaN propagates into min/max
+  and stays; the moving average is ``m + c * (x - m)`` in float32 (c = 1 is
+  not memoryless); the per-tensor first-call rule is exactly
+  ``min_val == +inf and max_val == -inf`` (a state with one infinite side
+  averages into NaN); per-channel first call is "buffers empty"; per-channel
+  observers need ``x.ndim >= 2`` (IndexError); ``averaging_constant`` is
+  not range-checked.
+* ``is_dynamic``: MovingAverageMinMaxObserver only with averaging_constant
+  == 1; per-channel and histogram observers refuse it (NotImplementedError).
+* FakeQuantize: range checks against ``iinfo(dtype)`` (dtype from the
+  kwargs or the ``with_args`` partial's own keywords, as torch), then the
+  observer may change the range (``default_fake_quant`` is (0, 127)); qparams
+  are recomputed even when fake quant is disabled; the per-tensor path uses
+  the tensor-qparams op (zero point truncated to int, not range checked);
+  a per-channel FakeQuantize with a negative ``ch_axis`` fails in forward;
+  an empty input copies the default qparams (with the warning).
+* Fake-quant kernels: ``inv = f32(1 / f32(scale))``, multiply not divide;
+  integer zp added after rounding (float zp before, per channel); per
+  tensor NaN and -inf map to qmin and +inf to qmax; per channel NaN and
+  both infinities map to qmin (x86 int64 conversion); the mask uses the
+  pre-clamp value; no scale check (scale 0 gives +-0 outputs, negative
+  scales are used as is); per-channel rejects int64 zero points and a
+  negative axis; float16 computes in float32.
+* Learnable (LSQ): forward zp ``nearbyint`` + clamp; per-tensor backward zp
+  ``trunc(clamp(f32(zp + 0.5)))`` (differs from the forward zp); the
+  backward kernel's FMA contraction: ``xq = rint(fmaf(x, inv, zb))`` (zb
+  added before rounding, one rounding) and ``xfq - x = fmaf(q - zb, s, -x)``;
+  dX not scaled by grad_factor; float32-only backward; a 1-D input gives 0-d
+  per-channel gradient sums; the empty-input backward bug returns
+  ``(x, scale, zero_point)``.
+* fused_moving_avg_obs_fake_quant: each running side resets independently
+  when infinite; ChooseQuantizationParams (:func:`quantcore.qparams.
+  choose_qparams_fused`: double scale rounded once, 0.1 fallback, 6.1e-5
+  floor, sparsity-preserving symmetric range with /(range/2) not /127.5,
+  affine on one-signed data, torch's int32 arithmetic: the int32 range
+  wraps ``qmax - qmin`` to -1 and ``abs(INT32_MIN)`` stays negative); fake
+  quant off returns a copy and leaves scale / zero_point untouched; float32
+  input only; per-row only on axis 0, empty running buffers resize all four
+  buffers to [C] (torch leaves the new scale / zero_point elements
+  uninitialized; here they repeat the first value), a [1] scale with sized
+  running buffers raises IndexError; int64 enable flags in
+  FusedMovingAvgObsFakeQuantize.
+
+Not reproduced (consciously)
+----------------------------
+Pending core kernel modes (tests xfail(strict=True) until the core has them):
+
+* float64 input to the fake-quant functions: torch rounds
+  ``double(x) * double(f32(1/f32(s)))`` in double but (per tensor)
+  dequantizes in float32; the core computes ``1/s`` and everything in
+  float64 (results differ in the last bits).
+* Per channel with a float zero point torch rounds ``fmaf(x, inv, zp)``
+  (FMA contraction); the core rounds ``f32(f32(x * inv) + zp)``: results
+  differ when the fused value lies within an ulp of a tie.
+* int32 ranges: torch dequantizes with the exact integer ``q - zp`` and
+  (per channel) clamps q in int64 against the exact ``quant_max``; the core
+  holds zp and the bounds in the compute dtype (float32 cannot hold
+  ``2**31 - 1`` or zero points beyond ``2**24``).
+* The LSQ backward has no core kernel: its FMA-fused values and gradient
+  products are evaluated here in numpy (rounding and the int64 conversion
+  go through ``_affine``).
+* bfloat16 (numpy has no bfloat16).
+* Signed zeros in observer min/max state (quantcore orders -0.0 < +0.0;
+  torch's aminmax order is an implementation detail); qparams never differ.
+* Per-channel state broadcasting when a later batch has 1 channel (or the
+  state has 1): torch broadcasts, quantcore raises ValueError.
+* HistogramObserver with NaN input raises ValueError (torch stores a NaN
+  range); float8 dtypes are accepted by observers but FakeQuantize range
+  checks on them raise TypeError, as torch's iinfo does.
+* Autograd: ``backward(grad_output)`` of the modules gives the input
+  gradient of the last forward (STE mask, or identity when fake quant was
+  off); requires-grad errors of torch have no equivalent.
+* LSQ backward sums dScale / dZeroPoint in float64 then rounds to float32
+  (torch's float32 cascade sum differs by a few ulp).
+"""
+import functools
+import numbers
+import warnings
+
+import numpy as np
+
+from .. import _arrays as A
+from .. import observers as _obs
+from .. import ops as _ops
+from .. import qparams as Q
+from ..ops import _affine, affine_mode
+
+F32 = np.float32
+
+__all__ = [
+    "MinMaxObserver", "MovingAverageMinMaxObserver", "PerChannelMinMaxObserver",
+    "MovingAveragePerChannelMinMaxObserver", "HistogramObserver", "FixedQParamsObserver",
+    "FakeQuantize", "FixedQParamsFakeQuantize", "FusedMovingAvgObsFakeQuantize",
+    "fake_quantize_per_tensor_affine", "fake_quantize_per_tensor_affine_cachemask",
+    "fake_quantize_per_channel_affine", "fake_quantize_per_channel_affine_cachemask",
+    "fake_quantize_learnable_per_tensor_affine",
+    "fake_quantize_learnable_per_tensor_affine_backward",
+    "fake_quantize_learnable_per_channel_affine",
+    "fake_quantize_learnable_per_channel_affine_backward",
+    "fused_moving_avg_obs_fake_quant",
+    "enable_fake_quant", "disable_fake_quant", "enable_observer", "disable_observer",
+    "default_observer", "default_weight_observer", "default_per_channel_weight_observer",
+    "weight_observer_range_neg_127_to_127", "per_channel_weight_observer_range_neg_127_to_127",
+    "default_histogram_observer", "default_float_qparams_observer",
+    "default_float_qparams_observer_4bit", "default_fixed_qparams_range_neg1to1_observer",
+    "default_fixed_qparams_range_0to1_observer", "default_symmetric_fixed_qparams_observer",
+    "default_affine_fixed_qparams_observer",
+    "default_fake_quant", "default_weight_fake_quant", "default_dynamic_fake_quant",
+    "default_per_channel_weight_fake_quant", "default_embedding_fake_quant",
+    "default_embedding_fake_quant_4bit", "default_histogram_fake_quant",
+    "default_fixed_qparams_range_neg1to1_fake_quant",
+    "default_fixed_qparams_range_0to1_fake_quant",
+    "default_symmetric_fixed_qparams_fake_quant", "default_affine_fixed_qparams_fake_quant",
+    "default_fused_act_fake_quant", "default_fused_wt_fake_quant",
+    "default_fused_per_channel_wt_fake_quant", "fused_wt_fake_quant_range_neg_127_to_127",
+    "fused_per_channel_wt_fake_quant_range_neg_127_to_127",
+]
+
+# ------------------------------------------------------------ dtypes, schemes
+#: torch dtype name -> (iinfo min, iinfo max, bits); float8 has no iinfo
+_IINFO = {
+    "quint8": (0, 255, 8), "qint8": (-128, 127, 8), "qint32": (-2 ** 31, 2 ** 31 - 1, 32),
+    "quint4x2": (0, 255, 8), "int8": (-128, 127, 8), "uint8": (0, 255, 8),
+    "int16": (-2 ** 15, 2 ** 15 - 1, 16), "uint16": (0, 2 ** 16 - 1, 16),
+    "int32": (-2 ** 31, 2 ** 31 - 1, 32),
+}
+_OBSERVER_DTYPES = ("qint8", "quint8", "quint4x2", "qint32", "int8", "uint8", "int16",
+                    "int32", "float8_e5m2", "float8_e4m3fn", "uint16")
+_QSCHEMES = ("per_tensor_affine", "per_tensor_symmetric", "per_channel_affine",
+             "per_channel_symmetric", "per_channel_affine_float_qparams")
+
+_REDUCE_RANGE_WARNING = (
+    "Please use quant_min and quant_max to specify the range for observers."
+    "                     reduce_range will be deprecated in a future release of PyTorch.")
+_NO_DATA_WARNING = ("must run observer before calling calculate_qparams. "
+                    "Returning default values.")
+
+
+def _name(value, what):
+    """A dtype / qscheme string without its ``torch.`` prefix."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be given as a string such as 'quint8' or "
+                        f"'torch.per_tensor_affine', got {value!r}")
+    return value[6:] if value.startswith("torch.") else value
+
+
+def _dtype(value):
+    name = _name(value, "dtype")
+    if name not in _OBSERVER_DTYPES:
+        raise ValueError(f"Default Observer only works for {_OBSERVER_DTYPES} data type, "
+                         f"got {value!r}")
+    return name
+
+
+def _qscheme(value):
+    name = _name(value, "qscheme")
+    if name not in _QSCHEMES:
+        raise ValueError(
+            "Default Observer only works for per_tensor_affine, per_tensor_symmetric, "
+            "per_channel_affine, per_channel_symmetric and per_channel_float_qparams "
+            f"quantization scheme, got {value!r}")
+    return name
+
+
+def _is_per_tensor(q):
+    return q in ("per_tensor_affine", "per_tensor_symmetric")
+
+
+def _is_per_channel(q):
+    return q in ("per_channel_affine", "per_channel_symmetric",
+                 "per_channel_affine_float_qparams")
+
+
+def _is_symmetric(q):
+    return q in ("per_tensor_symmetric", "per_channel_symmetric")
+
+
+def _qrange(dtype, reduce_range, quant_min, quant_max):
+    """torch.ao.quantization.utils.validate_qmin_qmax + calculate_qmin_qmax."""
+    custom = quant_min is not None and quant_max is not None
+    if not custom:
+        if dtype in ("qint8", "int8"):
+            return (-64, 63) if reduce_range else (-128, 127), False
+        if dtype in ("quint8", "uint8"):
+            return (0, 127) if reduce_range else (0, 255), False
+        if dtype in ("qint32", "int32"):
+            return (-2 ** 31, 2 ** 31 - 1), False
+        if dtype == "uint16":
+            return (0, 2 ** 16 - 1), False
+        if dtype == "int16":
+            return (-2 ** 15, 2 ** 15 - 1), False
+        return (0, 15), False
+    qmin = A.as_int(quant_min, "quant_min", "torch observer")
+    qmax = A.as_int(quant_max, "quant_max", "torch observer")
+    if not qmin <= 0 <= qmax:
+        raise ValueError("Used-specified quantization range must include 0.")
+    if qmin >= qmax:
+        raise ValueError("qmin must be strictly less than qmax for user-specified "
+                         "quantization range.")
+    n = qmax - qmin + 1
+    if dtype in ("qint8", "int8") and not 0 < n <= 256:
+        raise ValueError("quantization range should be positive and not exceed the maximum "
+                         "bit range (=256).")
+    if dtype in ("qint32", "int32") and not 0 < n <= 2 ** 32:
+        raise ValueError("quantization range should be positive and not exceed the maximum "
+                         "bit range (=4294967296).")
+    if reduce_range:
+        qmin, qmax = qmin // 2, qmax // 2
+    return (qmin, qmax), True
+
+
+def _as_input(x, func):
+    """x as a float numpy array (integer / bool input read as float32, as
+    torch's ``x.to(torch.float32)``)."""
+    if isinstance(x, np.ndarray) and x.dtype.kind in "iub":
+        return x.astype(F32)
+    return A.as_float_array(x, "x", func)
+
+
+def _array(value, dtype, name, func):
+    try:
+        return np.array(value, dtype=dtype, copy=True)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{func}: {name} must be numeric, got {value!r}") from exc
+
+
+# ------------------------------------------------------------------ with_args
+class _PartialWrapper:
+    """torch's ``_PartialWrapper``: a chainable constructor with fixed
+    keyword arguments (``p`` is the ``functools.partial``) and, with
+    ``with_callable_args``, arguments computed at each construction."""
+
+    def __init__(self, p):
+        self.p = p
+        self.callable_args = {}
+
+    def __call__(self, *args, **keywords):
+        for name, fn in self.callable_args.items():
+            if name not in keywords:
+                keywords = {**keywords, name: fn()}
+        return self.p(*args, **keywords)
+
+    def __repr__(self):
+        return repr(self.p) + repr(self.callable_args)
+
+    def with_args(self, **kwargs):
+        return _with_args(self, **kwargs)
+
+    def with_callable_args(self, **kwargs):
+        result = _PartialWrapper(self.p)
+        result.callable_args = {**self.callable_args, **kwargs}
+        return result
+
+
+def _with_args(cls_or_self, **kwargs):
+    return _PartialWrapper(functools.partial(cls_or_self, **kwargs))
+
+
+def _with_callable_args(cls_or_self, **kwargs):
+    return _PartialWrapper(functools.partial(cls_or_self)).with_callable_args(**kwargs)
+
+
+# ------------------------------------------------------------ state helpers
+def _load_keys(module, state, strict, own):
+    """Check a flat state dict against ``own`` keys; return missing / unexpected."""
+    if not isinstance(state, dict) and not hasattr(state, "keys"):
+        raise TypeError(f"{type(module).__name__}.load_state_dict: expected a mapping of "
+                        f"arrays, got {type(state).__name__}")
+    keys = set(state.keys())
+    missing = [k for k in own if k not in keys]
+    unexpected = sorted(keys - set(own))
+    if strict and (missing or unexpected):
+        raise ValueError(f"Error(s) in loading state_dict for {type(module).__name__}: "
+                         f"Missing key(s): {missing}. Unexpected key(s): {unexpected}.")
+    return missing
+
+
+def _as_state_array(value, name, module):
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iufb":
+        raise ValueError(f"{type(module).__name__}.load_state_dict: {name} must be numeric, "
+                         f"got dtype {arr.dtype}")
+    return arr
+
+
+def _copy_into(module, name, value, shape=None, dtype=F32):
+    """torch's ``param.copy_(input_param)`` with its shape check."""
+    arr = _as_state_array(value, name, module)
+    cur = getattr(module, name)
+    want = cur.shape if shape is None else shape
+    if arr.shape != want:
+        raise ValueError(f"Error(s) in loading state_dict for {type(module).__name__}: size "
+                         f"mismatch for {name}: copying a param with shape {arr.shape} from "
+                         f"checkpoint, the shape in current model is {want}.")
+    return arr.astype(dtype, copy=True)
+
+
+class _Module:
+    """What the torch modules share: ``obj(x)`` is ``forward(x)``,
+    ``train`` / ``eval``, ``state_dict`` / ``load_state_dict``."""
+
+    training = True
+    _BUFFERS = ()
+
+    with_args = classmethod(_with_args)
+    with_callable_args = classmethod(_with_callable_args)
+
+    def __call__(self, x):
+        return self.forward(x)
+
+    def train(self, mode=True):
+        self.training = bool(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def _state_keys(self, prefix=""):
+        return [prefix + b for b in self._BUFFERS]
+
+    def _save(self, dest, prefix):
+        for b in self._BUFFERS:
+            dest[prefix + b] = np.array(getattr(self, b), copy=True)
+
+    def _load(self, state, prefix):
+        for b in self._BUFFERS:
+            if prefix + b in state:
+                setattr(self, b, _copy_into(self, b, state[prefix + b],
+                                            dtype=getattr(self, b).dtype))
+
+    def state_dict(self):
+        """Buffers as numpy arrays under torch's key names."""
+        d = {}
+        self._save(d, "")
+        return d
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Load a state dict with torch's keys (numpy arrays, e.g. from
+        ``numpy.load`` of an ``.npz`` or ``safetensors.numpy.load_file``)."""
+        _load_keys(self, state_dict, strict, self._state_keys())
+        self._load(state_dict, "")
+        return self
+
+
+# ----------------------------------------------------------------- observers
+class _UniformObserver(_Module):
+    """UniformQuantizationObserverBase: dtype, qscheme, range, eps."""
+
+    _BUFFERS = ("eps", "min_val", "max_val")
+
+    def __init__(self, dtype, qscheme, reduce_range, quant_min, quant_max, eps, is_dynamic):
+        self.dtype = _dtype(dtype)
+        self.is_dynamic = bool(is_dynamic)
+        if reduce_range:
+            warnings.warn(_REDUCE_RANGE_WARNING, UserWarning, stacklevel=4)
+        self.reduce_range = bool(reduce_range)
+        self.eps = np.array([eps], dtype=F32)
+        (self.quant_min, self.quant_max), self.has_customized_qrange = _qrange(
+            self.dtype, reduce_range, quant_min, quant_max)
+
+    def _check_symmetric_reduce(self, msg):
+        if _is_symmetric(self.qscheme) and self.reduce_range and self.dtype == "quint8":
+            raise NotImplementedError(msg)
+
+    # statistics live in a quantcore observer; min_val / max_val are its arrays
+    @property
+    def min_val(self):
+        return self._core.min_val
+
+    @min_val.setter
+    def min_val(self, value):
+        self._core.min_val = np.asarray(value, dtype=F32)
+
+    @property
+    def max_val(self):
+        return self._core.max_val
+
+    @max_val.setter
+    def max_val(self, value):
+        self._core.max_val = np.asarray(value, dtype=F32)
+
+    def _calculate_qparams(self, min_val, max_val):
+        """torch's ``_calculate_qparams`` through :mod:`quantcore.qparams`."""
+        mn = np.asarray(min_val, dtype=F32)
+        mx = np.asarray(max_val, dtype=F32)
+        if not _check_min_max_valid(mn, mx):
+            return np.array([1.0], dtype=F32), np.array([0], dtype=np.int64)
+        qmin, qmax, eps = self.quant_min, self.quant_max, float(self.eps[0])
+        if _is_symmetric(self.qscheme):
+            if self.dtype in ("quint8", "uint8"):
+                zp = (qmin + qmax) // 2 if self.has_customized_qrange else 128
+            elif self.dtype == "uint16":
+                zp = 2 ** 15
+            else:
+                zp = 0
+            return Q.symmetric_qparams(mn, mx, qmin, qmax, eps, zero_point=zp)
+        if self.qscheme == "per_channel_affine_float_qparams":
+            return Q.float_qparams(mn, mx, qmin, qmax, eps)
+        scale, zp = Q.affine_qparams(mn, mx, qmin, qmax, eps)
+        return scale, zp.astype(np.int32)
+
+    def calculate_qparams(self):
+        """``(scale, zero_point)`` from the running statistics."""
+        return self._calculate_qparams(self.min_val, self.max_val)
+
+    def _load(self, state, prefix):
+        if prefix + "eps" in state:
+            self.eps = _copy_into(self, "eps", state[prefix + "eps"])
+        for name in ("min_val", "max_val"):
+            if prefix + name in state:
+                shape = None if self._per_tensor else np.shape(state[prefix + name])
+                setattr(self, name, _copy_into(self, name, state[prefix + name], shape=shape))
+        self._sync_first()
+
+    def _sync_first(self):
+        """Tell the core observer whether the next batch is a first call."""
+        self._core.num_batches = 0 if self._is_first() else max(self._core.num_batches, 1)
+
+    def extra_repr(self):
+        return f"min_val={self.min_val}, max_val={self.max_val}"
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.extra_repr()})"
+
+
+def _check_min_max_valid(mn, mx):
+    """torch.ao.quantization.utils.check_min_max_valid."""
+    if mn.size == 0 or mx.size == 0:
+        warnings.warn(_NO_DATA_WARNING, UserWarning, stacklevel=4)
+        return False
+    if mn.ndim == 0 or mx.ndim == 0:
+        if mn == np.inf and mx == -np.inf:
+            warnings.warn(_NO_DATA_WARNING, UserWarning, stacklevel=4)
+            return False
+        if mn > mx:
+            raise ValueError(f"min {mn} should be less than max {mx}")
+    elif np.any(mn > mx):
+        raise ValueError(f"min {mn} should be less than max {mx}")
+    return True
+
+
+class MinMaxObserver(_UniformObserver):
+    """``torch.ao.quantization.MinMaxObserver``: running min / max per tensor."""
+
+    _per_tensor = True
+
+    def __init__(self, dtype="quint8", qscheme="per_tensor_affine", reduce_range=False,
+                 quant_min=None, quant_max=None, factory_kwargs=None,
+                 eps=float(np.finfo(np.float32).eps), is_dynamic=False):
+        qscheme = _qscheme(qscheme)
+        if not _is_per_tensor(qscheme):
+            raise NotImplementedError(
+                "MinMaxObserver's qscheme only support torch.per_tensor_symmetric "
+                "and torch.per_tensor_affine.")
+        self.qscheme = qscheme
+        super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, eps, is_dynamic)
+        self._core = self._make_core()
+        self._check_symmetric_reduce("Cannot reduce range for symmetric quantization for "
+                                     "quint8")
+
+    def _make_core(self):
+        return _obs.MinMaxObserver(axis=None, nan_policy="propagate")
+
+    def _is_first(self):
+        return bool(self.min_val == np.inf and self.max_val == -np.inf)
+
+    def forward(self, x_orig):
+        """Record x and return it."""
+        x = _as_input(x_orig, f"{type(self).__name__}.forward")
+        if x.size == 0:
+            return x_orig
+        self._sync_first()
+        self._core.update(x)
+        return x_orig
+
+    def reset_min_max_vals(self):
+        """Back to ``min_val = +inf``, ``max_val = -inf``."""
+        self._core.reset()
+
+
+class MovingAverageMinMaxObserver(MinMaxObserver):
+    """``torch.ao.quantization.MovingAverageMinMaxObserver``::
+
+        first call (min_val == +inf and max_val == -inf): min/max of x
+        later: m = f32(m + f32(f32(c) * f32(cur - m)))
+    """
+
+    def __init__(self, averaging_constant=0.01, dtype="quint8", qscheme="per_tensor_affine",
+                 reduce_range=False, quant_min=None, quant_max=None,
+                 eps=float(np.finfo(np.float32).eps), is_dynamic=False):
+        qscheme_name = _qscheme(qscheme)
+        if not _is_per_tensor(qscheme_name):
+            raise NotImplementedError(
+                "MovingAverageMinMaxObserver's qscheme only support torch.per_tensor_symmetric "
+                f"and torch.per_tensor_affine. but got: {qscheme}")
+        self.averaging_constant = averaging_constant
+        if is_dynamic and averaging_constant != 1:
+            raise NotImplementedError(
+                "MovingAverageMinMaxObserver doesn't support dynamic quantization for "
+                f"averaging constant of {averaging_constant}")
+        super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, None, eps,
+                         is_dynamic)
+
+    def _make_core(self):
+        core = _obs.MovingAverageMinMaxObserver(0.5, axis=None, nan_policy="propagate")
+        # torch does not range-check the constant: set it after construction
+        core.averaging_constant = float(self.averaging_constant)
+        return core
+
+
+class PerChannelMinMaxObserver(_UniformObserver):
+    """``torch.ao.quantization.PerChannelMinMaxObserver``: running min / max
+    per channel along ``ch_axis`` (x needs ndim >= 2)."""
+
+    _per_tensor = False
+
+    def __init__(self, ch_axis=0, dtype="quint8", qscheme="per_channel_affine",
+                 reduce_range=False, quant_min=None, quant_max=None, factory_kwargs=None,
+                 eps=float(np.finfo(np.float32).eps), is_dynamic=False):
+        qscheme = _qscheme(qscheme)
+        if not _is_per_channel(qscheme):
+            raise NotImplementedError(
+                "PerChannelMinMaxObserver's qscheme only support torch.per_channel_symmetric, "
+                "torch.per_channel_affine and torch.per_channel_affine_float_qparams.")
+        if is_dynamic:
+            raise NotImplementedError(
+                "PerChannelMinMaxObserver doesn't support dynamic quantization")
+        self.qscheme = qscheme
+        super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, eps, is_dynamic)
+        self.ch_axis = A.as_int(ch_axis, "ch_axis", type(self).__name__)
+        self._core = self._make_core()
+        self._check_symmetric_reduce("Cannot reduce range for symmetric quantization for "
+                                     "quint8")
+
+    def _make_core(self):
+        return _obs.MinMaxObserver(axis=0, nan_policy="propagate")
+
+    def _is_first(self):
+        return self.min_val.size == 0 or self.max_val.size == 0
+
+    def forward(self, x_orig):
+        """Record x (per channel) and return it."""
+        x = _as_input(x_orig, f"{type(self).__name__}.forward")
+        if x.size == 0:
+            return x_orig
+        if not -x.ndim <= self.ch_axis < x.ndim:
+            raise IndexError("list assignment index out of range")
+        if x.ndim < 2:
+            raise IndexError("Dimension out of range (expected to be in range of [-1, 0], "
+                             "but got 1)")
+        self._core.axis = self.ch_axis
+        self._sync_first()
+        self._core.update(x)
+        return x_orig
+
+    def reset_min_max_vals(self):
+        """Back to empty ``min_val`` / ``max_val``."""
+        self._core.reset()
+
+
+class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
+    """``torch.ao.quantization.MovingAveragePerChannelMinMaxObserver``."""
+
+    def __init__(self, averaging_constant=0.01, ch_axis=0, dtype="quint8",
+                 qscheme="per_channel_affine", reduce_range=False, quant_min=None,
+                 quant_max=None, eps=float(np.finfo(np.float32).eps), is_dynamic=False):
+        if not _is_per_channel(_qscheme(qscheme)):
+            raise NotImplementedError(
+                "MovingAveragePerChannelMinMaxObserver's qscheme only support "
+                "torch.per_channel_symmetric, torch.per_channel_affine and "
+                "torch.per_channel_affine_float_qparams.")
+        if is_dynamic:
+            raise NotImplementedError(
+                "MovingAveragePerChannelMinMaxObserver doesn't support dynamic quantization")
+        self.averaging_constant = averaging_constant
+        super().__init__(ch_axis, dtype, qscheme, reduce_range, quant_min, quant_max, None,
+                         eps, is_dynamic)
+
+    def _make_core(self):
+        core = _obs.MovingAverageMinMaxObserver(0.5, axis=0, nan_policy="propagate")
+        core.averaging_constant = float(self.averaging_constant)
+        return core
+
+
+class HistogramObserver(_UniformObserver):
+    """``torch.ao.quantization.HistogramObserver`` on
+    :class:`quantcore.calib.TorchHistogram` (histogram + greedy L2 search),
+    then the MinMax qparams of the searched range."""
+
+    _per_tensor = True
+    _BUFFERS = ("eps", "histogram", "min_val", "max_val")
+
+    def __init__(self, bins=2048, dtype="quint8", qscheme="per_tensor_affine",
+                 reduce_range=False, quant_min=None, quant_max=None, factory_kwargs=None,
+                 eps=float(np.finfo(np.float32).eps), is_dynamic=False):
+        qscheme = _qscheme(qscheme)
+        if not _is_per_tensor(qscheme):
+            raise NotImplementedError(
+                "HistogramObserver's qscheme only support torch.per_tensor_symmetric "
+                "and torch.per_tensor_affine.")
+        if is_dynamic:
+            raise NotImplementedError("HistogramObserver doesn't support dynamic quantization")
+        self.qscheme = qscheme
+        super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, eps, is_dynamic)
+        try:
+            from ..calib import TorchHistogram
+        except ImportError as exc:  # pragma: no cover - calib is part of the package
+            raise NotImplementedError("HistogramObserver needs quantcore.calib.TorchHistogram, "
+                                      "which is not available in this build") from exc
+        self.bins = bins
+        if self.dtype not in _IINFO:
+            raise TypeError(f"torch.iinfo() requires an integer input type, got {self.dtype}")
+        self.dst_nbins = 2 ** _IINFO[self.dtype][2]
+        self.upsample_rate = 16
+        self._hist = TorchHistogram(bins=bins, upsample_rate=self.upsample_rate)
+
+    @property
+    def histogram(self):
+        return self._hist.histogram
+
+    @histogram.setter
+    def histogram(self, value):
+        self._hist.histogram = np.asarray(value, dtype=F32)
+
+    @property
+    def min_val(self):
+        return np.asarray(self._hist.min_val, dtype=F32).reshape(())
+
+    @min_val.setter
+    def min_val(self, value):
+        self._hist.min_val = F32(np.asarray(value, dtype=F32).reshape(()))
+
+    @property
+    def max_val(self):
+        return np.asarray(self._hist.max_val, dtype=F32).reshape(())
+
+    @max_val.setter
+    def max_val(self, value):
+        self._hist.max_val = F32(np.asarray(value, dtype=F32).reshape(()))
+
+    def forward(self, x_orig):
+        """Add x to the histogram and return it."""
+        x = _as_input(x_orig, "HistogramObserver.forward")
+        if x.size == 0:
+            return x_orig
+        self._hist.collect(x.astype(F32, copy=False))
+        return x_orig
+
+    def calculate_qparams(self):
+        """Greedy L2 range search, then the MinMax qparams of that range."""
+        if self.min_val == np.inf and self.max_val == -np.inf:
+            warnings.warn("must run observer before calling calculate_qparams."
+                          "                                    Returning default scale and "
+                          "zero point ", UserWarning, stacklevel=2)
+            return np.array([1.0], dtype=F32), np.array([0], dtype=np.int64)
+        if self.bins != len(self.histogram):
+            raise ValueError("The number of bins in histogram should be equal to the number "
+                             "of bins supplied while making this observer")
+        new_min, new_max = self._hist.non_linear_param_search(self.dst_nbins)
+        return self._calculate_qparams(np.asarray(new_min, F32), np.asarray(new_max, F32))
+
+    def reset_min_max_vals(self):
+        raise NotImplementedError("Cannot reset min/max values in the given observer.")
+
+    def _load(self, state, prefix):
+        if prefix + "eps" in state:
+            self.eps = _copy_into(self, "eps", state[prefix + "eps"])
+        if prefix + "histogram" in state:
+            self.histogram = _as_state_array(state[prefix + "histogram"], "histogram",
+                                             self).astype(F32)
+        for name in ("min_val", "max_val"):
+            if prefix + name in state:
+                setattr(self, name, _as_state_array(state[prefix + name], name, self))
+
+
+class FixedQParamsObserver(_Module):
+    """``torch.ao.quantization.FixedQParamsObserver``: fixed ``scale``
+    (float32[1]) and ``zero_point`` (int32[1]); forward is the identity."""
+
+    _BUFFERS = ("scale", "zero_point")
+
+    def __init__(self, scale, zero_point, dtype="quint8", qscheme="per_tensor_affine",
+                 quant_min=0, quant_max=255, is_dynamic=False):
+        if is_dynamic:
+            raise NotImplementedError("FixedQParamsObserver doesn't support dynamic "
+                                      "quantization")
+        self.is_dynamic = False
+        self.quant_min = quant_min
+        self.quant_max = quant_max
+        self.scale = np.array([scale], dtype=F32)
+        self.zero_point = np.array([zero_point], dtype=np.int32)
+        self.dtype = _name(dtype, "dtype")
+        self.qscheme = _name(qscheme, "qscheme")
+
+    def forward(self, X):
+        return X
+
+    def calculate_qparams(self):
+        return self.scale, self.zero_point
+
+    def _load(self, state, prefix):
+        # in place: a FixedQParamsFakeQuantize shares these arrays
+        for b in self._BUFFERS:
+            if prefix + b in state:
+                new = _copy_into(self, b, state[prefix + b], dtype=getattr(self, b).dtype)
+                np.copyto(getattr(self, b), new)
+
+
+# ----------------------------------------------------------- fake quantize
+def _is_float_qparams(q):
+    return q == "per_channel_affine_float_qparams"
+
+
+class _FakeQuantizeBase(_Module):
+    _FLAG_DTYPE = np.uint8
+
+    def _init_flags(self):
+        self.fake_quant_enabled = np.array([1], dtype=self._FLAG_DTYPE)
+        self.observer_enabled = np.array([1], dtype=self._FLAG_DTYPE)
+
+    def enable_fake_quant(self, enabled=True):
+        self.fake_quant_enabled[0] = 1 if enabled else 0
+
+    def disable_fake_quant(self):
+        self.enable_fake_quant(False)
+
+    def enable_observer(self, enabled=True):
+        self.observer_enabled[0] = 1 if enabled else 0
+
+    def disable_observer(self):
+        self.enable_observer(False)
+
+    def backward(self, grad_output):
+        """Input gradient of the last forward: ``grad * mask`` (straight-through
+        estimator), or ``grad`` itself where fake quant was off."""
+        name = type(self).__name__
+        if not hasattr(self, "_last_mask"):
+            raise RuntimeError(f"{name}.backward: call forward first")
+        g = A.as_float_array(grad_output, "grad_output", f"{name}.backward")
+        mask = self._last_mask
+        if mask is None:
+            if g.shape != self._last_shape:
+                raise ValueError(f"{name}.backward: grad_output has shape {g.shape}, the last "
+                                 f"forward's input {self._last_shape}")
+            return g.copy()
+        if g.shape != mask.shape:
+            raise ValueError(f"{name}.backward: grad_output has shape {g.shape}, the last "
+                             f"forward's input {mask.shape}")
+        if g.size == 0:
+            return g
+        return _ops.ste_backward(g, mask)
+
+
+class FakeQuantize(_FakeQuantizeBase):
+    """``torch.ao.quantization.FakeQuantize``: observer + qparams + fake quant.
+
+    Buffers ``fake_quant_enabled`` / ``observer_enabled`` (uint8[1]),
+    ``scale`` (float32[1], [C] per channel after a forward), ``zero_point``
+    (int32, float32 for float_qparams); ``activation_post_process`` is the
+    observer.
+    """
+
+    def __init__(self, observer=MovingAverageMinMaxObserver, quant_min=None, quant_max=None,
+                 is_dynamic=False, **observer_kwargs):
+        self._init_flags()
+        if quant_min is not None and quant_max is not None:
+            if quant_min > quant_max:
+                raise ValueError("quant_min must be less than or equal to quant_max")
+            dtype = observer_kwargs.get("dtype", "quint8")
+            if hasattr(observer, "p"):
+                dtype = getattr(getattr(observer, "p", {}), "keywords", {}).get("dtype", dtype)
+            dname = _name(dtype, "dtype")
+            if dname not in _IINFO:
+                raise TypeError(f"torch.iinfo() requires an integer input type, got {dtype!r}")
+            lo, hi, _ = _IINFO[dname]
+            if lo > quant_min:
+                raise ValueError("quant_min out of bound")
+            if quant_max > hi:
+                raise ValueError("quant_max out of bound")
+            observer_kwargs.update({"quant_min": quant_min, "quant_max": quant_max})
+        observer_kwargs["is_dynamic"] = is_dynamic
+        self.activation_post_process = observer(**observer_kwargs)
+        app = self.activation_post_process
+        self.quant_min = app.quant_min
+        self.quant_max = app.quant_max
+        self.is_dynamic = app.is_dynamic
+        zp_dtype = F32 if _is_float_qparams(app.qscheme) else np.int32
+        self.scale = np.array([1.0], dtype=F32)
+        self.zero_point = np.array([0], dtype=zp_dtype)
+        self.dtype = app.dtype
+        self.qscheme = app.qscheme
+        self.ch_axis = app.ch_axis if hasattr(app, "ch_axis") else -1
+        if not (_is_per_channel(self.qscheme) or _is_per_tensor(self.qscheme)):
+            raise ValueError("Only per channel and per tensor quantization are supported in "
+                             f"fake quantize got qscheme: {self.qscheme}")
+        self.is_per_channel = _is_per_channel(self.qscheme)
+
+    def calculate_qparams(self):
+        return self.activation_post_process.calculate_qparams()
+
+    def _store_qparams(self, scale, zero_point):
+        scale = np.asarray(scale)
+        zero_point = np.asarray(zero_point)
+        if self.scale.shape != scale.shape:
+            self.scale = np.empty(scale.shape, dtype=F32)
+            self.zero_point = np.empty(zero_point.shape, dtype=self.zero_point.dtype)
+        np.copyto(self.scale, scale, casting="unsafe")
+        np.copyto(self.zero_point, zero_point, casting="unsafe")
+
+    def forward(self, X):
+        """Observe (if enabled), update scale / zero_point, fake-quantize (if enabled)."""
+        if self.observer_enabled[0] == 1:
+            self.activation_post_process(X)
+            self._store_qparams(*self.calculate_qparams())
+        self._last_shape = np.shape(X)
+        self._last_mask = None
+        if self.fake_quant_enabled[0] == 1:
+            app = self.activation_post_process
+            if self.is_per_channel:
+                X, self._last_mask = fake_quantize_per_channel_affine_cachemask(
+                    X, self.scale, self.zero_point, self.ch_axis, app.quant_min, app.quant_max)
+            else:
+                X, self._last_mask = _per_tensor_tensor_qparams(
+                    X, self.scale, self.zero_point, app.quant_min, app.quant_max)
+        return X
+
+    def _save(self, dest, prefix):
+        dest[prefix + "fake_quant_enabled"] = self.fake_quant_enabled.copy()
+        dest[prefix + "observer_enabled"] = self.observer_enabled.copy()
+        dest[prefix + "scale"] = self.scale.copy()
+        dest[prefix + "zero_point"] = self.zero_point.copy()
+        self.activation_post_process._save(dest, prefix + "activation_post_process.")
+
+    def _state_keys(self, prefix=""):
+        return ([prefix + k for k in ("fake_quant_enabled", "observer_enabled", "scale",
+                                      "zero_point")]
+                + self.activation_post_process._state_keys(prefix + "activation_post_process."))
+
+    def _load(self, state, prefix):
+        for name in ("fake_quant_enabled", "observer_enabled"):
+            if prefix + name in state:
+                np.copyto(getattr(self, name),
+                          _copy_into(self, name, state[prefix + name],
+                                     dtype=getattr(self, name).dtype))
+        if prefix + "scale" in state:
+            val = _as_state_array(state[prefix + "scale"], "scale", self)
+            self.scale = val.astype(F32, copy=True)
+        if prefix + "zero_point" in state:
+            val = _as_state_array(state[prefix + "zero_point"], "zero_point", self)
+            self.zero_point = val.astype(self.zero_point.dtype, copy=True)
+        self.activation_post_process._load(state, prefix + "activation_post_process.")
+
+    def extra_repr(self):
+        return (f"fake_quant_enabled={self.fake_quant_enabled}, "
+                f"observer_enabled={self.observer_enabled}, quant_min={self.quant_min}, "
+                f"quant_max={self.quant_max}, dtype={self.dtype}, qscheme={self.qscheme}, "
+                f"ch_axis={self.ch_axis}, scale={self.scale}, zero_point={self.zero_point}")
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.extra_repr()})"
+
+
+class FixedQParamsFakeQuantize(FakeQuantize):
+    """``torch.ao.quantization.FixedQParamsFakeQuantize``: shares the
+    FixedQParamsObserver's scale / zero_point arrays."""
+
+    def __init__(self, observer):
+        super().__init__(observer=observer)
+        if type(self.activation_post_process) is not FixedQParamsObserver:
+            raise ValueError(f"{type(self).__name__}'s observer must be a "
+                             "FixedQParamsObserver")
+        self._observer_ctr = observer
+        self.scale = self.activation_post_process.scale
+        self.zero_point = self.activation_post_process.zero_point
+        if not _is_per_tensor(self.qscheme):
+            raise ValueError("Only per tensor quantization is supported FixedQParamsFakeQuantize "
+                             f"module, got qscheme:{self.qscheme}")
+
+    def calculate_qparams(self):
+        return self.scale, self.zero_point
+
+    def _load(self, state, prefix):
+        for name in ("fake_quant_enabled", "observer_enabled", "scale", "zero_point"):
+            if prefix + name in state:
+                np.copyto(getattr(self, name),
+                          _copy_into(self, name, state[prefix + name],
+                                     dtype=getattr(self, name).dtype))
+        self.activation_post_process._load(state, prefix + "activation_post_process.")
+
+
+class FusedMovingAvgObsFakeQuantize(FakeQuantize):
+    """``torch.ao.quantization.FusedMovingAvgObsFakeQuantize``: one call of
+    :func:`fused_moving_avg_obs_fake_quant` per forward; int64 enable flags."""
+
+    _FLAG_DTYPE = np.int64
+
+    def __init__(self, observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255,
+                 **observer_kwargs):
+        super().__init__(observer, quant_min, quant_max, **observer_kwargs)
+        if not isinstance(self.activation_post_process,
+                          (MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver)):
+            raise ValueError("Fused observer+fake_quant module only works with "
+                             "MovingAverageMinMaxObserver")
+        self._init_flags()
+        self.is_symmetric_quant = _is_symmetric(self.activation_post_process.qscheme)
+
+    def forward(self, X):
+        app = self.activation_post_process
+        res = _fused(X, int(self.observer_enabled[0]), int(self.fake_quant_enabled[0]),
+                     app.min_val, app.max_val, self.scale, self.zero_point,
+                     app.averaging_constant, app.quant_min, app.quant_max, self.ch_axis,
+                     self.is_per_channel, self.is_symmetric_quant)
+        out, mask, rmin, rmax, scale, zp = res
+        app.min_val, app.max_val = rmin, rmax
+        if scale is not None:
+            self.scale, self.zero_point = scale, zp
+        self._last_shape = np.shape(X)
+        self._last_mask = mask
+        return out
+
+
+def _flag_call(attr, enabled):
+    def apply(mod):
+        if isinstance(mod, _FakeQuantizeBase):
+            getattr(mod, attr)(enabled)
+    return apply
+
+
+def enable_fake_quant(mod):
+    """``torch.ao.quantization.enable_fake_quant`` for one module."""
+    _flag_call("enable_fake_quant", True)(mod)
+
+
+def disable_fake_quant(mod):
+    _flag_call("enable_fake_quant", False)(mod)
+
+
+def enable_observer(mod):
+    _flag_call("enable_observer", True)(mod)
+
+
+def disable_observer(mod):
+    _flag_call("enable_observer", False)(mod)
+
+
+# ------------------------------------------------------- fake-quant kernels
+_MODE_PER_TENSOR = affine_mode(nonfinite="nan_to_qmin")
+_MODE_CHANNEL_INT = affine_mode(nonfinite="int64", dequant_wide=True)
+_MODE_CHANNEL_FLOAT = affine_mode(zero_point_add="before_rounding", nonfinite="int64",
+                                  dequant_wide=True)
+
+
+def _int_arg(value, name, func):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{func}(): argument '{name}' must be int, not {type(value).__name__}")
+    return int(value)
+
+
+def _fq_input(x, func):
+    arr = A.as_float_array(x, "x", func)
+    return arr
+
+
+def _per_tensor(x, scale, zp, qmin, qmax, func):
+    """Per-tensor kernel (torch.md 4.1); scale a float, zp an int."""
+    arr = _fq_input(x, func)
+    s = np.array([F32(scale)], dtype=np.float64)
+    z = np.array([zp], dtype=np.float64)
+    with np.errstate(all="ignore"):
+        return _affine(arr, s, z, qmin, qmax, _MODE_PER_TENSOR, None, None, True, func)
+
+
+def fake_quantize_per_tensor_affine_cachemask(x, scale, zero_point, quant_min, quant_max):
+    """``torch.ops.aten.fake_quantize_per_tensor_affine_cachemask`` -> (out, mask).
+
+    Python-number ``scale`` / ``zero_point``; arrays select the
+    tensor-qparams overload (see :func:`fake_quantize_per_tensor_affine`).
+    """
+    if isinstance(scale, np.ndarray) or isinstance(zero_point, np.ndarray):
+        return _per_tensor_tensor_qparams(x, scale, zero_point, quant_min, quant_max)
+    func = "fake_quantize_per_tensor_affine"
+    qmin = _int_arg(quant_min, "quant_min", func)
+    qmax = _int_arg(quant_max, "quant_max", func)
+    zp = _int_arg(zero_point, "zero_point", func)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"{func}(): argument 'scale' must be float, not {type(scale).__name__}")
+    if qmin > qmax:
+        raise ValueError("`quant_min` should be less than or equal to `quant_max`.")
+    if not qmin <= zp <= qmax:
+        raise ValueError("`zero_point` must be between `quant_min` and `quant_max`.")
+    return _per_tensor(x, float(scale), zp, qmin, qmax, func)
+
+
+def _per_tensor_tensor_qparams(x, scale, zero_point, quant_min, quant_max,
+                               fake_quant_enabled=1):
+    """``torch._fake_quantize_per_tensor_affine_cachemask_tensor_qparams``."""
+    func = "fake_quantize_per_tensor_affine"
+    qmin = _int_arg(quant_min, "quant_min", func)
+    qmax = _int_arg(quant_max, "quant_max", func)
+    if qmin > qmax:
+        raise ValueError("`quant_min` should be less than or equal to `quant_max`.")
+    s = np.asarray(scale)
+    z = np.asarray(zero_point)
+    if s.size != 1 or z.size != 1:
+        raise ValueError("a Tensor with more than one element cannot be converted to Scalar "
+                         f"(scale has {s.size}, zero_point {z.size} elements)")
+    arr = _fq_input(x, func)
+    if not fake_quant_enabled:
+        return arr, np.ones(arr.shape, dtype=np.bool_)
+    zv = z.reshape(-1)[0]
+    zp = int(zv) if z.dtype.kind in "iub" else int(np.trunc(np.float64(F32(zv))))
+    return _per_tensor(arr, float(F32(s.reshape(-1)[0])), zp, qmin, qmax, func)
+
+
+def fake_quantize_per_tensor_affine(x, scale, zero_point, quant_min, quant_max):
+    """``torch.fake_quantize_per_tensor_affine``.
+
+    With Python numbers (``scale: float, zero_point: int``): checks
+    ``quant_min <= quant_max`` and ``quant_min <= zero_point <= quant_max``
+    (no scale check).  With arrays (the ``tensor_qparams`` overload used by
+    FakeQuantize): one-element ``scale`` / ``zero_point``, the zero point
+    truncated to an int and not range-checked.  Per element, in float32::
+
+        q_f = zp + rint(x * f32(1 / f32(scale)))
+        q   = clamp(q_f, qmin, qmax)      NaN and -inf -> qmin, +inf -> qmax
+        out = f32(f32(q - zp) * scale)
+    """
+    return fake_quantize_per_tensor_affine_cachemask(x, scale, zero_point, quant_min,
+                                                     quant_max)[0]
+
+
+def _channel_params(arr, scale, zero_point, axis, qmin, qmax, func):
+    s = np.asarray(scale)
+    z = np.asarray(zero_point)
+    if s.dtype != np.float32:
+        raise TypeError(f"Scale must be Float, found {s.dtype}")
+    if z.dtype not in (np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.float16)):
+        raise TypeError(f"Zero-point must be Int32, Float or Half, found {z.dtype}")
+    if s.ndim != 1:
+        raise ValueError("scale should be a 1-D tensor")
+    if z.ndim != 1:
+        raise ValueError("zero point should be a 1-D tensor")
+    if s.size != z.size:
+        raise ValueError("scale and zero-point need to have the same dimensions")
+    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
+        raise TypeError(f"{func}(): argument 'axis' must be int, not {type(axis).__name__}")
+    if not 0 <= axis < max(arr.ndim, 1):
+        raise ValueError("`axis` must be between 0 and number of dimensions of input")
+    if arr.ndim and s.size != arr.shape[axis]:
+        raise ValueError("dimensions of scale and zero-point are not consistent with input "
+                         "tensor")
+    if qmin > qmax:
+        raise ValueError("`quant_min` should be less than or equal to `quant_max`.")
+    if z.dtype == np.int32 and z.size and (z.min() < qmin or z.max() > qmax):
+        raise ValueError("`zero_point` must be between `quant_min` and `quant_max`.")
+    return s, z
+
+
+def fake_quantize_per_channel_affine_cachemask(x, scale, zero_point, axis, quant_min,
+                                               quant_max):
+    """``torch.ops.aten.fake_quantize_per_channel_affine_cachemask`` -> (out, mask)."""
+    func = "fake_quantize_per_channel_affine"
+    qmin = _int_arg(quant_min, "quant_min", func)
+    qmax = _int_arg(quant_max, "quant_max", func)
+    arr = _fq_input(x, func)
+    s, z = _channel_params(arr, scale, zero_point, axis, qmin, qmax, func)
+    return _per_channel(arr, s, z, axis, qmin, qmax, func)
+
+
+def _per_channel(arr, s, z, axis, qmin, qmax, func):
+    """Per-channel kernel (torch.md 4.2) on validated parameters."""
+    mode = _MODE_CHANNEL_INT if z.dtype.kind in "iu" else _MODE_CHANNEL_FLOAT
+    if arr.size == 0:
+        return arr.copy(), np.zeros(arr.shape, dtype=np.bool_)
+    s64 = s.astype(np.float64)
+    z64 = z.astype(F32).astype(np.float64)
+    with np.errstate(all="ignore"):
+        if arr.ndim == 0:
+            return _affine(arr.reshape(1), s64, z64, qmin, qmax, mode, 0, None, True,
+                           func)[0].reshape(()), np.ones((), np.bool_)
+        return _affine(arr, s64, z64, qmin, qmax, mode, int(axis), None, True, func)
+
+
+def fake_quantize_per_channel_affine(x, scale, zero_point, axis, quant_min, quant_max):
+    """``torch.fake_quantize_per_channel_affine``.
+
+    ``scale`` float32[C]; ``zero_point`` int32 (range-checked), float32 or
+    float16 (not checked) [C]; ``axis >= 0``.  Per element, ``inv =
+    f32(1 / scale[c])``::
+
+        int zp:   q = int64(f32(zp + rint(f32(x * inv))))
+        float zp: q = int64(rint(f32(zp + f32(x * inv))))
+        (x86: NaN, +-inf -> INT64_MIN -> qmin)
+        out = (double(clamp(q)) - zp) * double(scale)   rounded to x's dtype
+    """
+    return fake_quantize_per_channel_affine_cachemask(x, scale, zero_point, axis, quant_min,
+                                                      quant_max)[0]
+
+
+# ---------------------------------------------------------- learnable (LSQ)
+def _lsq_check(quant_min, quant_max, func):
+    qmin = _int_arg(quant_min, "quant_min", func)
+    qmax = _int_arg(quant_max, "quant_max", func)
+    return qmin, qmax
+
+
+def fake_quantize_learnable_per_tensor_affine(x, scale, zero_point, quant_min, quant_max,
+                                              grad_factor=1.0):
+    """``torch._fake_quantize_learnable_per_tensor_affine``: zero point
+    ``int(clamp(nearbyint(zp[0]), qmin, qmax))``, then the per-tensor kernel."""
+    func = "fake_quantize_learnable_per_tensor_affine"
+    qmin, qmax = _lsq_check(quant_min, quant_max, func)
+    s = F32(np.asarray(scale, dtype=F32).reshape(-1)[0])
+    zf = F32(np.asarray(zero_point, dtype=F32).reshape(-1)[0])
+    zp = _clamp_trunc(np.rint(zf), qmin, qmax)
+    return fake_quantize_per_tensor_affine(x, float(s), zp, qmin, qmax)
+
+
+def _clamp_trunc(v, qmin, qmax):
+    """``int64(min(max(v, f32(qmin)), f32(qmax)))`` as torch's
+    ``_get_zero_point_from_tensor`` (float32, NaN -> INT64_MIN on x86)."""
+    v = F32(v)
+    lo, hi = F32(qmin), F32(qmax)
+    c = lo if v < lo else v
+    c = hi if hi < c else c
+    if not np.isfinite(c):
+        return -2 ** 63
+    return int(np.trunc(np.float64(c)))
+
+
+def fake_quantize_learnable_per_channel_affine(x, scale, zero_point, axis, quant_min,
+                                               quant_max, grad_factor=1.0):
+    """``torch._fake_quantize_learnable_per_channel_affine``: zero point
+    ``zp.round().clamp(qmin, qmax).int()``, then the per-channel kernel."""
+    func = "fake_quantize_learnable_per_channel_affine"
+    qmin, qmax = _lsq_check(quant_min, quant_max, func)
+    z = np.clip(np.rint(np.asarray(zero_point, dtype=F32)), F32(qmin), F32(qmax))
+    with np.errstate(invalid="ignore"):
+        zi = np.where(np.isfinite(z), z, -2.0 ** 31).astype(np.int32)
+    return fake_quantize_per_channel_affine(x, np.asarray(scale, dtype=F32), zi, axis, qmin,
+                                            qmax)
+
+
+def _lsq_grads(dY, x, s, zb, qmin, qmax, gf, axis, func):
+    """Per-element LSQ gradients (torch.md 5).
+
+    torch's CPU kernel is compiled with FMA contraction, so
+    ``xq = int64(rint(f32(fma(x, inv, zb))))`` and the in-range scale
+    gradient uses ``f32(fma(q - zb, s, -x))``; both fused values are
+    evaluated exactly in float64 and rounded once to float32 here, then
+    ``_affine`` (unit scale: rint, clamp, x86 int64 conversion, mask) gives
+    ``q`` and the in-range mask.  Every other product is float32, one
+    rounding each.
+    """
+    mode_q = affine_mode(nonfinite="int64", output_q=True)
+    with np.errstate(all="ignore"):
+        shape = [1] * x.ndim
+        if axis is not None:
+            shape[axis] = x.shape[axis]
+        s32 = s.astype(F32).reshape(shape)
+        z64 = zb.reshape(shape)
+        z32 = z64.astype(F32)         # the fma addend: zb as a float
+        inv = (F32(1) / s32).astype(F32)
+        t = (x.astype(np.float64) * inv.astype(np.float64) + z32).astype(F32)
+        one = np.ones(1 if axis is None else x.shape[axis])
+        q, mask = _affine(t, one, np.zeros_like(one), qmin, qmax, mode_q, axis, None, True,
+                          func)
+        gf = F32(gf)
+        if axis is None:   # int64 zero point: exact integer differences
+            dsmall, dbig = F32(qmin - z64.item()), F32(qmax - z64.item())
+            qz = (q.astype(np.float64) - z64).astype(F32)
+        else:              # float zero point: float32 differences
+            dsmall = (F32(qmin) - z32).astype(F32)
+            dbig = (F32(qmax) - z32).astype(F32)
+            qz = (q - z32).astype(F32)
+        diff = (qz.astype(np.float64) * s32.astype(np.float64)
+                - x.astype(np.float64)).astype(F32)
+        dX = _ops.ste_backward(dY, mask)
+        inside = ((dY * diff).astype(F32) * inv).astype(F32) * gf
+        small = ~mask & (q == F32(qmin))
+        outside = np.where(small, (dY * dsmall).astype(F32), (dY * dbig).astype(F32)) * gf
+        dS = np.where(mask, inside, outside).astype(F32)
+        dZ = np.where(mask, F32(0), ((-dY * s32).astype(F32) * gf).astype(F32)).astype(F32)
+    return dX, dS, dZ
+
+
+def _lsq_inputs(dY, x, func):
+    g = np.asarray(dY)
+    xa = np.asarray(x)
+    if g.dtype != np.float32 or xa.dtype != np.float32:
+        raise TypeError(f"{func}: dY and X must be float32 (torch's CPU kernel), got "
+                        f"{g.dtype} and {xa.dtype}")
+    if g.shape != xa.shape:
+        raise ValueError(f"{func}: dY has shape {g.shape}, X {xa.shape}")
+    return g, xa
+
+
+def fake_quantize_learnable_per_tensor_affine_backward(grad, x, scale, zero_point, quant_min,
+                                                       quant_max, grad_factor=1.0):
+    """``torch.ops.aten._fake_quantize_learnable_per_tensor_affine_backward``
+    -> ``(dX, dScale[1], dZeroPoint[1])``.
+
+    Backward zero point ``zb = trunc(clamp(f32(zp + 0.5), qmin, qmax))`` (not
+    the forward one); per element ``xq = int64(rint(f32(zb + x * inv)))``::
+
+        dX = dY * (qmin <= xq <= qmax)
+        xq < qmin: dS = dY * (qmin - zb) * gf;  dZ = -dY * s * gf
+        xq > qmax: dS = dY * (qmax - zb) * gf;  dZ = -dY * s * gf
+        else:      dS = dY * (f32((xq - zb) * s) - x) * inv * gf;  dZ = 0
+
+    summed to shape [1].  Empty x returns ``(x, scale, zero_point)`` (torch's bug).
+    """
+    func = "fake_quantize_learnable_per_tensor_affine_backward"
+    qmin, qmax = _lsq_check(quant_min, quant_max, func)
+    g, xa = _lsq_inputs(grad, x, func)
+    sa = np.asarray(scale, dtype=F32).reshape(-1)
+    za = np.asarray(zero_point, dtype=F32).reshape(-1)
+    zb = _clamp_trunc(F32(za[0] + F32(0.5)), qmin, qmax)
+    if not (qmin <= 0 and qmax >= 0):
+        raise ValueError("`quant_min` should be less than or equal to `quant_max`, and the "
+                         "quantization range should include 0.")
+    if xa.size == 0:
+        return xa, np.asarray(scale), np.asarray(zero_point)
+    dX, dS, dZ = _lsq_grads(g, xa, sa[:1].astype(np.float64), np.array([float(zb)]), qmin,
+                            qmax, grad_factor, None, func)
+    return (dX, np.array([dS.sum(dtype=np.float64)], dtype=F32),
+            np.array([dZ.sum(dtype=np.float64)], dtype=F32))
+
+
+def fake_quantize_learnable_per_channel_affine_backward(grad, x, scale, zero_point, axis,
+                                                        quant_min, quant_max, grad_factor=1.0):
+    """``torch.ops.aten._fake_quantize_learnable_per_channel_affine_backward``
+    -> ``(dX, dScale[C], dZeroPoint[C])``; zero point ``clamp(rint(zp))``
+    (float), otherwise the per-tensor formulas per channel, summed over the
+    non-axis dimensions."""
+    func = "fake_quantize_learnable_per_channel_affine_backward"
+    qmin, qmax = _lsq_check(quant_min, quant_max, func)
+    g, xa = _lsq_inputs(grad, x, func)
+    axis = A.normalize_axis(_int_arg(axis, "axis", func), max(xa.ndim, 1), func)
+    sa = np.asarray(scale, dtype=F32).reshape(-1)
+    za = np.clip(np.rint(np.asarray(zero_point, dtype=F32).reshape(-1)), F32(qmin), F32(qmax))
+    if not (qmin <= 0 and qmax >= 0):
+        raise ValueError("`quant_min` should be less than or equal to `quant_max`, and the "
+                         "quantization range should include 0.")
+    if xa.size == 0:
+        return xa, np.asarray(scale), np.asarray(zero_point)
+    if sa.size != xa.shape[axis] or za.size != xa.shape[axis]:
+        raise ValueError(f"{func}: scale / zero_point must have x.shape[axis] = "
+                         f"{xa.shape[axis]} values")
+    dX, dS, dZ = _lsq_grads(g, xa, sa.astype(np.float64), za.astype(np.float64), qmin, qmax,
+                            grad_factor, axis, func)
+    if xa.ndim == 1:
+        # torch sums a 1-D input to 0-d gradients
+        return (dX, np.asarray(dS.sum(dtype=np.float64), dtype=F32),
+                np.asarray(dZ.sum(dtype=np.float64), dtype=F32))
+    other = tuple(d for d in range(xa.ndim) if d != axis)
+    return (dX, dS.sum(axis=other, dtype=np.float64).astype(F32),
+            dZ.sum(axis=other, dtype=np.float64).astype(F32))
+
+
+# ------------------------------------------------------------- fused op
+def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_point,
+           averaging_const, quant_min, quant_max, ch_axis, per_row_fake_quant,
+           symmetric_quant):
+    """The fused op as a pure function: returns (out, mask, running_min,
+    running_max, scale, zero_point), the last two None when not updated."""
+    func = "fused_moving_avg_obs_fake_quant"
+    arr = np.asarray(x)
+    if arr.dtype != np.float32:
+        raise TypeError(f"{func}: only float32 input is supported (torch's CPU kernel), got "
+                        f"{arr.dtype}")
+    qmin = _int_arg(quant_min, "quant_min", func)
+    qmax = _int_arg(quant_max, "quant_max", func)
+    rmin = np.array(running_min, dtype=F32)
+    rmax = np.array(running_max, dtype=F32)
+    if arr.size == 0:
+        return arr.copy(), np.ones(arr.shape, np.bool_), rmin, rmax, None, None
+    if not ch_axis < arr.ndim:
+        raise ValueError("Error in fused_moving_avg_obs_fq_helper: ch_axis must be < "
+                         "self.dim()")
+    obs_on = int(np.asarray(observer_on).reshape(-1)[0])
+    fq_on = int(np.asarray(fake_quant_on).reshape(-1)[0])
+    axis = None
+    new_scale = new_zp = None
+    if per_row_fake_quant:
+        if arr.ndim < 2:
+            raise ValueError(f"{func}: per-row fake quant needs x.ndim >= 2, got {arr.ndim}")
+        if ch_axis != 0:
+            raise ValueError("Per-channel FakeQuant in fused_moving_avg_obs_fake_quant is only "
+                             "supported on axis == 0")
+        axis = 0
+        C = arr.shape[axis]
+        s_cur = np.asarray(scale, dtype=F32).reshape(-1)
+        z_cur = np.asarray(zero_point).reshape(-1)
+        if rmin.size == 0 or rmax.size == 0:
+            # torch resizes all four buffers here; the new scale / zero_point
+            # elements are uninitialized memory there, the first value here
+            rmin = np.full(C, np.inf, F32)
+            rmax = np.full(C, -np.inf, F32)
+            new_scale = np.full(C, s_cur[0] if s_cur.size else 1.0, F32)
+            new_zp = np.full(C, z_cur[0] if z_cur.size else 0, np.int32)
+        elif s_cur.size != C and fq_on:
+            raise IndexError(f"select(): index {s_cur.size} out of range for tensor of size "
+                             f"[{s_cur.size}] at dimension 0")
+    if obs_on:
+        cur_min, cur_max = _ops.minmax(arr, axis=axis)
+        # the core's moving average (quantcore.observers), then torch's
+        # per-side reset: r = cur where r is infinite
+        core = _obs.MovingAverageMinMaxObserver(0.5, axis=None, nan_policy="propagate")
+        core.averaging_constant = float(F32(averaging_const))
+        core.min_val, core.max_val = rmin.reshape(-1), rmax.reshape(-1)
+        avg_min, avg_max = core._combine(np.broadcast_to(cur_min.astype(F32), rmin.shape).reshape(-1),
+                                         np.broadcast_to(cur_max.astype(F32), rmax.shape).reshape(-1),
+                                         False)
+        rmin = np.where(np.isinf(rmin), cur_min.astype(F32),
+                        np.asarray(avg_min).reshape(rmin.shape)).astype(F32)
+        rmax = np.where(np.isinf(rmax), cur_max.astype(F32),
+                        np.asarray(avg_max).reshape(rmax.shape)).astype(F32)
+    if not fq_on:
+        return arr.copy(), np.ones(arr.shape, np.bool_), rmin, rmax, new_scale, new_zp
+    s, z = Q.choose_qparams_fused(rmin, rmax, qmin, qmax, bool(symmetric_quant))
+    z = z.astype(np.int32)
+    if per_row_fake_quant:
+        out, mask = fake_quantize_per_channel_affine_cachemask(arr, s, z, axis, qmin, qmax)
+    else:
+        out, mask = _per_tensor_tensor_qparams(arr, s[:1], z[:1], qmin, qmax)
+        s, z = s[:1], z[:1]
+    return out, mask, rmin, rmax, s, z
+
+
+def fused_moving_avg_obs_fake_quant(x, observer_on, fake_quant_on, running_min, running_max,
+                                    scale, zero_point, averaging_const, quant_min, quant_max,
+                                    ch_axis, per_row_fake_quant=False, symmetric_quant=False):
+    """``torch.fused_moving_avg_obs_fake_quant``: updates ``running_min``,
+    ``running_max``, ``scale`` and ``zero_point`` in place and returns the
+    fake-quantized x (float32 only).
+
+    Observer on: per side ``r = cur if isinf(r) else f32(r + c * (cur - r))``.
+    Fake quant on: ``(scale, zp) = choose_qparams_fused(r_min, r_max, ...)``
+    (:func:`quantcore.qparams.choose_qparams_fused`), stored, then the
+    per-tensor (tensor-qparams) or per-channel kernel.  Fake quant off: a
+    copy of x, scale / zero_point untouched.  Per row, empty running buffers
+    and a [1] scale / zero_point are resized to [C] (their arrays must own
+    their data for that).
+    """
+    out, _, rmin, rmax, s, z = _fused(x, observer_on, fake_quant_on, running_min, running_max,
+                                      scale, zero_point, averaging_const, quant_min,
+                                      quant_max, ch_axis, per_row_fake_quant, symmetric_quant)
+    _write_back(running_min, rmin, "running_min")
+    _write_back(running_max, rmax, "running_max")
+    if s is not None:
+        _write_back(scale, s, "scale")
+        _write_back(zero_point, z, "zero_point")
+    return out
+
+
+def _write_back(target, value, name):
+    if not isinstance(target, np.ndarray):
+        raise TypeError(f"fused_moving_avg_obs_fake_quant: {name} must be a numpy array "
+                        "(it is updated in place)")
+    if target.size != value.size:
+        try:
+            target.resize(value.shape, refcheck=False)
+        except ValueError as exc:
+            raise ValueError(f"fused_moving_avg_obs_fake_quant: {name} has {target.size} "
+                             f"values and must be resized to {value.size}; pass an array "
+                             "that owns its data") from exc
+    np.copyto(target.reshape(value.shape) if target.shape != value.shape else target,
+              value, casting="unsafe")
+
+
+# ------------------------------------------------------- predefined objects
+default_observer = MinMaxObserver.with_args(quant_min=0, quant_max=127)
+default_weight_observer = MinMaxObserver.with_args(dtype="qint8",
+                                                   qscheme="per_tensor_symmetric")
+weight_observer_range_neg_127_to_127 = MinMaxObserver.with_args(
+    dtype="qint8", qscheme="per_tensor_symmetric", quant_min=-127, quant_max=127, eps=2 ** -12)
+default_histogram_observer = HistogramObserver.with_args(quant_min=0, quant_max=127)
+default_per_channel_weight_observer = PerChannelMinMaxObserver.with_args(
+    dtype="qint8", qscheme="per_channel_symmetric")
+per_channel_weight_observer_range_neg_127_to_127 = PerChannelMinMaxObserver.with_args(
+    dtype="qint8", qscheme="per_channel_symmetric", quant_min=-127, quant_max=127,
+    eps=2 ** -12)
+default_float_qparams_observer = PerChannelMinMaxObserver.with_args(
+    dtype="quint8", qscheme="per_channel_affine_float_qparams", ch_axis=0)
+default_float_qparams_observer_4bit = PerChannelMinMaxObserver.with_args(
+    dtype="quint4x2", qscheme="per_channel_affine_float_qparams", ch_axis=0)
+default_fixed_qparams_range_neg1to1_observer = FixedQParamsObserver.with_args(
+    scale=2.0 / 256.0, zero_point=128, dtype="quint8", quant_min=0, quant_max=255)
+default_fixed_qparams_range_0to1_observer = FixedQParamsObserver.with_args(
+    scale=1.0 / 256.0, zero_point=0, dtype="quint8", quant_min=0, quant_max=255)
+default_symmetric_fixed_qparams_observer = default_fixed_qparams_range_neg1to1_observer
+default_affine_fixed_qparams_observer = default_fixed_qparams_range_0to1_observer
+
+default_fake_quant = FakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255, dtype="quint8",
+    qscheme="per_tensor_affine", reduce_range=True)
+default_weight_fake_quant = FakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver, quant_min=-128, quant_max=127, dtype="qint8",
+    qscheme="per_tensor_symmetric", reduce_range=False)
+default_dynamic_fake_quant = FakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255, is_dynamic=True,
+    dtype="quint8", averaging_constant=1)
+default_fixed_qparams_range_neg1to1_fake_quant = FixedQParamsFakeQuantize.with_args(
+    observer=default_fixed_qparams_range_neg1to1_observer)
+default_fixed_qparams_range_0to1_fake_quant = FixedQParamsFakeQuantize.with_args(
+    observer=default_fixed_qparams_range_0to1_observer)
+default_symmetric_fixed_qparams_fake_quant = default_fixed_qparams_range_neg1to1_fake_quant
+default_affine_fixed_qparams_fake_quant = default_fixed_qparams_range_0to1_fake_quant
+default_per_channel_weight_fake_quant = FakeQuantize.with_args(
+    observer=MovingAveragePerChannelMinMaxObserver, quant_min=-128, quant_max=127,
+    dtype="qint8", qscheme="per_channel_symmetric", reduce_range=False, ch_axis=0)
+default_embedding_fake_quant = FakeQuantize.with_args(
+    observer=MovingAveragePerChannelMinMaxObserver, qscheme="per_channel_affine_float_qparams",
+    dtype="quint8", quant_min=0, quant_max=255, ch_axis=0, averaging_constant=1)
+default_embedding_fake_quant_4bit = FakeQuantize.with_args(
+    observer=MovingAveragePerChannelMinMaxObserver, qscheme="per_channel_affine_float_qparams",
+    ch_axis=0, dtype="quint4x2", averaging_constant=1)
+default_histogram_fake_quant = FakeQuantize.with_args(
+    observer=HistogramObserver, quant_min=0, quant_max=255, dtype="quint8",
+    qscheme="per_tensor_affine", reduce_range=True)
+default_fused_act_fake_quant = FusedMovingAvgObsFakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255, dtype="quint8")
+default_fused_wt_fake_quant = FusedMovingAvgObsFakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver, quant_min=-128, quant_max=127, dtype="qint8",
+    qscheme="per_tensor_symmetric")
+default_fused_per_channel_wt_fake_quant = FusedMovingAvgObsFakeQuantize.with_args(
+    observer=MovingAveragePerChannelMinMaxObserver, quant_min=-128, quant_max=127,
+    dtype="qint8", qscheme="per_channel_symmetric")
+fused_wt_fake_quant_range_neg_127_to_127 = FusedMovingAvgObsFakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver, quant_min=-127, quant_max=127, dtype="qint8",
+    qscheme="per_tensor_symmetric", eps=2 ** -12)
+fused_per_channel_wt_fake_quant_range_neg_127_to_127 = FusedMovingAvgObsFakeQuantize.with_args(
+    observer=MovingAveragePerChannelMinMaxObserver, quant_min=-127, quant_max=127,
+    dtype="qint8", qscheme="per_channel_symmetric", eps=2 ** -12)
