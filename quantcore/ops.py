@@ -26,7 +26,7 @@ __all__ = [
 ROUND_HALF_EVEN, ROUND_HALF_UP, ROUND_HALF_AWAY = 0, 1, 2
 ZP_BEFORE, DIVIDE, DEQUANT_WIDE = 4, 8, 16
 NF_PROPAGATE, NF_NAN_TO_QMIN, NF_INT64 = 0, 32, 64
-OUTPUT_Q, NO_ZERO_POINT = 128, 256
+OUTPUT_Q, NO_ZERO_POINT, FMA_ZP, DEQUANT_NARROW = 128, 256, 512, 1024
 NUDGED_DIVIDE, NUDGED_TF = 1, 2
 MM_NAN, MM_NEGZERO, MM_POSZERO = 1, 2, 4
 
@@ -46,9 +46,11 @@ def _choice(table, value, name, func):
 
 
 def affine_mode(rounding="half_even", zero_point_add="after_rounding", scale_op="mul_inverse",
-                nonfinite="propagate", dequant_wide=False, output_q=False, func="fake_quant"):
+                nonfinite="propagate", dequant_wide=False, output_q=False, fma_zero_point=False,
+                dequant_narrow=False, func="fake_quant"):
     """The kernel mode word for the affine recipe (see qc_elementwise.h)."""
-    return (_choice(ROUNDING, rounding, "rounding", func)
+    return ((FMA_ZP if fma_zero_point else 0) | (DEQUANT_NARROW if dequant_narrow else 0)
+            | _choice(ROUNDING, rounding, "rounding", func)
             | _choice(ZERO_POINT_ADD, zero_point_add, "zero_point_add", func)
             | _choice(SCALE_OP, scale_op, "scale_op", func)
             | _choice(NONFINITE, nonfinite, "nonfinite", func)
@@ -122,12 +124,13 @@ def _finish_minmax(lo, hi, flags):
 
 # ------------------------------------------------------------ affine family
 def _affine(x, scale, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
-            mask_out=None, mask_dtype=np.bool_, out_dtype=None):
+            mask_out=None, mask_dtype=np.bool_, out_dtype=None, inv=None):
     """Unchecked affine fake quant / quantize: the compat layers' entry.
 
     ``scale`` and ``zero_point`` are 1-D float arrays (1 value per tensor,
-    C per channel), already validated by the caller.  ``inv`` is computed
-    here in the compute dtype: ``inv = T(1) / T(scale)``.
+    C per channel), already validated by the caller.  ``inv`` defaults to
+    ``T(1) / T(scale)`` in the compute dtype T; a caller may pass its own
+    (torch's float32 reciprocal for float64 input, for example).
     """
     arr = A.as_float_array(x, "x", func)
     work = A.compute_dtype(arr.dtype)
@@ -136,7 +139,8 @@ def _affine(x, scale, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
     o = A.Output(layout, arr, out, res_dtype, work, func)
     m = A.Output(layout, arr, mask_out, np.dtype(mask_dtype), np.dtype(np.uint8), func,
                  "mask_out") if want_mask else None
-    s, inv, z = _scale_inverse(scale, zero_point, work)
+    s, inv_w, z = _scale_inverse(scale, zero_point, work)
+    inv = inv_w if inv is None else np.asarray(inv, dtype=np.float64).reshape(-1).astype(work)
     mflat = m.flat if m is not None else None
     nthreads = effective_n_threads(layout.flat.shape[0])
     if axis is None:

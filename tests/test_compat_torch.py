@@ -560,10 +560,7 @@ def _tensor_case(rng, n):
     return x, scale, zp, qmin, qmax
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, pytest.param(
-    np.float64, marks=pytest.mark.xfail(strict=True, reason=(
-        "torch rounds double(x) * double(f32(1/s)) but dequantizes in float32; the core "
-        "kernel has no such mixed-precision mode yet (see report)")))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 def test_fake_quantize_per_tensor_random(dtype):
     rng = np.random.default_rng(10)
     n = 0
@@ -616,10 +613,7 @@ def _channel_case(rng):
     return x, scale, zp, axis, qmin, qmax
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, pytest.param(
-    np.float64, marks=pytest.mark.xfail(strict=True, reason=(
-        "torch multiplies double(x) by double(f32(1/s)); the core computes 1/s in double "
-        "(see report)")))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 def test_fake_quantize_per_channel_random(dtype):
     rng = np.random.default_rng(11)
     n = 0
@@ -668,9 +662,6 @@ def test_fake_quantize_per_channel_int32_clamp():
         same(out, npy(to), str(zp.dtype))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "float zero point per channel: torch rounds fmaf(x, inv, zp) (FMA contraction), the core "
-    "rounds f32(f32(x * inv) + zp) (see report)"))
 def test_fake_quantize_per_channel_float_zp_fma():
     x = np.array([[-112.011734]], F32)
     s, z = np.array([0.0058686365], F32), np.array([23491.0], F32)

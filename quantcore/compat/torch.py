@@ -980,7 +980,15 @@ def disable_observer(mod):
 _MODE_PER_TENSOR = affine_mode(nonfinite="nan_to_qmin")
 _MODE_CHANNEL_INT = affine_mode(nonfinite="int64", dequant_wide=True)
 _MODE_CHANNEL_FLOAT = affine_mode(zero_point_add="before_rounding", nonfinite="int64",
-                                  dequant_wide=True)
+                                  dequant_wide=True, fma_zero_point=True)
+#: float64 input per tensor: rounding in double, dequantization in float32
+_MODE_PER_TENSOR_F64 = affine_mode(nonfinite="nan_to_qmin", dequant_narrow=True)
+
+
+def _f32_inverse(s):
+    """torch's reciprocal ``f32(1 / f32(scale))`` (as float64 values)."""
+    with np.errstate(divide="ignore", over="ignore"):
+        return (F32(1) / np.asarray(s, dtype=F32)).astype(F32).astype(np.float64)
 
 
 def _int_arg(value, name, func):
@@ -1000,6 +1008,9 @@ def _per_tensor(x, scale, zp, qmin, qmax, func):
     s = np.array([F32(scale)], dtype=np.float64)
     z = np.array([zp], dtype=np.float64)
     with np.errstate(all="ignore"):
+        if arr.dtype == np.float64:
+            return _affine(arr, s, z, qmin, qmax, _MODE_PER_TENSOR_F64, None, None, True, func,
+                           inv=_f32_inverse(s))
         return _affine(arr, s, z, qmin, qmax, _MODE_PER_TENSOR, None, None, True, func)
 
 
@@ -1107,11 +1118,12 @@ def _per_channel(arr, s, z, axis, qmin, qmax, func):
         return arr.copy(), np.zeros(arr.shape, dtype=np.bool_)
     s64 = s.astype(np.float64)
     z64 = z.astype(F32).astype(np.float64)
+    inv = _f32_inverse(s64)  # torch's float32 reciprocal, widened for float64 input
     with np.errstate(all="ignore"):
         if arr.ndim == 0:
             return _affine(arr.reshape(1), s64, z64, qmin, qmax, mode, 0, None, True,
-                           func)[0].reshape(()), np.ones((), np.bool_)
-        return _affine(arr, s64, z64, qmin, qmax, mode, int(axis), None, True, func)
+                           func, inv=inv)[0].reshape(()), np.ones((), np.bool_)
+        return _affine(arr, s64, z64, qmin, qmax, mode, int(axis), None, True, func, inv=inv)
 
 
 def fake_quantize_per_channel_affine(x, scale, zero_point, axis, quant_min, quant_max):

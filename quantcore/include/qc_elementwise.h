@@ -55,7 +55,13 @@
 /* no zero point at all: q_f = round(v), y = q * scale (keeps -0.0; OneFlow
    symmetric / cambricon) */
 #define QC_NO_ZERO_POINT 256
-#define QC_AFFINE_MODES 512 /* number of distinct mode words */
+/* with QC_ZP_BEFORE: q_f = round(fma(x, inv, zp)), one rounding (torch's
+   per-channel float-zero-point kernel is compiled with FMA contraction) */
+#define QC_FMA_ZP 512
+/* dequantise in float32 whatever T is: y = T(f32(f32(q - zp) * f32(scale)))
+   (torch per tensor on float64 input) */
+#define QC_DEQUANT_NARROW 1024
+#define QC_AFFINE_MODES 2048 /* number of distinct mode words */
 
 /* Mode bits of the nudged recipe (TensorFlow / MindSpore). */
 #define QC_NUDGED_DIVIDE 1 /* t = (xc - nmin) / scale instead of * inv     */
@@ -63,7 +69,7 @@
                               else y = floor(t + 0.5) * scale + nmin (MS)  */
 #define QC_NUDGED_MODES 4
 
-#define QC_DEFINE_ELEMENTWISE(T, SFX, FLOOR, RINT, ROUND)                       \
+#define QC_DEFINE_ELEMENTWISE(T, SFX, FLOOR, RINT, ROUND, FMA)                  \
                                                                                \
   /* Round v by rule `rounding` (QC_ROUND_*). */                               \
   QC_HD T qc_round_##SFX(T v, int rounding) {                                  \
@@ -80,7 +86,8 @@
                                                                                \
   /* Affine fake quantization of one element.                                 \
    *   v   = x * inv            (x / scale with QC_DIVIDE)                     \
-   *   q_f = round(v) + zp      (round(v + zp) with QC_ZP_BEFORE; round(v)    \
+   *   q_f = round(v) + zp      (round(v + zp) with QC_ZP_BEFORE, FMA'd with  \
+   *                            QC_FMA_ZP; round(v)                             \
    *                            with QC_NO_ZERO_POINT)                          \
    *   q   = clamp(q_f, qmin, qmax), non-finite q_f per QC_NF_*               \
    *   y   = (q - zp) * scale   (in double with QC_DEQUANT_WIDE; q * scale     \
@@ -93,7 +100,8 @@
     T qf = (mode & QC_NO_ZERO_POINT)                                           \
                ? qc_round_##SFX(v, mode & QC_ROUND_MASK)                       \
            : (mode & QC_ZP_BEFORE)                                             \
-               ? qc_round_##SFX(v + zp, mode & QC_ROUND_MASK)                  \
+               ? qc_round_##SFX((mode & QC_FMA_ZP) ? FMA(x, inv, zp) : v + zp, \
+                                mode & QC_ROUND_MASK)                          \
                : qc_round_##SFX(v, mode & QC_ROUND_MASK) + zp;                 \
     T q;                                                                       \
     *mask = (unsigned char)((qf >= qmin) & (qf <= qmax));                      \
@@ -116,6 +124,8 @@
     }                                                                          \
     if (mode & QC_DEQUANT_WIDE)                                                \
       return (T)(((double)q - (double)zp) * (double)scale);                   \
+    if (mode & QC_DEQUANT_NARROW)                                              \
+      return (T)((float)((double)q - (double)zp) * (float)scale);             \
     return (q - zp) * scale;                                                   \
   }                                                                            \
                                                                                \
@@ -153,8 +163,8 @@
   /* Straight-through estimator: grad * mask (NaN * 0 stays NaN). */           \
   QC_HD T qc_ste_##SFX(T grad, unsigned char mask) { return grad * (T)mask; }
 
-QC_DEFINE_ELEMENTWISE(float, f32, floorf, rintf, roundf)
-QC_DEFINE_ELEMENTWISE(double, f64, floor, rint, round)
+QC_DEFINE_ELEMENTWISE(float, f32, floorf, rintf, roundf, fmaf)
+QC_DEFINE_ELEMENTWISE(double, f64, floor, rint, round, fma)
 
 
 /* ------------------------------------------------------------------------

@@ -1,0 +1,471 @@
+/*
+ * minmax.cu -- one-launch min/max reductions of quantcore, per tensor and per
+ * channel, with the flags of qc_cpu_loops.h, and the fused observer +
+ * qparams step of FakeQuantize.
+ *
+ * Two stages in one launch: every block reduces its share to one partial
+ * (lo, hi, flags) in global memory, then increments a counter; the block
+ * that sees the counter reach gridDim.x - 1 ("the last block") folds the
+ * partials of each channel, writes the results and resets the counter to 0
+ * so that the next launch on the stream can use it without a memset.
+ *
+ * The reduction is the CPU's: lo / hi skip NaN (comparisons are false for
+ * NaN), and the flags record NaN, -0.0 and +0.0 (QC_MM_*).  The finish rule
+ * (qc_mm_finish, = qc_minmax_finish in qc_cpu_loops.h) makes a NaN result
+ * when a NaN was seen and fixes the sign of a zero result from the flags,
+ * so the finished result does not depend on the order of the reduction:
+ * it is bit-identical to the CPU's and deterministic.  The unfinished lo /
+ * hi may hold either zero when both occur (the CPU's may too).
+ *
+ * Layouts of the C-contiguous input, per channel the C-ordered
+ * (outer, C, inner) view (per tensor: outer = 1, C = 1, inner = n):
+ *   qc_minmax_rows  channel c is `outer` rows of `inner` contiguous values;
+ *                   P blocks per channel; partial index c * P + p.
+ *   qc_minmax_cols  inner == 1: an (outer, C) matrix; a block reads whole
+ *                   row segments (coalesced) for a tile of columns; G row
+ *                   groups; partial index g * C + c.
+ *
+ * Last-block outputs (any pointer may be NULL):
+ *   out_lo, out_hi, out_fl    per channel, finished by finish_mode:
+ *                             0 raw, 1 finish, 2 finish ignoring NaN
+ *   observer state            st_min, st_max (float32[C]),
+ *                             st_cnt = {num_batches, nan_batches} (int64)
+ *   qparams                   q_scale (float32[C]), q_zp (int64[C]) and
+ *                             qp = [scale, 1 / scale, zp] (T[3C]) for
+ *                             qc_fq_affine_dev in fake_quant.cu
+ * See QC_OBS_* and QC_QS_* below for the observer and qparams rules; they
+ * are those of quantcore/observers.py and quantcore/qparams.py in float32.
+ */
+#include "qc_elementwise.h"
+
+#ifndef QC_MM_NAN
+#define QC_MM_NAN 1     /* a NaN was seen */
+#define QC_MM_NEGZERO 2 /* -0.0 was seen  */
+#define QC_MM_POSZERO 4 /* +0.0 was seen  */
+#endif
+
+/* observer rule (obs_mode & 3) */
+#define QC_OBS_NONE 0
+#define QC_OBS_MINMAX 1     /* running min / max (np.minimum / np.maximum) */
+#define QC_OBS_MOVING_AVG 2 /* m = m + c * (batch - m), first batch m = batch */
+/* obs_mode bit: NaN enters the state ("propagate"); otherwise a batch with a
+ * NaN in any channel leaves the state alone and counts in nan_batches */
+#define QC_OBS_PROPAGATE 4
+
+/* qparams formula (qscheme) */
+#define QC_QS_NONE 0
+#define QC_QS_AFFINE 1    /* qparams.affine_qparams */
+#define QC_QS_SYMMETRIC 2 /* qparams.symmetric_qparams */
+
+#define QC_MM_THREADS 256 /* blockDim.x of both reduction kernels */
+
+/* ------------------------------------------------------------ helpers */
+
+template <typename T> struct QcMMT;
+template <> struct QcMMT<float> {
+  typedef float4 vec;
+  enum { V = 4 };
+  static __device__ __forceinline__ float inf() { return __int_as_float(0x7f800000); }
+  static __device__ __forceinline__ float nan() { return __int_as_float(0x7fc00000); }
+  static __device__ __forceinline__ unsigned flags(float v) {
+    unsigned b = __float_as_uint(v);
+    return (v != v ? (unsigned)QC_MM_NAN : 0u) | (b == 0x80000000u ? (unsigned)QC_MM_NEGZERO : 0u) |
+           (b == 0u ? (unsigned)QC_MM_POSZERO : 0u);
+  }
+};
+template <> struct QcMMT<double> {
+  typedef double2 vec;
+  enum { V = 2 };
+  static __device__ __forceinline__ double inf() {
+    return __longlong_as_double(0x7ff0000000000000ll);
+  }
+  static __device__ __forceinline__ double nan() {
+    return __longlong_as_double(0x7ff8000000000000ll);
+  }
+  static __device__ __forceinline__ unsigned flags(double v) {
+    unsigned long long b = (unsigned long long)__double_as_longlong(v);
+    return (v != v ? (unsigned)QC_MM_NAN : 0u) |
+           (b == 0x8000000000000000ull ? (unsigned)QC_MM_NEGZERO : 0u) |
+           (b == 0ull ? (unsigned)QC_MM_POSZERO : 0u);
+  }
+};
+
+/* A partial result. */
+template <typename T> struct QcMM {
+  T lo, hi;
+  unsigned fl;
+  __device__ __forceinline__ void init() {
+    lo = QcMMT<T>::inf();
+    hi = -QcMMT<T>::inf();
+    fl = 0u;
+  }
+  __device__ __forceinline__ void add(T v) {
+    lo = (v < lo) ? v : lo;
+    hi = (v > hi) ? v : hi;
+    fl |= QcMMT<T>::flags(v);
+  }
+  __device__ __forceinline__ void fold(T plo, T phi, unsigned pfl) {
+    lo = (plo < lo) ? plo : lo;
+    hi = (phi > hi) ? phi : hi;
+    fl |= pfl;
+  }
+};
+
+/* qc_minmax_finish of qc_cpu_loops.h */
+template <typename T> __device__ __forceinline__ void qc_mm_finish(T &lo, T &hi, unsigned fl) {
+  if (fl & QC_MM_NAN) {
+    lo = QcMMT<T>::nan();
+    hi = QcMMT<T>::nan();
+    return;
+  }
+  if (lo == (T)0) lo = (fl & QC_MM_NEGZERO) ? (T)-0.0 : (T)0.0;
+  if (hi == (T)0) hi = (fl & QC_MM_POSZERO) ? (T)0.0 : (T)-0.0;
+}
+
+/* Block-wide fold; the result is valid in thread 0.  All threads of the
+ * block must call it (it synchronises). */
+template <typename T> __device__ __forceinline__ QcMM<T> qc_mm_block_reduce(QcMM<T> a) {
+  __shared__ T s_lo[32];
+  __shared__ T s_hi[32];
+  __shared__ unsigned s_fl[32];
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const unsigned nwarps = (blockDim.x + 31u) >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    T olo = __shfl_down_sync(0xffffffffu, a.lo, off);
+    T ohi = __shfl_down_sync(0xffffffffu, a.hi, off);
+    unsigned ofl = __shfl_down_sync(0xffffffffu, a.fl, off);
+    a.fold(olo, ohi, ofl);
+  }
+  if (lane == 0) {
+    s_lo[warp] = a.lo;
+    s_hi[warp] = a.hi;
+    s_fl[warp] = a.fl;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    QcMM<T> b;
+    b.init();
+    if (lane < nwarps) b.fold(s_lo[lane], s_hi[lane], s_fl[lane]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      T olo = __shfl_down_sync(0xffffffffu, b.lo, off);
+      T ohi = __shfl_down_sync(0xffffffffu, b.hi, off);
+      unsigned ofl = __shfl_down_sync(0xffffffffu, b.fl, off);
+      b.fold(olo, ohi, ofl);
+    }
+    a = b;
+  }
+  __syncthreads();
+  return a;
+}
+
+/* np.minimum / np.maximum of float32 as numpy computes them on x86-64:
+ * NaN propagates from either side, and of two equal values (-0.0, +0.0)
+ * the second is returned. */
+__device__ __forceinline__ float qc_np_min(float a, float b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ float qc_np_max(float a, float b) { return (a > b || a != a) ? a : b; }
+
+/* Arguments of the last block. */
+template <typename T> struct QcMMLast {
+  T *out_lo;
+  T *out_hi;
+  unsigned char *out_fl;
+  int finish_mode;
+  float *st_min;
+  float *st_max;
+  long long *st_cnt;
+  int obs_mode;
+  float avg_c;
+  int qscheme;
+  float eps;
+  float qdiv;
+  long long qmin, qmax, sym_zp;
+  float *q_scale;
+  long long *q_zp;
+  T *qp;
+};
+
+/* qparams.affine_qparams / symmetric_qparams of one channel, float32. */
+__device__ __forceinline__ void qc_qparams(float mn, float mx, int qscheme, float eps,
+                                           float qdiv, long long qmin, long long qmax,
+                                           long long sym_zp, float *scale_out,
+                                           long long *zp_out) {
+  const float nan = __int_as_float(0x7fc00000);
+  float min_neg = qc_np_min(mn, 0.0f);
+  float max_pos = qc_np_max(mx, 0.0f);
+  if (qscheme == QC_QS_SYMMETRIC) {
+    /* amax = max(-min(mn, 0), max(mx, 0)); scale = amax / f32(half range) */
+    float amax = qc_np_max(-min_neg, max_pos);
+    float scale = amax / qdiv;
+    *scale_out = (scale != scale || scale > eps) ? scale : eps;
+    *zp_out = sym_zp;
+    return;
+  }
+  /* affine: scale = max((max_pos - min_neg) / f32(qmax - qmin), eps)
+   *         zp = clamp(qmin - int32(rint(min_neg / scale)), qmin, qmax)
+   * with x86 int32 conversion (NaN / inf / out of range -> INT32_MIN) and a
+   * wrapping int32 subtraction */
+  float span = max_pos - min_neg;
+  float scale = span / qdiv;
+  scale = (scale > eps) ? scale : eps;
+  if (span != span) scale = nan;
+  float ratio = rintf(min_neg / scale);
+  double rd = (double)ratio;
+  long long iv = (rd == rd && rd > -2147483649.0 && rd < 2147483648.0)
+                     ? (long long)rd : -2147483648ll;
+  long long d = qmin - iv;
+  /* two's-complement wrap into int32 */
+  long long w = (long long)(int)(unsigned int)(unsigned long long)d;
+  w = (w < qmin) ? qmin : w;
+  w = (w > qmax) ? qmax : w;
+  *scale_out = scale;
+  *zp_out = w;
+}
+
+/* The last block: fold the K partials of each channel c (at
+ * part[c * sc + k * sk]), then write the outputs of QcMMLast. */
+template <typename T>
+__device__ void qc_mm_last_block(T *part_lo, T *part_hi, unsigned char *part_fl,
+                                 unsigned long long K, unsigned long long sc,
+                                 unsigned long long sk, unsigned long long C,
+                                 const QcMMLast<T> &a, unsigned int *counter) {
+  volatile T *vlo = part_lo;
+  volatile T *vhi = part_hi;
+  volatile unsigned char *vfl = part_fl;
+  const unsigned long long tid = threadIdx.x, bd = blockDim.x;
+  /* phase 1: fold each channel's partials into its slot k = 0 */
+  if (C <= 4) {
+    /* few channels: the whole block folds one channel at a time */
+    for (unsigned long long c = 0; c < C; c++) {
+      QcMM<T> acc;
+      acc.init();
+      for (unsigned long long k = tid; k < K; k += bd)
+        acc.fold(vlo[c * sc + k * sk], vhi[c * sc + k * sk], vfl[c * sc + k * sk]);
+      acc = qc_mm_block_reduce(acc);
+      if (tid == 0) {
+        vlo[c * sc] = acc.lo;
+        vhi[c * sc] = acc.hi;
+        vfl[c * sc] = (unsigned char)acc.fl;
+      }
+    }
+  } else {
+    for (unsigned long long c = tid; c < C; c += bd) {
+      QcMM<T> acc;
+      acc.init();
+      for (unsigned long long k = 0; k < K; k++)
+        acc.fold(vlo[c * sc + k * sk], vhi[c * sc + k * sk], vfl[c * sc + k * sk]);
+      vlo[c * sc] = acc.lo;
+      vhi[c * sc] = acc.hi;
+      vfl[c * sc] = (unsigned char)acc.fl;
+    }
+  }
+  __syncthreads();
+  /* phase 2: outputs; a NaN anywhere matters to the observer */
+  int local_nan = 0;
+  for (unsigned long long c = tid; c < C; c += bd) local_nan |= (vfl[c * sc] & QC_MM_NAN);
+  const int any_nan = __syncthreads_or(local_nan);
+  const int obs = a.obs_mode & 3;
+  const bool skip = obs != QC_OBS_NONE && any_nan && !(a.obs_mode & QC_OBS_PROPAGATE);
+  const long long nb = (obs != QC_OBS_NONE) ? a.st_cnt[0] : 0;
+  for (unsigned long long c = tid; c < C; c += bd) {
+    T lo = vlo[c * sc], hi = vhi[c * sc];
+    const unsigned fl = vfl[c * sc];
+    if (a.out_lo) {
+      T rlo = lo, rhi = hi;
+      if (a.finish_mode) qc_mm_finish(rlo, rhi, a.finish_mode == 2 ? (fl & ~(unsigned)QC_MM_NAN) : fl);
+      a.out_lo[c] = rlo;
+      a.out_hi[c] = rhi;
+      if (a.out_fl) a.out_fl[c] = (unsigned char)fl;
+    }
+    if (obs == QC_OBS_NONE) continue;
+    float smin, smax;
+    if (!skip) {
+      T flo = lo, fhi = hi;
+      qc_mm_finish(flo, fhi, fl);
+      const float blo = (float)flo, bhi = (float)fhi;
+      if (nb == 0) {
+        smin = blo;
+        smax = bhi;
+      } else if (obs == QC_OBS_MINMAX) {
+        smin = qc_np_min(a.st_min[c], blo);
+        smax = qc_np_max(a.st_max[c], bhi);
+      } else {
+        const float m0 = a.st_min[c], m1 = a.st_max[c];
+        smin = m0 + a.avg_c * (blo - m0);
+        smax = m1 + a.avg_c * (bhi - m1);
+      }
+      a.st_min[c] = smin;
+      a.st_max[c] = smax;
+    } else {
+      smin = a.st_min[c];
+      smax = a.st_max[c];
+    }
+    if (a.qscheme != QC_QS_NONE && (nb > 0 || !skip)) {
+      float scale;
+      long long zp;
+      qc_qparams(smin, smax, a.qscheme, a.eps, a.qdiv, a.qmin, a.qmax, a.sym_zp, &scale, &zp);
+      if (a.q_scale) a.q_scale[c] = scale;
+      if (a.q_zp) a.q_zp[c] = zp;
+      if (a.qp) {
+        const T s = (T)scale;
+        a.qp[c] = s;
+        a.qp[C + c] = (T)1 / s;
+        a.qp[2 * C + c] = (T)zp;
+      }
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    if (obs != QC_OBS_NONE) {
+      if (skip)
+        a.st_cnt[1] += 1;
+      else
+        a.st_cnt[0] += 1;
+    }
+    *counter = 0u; /* ready for the next launch on this stream */
+  }
+}
+
+/* Count this block as done; true in every thread of the last block. */
+__device__ __forceinline__ bool qc_mm_is_last(unsigned int *counter) {
+  __shared__ bool s_last;
+  if (threadIdx.x == 0) {
+    __threadfence(); /* this block's partial before the count */
+    const unsigned int t = atomicAdd(counter, 1u);
+    s_last = (t == gridDim.x - 1u);
+  }
+  __syncthreads();
+  if (s_last) __threadfence(); /* everyone's partials after the count */
+  return s_last;
+}
+
+#define QC_MM_LAST_PARAMS                                                               \
+  T *out_lo, T *out_hi, unsigned char *out_fl, int finish_mode, float *st_min,          \
+      float *st_max, long long *st_cnt, int obs_mode, float avg_c, int qscheme, float eps, \
+      float qdiv, long long qmin, long long qmax, long long sym_zp, float *q_scale,      \
+      long long *q_zp, T *qp
+
+#define QC_MM_LAST_ARGS                                                                 \
+  {out_lo, out_hi, out_fl, finish_mode, st_min, st_max, st_cnt, obs_mode, avg_c, qscheme, \
+   eps, qdiv, qmin, qmax, sym_zp, q_scale, q_zp, qp}
+
+/* ------------------------------------------------------------- kernels */
+
+/* Rows layout: grid = C * P blocks of QC_MM_THREADS; block b reduces part
+ * p = b % P of channel c = b / P.  Per tensor: outer = 1, C = 1, inner = n.
+ * part_* hold C * P partials; counter is 0 on entry and on exit. */
+template <typename T, typename I>
+__global__ void __launch_bounds__(QC_MM_THREADS)
+qc_minmax_rows(const T *__restrict__ x, I outer, I C, I inner, unsigned int P, T *part_lo,
+               T *part_hi, unsigned char *part_fl, unsigned int *counter,
+               QC_MM_LAST_PARAMS) {
+  typedef typename QcMMT<T>::vec VT;
+  const int V = QcMMT<T>::V;
+  const I c = (I)(blockIdx.x / P), p = (I)(blockIdx.x % P);
+  const I tid = (I)threadIdx.x, bd = (I)blockDim.x;
+  const I step = (I)P * bd;
+  QcMM<T> acc;
+  acc.init();
+  if (outer == 1) {
+    /* one contiguous segment per channel */
+    const T *base = x + c * inner;
+    I start = 0;
+    if (((unsigned long long)base & 15ull) == 0) {
+      const I nv = inner / (I)V;
+      const VT *vb = reinterpret_cast<const VT *>(base);
+      for (I v = p * bd + tid; v < nv; v += step) {
+        union { VT v; T a[V]; } u;
+        u.v = vb[v];
+#pragma unroll
+        for (int k = 0; k < V; k++) acc.add(u.a[k]);
+      }
+      start = nv * (I)V;
+    }
+    for (I i = start + p * bd + tid; i < inner; i += step) acc.add(base[i]);
+  } else {
+    /* j runs over the outer * inner values of the channel: (o, r) = divmod(j, inner) */
+    const I total = outer * inner;
+    I j = p * bd + tid;
+    if (j < total) {
+      I o = j / inner, r = j - o * inner;
+      const I so = step / inner, sr = step - so * inner;
+      for (; j < total; j += step) {
+        acc.add(x[(o * C + c) * inner + r]);
+        r += sr;
+        o += so;
+        if (r >= inner) {
+          r -= inner;
+          o += 1;
+        }
+      }
+    }
+  }
+  acc = qc_mm_block_reduce(acc);
+  if (threadIdx.x == 0) {
+    part_lo[blockIdx.x] = acc.lo;
+    part_hi[blockIdx.x] = acc.hi;
+    part_fl[blockIdx.x] = (unsigned char)acc.fl;
+  }
+  if (!qc_mm_is_last(counter)) return;
+  const QcMMLast<T> last = QC_MM_LAST_ARGS;
+  qc_mm_last_block<T>(part_lo, part_hi, part_fl, P, P, 1ull, (unsigned long long)C, last,
+                      counter);
+}
+
+/* Columns layout (inner == 1): x is (rows, C).  Column tile width TW
+ * (min(C, QC_MM_THREADS)), NT = ceil(C / TW) tiles, G row groups:
+ * grid = NT * G blocks of QC_MM_THREADS.  Thread t of a block reads column
+ * tile * TW + t % TW of the rows g * L + t / TW + k * G * L
+ * (L = QC_MM_THREADS / TW lanes), so a warp reads contiguous memory.
+ * part_* hold G * C partials. */
+template <typename T, typename I>
+__global__ void __launch_bounds__(QC_MM_THREADS)
+qc_minmax_cols(const T *__restrict__ x, I rows, I C, unsigned int TW, unsigned int NT,
+               unsigned int G, T *part_lo, T *part_hi, unsigned char *part_fl,
+               unsigned int *counter, QC_MM_LAST_PARAMS) {
+  __shared__ T s_lo[QC_MM_THREADS];
+  __shared__ T s_hi[QC_MM_THREADS];
+  __shared__ unsigned char s_fl[QC_MM_THREADS];
+  const unsigned tile = blockIdx.x % NT, g = blockIdx.x / NT;
+  const unsigned L = QC_MM_THREADS / TW;
+  const unsigned lane = threadIdx.x / TW, colin = threadIdx.x - lane * TW;
+  const I col = (I)tile * (I)TW + (I)colin;
+  QcMM<T> acc;
+  acc.init();
+  if (lane < L && col < C) {
+    const I rstep = (I)G * (I)L;
+    for (I r = (I)g * (I)L + (I)lane; r < rows; r += rstep) acc.add(x[r * C + col]);
+  }
+  s_lo[threadIdx.x] = acc.lo;
+  s_hi[threadIdx.x] = acc.hi;
+  s_fl[threadIdx.x] = (unsigned char)acc.fl;
+  __syncthreads();
+  if (lane == 0 && col < C) {
+    for (unsigned l = 1; l < L; l++)
+      acc.fold(s_lo[l * TW + colin], s_hi[l * TW + colin], s_fl[l * TW + colin]);
+    const unsigned long long k = (unsigned long long)g * (unsigned long long)C + col;
+    part_lo[k] = acc.lo;
+    part_hi[k] = acc.hi;
+    part_fl[k] = (unsigned char)acc.fl;
+    __threadfence();
+  }
+  __syncthreads();
+  if (!qc_mm_is_last(counter)) return;
+  const QcMMLast<T> last = QC_MM_LAST_ARGS;
+  qc_mm_last_block<T>(part_lo, part_hi, part_fl, G, 1ull, (unsigned long long)C,
+                      (unsigned long long)C, last, counter);
+}
+
+/* In place: qc_minmax_finish on n (lo, hi, flags) triples. */
+template <typename T>
+__global__ void qc_minmax_finish(T *lo, T *hi, const unsigned char *__restrict__ fl,
+                                 unsigned long long n) {
+  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    T a = lo[i], b = hi[i];
+    qc_mm_finish(a, b, fl[i]);
+    lo[i] = a;
+    hi[i] = b;
+  }
+}

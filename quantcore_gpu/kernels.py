@@ -1,0 +1,599 @@
+"""GPU twins of ``quantcore/_cpu/_kernels.pyx``: CuPy RawModule launches.
+
+Every function named like a CPU kernel entry point takes the same
+parameters, with C-contiguous 1-D cupy arrays where the CPU takes
+memoryviews (numpy parameter arrays are copied to the device), and computes
+bit-identical results on the current device and stream.  ``nthreads`` is
+accepted and ignored.  Differences:
+
+- ``minmax`` returns 0-d cupy arrays (lo, hi, flags) instead of Python
+  scalars (no host synchronisation); ``minmax_channels`` returns cupy
+  arrays.  As on the CPU they are unfinished; ``minmax_finish`` (or
+  ``finish=`` of :func:`minmax_device`) applies the NaN / signed-zero rule,
+  after which the results equal the CPU's bit for bit.
+- :func:`observe` + :func:`fq_affine_dev` are the fused FakeQuantize
+  forward: the reduction's last block updates the observer state and writes
+  scale / zero point to device memory, and the fake-quant kernel reads them
+  there.  Two launches, no host synchronisation.
+
+Sources are ``cuda/*.cu`` beside this module; they ``#include``
+``quantcore/include/qc_elementwise.h``.  Each is compiled once per device
+(memoized) with ``--fmad=false`` (never ``--use_fast_math``).  Launch
+arguments are numpy scalars of the kernel's parameter types.
+
+Importing this module does not import cupy.
+"""
+import hashlib
+import importlib.util
+import os
+import threading
+
+import numpy as np
+
+__all__ = [
+    "SOURCES", "compile_options", "include_dir", "cuda_dir",
+    "minmax", "minmax_channels", "minmax_finish", "minmax_device",
+    "fq_affine", "fq_affine_channels", "fq_nudged", "fq_nudged_channels",
+    "fq_amax", "fq_amax_channels", "ste",
+    "ObserverState", "observe", "fq_affine_dev",
+]
+
+# --------------------------------------------------------------- sources
+
+_FLOATS = ("float", "double")
+_INDEX = ("unsigned int", "unsigned long long")
+
+
+def _names():
+    fq = []
+    for t in _FLOATS:
+        for i in _INDEX:
+            for k in ("qc_fq_affine_t", "qc_fq_affine_c", "qc_fq_nudged_t", "qc_fq_nudged_c",
+                      "qc_fq_amax_t", "qc_fq_amax_c", "qc_ste"):
+                fq.append(f"{k}<{t}, {i}>")
+            for pc in ("false", "true"):
+                fq.append(f"qc_fq_affine_dev<{t}, {i}, {pc}>")
+    mm = []
+    for t in _FLOATS:
+        for i in _INDEX:
+            mm.append(f"qc_minmax_rows<{t}, {i}>")
+            mm.append(f"qc_minmax_cols<{t}, {i}>")
+        mm.append(f"qc_minmax_finish<{t}>")
+    return {"fake_quant.cu": tuple(fq), "minmax.cu": tuple(mm)}
+
+
+#: every .cu source and the template instantiations (name expressions) used
+SOURCES = _names()
+
+#: NVRTC options besides the include directory; the numerical contract
+#: needs --fmad=false (no contraction of a * b + c); IEEE division and
+#: square root and no flush-to-zero are NVRTC's defaults, and
+#: --use_fast_math must never be added.
+BASE_OPTIONS = ("--fmad=false", "-std=c++17")
+
+_THREADS = 256        # threads per block of every kernel
+_MM_THREADS = 256     # QC_MM_THREADS in minmax.cu
+_VEC = {np.dtype(np.float32): 4, np.dtype(np.float64): 2}
+_CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+
+#: tests set this to run the 64-bit index instantiations on small arrays
+FORCE_INDEX64 = False
+
+
+def cuda_dir():
+    """The folder of the .cu sources."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda")
+
+
+def include_dir():
+    """quantcore/include, located without importing quantcore (so that the
+    compile check needs no built extension)."""
+    spec = importlib.util.find_spec("quantcore")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("quantcore_gpu: the quantcore package (for include/qc_elementwise.h) "
+                           "cannot be found")
+    return os.path.join(list(spec.submodule_search_locations)[0], "include")
+
+
+def read_source(name):
+    with open(os.path.join(cuda_dir(), name), encoding="utf-8") as fh:
+        return fh.read()
+
+
+def _header_digest():
+    """Hash of the shared headers: CuPy's compile cache keys on the source
+    and the options only, so an edited header must change the options."""
+    h = hashlib.sha256()
+    inc = include_dir()
+    for name in sorted(os.listdir(inc)):
+        if name.endswith(".h"):
+            with open(os.path.join(inc, name), "rb") as fh:
+                h.update(name.encode() + b"\0" + fh.read())
+    return h.hexdigest()[:16]
+
+
+def compile_options(with_digest=True):
+    """The NVRTC options of every source (CuPy adds the architecture)."""
+    opts = list(BASE_OPTIONS) + [f"-I{include_dir()}"]
+    if with_digest:
+        opts.append(f"-DQC_HEADER_DIGEST=0x{_header_digest()}ull")
+    return tuple(opts)
+
+
+# ------------------------------------------------------- module factory
+
+_lock = threading.Lock()
+_modules = {}     # (device id, source) -> cupy.RawModule
+_functions = {}   # (device id, name expression) -> cupy.RawKernel
+_device_info = {}  # device id -> SM count
+_counters = {}    # (device id, stream ptr) -> uint32[1] device counter
+
+
+def _cupy():
+    import cupy
+    return cupy
+
+
+def _device_id():
+    return _cupy().cuda.runtime.getDevice()
+
+
+def _module(source):
+    cp = _cupy()
+    key = (_device_id(), source)
+    mod = _modules.get(key)
+    if mod is None:
+        with _lock:
+            mod = _modules.get(key)
+            if mod is None:
+                mod = cp.RawModule(code=read_source(source), options=compile_options(),
+                                   name_expressions=SOURCES[source])
+                mod.compile()
+                _modules[key] = mod
+    return mod
+
+
+def _function(source, name):
+    key = (_device_id(), name)
+    fn = _functions.get(key)
+    if fn is None:
+        fn = _module(source).get_function(name)
+        _functions[key] = fn
+    return fn
+
+
+def _sm_count():
+    dev = _device_id()
+    n = _device_info.get(dev)
+    if n is None:
+        n = int(_cupy().cuda.Device(dev).attributes["MultiProcessorCount"])
+        _device_info[dev] = n
+    return n
+
+
+def _counter():
+    """A zeroed uint32 counter for the reductions on the current device and
+    stream; the last block of each reduction leaves it at 0 again."""
+    cp = _cupy()
+    key = (_device_id(), cp.cuda.get_current_stream().ptr)
+    c = _counters.get(key)
+    if c is None:
+        c = cp.zeros(1, dtype=np.uint32)
+        _counters[key] = c
+    return c
+
+
+def _index(n):
+    """(ctype, numpy type) of the index: 64-bit when n >= 2**31."""
+    if FORCE_INDEX64 or n >= 2 ** 31:
+        return "unsigned long long", np.uint64
+    return "unsigned int", np.uint32
+
+
+def _ew_grid(n, dtype):
+    """Blocks of a grid-stride elementwise launch."""
+    per_block = _THREADS * _VEC[dtype]
+    blocks = -(-n // per_block)
+    return max(1, min(blocks, _sm_count() * 8 * 4))
+
+
+def _dt(a):
+    return np.dtype(a.dtype)
+
+
+def _check(x, name="x"):
+    cp = _cupy()
+    if not isinstance(x, cp.ndarray):
+        raise TypeError(f"quantcore_gpu: {name} must be a cupy.ndarray, got {type(x).__name__}")
+    if x.ndim != 1 or not x.flags.c_contiguous:
+        raise ValueError(f"quantcore_gpu: {name} must be a C-contiguous 1-D array, got shape "
+                         f"{x.shape} strides {x.strides}")
+    return x
+
+
+def _param(p, dtype):
+    """A per-channel parameter as a contiguous device array of dtype."""
+    cp = _cupy()
+    return cp.ascontiguousarray(cp.asarray(p, dtype=dtype)).reshape(-1)
+
+
+def _mask_arg(mask):
+    """None / empty mask -> NULL, as the CPU's _base()."""
+    if mask is None or mask.size == 0:
+        return None
+    return _check(mask, "mask")
+
+
+def _cpu_mode(mode):
+    """The affine mode word as the CPU's QC_AFFINE_DISPATCH resolves it: an
+    invalid rounding / non-finite combination behaves as case 66."""
+    mode = int(mode)
+    cm = mode & (3 | 96)
+    if cm not in (0, 1, 2, 32, 33, 34, 64, 65, 66):
+        cm = 66
+    return (mode & ~(3 | 96)) | cm
+
+
+def _launch_ew(kernel, dtype, n, args):
+    ct, it = _index(n)
+    fn = _function("fake_quant.cu", f"{kernel}<{_CTYPE[dtype]}, {ct}>")
+    fn((_ew_grid(n, dtype),), (_THREADS,), tuple(it(a) if isinstance(a, _Idx) else a
+                                                   for a in args))
+
+
+class _Idx(int):
+    """An index argument: converted to the index type of the launch."""
+
+
+# ------------------------------------------------------------ min / max
+
+class _Last:
+    """The last-block arguments of the reduction kernels (QC_MM_LAST_PARAMS)."""
+
+    def __init__(self, dtype):
+        self.T = dtype.type
+        self.out_lo = self.out_hi = self.out_fl = None
+        self.finish_mode = 0
+        self.st_min = self.st_max = self.st_cnt = None
+        self.obs_mode = 0
+        self.avg_c = 0.0
+        self.qscheme = 0
+        self.eps = 0.0
+        self.qdiv = 1.0
+        self.qmin = self.qmax = self.sym_zp = 0
+        self.q_scale = self.q_zp = self.qp = None
+
+    def args(self):
+        return (self.out_lo, self.out_hi, self.out_fl, np.int32(self.finish_mode),
+                self.st_min, self.st_max, self.st_cnt, np.int32(self.obs_mode),
+                np.float32(self.avg_c), np.int32(self.qscheme), np.float32(self.eps),
+                np.float32(self.qdiv), np.int64(self.qmin), np.int64(self.qmax),
+                np.int64(self.sym_zp), self.q_scale, self.q_zp, self.qp)
+
+
+def _reduce(x, outer, C, inner, last, counter=None):
+    """Launch the one-pass reduction of the (outer, C, inner) view of x with
+    last-block arguments ``last``.  Requires x.size > 0 and C > 0."""
+    cp = _cupy()
+    dtype = _dt(x)
+    n = int(x.size)
+    if C == 1:
+        outer, inner = 1, n
+    counter = _counter() if counter is None else counter
+    target = _sm_count() * 8
+    ct, it = _index(n)
+    T = _CTYPE[dtype]
+    if inner == 1 and C > 1:
+        tw = min(C, _MM_THREADS)
+        nt = -(-C // tw)
+        lanes = _MM_THREADS // tw
+        g = max(1, min(-(-target // nt), -(-outer // (lanes * 4)), 65535))
+        part = g * C
+        fn = _function("minmax.cu", f"qc_minmax_cols<{T}, {ct}>")
+        head = (x, it(outer), it(C), np.uint32(tw), np.uint32(nt), np.uint32(g))
+        grid = nt * g
+    else:
+        work = outer * inner
+        max_p = max(1, -(-work // (_MM_THREADS * _VEC[dtype] * 4)))
+        p = max(1, min(-(-target // C), max_p, 4096))
+        part = C * p
+        fn = _function("minmax.cu", f"qc_minmax_rows<{T}, {ct}>")
+        head = (x, it(outer), it(C), it(inner), np.uint32(p))
+        grid = C * p
+    plo = cp.empty(part, dtype=dtype)
+    phi = cp.empty(part, dtype=dtype)
+    pfl = cp.empty(part, dtype=np.uint8)
+    fn((grid,), (_MM_THREADS,), head + (plo, phi, pfl, counter) + last.args())
+
+
+def minmax_device(x, outer, C, inner, out_lo, out_hi, out_flags=None, finish=0):
+    """Per-channel (lo, hi, flags) of the (outer, C, inner) view into device
+    arrays in one launch; ``finish``: 0 raw, 1 the NaN / signed-zero rule,
+    2 the rule with NaNs omitted (``nan_policy="omit"``).  Per tensor:
+    outer = 1, C = 1, inner = x.size."""
+    _check(x)
+    dtype = _dt(x)
+    if x.size == 0 or C == 0:
+        if C:
+            out_lo.fill(np.inf)
+            out_hi.fill(-np.inf)
+            if out_flags is not None:
+                out_flags.fill(0)
+        return
+    last = _Last(dtype)
+    last.out_lo, last.out_hi, last.out_fl = out_lo, out_hi, out_flags
+    last.finish_mode = int(finish)
+    _reduce(x, int(outer), int(C), int(inner), last)
+
+
+def minmax(x, nthreads=None):
+    """Per-tensor (min, max, flags) in one pass, unfinished (see the CPU
+    kernel); 0-d cupy arrays.  Empty x gives (+inf, -inf, 0)."""
+    cp = _cupy()
+    _check(x)
+    dtype = _dt(x)
+    lo = cp.full(1, np.inf, dtype=dtype)
+    hi = cp.full(1, -np.inf, dtype=dtype)
+    fl = cp.zeros(1, dtype=np.uint8)
+    if x.size:
+        minmax_device(x, 1, 1, x.size, lo, hi, fl)
+    return lo.reshape(()), hi.reshape(()), fl.reshape(())
+
+
+def minmax_channels(x, outer, C, inner, nthreads=None):
+    """Per-channel (min[C], max[C], flags[C]) of the (outer, C, inner) view."""
+    cp = _cupy()
+    _check(x)
+    dtype = _dt(x)
+    C = int(C)
+    lo = cp.full(C, np.inf, dtype=dtype)
+    hi = cp.full(C, -np.inf, dtype=dtype)
+    fl = cp.zeros(C, dtype=np.uint8)
+    if x.size and C:
+        minmax_device(x, outer, C, inner, lo, hi, fl)
+    return lo, hi, fl
+
+
+def minmax_finish(lo, hi, flags):
+    """In place on device arrays: the NaN / signed-zero rule."""
+    cp = _cupy()
+    lo = lo.reshape(-1)
+    hi = hi.reshape(-1)
+    fl = cp.ascontiguousarray(cp.asarray(flags, dtype=np.uint8)).reshape(-1)
+    n = int(lo.size)
+    if n == 0:
+        return
+    fn = _function("minmax.cu", f"qc_minmax_finish<{_CTYPE[_dt(lo)]}>")
+    fn((max(1, min(-(-n // _THREADS), 1024)),), (_THREADS,), (lo, hi, fl, np.uint64(n)))
+
+
+# ------------------------------------------------------------ affine family
+
+def fq_affine(x, y, mask, scale, inv, zp, qmin, qmax, mode, nthreads=None):
+    """Per-tensor affine fake quant (qc_fq_affine) of x into y (may alias)."""
+    _check(x)
+    _check(y, "y")
+    n = int(x.size)
+    if n == 0:
+        return
+    dtype = _dt(x)
+    T = dtype.type
+    _launch_ew("qc_fq_affine_t", dtype, n,
+               (x, y, _mask_arg(mask), _Idx(n), T(scale), T(inv), T(zp), T(qmin), T(qmax),
+                np.int32(_cpu_mode(mode))))
+
+
+def fq_affine_channels(x, y, mask, outer, C, inner, scale, inv, zp, qmin, qmax, mode,
+                       nthreads=None):
+    """Per-channel affine fake quant of the (outer, C, inner) view."""
+    _check(x)
+    _check(y, "y")
+    n = int(x.size)
+    if n == 0:
+        return
+    dtype = _dt(x)
+    T = dtype.type
+    _launch_ew("qc_fq_affine_c", dtype, n,
+               (x, y, _mask_arg(mask), _Idx(n), _Idx(C), _Idx(inner),
+                _param(scale, dtype), _param(inv, dtype),
+                _param(zp, dtype), T(qmin), T(qmax), np.int32(_cpu_mode(mode))))
+
+
+# ------------------------------------------------------------ nudged family
+
+def fq_nudged(x, y, mask, nmin, nmax, scale, inv, qz, mode, nthreads=None):
+    """Per-tensor nudged fake quant (qc_fq_nudged)."""
+    _check(x)
+    _check(y, "y")
+    n = int(x.size)
+    if n == 0:
+        return
+    dtype = _dt(x)
+    T = dtype.type
+    _launch_ew("qc_fq_nudged_t", dtype, n,
+               (x, y, _mask_arg(mask), _Idx(n), T(nmin), T(nmax), T(scale), T(inv), T(qz),
+                np.int32(int(mode) & 3)))
+
+
+def fq_nudged_channels(x, y, mask, outer, C, inner, nmin, nmax, scale, inv, qz, mode,
+                       nthreads=None):
+    """Per-channel nudged fake quant of the (outer, C, inner) view."""
+    _check(x)
+    _check(y, "y")
+    n = int(x.size)
+    if n == 0:
+        return
+    dtype = _dt(x)
+    _launch_ew("qc_fq_nudged_c", dtype, n,
+               (x, y, _mask_arg(mask), _Idx(n), _Idx(C), _Idx(inner),
+                _param(nmin, dtype), _param(nmax, dtype),
+                _param(scale, dtype), _param(inv, dtype),
+                _param(qz, dtype), np.int32(int(mode) & 3)))
+
+
+# -------------------------------------------------------------- amax family
+
+def fq_amax(x, y, mask, mult, div, lo, hi, amax, nthreads=None):
+    """Per-tensor amax fake quant (qc_fq_amax)."""
+    _check(x)
+    _check(y, "y")
+    n = int(x.size)
+    if n == 0:
+        return
+    dtype = _dt(x)
+    T = dtype.type
+    _launch_ew("qc_fq_amax_t", dtype, n,
+               (x, y, _mask_arg(mask), _Idx(n), T(mult), T(div), T(lo), T(hi), T(amax)))
+
+
+def fq_amax_channels(x, y, mask, outer, C, inner, mult, div, lo, hi, amax, nthreads=None):
+    """Per-channel amax fake quant of the (outer, C, inner) view."""
+    _check(x)
+    _check(y, "y")
+    n = int(x.size)
+    if n == 0:
+        return
+    dtype = _dt(x)
+    T = dtype.type
+    _launch_ew("qc_fq_amax_c", dtype, n,
+               (x, y, _mask_arg(mask), _Idx(n), _Idx(C), _Idx(inner),
+                _param(mult, dtype), _param(div, dtype), T(lo), T(hi),
+                _param(amax, dtype)))
+
+
+# ----------------------------------------------------------------- backward
+
+def ste(grad, mask, y, nthreads=None):
+    """Straight-through backward y = grad * mask (y may alias grad)."""
+    _check(grad, "grad")
+    _check(mask, "mask")
+    _check(y, "y")
+    n = int(grad.size)
+    if n == 0:
+        return
+    dtype = _dt(grad)
+    _launch_ew("qc_ste", dtype, n, (grad, mask, y, _Idx(n)))
+
+
+# ---------------------------------------------- fused observer + qparams
+
+_OBSERVERS = {"none": 0, "minmax": 1, "moving_average": 2}
+_QSCHEMES = {None: 0, "affine": 1, "symmetric": 2}
+
+
+class ObserverState:
+    """Device-resident observer state and qparams of one FakeQuantize.
+
+    Attributes (cupy arrays on the device they were made on):
+
+    - ``min_val``, ``max_val``: float32[C] statistics
+    - ``counts``: int64[2] = (num_batches, nan_batches)
+    - ``scale`` (float32[C]), ``zero_point`` (int64[C]): the qparams
+    - ``qp``: the compute dtype [scale, 1 / scale, zero_point] x C read by
+      :func:`fq_affine_dev`
+    - ``counter``: the reduction's uint32 counter (0 between launches)
+
+    Per tensor C = 1.  Use one state from one stream at a time.
+    """
+
+    def __init__(self, channels, compute_dtype=np.float32):
+        cp = _cupy()
+        c = int(channels)
+        self.channels = c
+        self.dtype = np.dtype(compute_dtype)
+        self.min_val = cp.full(c, np.inf, dtype=np.float32)
+        self.max_val = cp.full(c, -np.inf, dtype=np.float32)
+        self.counts = cp.zeros(2, dtype=np.int64)
+        self.scale = cp.ones(c, dtype=np.float32)
+        self.zero_point = cp.zeros(c, dtype=np.int64)
+        self.qp = cp.concatenate([cp.ones(c, self.dtype), cp.ones(c, self.dtype),
+                                  cp.zeros(c, self.dtype)])
+        self.counter = cp.zeros(1, dtype=np.uint32)
+
+    def set_qparams(self, scale, zero_point):
+        """Load host qparams (e.g. from a state dict) into scale / zero_point / qp."""
+        cp = _cupy()
+        s = np.asarray(scale, dtype=np.float32).reshape(-1)
+        z = np.asarray(zero_point, dtype=np.int64).reshape(-1)
+        T = self.dtype.type
+        sw = s.astype(self.dtype)
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            inv = (T(1) / sw).astype(self.dtype)
+        self.scale[...] = cp.asarray(s)
+        self.zero_point[...] = cp.asarray(z)
+        self.qp[...] = cp.asarray(np.concatenate([sw, inv, z.astype(np.float64).astype(self.dtype)]))
+
+
+def observe(x, outer, C, inner, state, *, observer="moving_average", averaging_constant=0.01,
+            nan_policy="skip", qscheme="affine", quant_min=0, quant_max=255,
+            eps=float(np.finfo(np.float32).eps), zero_point=None, out_lo=None, out_hi=None,
+            out_flags=None, finish=1):
+    """One launch: batch min/max of x's (outer, C, inner) view, the observer
+    update of ``state`` and its qparams, all in the last block.
+
+    observer: "minmax" (running min / max), "moving_average"
+    (``m = m + c * (batch - m)``, first batch ``m = batch``) or "none".
+    nan_policy: "skip" (a batch with a NaN in any channel leaves the state
+    unchanged and counts in ``state.counts[1]``) or "propagate".  "raise"
+    needs the host: use quantcore's synchronous path for it.
+    qscheme: "affine" (qparams.affine_qparams), "symmetric"
+    (qparams.symmetric_qparams; ``zero_point`` as there) or None.
+    Optionally also writes the batch (lo, hi, flags) to ``out_*``.
+    An empty x changes nothing (no launch).
+    """
+    _check(x)
+    if x.size == 0 or C == 0:
+        return
+    dtype = _dt(x)
+    if observer not in _OBSERVERS:
+        raise ValueError(f"observe: observer must be one of {sorted(_OBSERVERS)}, got {observer!r}")
+    if nan_policy not in ("skip", "propagate"):
+        raise ValueError(f"observe: nan_policy must be 'skip' or 'propagate' on the device, got "
+                         f"{nan_policy!r}")
+    if qscheme not in _QSCHEMES:
+        raise ValueError(f"observe: qscheme must be 'affine', 'symmetric' or None, got {qscheme!r}")
+    if state.channels != int(C):
+        raise ValueError(f"observe: the state has {state.channels} channels, x {C}")
+    if qscheme is not None and state.dtype != dtype:
+        raise ValueError(f"observe: the state's qparams are {state.dtype}, x is {dtype}")
+    qmin, qmax = int(quant_min), int(quant_max)
+    last = _Last(dtype)
+    last.out_lo, last.out_hi, last.out_fl = out_lo, out_hi, out_flags
+    last.finish_mode = int(finish)
+    last.st_min, last.st_max, last.st_cnt = state.min_val, state.max_val, state.counts
+    last.obs_mode = _OBSERVERS[observer] | (4 if nan_policy == "propagate" else 0)
+    last.avg_c = np.float32(averaging_constant)
+    last.qscheme = _QSCHEMES[qscheme]
+    last.eps = np.float32(eps)
+    if qscheme == "symmetric":
+        last.qdiv = np.float32((qmax - qmin) / 2)
+        if zero_point is None:
+            zero_point = 0 if qmin < 0 else (qmin + qmax + 1) // 2
+        last.sym_zp = int(zero_point)
+    else:
+        last.qdiv = np.float32(qmax - qmin)
+    last.qmin, last.qmax = qmin, qmax
+    if qscheme is not None:
+        last.q_scale, last.q_zp, last.qp = state.scale, state.zero_point, state.qp
+    _reduce(x, int(outer), int(C), int(inner), last, counter=state.counter)
+
+
+def fq_affine_dev(x, y, mask, outer, C, inner, qp, qmin, qmax, mode, nthreads=None):
+    """Affine fake quant with [scale, inv, zp] read from device array ``qp``
+    (``ObserverState.qp``); per tensor when C == 1 and qp has 3 values."""
+    _check(x)
+    _check(y, "y")
+    n = int(x.size)
+    if n == 0:
+        return
+    dtype = _dt(x)
+    if qp.dtype != dtype or qp.size != 3 * int(C):
+        raise ValueError(f"fq_affine_dev: qp must be {dtype}[{3 * int(C)}], got "
+                         f"{qp.dtype}[{qp.size}]")
+    T = dtype.type
+    ct, it = _index(n)
+    pc = "true" if int(C) > 1 else "false"
+    fn = _function("fake_quant.cu", f"qc_fq_affine_dev<{_CTYPE[dtype]}, {ct}, {pc}>")
+    fn((_ew_grid(n, dtype),), (_THREADS,),
+       (x, y, _mask_arg(mask), it(n), it(C), it(inner), qp, T(qmin), T(qmax),
+        np.int32(_cpu_mode(mode))))
