@@ -94,12 +94,45 @@ def interop_method(method):
     return wrapper
 
 
+def array_module(x):
+    """numpy, or cupy for a cupy array (imported only then)."""
+    if is_cupy_array(x):
+        import cupy
+        return cupy
+    return np
+
+
+def gpu_kernels(func):
+    """The GPU kernel module, or NotImplementedError saying why it cannot run."""
+    import quantcore_gpu
+    ok, reason = quantcore_gpu.can_use()
+    if not ok:
+        raise NotImplementedError(f"quantcore.{func}: got a cupy array but the GPU path cannot "
+                                  f"run here: {reason}")
+    from quantcore_gpu import kernels
+    return kernels
+
+
+def kernels_for(arr, func):
+    """The kernel module for ``arr``: the CPU extension or quantcore_gpu."""
+    if isinstance(arr, np.ndarray):
+        from ._cpu import _kernels
+        return _kernels
+    return gpu_kernels(func)
+
+
 def require_cpu(x, func):
-    """Raise NotImplementedError for GPU arrays (no GPU path yet)."""
-    if backend_of(x) == "gpu":
+    """Raise NotImplementedError for GPU arrays of other libraries than
+    cupy (``__cuda_array_interface__`` without being a cupy array)."""
+    if backend_of(x) == "gpu" and not is_cupy_array(x):
         raise NotImplementedError(
-            f"quantcore.{func}: cupy/GPU arrays are not supported yet (the quantcore_gpu "
-            "kernels are not implemented); pass a numpy array")
+            f"quantcore.{func}: {type(x).__name__} GPU arrays are supported through cupy; "
+            "wrap it with cupy.asarray")
+
+
+def to_host(value):
+    """A cupy parameter array as numpy (a small synchronous copy)."""
+    return value.get() if is_cupy_array(value) else value
 
 
 def as_float_array(x, name, func):
@@ -112,7 +145,10 @@ def as_float_array(x, name, func):
     A big-endian array is converted to native byte order (a copy).
     """
     require_cpu(x, func)
-    if isinstance(x, np.ndarray):
+    if is_cupy_array(x):
+        gpu_kernels(func)  # NotImplementedError with the reason when it cannot run
+        arr = x
+    elif isinstance(x, np.ndarray):
         arr = x
     else:
         try:
@@ -156,10 +192,11 @@ class Layout:
     copied once to C order.
     """
 
-    __slots__ = ("flat", "order", "shape")
+    __slots__ = ("flat", "order", "shape", "xp")
 
     def __init__(self, arr, dtype):
         self.shape = arr.shape
+        self.xp = array_module(arr)
         if arr.dtype != dtype:
             arr = arr.astype(dtype, order="K")
         if arr.flags.c_contiguous:
@@ -170,7 +207,7 @@ class Layout:
             self.flat = arr.T.reshape(-1)
         else:
             self.order = "C"
-            self.flat = np.ascontiguousarray(arr).reshape(-1)
+            self.flat = self.xp.ascontiguousarray(arr).reshape(-1)
 
     def channels(self, axis):
         """(outer, C, inner) of the flat view for channel axis ``axis``."""
@@ -183,7 +220,7 @@ class Layout:
 
     def empty(self, dtype):
         """A new array of this shape and layout, and its flat view."""
-        res = np.empty(self.shape, dtype=dtype, order=self.order)
+        res = self.xp.empty(self.shape, dtype=dtype, order=self.order)
         return res, (res.reshape(-1) if self.order == "C" else res.T.reshape(-1))
 
     def flat_of(self, arr):
@@ -195,12 +232,12 @@ class Layout:
         return None
 
 
-def check_out(out, shape, dtype, func, name="out"):
-    """Validate a user-supplied output array."""
-    if not isinstance(out, np.ndarray):
-        if is_cupy_array(out):
-            require_cpu(out, func)
-        raise TypeError(f"{func}: {name} must be a numpy array, got {type(out).__name__}")
+def check_out(out, shape, dtype, func, name="out", xp=np):
+    """Validate a user-supplied output array (of the input's array type)."""
+    if not isinstance(out, xp.ndarray) or (xp is np) != isinstance(out, np.ndarray):
+        kind = "cupy" if xp is not np else "numpy"
+        raise TypeError(f"{func}: {name} must be a {kind} array like x, got "
+                        f"{type(out).__name__}")
     if out.shape != tuple(shape):
         raise ValueError(f"{func}: {name} has shape {out.shape}, expected {tuple(shape)}")
     if out.dtype != dtype:
@@ -222,11 +259,12 @@ class Output:
     def __init__(self, layout, src, out, out_dtype, work_dtype, func, name="out"):
         self._copy_to = None
         if out is not None:
-            check_out(out, layout.shape, out_dtype, func, name)
+            xp = layout.xp
+            check_out(out, layout.shape, out_dtype, func, name, xp)
             flat = None
             if _writes_as(out.dtype, work_dtype):
                 flat = layout.flat_of(out.view(work_dtype))
-            if flat is not None and (not np.may_share_memory(out, src) or _same_memory(out, src)):
+            if flat is not None and (not xp.may_share_memory(out, src) or _same_memory(out, src)):
                 self.result, self.flat = out, flat
                 return
             self._copy_to = out
@@ -237,7 +275,7 @@ class Output:
         # float32 -> float16 overflows to +-inf: that is the documented result
         with np.errstate(over="ignore"):
             if self._copy_to is not None:
-                np.copyto(self._copy_to, self.result, casting="unsafe")
+                array_module(self._copy_to).copyto(self._copy_to, self.result, casting="unsafe")
                 return self._copy_to
             if self.result.dtype != out_dtype:
                 if _writes_as(out_dtype, self.result.dtype):
@@ -252,10 +290,14 @@ def _writes_as(dtype, work_dtype):
     return dtype == work_dtype or (dtype == np.bool_ and work_dtype == np.uint8)
 
 
+def data_pointer(a):
+    """Address of the first element of a numpy or cupy array."""
+    return a.data.ptr if is_cupy_array(a) else a.__array_interface__["data"][0]
+
+
 def _same_memory(a, b):
     """True when a and b are the same elements in the same order."""
-    ia, ib = a.__array_interface__, b.__array_interface__
-    return (ia["data"][0] == ib["data"][0] and a.shape == b.shape
+    return (data_pointer(a) == data_pointer(b) and a.shape == b.shape
             and a.strides == b.strides and a.dtype.itemsize == b.dtype.itemsize)
 
 
@@ -289,8 +331,7 @@ def param_array(value, name, func, channels):
     must be a scalar (broadcast to every channel) or a 1-D array of
     ``channels`` values.
     """
-    if is_cupy_array(value):
-        require_cpu(value, func)
+    value = to_host(value)
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:

@@ -131,6 +131,8 @@ class ObserverBase:
             return None
         axis = A.normalize_axis(self.axis, arr.ndim, f"{type(self).__name__}.update")
         lo, hi, flags = _minmax_flags(arr, axis, "update")
+        if A.is_cupy_array(lo):  # the state lives on the host: one small copy
+            lo, hi, flags = A.to_host(lo), A.to_host(hi), A.to_host(flags)
         has_nan = bool(np.any(np.asarray(flags) & MM_NAN))
         if has_nan and self.nan_policy != "propagate":
             if self.nan_policy == "raise":

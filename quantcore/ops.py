@@ -91,7 +91,7 @@ def minmax(x, axis=None, *, nan_policy="propagate"):
     arr = A.as_float_array(x, "x", func)
     lo, hi, flags = _minmax_flags(arr, axis, func)
     if nan_policy == "omit":
-        flags = np.asarray(flags, dtype=np.uint8) & np.uint8(~MM_NAN & 0xFF)
+        flags = A.array_module(lo).asarray(flags, dtype=np.uint8) & np.uint8(~MM_NAN & 0xFF)
     lo, hi = _finish_minmax(lo, hi, flags)
     return lo.astype(arr.dtype, copy=False), hi.astype(arr.dtype, copy=False)
 
@@ -104,15 +104,23 @@ def _minmax_flags(x, axis, func):
     layout = A.Layout(arr, work)
     n = layout.flat.shape[0]
     nthreads = effective_n_threads(n)
+    kernels = A.kernels_for(layout.flat, func)
     if axis is None:
-        lo, hi, flags = K.minmax(layout.flat, nthreads)
-        return work.type(lo), work.type(hi), flags
+        lo, hi, flags = kernels.minmax(layout.flat, nthreads)
+        if kernels is K:
+            return work.type(lo), work.type(hi), flags
+        return lo, hi, flags  # 0-d device arrays: no host synchronisation
     outer, C, inner = layout.channels(axis)
-    return K.minmax_channels(layout.flat, outer, C, inner, nthreads)
+    return kernels.minmax_channels(layout.flat, outer, C, inner, nthreads)
 
 
 def _finish_minmax(lo, hi, flags):
     """Apply the NaN / signed-zero rule; 0-d results per tensor."""
+    if A.is_cupy_array(lo):
+        per_tensor = lo.ndim == 0
+        lo, hi = lo.reshape(-1).copy(), hi.reshape(-1).copy()
+        A.gpu_kernels("minmax").minmax_finish(lo, hi, flags)
+        return (lo.reshape(()), hi.reshape(())) if per_tensor else (lo, hi)
     per_tensor = not isinstance(lo, np.ndarray)
     lo = np.array(lo, ndmin=1)
     hi = np.array(hi, ndmin=1)
@@ -143,12 +151,13 @@ def _affine(x, scale, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
     inv = inv_w if inv is None else np.asarray(inv, dtype=np.float64).reshape(-1).astype(work)
     mflat = m.flat if m is not None else None
     nthreads = effective_n_threads(layout.flat.shape[0])
+    kernels = A.kernels_for(layout.flat, func)
     if axis is None:
-        K.fq_affine(layout.flat, o.flat, mflat, float(s[0]), float(inv[0]), float(z[0]),
+        kernels.fq_affine(layout.flat, o.flat, mflat, float(s[0]), float(inv[0]), float(z[0]),
                     float(qmin), float(qmax), mode, nthreads)
     else:
         (outer, C, inner), (s, inv, z) = _channel_args(layout, axis, s, inv, z)
-        K.fq_affine_channels(layout.flat, o.flat, mflat, outer, C, inner, s, inv, z,
+        kernels.fq_affine_channels(layout.flat, o.flat, mflat, outer, C, inner, s, inv, z,
                              float(qmin), float(qmax), mode, nthreads)
     result = o.finish(res_dtype)
     if want_mask:
@@ -325,7 +334,7 @@ def quantize(x, scale, zero_point, quant_min, quant_max, *, axis=None, rounding=
     if float(work.type(qmin)) != qmin or float(work.type(qmax)) != qmax:
         # the range ends are not exact in the compute dtype (int32 range in
         # float32): clamp again exactly before the integer conversion
-        q = np.clip(q.astype(np.float64), qmin, qmax)
+        q = A.array_module(q).clip(q.astype(np.float64), qmin, qmax)
     return q.astype(int_dtype)
 
 
@@ -338,7 +347,8 @@ def dequantize(q, scale, zero_point, *, axis=None, dtype=np.float32):
     """
     func = "dequantize"
     A.require_cpu(q, func)
-    qa = np.asarray(q)
+    xp = A.array_module(q)
+    qa = xp.asarray(q)
     if qa.dtype.kind not in "iuf":
         raise TypeError(f"{func}: q must be an integer or float array, got {qa.dtype}")
     dtype = np.dtype(dtype)
@@ -351,7 +361,7 @@ def dequantize(q, scale, zero_point, *, axis=None, dtype=np.float32):
     if axis is not None:
         shape = [1] * qa.ndim
         shape[axis] = channels
-        s, z = s.reshape(shape), z.reshape(shape)
+        s, z = xp.asarray(s.reshape(shape)), xp.asarray(z.reshape(shape))
     else:
         s, z = s[0], z[0]
     res = qa.astype(dtype)
@@ -372,12 +382,13 @@ def _nudged(x, nudged_min, nudged_max, scale, inv_scale, quant_zero, mode, axis,
     params = [np.asarray(p).astype(work) for p in (nudged_min, nudged_max, scale, inv_scale, quant_zero)]
     mflat = m.flat if m is not None else None
     nthreads = effective_n_threads(layout.flat.shape[0])
+    kernels = A.kernels_for(layout.flat, func)
     if axis is None:
-        K.fq_nudged(layout.flat, o.flat, mflat, *[float(p.reshape(-1)[0]) for p in params],
+        kernels.fq_nudged(layout.flat, o.flat, mflat, *[float(p.reshape(-1)[0]) for p in params],
                     mode, nthreads)
     else:
         (outer, C, inner), params = _channel_args(layout, axis, *params)
-        K.fq_nudged_channels(layout.flat, o.flat, mflat, outer, C, inner, *params, mode,
+        kernels.fq_nudged_channels(layout.flat, o.flat, mflat, outer, C, inner, *params, mode,
                              nthreads)
     result = o.finish(arr.dtype)
     if want_mask:
@@ -442,12 +453,13 @@ def _amax(x, amax, num_bits, unsigned, narrow_range, axis, out, want_mask, func)
     lo, hi = amax_bounds(num_bits, unsigned, narrow_range)
     mflat = m.flat if m is not None else None
     nthreads = effective_n_threads(layout.flat.shape[0])
+    kernels = A.kernels_for(layout.flat, func)
     if axis is None:
-        K.fq_amax(layout.flat, o.flat, mflat, float(mult[0]), float(div[0]), lo, hi,
+        kernels.fq_amax(layout.flat, o.flat, mflat, float(mult[0]), float(div[0]), lo, hi,
                   float(amax_w[0]), nthreads)
     else:
         (outer, C, inner), (mult, div, amax_w) = _channel_args(layout, axis, mult, div, amax_w)
-        K.fq_amax_channels(layout.flat, o.flat, mflat, outer, C, inner, mult, div, lo, hi,
+        kernels.fq_amax_channels(layout.flat, o.flat, mflat, outer, C, inner, mult, div, lo, hi,
                            amax_w, nthreads)
     result = o.finish(arr.dtype)
     if want_mask:
@@ -482,7 +494,7 @@ def fake_quant_amax(x, amax, num_bits=8, *, unsigned=False, narrow_range=True, a
     am = A.param_array(amax, "amax", func, channels)
     if not (np.isfinite(am) & (am >= 0)).all():
         raise ValueError(f"{func}: amax must be finite and >= 0, got {am.tolist()}")
-    if unsigned and (arr < 0).any():
+    if unsigned and bool((arr < 0).any()):
         raise ValueError(f"{func}: negative values in x with unsigned=True")
     return _amax(arr, am, nb, bool(unsigned), bool(narrow_range), axis, out, return_mask, func)
 
@@ -499,20 +511,22 @@ def ste_backward(grad, mask, *, out=None):
     """
     func = "ste_backward"
     g = A.as_float_array(grad, "grad", func)
-    mk = np.asarray(mask)
+    xp = A.array_module(g)
+    mk = xp.asarray(mask)
     if mk.dtype not in (np.bool_, np.uint8):
         raise TypeError(f"{func}: mask must be bool or uint8, got {mk.dtype}")
     if mk.shape != g.shape:
         packed_len = (g.size + 7) // 8
         if mk.dtype == np.uint8 and mk.ndim == 1 and mk.shape[0] == packed_len:
-            mk = np.unpackbits(mk, count=g.size, bitorder="little").reshape(g.shape)
+            mk = xp.unpackbits(mk, bitorder="little")[:g.size].reshape(g.shape)
         else:
             raise ValueError(f"{func}: mask has shape {mk.shape}, expected {g.shape} "
                              f"(or {packed_len} packed bytes)")
     work = A.compute_dtype(g.dtype)
     layout = A.Layout(g, work)
     mk8 = mk.view(np.uint8)
-    mflat = np.ascontiguousarray(mk8 if layout.order == "C" else mk8.T).reshape(-1)
+    mflat = xp.ascontiguousarray(mk8 if layout.order == "C" else mk8.T).reshape(-1)
     o = A.Output(layout, g, out, g.dtype, work, func)
-    K.ste(layout.flat, mflat, o.flat, effective_n_threads(layout.flat.shape[0]))
+    A.kernels_for(layout.flat, func).ste(layout.flat, mflat, o.flat,
+                                         effective_n_threads(layout.flat.shape[0]))
     return o.finish(g.dtype)

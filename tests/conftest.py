@@ -1,4 +1,3 @@
-import os
 
 import numpy as np
 import pytest
@@ -6,8 +5,6 @@ from hypothesis import HealthCheck, settings
 
 import quantcore
 
-#: examples per recipe property test; CI uses the default (2000)
-RECIPE_EXAMPLES = int(os.environ.get("QC_HYPOTHESIS_EXAMPLES", "2000"))
 
 settings.register_profile(
     "quantcore", deadline=None, derandomize=False,

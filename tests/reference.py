@@ -8,7 +8,12 @@ so the double rounding is innocuous).  float64 recipes are computed in
 float64 directly.  Inputs are float64 arrays holding values of the
 compute dtype.
 """
+import os
+
 import numpy as np
+
+#: examples per recipe property test; CI uses the default (2000)
+RECIPE_EXAMPLES = int(os.environ.get("QC_HYPOTHESIS_EXAMPLES", "2000"))
 
 
 def rounder(dtype):

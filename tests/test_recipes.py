@@ -9,7 +9,7 @@ from hypothesis.extra.numpy import arrays
 import quantcore as qc
 from quantcore.qparams import nudge_mindspore, nudge_tensorflow
 
-from conftest import RECIPE_EXAMPLES
+from reference import RECIPE_EXAMPLES
 import reference as ref
 
 DTYPES = [np.float32, np.float64, np.float16]
