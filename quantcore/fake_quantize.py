@@ -82,7 +82,9 @@ class FakeQuantize:
         delay = A.as_int(quant_delay, "quant_delay", func)
         if delay < 0:
             raise ValueError(f"{func}: quant_delay must be >= 0, got {delay}")
-        self.observer = observer
+        self._observer = observer
+        self._device = None  # quantcore_gpu ObserverState while cupy inputs run
+        self._host_stale = False
         self.axis = observer.axis
         self.symmetric = bool(symmetric)
         self.eps = float(eps)
@@ -94,11 +96,67 @@ class FakeQuantize:
         self.observer_enabled = True
         self.training = True
         self.step = 0
-        self.scale = np.ones(1, F32)
-        self.zero_point = np.zeros(1, np.int64)
+        self._scale = np.ones(1, F32)
+        self._zero_point = np.zeros(1, np.int64)
         self._mask = None
         self._mask_shape = None
         self._lock = threading.RLock()
+
+    # -- host view of the state (synchronised from the GPU when needed) ---
+    @property
+    def observer(self):
+        """The observer (its statistics brought back from the GPU first)."""
+        self._sync_host()
+        return self._observer
+
+    @observer.setter
+    def observer(self, observer):
+        if not isinstance(observer, ObserverBase):
+            raise TypeError(f"FakeQuantize: observer must be a quantcore observer instance, got "
+                            f"{type(observer).__name__}")
+        if observer.axis != self.axis:
+            raise ValueError(f"FakeQuantize: the new observer has axis={observer.axis}, this "
+                             f"FakeQuantize axis={self.axis}")
+        self._sync_host()
+        self._observer = observer
+        self._device = None
+
+    @property
+    def scale(self):
+        self._sync_host()
+        return self._scale
+
+    @scale.setter
+    def scale(self, value):
+        self._sync_host()
+        self._scale = value
+        self._device = None
+
+    @property
+    def zero_point(self):
+        self._sync_host()
+        return self._zero_point
+
+    @zero_point.setter
+    def zero_point(self, value):
+        self._sync_host()
+        self._zero_point = value
+        self._device = None
+
+    def _sync_host(self):
+        """Copy the device-resident statistics and qparams of the GPU path
+        back into the host observer (one synchronisation, only when read)."""
+        if not self._host_stale:
+            return
+        self._host_stale = False
+        st, obs = self._device, self._observer
+        per_tensor = self.axis is None
+        with obs._lock:
+            lo, hi = st.min_val.get(), st.max_val.get()
+            obs.min_val = lo.reshape(()) if per_tensor else lo
+            obs.max_val = hi.reshape(()) if per_tensor else hi
+            obs.num_batches, obs.nan_batches = (int(v) for v in st.counts.get())
+        self._scale, self._zero_point = st.scale.get(), st.zero_point.get()
 
     # -- switches ----------------------------------------------------------
     def enable_fake_quant(self, enabled=True):
@@ -137,6 +195,9 @@ class FakeQuantize:
         """Fake-quantized ``x`` (see the class docstring); ``out`` may be x."""
         func = "FakeQuantize.forward"
         arr = A.as_float_array(x, "x", func)
+        if A.is_cupy_array(arr) and arr.dtype != np.float16 and \
+                type(self._observer) in _FAST_RULES and self._observer.nan_policy != "raise":
+            return self._forward_device(arr, out)
         if self.axis is None and arr.dtype == F32 and type(self.observer) in _FAST_RULES:
             fast = self._forward_fused(arr, out)
             if fast is not None:
@@ -240,6 +301,63 @@ class FakeQuantize:
                           if self.packed_mask else mask)
             return y
 
+    def _forward_device(self, arr, out):
+        """cupy input: observe and fake quantize with the statistics and
+        qparams kept on the device (two launches, no host synchronisation;
+        skipped NaN batches are counted on the device, without a warning)."""
+        from quantcore_gpu import kernels as G
+        func = "FakeQuantize.forward"
+        xp = A.array_module(arr)
+        work = A.compute_dtype(arr.dtype)
+        layout = A.Layout(arr, work)
+        axis = None if self.axis is None else A.normalize_axis(self.axis, arr.ndim, func)
+        outer, C, inner = (1, 1, int(layout.flat.size)) if axis is None else \
+            layout.channels(axis)
+        with self._lock:
+            st = self._device
+            if st is None or st.channels != C or st.dtype != work:
+                self._sync_host()
+                st = G.ObserverState(C, work)
+                obs = self._observer
+                if obs.num_batches:
+                    st.min_val[...] = xp.asarray(np.broadcast_to(obs.min_val, (C,)))
+                    st.max_val[...] = xp.asarray(np.broadcast_to(obs.max_val, (C,)))
+                    st.counts[...] = xp.asarray(np.array([obs.num_batches, obs.nan_batches]))
+                    st.set_qparams(np.broadcast_to(self._scale, (C,)),
+                                   np.broadcast_to(self._zero_point, (C,)))
+                self._device = st
+            observe = self.training and self.observer_enabled
+            quantize = self.fake_quant_enabled and not (self.training and
+                                                        self.step < self.quant_delay)
+            if self.training:
+                self.step += 1
+            if observe:
+                obs = self._observer
+                G.observe(layout.flat, outer, C, inner, st,
+                          observer="minmax" if type(obs) is MinMaxObserver else "moving_average",
+                          averaging_constant=getattr(obs, "averaging_constant", 1.0),
+                          nan_policy=obs.nan_policy,
+                          qscheme="symmetric" if self.symmetric else "affine",
+                          quant_min=self.quant_min, quant_max=self.quant_max, eps=self.eps,
+                          zero_point=Q.symmetric_zero_point(self.quant_min, self.quant_max))
+                self._host_stale = True
+            if not quantize:
+                self._mask = None
+                if out is None:
+                    return arr
+                A.check_out(out, arr.shape, arr.dtype, func, xp=xp)
+                xp.copyto(out, arr)
+                return out
+            o = A.Output(layout, arr, out, arr.dtype, work, func)
+            m = A.Output(layout, arr, None, np.dtype(np.uint8), np.dtype(np.uint8), func)
+            G.fq_affine_dev(layout.flat, o.flat, m.flat, outer, C, inner, st.qp,
+                            self.quant_min, self.quant_max, self._mode)
+            mask = m.finish(np.dtype(np.uint8))
+            self._mask_shape = arr.shape
+            self._mask = (xp.packbits(mask.reshape(-1), bitorder="little")
+                          if self.packed_mask else mask)
+            return o.finish(arr.dtype)
+
     @property
     def mask(self):
         """The straight-through mask of the last forward (packed if
@@ -292,6 +410,7 @@ class FakeQuantize:
             self.observer.load_state_dict(state["observer"])
             self.scale = scale.astype(F32).reshape(-1)
             self.zero_point = zp.astype(np.int64).reshape(-1)
+            self._device = None
             for key in ("fake_quant_enabled", "observer_enabled", "training"):
                 if key in state:
                     setattr(self, key, bool(state[key]))
