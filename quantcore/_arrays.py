@@ -272,16 +272,16 @@ class Output:
 
     def finish(self, out_dtype):
         """The array to return, in ``out_dtype``."""
+        if self._copy_to is None and self.result.dtype == out_dtype:
+            return self.result
         # float32 -> float16 overflows to +-inf: that is the documented result
         with np.errstate(over="ignore"):
             if self._copy_to is not None:
                 array_module(self._copy_to).copyto(self._copy_to, self.result, casting="unsafe")
                 return self._copy_to
-            if self.result.dtype != out_dtype:
-                if _writes_as(out_dtype, self.result.dtype):
-                    return self.result.view(out_dtype)
-                return self.result.astype(out_dtype)
-        return self.result
+            if _writes_as(out_dtype, self.result.dtype):
+                return self.result.view(out_dtype)
+            return self.result.astype(out_dtype)
 
 
 def _writes_as(dtype, work_dtype):

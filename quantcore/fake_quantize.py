@@ -13,7 +13,7 @@ from . import _arrays as A
 from . import ops
 from . import qparams as Q
 from ._cpu import _kernels
-from ._cpu.threads import effective_n_threads
+from ._cpu.threads import PARALLEL_THRESHOLD, get_num_threads
 from .observers import MinMaxObserver, MovingAverageMinMaxObserver, ObserverBase
 
 F32 = np.float32
@@ -90,6 +90,7 @@ class FakeQuantize:
         self.eps = float(eps)
         self.rounding = rounding
         self._mode = ops.affine_mode(rounding, func=func)
+        self._sym_zp = Q.symmetric_zero_point(self.quant_min, self.quant_max)
         self.quant_delay = delay
         self.packed_mask = bool(packed_mask)
         self.fake_quant_enabled = True
@@ -187,9 +188,6 @@ class FakeQuantize:
                                                symmetric=self.symmetric, eps=self.eps)
 
     # -- forward / backward ------------------------------------------------
-    def __call__(self, x, out=None):
-        return self.forward(x, out=out)
-
     @A.interop_method
     def forward(self, x, out=None):
         """Fake-quantized ``x`` (see the class docstring); ``out`` may be x."""
@@ -198,7 +196,8 @@ class FakeQuantize:
         if A.is_cupy_array(arr) and arr.dtype != np.float16 and \
                 type(self._observer) in _FAST_RULES and self._observer.nan_policy != "raise":
             return self._forward_device(arr, out)
-        if self.axis is None and arr.dtype == F32 and type(self.observer) in _FAST_RULES:
+        if self.axis is None and arr.dtype == F32 and type(self._observer) in _FAST_RULES \
+                and not self._host_stale:
             fast = self._forward_fused(arr, out)
             if fast is not None:
                 return fast
@@ -242,10 +241,6 @@ class FakeQuantize:
         c_order = arr.flags.c_contiguous
         if not (c_order or arr.flags.f_contiguous):
             return None
-
-        def flat_of(a):
-            return a.reshape(-1) if c_order else a.T.reshape(-1)
-
         if out is not None:
             A.check_out(out, arr.shape, arr.dtype, "FakeQuantize.forward")
             same_layout = out.flags.c_contiguous if c_order else out.flags.f_contiguous
@@ -253,8 +248,7 @@ class FakeQuantize:
             if not same_layout or partial_overlap:
                 return None
         order = "C" if c_order else "F"
-        flat = flat_of(arr)
-        obs = self.observer
+        obs = self._observer
         with self._lock, obs._lock:
             observe = self.training and self.observer_enabled
             delayed = self.training and self.step < self.quant_delay
@@ -269,18 +263,20 @@ class FakeQuantize:
                 return out
             y = np.empty(arr.shape, F32, order=order) if out is None else out
             mask = np.empty(arr.shape, np.uint8, order=order) if quantize else None
-            yflat = flat_of(y)
-            mflat = None if mask is None else flat_of(mask)
-            state = np.array([obs.min_val, obs.max_val, 1 if obs.num_batches else 0], F32)
-            scale = np.array(self.scale[:1], F32)
-            zp = np.array(self.zero_point[:1], np.int64)
+            # the kernel takes C-contiguous arrays of any shape: a Fortran-
+            # ordered array is passed as its (C-contiguous) transpose
+            xk, yk, mk = (arr, y, mask) if c_order else (
+                arr.T, y.T, None if mask is None else mask.T)
+            state = np.array((obs.min_val, obs.max_val, 1 if obs.num_batches else 0), F32)
+            scale = np.array(self._scale[:1], F32)
+            zp = np.array(self._zero_point[:1], np.int64)
             rule = _FAST_RULES[type(obs)] if observe else -1
             c = getattr(obs, "averaging_constant", 1.0)
+            n = arr.size
             status = _kernels.observe_fake_quant_f32(
-                flat, yflat, mflat, state, rule, c, _NAN_POLICY[obs.nan_policy], scale, zp,
-                self.quant_min, self.quant_max, self.eps, self.symmetric,
-                Q.symmetric_zero_point(self.quant_min, self.quant_max), quantize, self._mode,
-                effective_n_threads(flat.shape[0]))
+                xk, yk, mk, state, rule, c, _NAN_POLICY[obs.nan_policy], scale, zp,
+                self.quant_min, self.quant_max, self.eps, self.symmetric, self._sym_zp,
+                quantize, self._mode, 1 if n < PARALLEL_THRESHOLD else get_num_threads())
             if status == _kernels.NAN_REFUSED:
                 raise ValueError(f"{type(obs).__name__}.update: the batch contains NaN")
             if status == _kernels.NAN_SKIPPED:
@@ -289,7 +285,7 @@ class FakeQuantize:
                 obs.min_val = np.array(state[0], F32)
                 obs.max_val = np.array(state[1], F32)
                 obs.num_batches += 1
-                self.scale, self.zero_point = scale, zp
+                self._scale, self._zero_point = scale, zp
             if not quantize:
                 self._mask = None
                 if out is None:
@@ -357,6 +353,8 @@ class FakeQuantize:
             self._mask = (xp.packbits(mask.reshape(-1), bitorder="little")
                           if self.packed_mask else mask)
             return o.finish(arr.dtype)
+
+    __call__ = forward
 
     @property
     def mask(self):

@@ -154,11 +154,11 @@ def _affine(x, scale, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
     kernels = A.kernels_for(layout.flat, func)
     if axis is None:
         kernels.fq_affine(layout.flat, o.flat, mflat, float(s[0]), float(inv[0]), float(z[0]),
-                    float(qmin), float(qmax), mode, nthreads)
+                          float(qmin), float(qmax), mode, nthreads)
     else:
         (outer, C, inner), (s, inv, z) = _channel_args(layout, axis, s, inv, z)
         kernels.fq_affine_channels(layout.flat, o.flat, mflat, outer, C, inner, s, inv, z,
-                             float(qmin), float(qmax), mode, nthreads)
+                                   float(qmin), float(qmax), mode, nthreads)
     result = o.finish(res_dtype)
     if want_mask:
         return result, m.finish(np.dtype(mask_dtype))
@@ -168,6 +168,15 @@ def _affine(x, scale, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
 def _scale_inverse(scale, zero_point, work):
     """(scale, inv, zero_point) in the compute dtype, ``inv = T(1) / T(scale)``
     (one rounding; a zero scale gives inf, as the frameworks' kernels)."""
+    if scale.size == 1:  # per tensor: numpy scalars, one rounding each
+        s1 = work.type(scale[0])
+        if s1 >= _TINY[work]:
+            inv1 = work.type(1) / s1
+        else:
+            with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+                inv1 = work.type(1) / s1
+        return (np.array([s1], work), np.array([inv1], work),
+                np.array([work.type(zero_point[0])], work))
     s = scale.astype(work)
     z = zero_point.astype(work)
     if (s > _TINY[work]).all():
@@ -185,8 +194,17 @@ def _affine_params(x, scale, zero_point, quant_min, quant_max, axis, zero_point_
     arr = A.as_float_array(x, "x", func)
     axis = A.normalize_axis(axis, arr.ndim, func)
     qmin, qmax = A.check_range(quant_min, quant_max, func)
-    channels = None if axis is None else arr.shape[axis]
     work = A.compute_dtype(arr.dtype)
+    if axis is None and isinstance(scale, _REALS) and isinstance(zero_point, _REALS):
+        s, z = float(scale), float(zero_point)  # per tensor, Python / numpy scalars
+        sw = float(work.type(s))
+        if not (_TINY_F[work] <= sw <= _MAX_F[work]):
+            A.check_scale(np.array([sw]), func)
+            raise ValueError(f"{func}: scale {s} is too small: 1/scale overflows {work}")
+        if not (zero_point_add == "after_rounding" and qmin <= z <= qmax and z.is_integer()):
+            _check_zero_point(np.array([z]), qmin, qmax, zero_point_add, func)
+        return arr, axis, qmin, qmax, np.array([s]), np.array([z])
+    channels = None if axis is None else arr.shape[axis]
     s = A.param_array(scale, "scale", func, channels)
     z = A.param_array(zero_point, "zero_point", func, channels)
     sw = s.astype(work)
@@ -194,10 +212,21 @@ def _affine_params(x, scale, zero_point, quant_min, quant_max, axis, zero_point_
     if not ((sw >= _TINY[work]) & (sw <= np.finfo(work).max)).all():
         A.check_scale(sw, func)
         raise ValueError(f"{func}: scale {s.tolist()} is too small: 1/scale overflows {work}")
-    lo_ok = z >= qmin
-    hi_ok = z <= qmax
+    _check_zero_point(z, qmin, qmax, zero_point_add, func)
+    return arr, axis, qmin, qmax, s, z
+
+
+_REALS = (int, float, np.integer, np.floating)
+_TINY_F = {k: float(v) for k, v in _TINY.items()}
+_MAX_F = {np.dtype(np.float32): float(np.finfo(np.float32).max),
+          np.dtype(np.float64): float(np.finfo(np.float64).max)}
+
+
+def _check_zero_point(z, qmin, qmax, zero_point_add, func):
+    """Zero points: integral and in [qmin, qmax] when added after rounding,
+    0 without a zero point, finite otherwise."""
     if zero_point_add == "after_rounding":
-        if not (lo_ok & hi_ok).all():
+        if not ((z >= qmin) & (z <= qmax)).all():
             if not np.isfinite(z).all():
                 raise ValueError(f"{func}: zero_point must be finite, got {z.tolist()}")
             raise ValueError(f"{func}: zero_point must lie in [quant_min, quant_max] = "
@@ -211,7 +240,6 @@ def _affine_params(x, scale, zero_point, quant_min, quant_max, axis, zero_point_
                              f"{z.tolist()}")
     elif not np.isfinite(z).all():
         raise ValueError(f"{func}: zero_point must be finite, got {z.tolist()}")
-    return arr, axis, qmin, qmax, s, z
 
 
 @A.interop

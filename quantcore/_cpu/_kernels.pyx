@@ -14,6 +14,7 @@ number of threads.
 """
 import numpy as np
 
+cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
@@ -69,6 +70,8 @@ cdef extern from "qc_cpu_loops.h" nogil:
     void qc_minmax_rowvec_f64(const double*, int64_t, int64_t, double*, double*, unsigned char*)
     void qc_minmax_finish_f32(float*, float*, unsigned char)
     void qc_minmax_finish_f64(double*, double*, unsigned char)
+
+cnp.import_array()
 
 cdef float INFINITY_F = float("inf")
 
@@ -568,33 +571,60 @@ OBSERVED, NAN_SKIPPED, NAN_REFUSED, NOT_OBSERVED = (ST_OBSERVED, ST_NAN_SKIPPED,
                                                     ST_NAN_REFUSED, ST_NOT_OBSERVED)
 
 
-def observe_fake_quant_f32(const float[::1] x, float[::1] y, unsigned char[::1] mask,
-                           float[::1] state, int rule, float c, int nan_policy,
-                           float[::1] qparams_out, int64_t[::1] zp_out,
+def observe_fake_quant_f32(cnp.ndarray x, cnp.ndarray y, cnp.ndarray mask,
+                           cnp.ndarray state, int rule, float c, int nan_policy,
+                           cnp.ndarray qparams_out, cnp.ndarray zp_out,
                            int64_t qmin, int64_t qmax, float eps, int symmetric,
                            int64_t zp_fixed, int quantize, int mode, int nthreads):
     """FakeQuantize's per-tensor float32 step in one call: observe, qparams,
     fake quant (two passes over x, no temporaries).
 
-    state = [min, max, num_batches] (float32, updated in place);
-    rule: -1 do not observe, 0 running min/max, 1 moving average with c;
-    nan_policy: 0 skip, 1 propagate, 2 refuse (return NAN_REFUSED, nothing
-    written).  qparams are recomputed from the state whenever it is
-    observed; ``qparams_out[0]`` / ``zp_out[0]`` hold the current ones and are
-    used for the fake quant when ``quantize``.  Returns a status code.
+    All arrays must be C-contiguous with the dtypes below (the caller,
+    ``FakeQuantize._forward_fused``, guarantees it; they are checked here
+    cheaply): x, y float32[n] (y may be x), mask uint8[n] or None,
+    state = float32[3] [min, max, batches seen (0 / 1)], qparams_out
+    float32[1] (scale), zp_out int64[1].  rule: -1 do not observe, 0 running
+    min/max, 1 moving average with c; nan_policy: 0 skip, 1 propagate, 2
+    refuse (return NAN_REFUSED, nothing written).  qparams are recomputed
+    from the state whenever it is observed and used for the fake quant when
+    ``quantize``.  Returns a status code.  (Raw data pointers rather than
+    typed memoryviews: this entry point is on the per-step path, where six
+    buffer acquisitions would cost more than the kernel at 1 Ki elements.)
     """
-    cdef int64_t n = x.shape[0]
+    cdef int64_t n = cnp.PyArray_SIZE(x)
     cdef int status
-    cdef const float* xp = &x[0] if n > 0 else NULL
-    cdef float* yp = &y[0] if n > 0 else NULL
-    cdef unsigned char* mp = _base(mask)
+    _check_f32(x, n, False)
+    _check_f32(y, n, True)
+    _check_f32(state, 3, True)
+    _check_f32(qparams_out, 1, True)
+    if cnp.PyArray_TYPE(zp_out) != cnp.NPY_INT64 or cnp.PyArray_SIZE(zp_out) < 1 or \
+            not cnp.PyArray_ISCARRAY(zp_out):
+        raise ValueError("zp_out must be a writable contiguous int64[1] array")
+    cdef unsigned char* mp = NULL
+    if mask is not None:
+        if cnp.PyArray_TYPE(mask) != cnp.NPY_UINT8 or cnp.PyArray_SIZE(mask) != n or \
+                not cnp.PyArray_ISCARRAY(mask):
+            raise ValueError("mask must be a writable contiguous uint8 array like x")
+        mp = <unsigned char*>cnp.PyArray_DATA(mask)
+    cdef const float* xp = <const float*>cnp.PyArray_DATA(x)
+    cdef float* yp = <float*>cnp.PyArray_DATA(y)
+    cdef float* sp = <float*>cnp.PyArray_DATA(state)
+    cdef float* qp = <float*>cnp.PyArray_DATA(qparams_out)
+    cdef int64_t* zp = <int64_t*>cnp.PyArray_DATA(zp_out)
     with nogil:
-        status = _observe_fake_quant(xp, yp, mp, n, &state[0], rule, c, nan_policy,
-                                     &qparams_out[0], &zp_out[0], qmin, qmax, eps, symmetric,
-                                     zp_fixed, quantize, mode, nthreads)
+        status = _observe_fake_quant(xp, yp, mp, n, sp, rule, c, nan_policy, qp, zp, qmin,
+                                     qmax, eps, symmetric, zp_fixed, quantize, mode, nthreads)
     if status == ST_NO_MEMORY:
         raise MemoryError()
     return status
+
+
+cdef inline int _check_f32(cnp.ndarray a, int64_t n, bint writable) except -1:
+    if cnp.PyArray_TYPE(a) != cnp.NPY_FLOAT32 or cnp.PyArray_SIZE(a) < n or \
+            not cnp.PyArray_IS_C_CONTIGUOUS(a) or (writable and not cnp.PyArray_ISWRITEABLE(a)):
+        raise ValueError(f"expected a {'writable ' if writable else ''}contiguous float32 array "
+                         f"of at least {n} elements")
+    return 0
 
 
 cdef int _observe_fake_quant(const float* xp, float* yp, unsigned char* mp, int64_t n,

@@ -11,9 +11,10 @@
  *   - inner == 1 ("rowvec"): a row of C elements holds one value of every
  *     channel, and the loop reads the parameters as arrays.
  *
- * The mode word is split: rounding and non-finite policy are made
- * compile-time constants by a switch (so the loops vectorise without
- * per-element branches); the other bits become selects inside the loop.
+ * The mode word is split: the bits in QC_STATIC_BITS are made compile-time
+ * constants by a switch over the combinations in use (so the loops vectorise
+ * without per-element branches); the zero-point placement and
+ * multiply-or-divide bits become selects inside the loop.
  */
 #ifndef QC_CPU_LOOPS_H
 #define QC_CPU_LOOPS_H
@@ -48,7 +49,8 @@
 /* Switch over the compile-time part (rounding x non-finite) of an affine
  * mode, calling BODY(constant_mode) in each case. */
 #define QC_AFFINE_DISPATCH(mode, BODY)                                         \
-  switch ((mode) & (QC_ROUND_MASK | QC_NF_MASK)) {                             \
+  switch ((mode) & QC_STATIC_BITS) {                                           \
+  /* fake quant: rounding x non-finite policy */                               \
   case 0: BODY(0); break;                                                      \
   case 1: BODY(1); break;                                                      \
   case 2: BODY(2); break;                                                      \
@@ -57,8 +59,26 @@
   case 34: BODY(34); break;                                                    \
   case 64: BODY(64); break;                                                    \
   case 65: BODY(65); break;                                                    \
-  default: BODY(66); break;                                                    \
+  case 66: BODY(66); break;                                                    \
+  /* quantize (q out, NaN -> qmin) */                                          \
+  case 160: BODY(160); break;                                                  \
+  case 161: BODY(161); break;                                                  \
+  case 162: BODY(162); break;                                                  \
+  case 128: BODY(128); break;                                                  \
+  case 192: BODY(192); break;                                                  \
+  /* torch: per channel int zero point (wide), float64 per tensor (narrow) */ \
+  case 80: BODY(80); break;                                                    \
+  case 1056: BODY(1056); break;                                                \
+  default: /* any other combination (the FMA'd zero point among them): the   \
+              same loop with these bits at run time, not vectorised */         \
+    BODY((mode) & QC_STATIC_BITS); break;                                      \
   }
+
+/* The mode bits the dispatch makes compile-time constants; the zero-point
+ * placement (after / before / none) and multiply-or-divide stay selects
+ * inside the loop body, which vectorise. */
+#define QC_STATIC_BITS                                                         \
+  (QC_ROUND_MASK | QC_NF_MASK | QC_DEQUANT_WIDE | QC_DEQUANT_NARROW | QC_OUTPUT_Q | QC_FMA_ZP)
 
 #define QC_DEFINE_LOOPS(T, SFX, UINT, NEGZERO_BITS)                            \
                                                                                \
@@ -68,7 +88,7 @@
       const T *x, T *y, unsigned char *restrict mask, int64_t n,      \
       T s, T inv, T zp, T qmin, T qmax, int cmode, int mode) {                 \
     int64_t i;                                                                 \
-    int full = (mode & ~(QC_ROUND_MASK | QC_NF_MASK)) | cmode;                 \
+    int full = (mode & ~QC_STATIC_BITS) | cmode;                               \
     if (mask) {                                                                \
       QC_SIMD for (i = 0; i < n; i++)                                          \
         y[i] = qc_fq_affine_##SFX(x[i], s, inv, zp, qmin, qmax, full, &mask[i]); \
@@ -92,7 +112,7 @@
       int64_t C, const T *restrict s, const T *restrict inv,                   \
       const T *restrict zp, T qmin, T qmax, int cmode, int mode) {             \
     int64_t r, c;                                                              \
-    int full = (mode & ~(QC_ROUND_MASK | QC_NF_MASK)) | cmode;                 \
+    int full = (mode & ~QC_STATIC_BITS) | cmode;                               \
     for (r = 0; r < rows; r++) {                                               \
       const T *xr = x + r * C;                                                 \
       T *yr = y + r * C;                                                       \
