@@ -38,25 +38,30 @@ def _framework_of(x):
 
 
 def _from_dlpack(x):
-    """A zero-copy numpy view of a CPU DLPack array; GPU arrays are refused
-    until quantcore_gpu exists."""
+    """A zero-copy view of a DLPack array: numpy for CPU memory, cupy for
+    CUDA memory (the GPU path; NotImplementedError with the reason when it
+    cannot run here)."""
     device = getattr(x, "__dlpack_device__", lambda: (1, 0))()
-    if device[0] not in (1, 3):  # kDLCPU, kDLCUDAHost
-        raise NotImplementedError(
-            f"quantcore: {type(x).__name__} on device type {device[0]} is not supported yet "
-            "(the GPU path is not implemented); move it to the CPU")
-    return np.from_dlpack(x)
+    if device[0] in (1, 3):  # kDLCPU, kDLCUDAHost
+        return np.from_dlpack(x)
+    if device[0] in (2, 13):  # kDLCUDA, kDLCUDAManaged
+        gpu_kernels("interop")
+        import cupy
+        return cupy.from_dlpack(x)
+    raise NotImplementedError(
+        f"quantcore: {type(x).__name__} on DLPack device type {device[0]} is not supported "
+        "(CPU and CUDA memory are)")
 
 
 def _to_framework(result, framework):
-    """Hand numpy results back as the caller's array type, zero-copy."""
+    """Hand numpy / cupy results back as the caller's array type, zero-copy."""
     if isinstance(result, tuple):
         return tuple(_to_framework(r, framework) for r in result)
-    if not isinstance(result, np.ndarray):
+    if not (isinstance(result, np.ndarray) or is_cupy_array(result)):
         return result
     if framework == "torch":
         import torch
-        if result.dtype == np.bool_:
+        if isinstance(result, np.ndarray) and result.dtype == np.bool_:
             return torch.from_numpy(result)
         return torch.from_dlpack(result)
     if framework in ("jax", "jaxlib"):
@@ -67,8 +72,9 @@ def _to_framework(result, framework):
 
 def interop(func):
     """Let a functional-API entry take any ``__dlpack__`` array (torch
-    tensors, jax arrays) as its first argument: it is viewed as numpy without
-    a copy (``out=`` too), and array results come back as the same type."""
+    tensors, jax arrays) as its first argument: it is viewed as numpy (CPU)
+    or cupy (CUDA) without a copy (``out=`` too), and array results come back
+    as the same type."""
     @functools.wraps(func)
     def wrapper(x, *args, **kwargs):
         if type(x) is np.ndarray or isinstance(x, np.ndarray) or not hasattr(x, "__dlpack__") \

@@ -89,3 +89,13 @@ class _nullcontext:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_torch_cuda_tensors_through_dlpack():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    t = torch.randn(64, 33, device="cuda")
+    y = qc.fake_quant(t, 0.05, 0, -128, 127)
+    assert isinstance(y, torch.Tensor) and y.is_cuda
+    assert torch.equal(y.cpu(), qc.fake_quant(t.cpu(), 0.05, 0, -128, 127))
