@@ -173,6 +173,36 @@ def as_float_array(x, name, func):
     return arr
 
 
+_FAST_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def fast_flat(x):
+    """The flat view of ``x`` when it is a native, aligned, C-contiguous
+    float32 / float64 numpy array -- the common case, which the functional
+    API serves without its layout machinery (the per-call cost matters for
+    small arrays) -- else None."""
+    if type(x) is np.ndarray and x.flags.c_contiguous and x.flags.aligned and \
+            x.dtype in _FAST_DTYPES:
+        return x.reshape(-1)
+    return None
+
+
+def fast_out(x, out):
+    """(result, flat view) for the output of a fast-path call on ``x``: a
+    new array, or ``out`` when it is a writable, aligned, C-contiguous numpy
+    array of x's shape and dtype that is x itself or shares no memory with
+    it.  None otherwise: the general path then validates ``out`` and handles
+    it (with its error messages)."""
+    if out is None:
+        res = np.empty_like(x)
+        return res, res.reshape(-1)
+    if type(out) is np.ndarray and out.dtype == x.dtype and out.shape == x.shape and \
+            out.flags.c_contiguous and out.flags.writeable and out.flags.aligned and \
+            (out is x or not np.may_share_memory(out, x)):
+        return out, out.reshape(-1)
+    return None
+
+
 def compute_dtype(dtype):
     """The dtype a recipe computes in: float16 is computed in float32."""
     return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
@@ -309,6 +339,8 @@ def _same_memory(a, b):
 
 def as_int(value, name, func):
     """An integral Python int from an int-like or integral float."""
+    if type(value) is int:
+        return value
     if isinstance(value, bool):
         raise TypeError(f"{func}: {name} must be an integer, got {value!r}")
     if isinstance(value, numbers.Integral):

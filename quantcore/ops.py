@@ -57,6 +57,21 @@ def affine_mode(rounding="half_even", zero_point_add="after_rounding", scale_op=
             | (DEQUANT_WIDE if dequant_wide else 0) | (OUTPUT_Q if output_q else 0))
 
 
+_MODE_CACHE = {}
+
+
+def _affine_mode_cached(rounding, zero_point_add, scale_op, nonfinite, func):
+    """``affine_mode`` of the public string options, memoised (invalid
+    options still raise affine_mode's ValueError)."""
+    key = (rounding, zero_point_add, scale_op, nonfinite)
+    try:
+        return _MODE_CACHE[key]
+    except (KeyError, TypeError):
+        mode = affine_mode(rounding, zero_point_add, scale_op, nonfinite, func=func)
+        _MODE_CACHE[key] = mode
+        return mode
+
+
 def _channel_args(layout, axis, *params):
     """(outer, C, inner) and the parameters as contiguous arrays."""
     outer, C, inner = layout.channels(axis)
@@ -88,6 +103,11 @@ def minmax(x, axis=None, *, nan_policy="propagate"):
     func = "minmax"
     if nan_policy not in ("propagate", "omit"):
         raise ValueError(f"{func}: nan_policy must be 'propagate' or 'omit', got {nan_policy!r}")
+    flat = A.fast_flat(x) if axis is None else None
+    if flat is not None:  # per tensor, contiguous float32 / float64: one kernel call
+        lo, hi = K.minmax_finished(flat, effective_n_threads(flat.shape[0]),
+                                   nan_policy == "omit")
+        return np.array(lo, x.dtype), np.array(hi, x.dtype)
     arr = A.as_float_array(x, "x", func)
     lo, hi, flags = _minmax_flags(arr, axis, func)
     if nan_policy == "omit":
@@ -196,13 +216,8 @@ def _affine_params(x, scale, zero_point, quant_min, quant_max, axis, zero_point_
     qmin, qmax = A.check_range(quant_min, quant_max, func)
     work = A.compute_dtype(arr.dtype)
     if axis is None and isinstance(scale, _REALS) and isinstance(zero_point, _REALS):
-        s, z = float(scale), float(zero_point)  # per tensor, Python / numpy scalars
-        sw = float(work.type(s))
-        if not (_TINY_F[work] <= sw <= _MAX_F[work]):
-            A.check_scale(np.array([sw]), func)
-            raise ValueError(f"{func}: scale {s} is too small: 1/scale overflows {work}")
-        if not (zero_point_add == "after_rounding" and qmin <= z <= qmax and z.is_integer()):
-            _check_zero_point(np.array([z]), qmin, qmax, zero_point_add, func)
+        # per tensor, Python / numpy scalars
+        s, z = _check_scalar_qparams(scale, zero_point, qmin, qmax, zero_point_add, work, func)
         return arr, axis, qmin, qmax, np.array([s]), np.array([z])
     channels = None if axis is None else arr.shape[axis]
     s = A.param_array(scale, "scale", func, channels)
@@ -216,7 +231,49 @@ def _affine_params(x, scale, zero_point, quant_min, quant_max, axis, zero_point_
     return arr, axis, qmin, qmax, s, z
 
 
+def _check_scalar_qparams(scale, zero_point, qmin, qmax, zero_point_add, work, func):
+    """Validate per-tensor scalar (scale, zero_point) as ``_affine_params``
+    does arrays; returns them as Python floats."""
+    s, z = float(scale), float(zero_point)
+    sw = float(work.type(s))
+    if not (_TINY_F[work] <= sw <= _MAX_F[work]):
+        A.check_scale(np.array([sw]), func)
+        raise ValueError(f"{func}: scale {s} is too small: 1/scale overflows {work}")
+    if not (zero_point_add == "after_rounding" and qmin <= z <= qmax and z.is_integer()):
+        _check_zero_point(np.array([z]), qmin, qmax, zero_point_add, func)
+    return s, z
+
+
+def _affine_fast(x, scale, zero_point, quant_min, quant_max, mode, zero_point_add, out, func,
+                 mask_dtype=None):
+    """Per-tensor affine fake quant of a contiguous float32 / float64 numpy
+    array with scalar qparams: the same kernel and numbers as ``_affine``,
+    without its layout and ``out`` machinery.  Returns None when the call is
+    not that case (the general path then handles it), else the result (and
+    the mask when ``mask_dtype`` is given)."""
+    if not (isinstance(scale, _REALS) and isinstance(zero_point, _REALS)):
+        return None
+    flat = A.fast_flat(x)
+    if flat is None:
+        return None
+    dest = A.fast_out(x, out)
+    if dest is None:
+        return None
+    qmin, qmax = A.check_range(quant_min, quant_max, func)
+    work = x.dtype
+    s, z = _check_scalar_qparams(scale, zero_point, qmin, qmax, zero_point_add, work, func)
+    sw = work.type(s)
+    inv = work.type(1) / sw  # finite: _check_scalar_qparams bounds the scale
+    mask = None if mask_dtype is None else np.empty(x.shape, np.uint8)
+    K.fq_affine(flat, dest[1], None if mask is None else mask.reshape(-1), float(sw),
+                float(inv), z, float(qmin), float(qmax), mode, effective_n_threads(flat.shape[0]))
+    if mask is None:
+        return dest[0]
+    return dest[0], mask.view(np.bool_) if mask_dtype == np.bool_ else mask
+
+
 _REALS = (int, float, np.integer, np.floating)
+_MASK_DTYPES = (np.dtype(np.bool_), np.dtype(np.uint8))
 _TINY_F = {k: float(v) for k, v in _TINY.items()}
 _MAX_F = {np.dtype(np.float32): float(np.finfo(np.float32).max),
           np.dtype(np.float64): float(np.finfo(np.float64).max)}
@@ -289,9 +346,14 @@ def fake_quant(x, scale, zero_point, quant_min, quant_max, *, axis=None, roundin
     ndarray of x's dtype and shape.
     """
     func = "fake_quant"
+    mode = _affine_mode_cached(rounding, zero_point_add, scale_op, nonfinite, func)
+    if axis is None:
+        res = _affine_fast(x, scale, zero_point, quant_min, quant_max, mode, zero_point_add,
+                           out, func)
+        if res is not None:
+            return res
     arr, axis, qmin, qmax, s, z = _affine_params(x, scale, zero_point, quant_min, quant_max,
                                                  axis, zero_point_add, func)
-    mode = affine_mode(rounding, zero_point_add, scale_op, nonfinite, func=func)
     return _affine(arr, s, z, qmin, qmax, mode, axis, out, False, func)
 
 
@@ -313,9 +375,14 @@ def fake_quant_with_mask(x, scale, zero_point, quant_min, quant_max, *, axis=Non
     func = "fake_quant_with_mask"
     if np.dtype(mask_dtype) not in (np.dtype(np.bool_), np.dtype(np.uint8)):
         raise TypeError(f"{func}: mask_dtype must be bool or uint8, got {np.dtype(mask_dtype)}")
+    mode = _affine_mode_cached(rounding, zero_point_add, scale_op, nonfinite, func)
+    if axis is None and mask_out is None:
+        res = _affine_fast(x, scale, zero_point, quant_min, quant_max, mode, zero_point_add,
+                           out, func, mask_dtype=np.dtype(mask_dtype))
+        if res is not None:
+            return res
     arr, axis, qmin, qmax, s, z = _affine_params(x, scale, zero_point, quant_min, quant_max,
                                                  axis, zero_point_add, func)
-    mode = affine_mode(rounding, zero_point_add, scale_op, nonfinite, func=func)
     return _affine(arr, s, z, qmin, qmax, mode, axis, out, True, func, mask_out=mask_out,
                    mask_dtype=mask_dtype)
 
@@ -538,6 +605,14 @@ def ste_backward(grad, mask, *, out=None):
     (``NaN * 0``), as in the frameworks.
     """
     func = "ste_backward"
+    flat = A.fast_flat(grad)
+    if flat is not None and type(mask) is np.ndarray and mask.shape == grad.shape and \
+            mask.dtype in _MASK_DTYPES and mask.flags.c_contiguous:
+        dest = A.fast_out(grad, out)
+        if dest is not None:  # the common case, without the layout machinery
+            K.ste(flat, mask.view(np.uint8).reshape(-1), dest[1],
+                  effective_n_threads(flat.shape[0]))
+            return dest[0]
     g = A.as_float_array(grad, "grad", func)
     xp = A.array_module(g)
     mk = xp.asarray(mask)

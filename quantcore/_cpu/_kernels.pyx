@@ -34,6 +34,7 @@ cdef extern from "qc_elementwise.h" nogil:
     float qc_symmetric_scale_f32(float mn, float mx, int64_t qmin, int64_t qmax, float eps)
 
 cdef extern from "qc_cpu_loops.h" nogil:
+    int QC_MM_NAN
     void qc_affine_block_f32(const float*, float*, unsigned char*, int64_t,
                              float, float, float, float, float, int)
     void qc_affine_block_f64(const double*, double*, unsigned char*, int64_t,
@@ -109,24 +110,30 @@ cdef inline unsigned char* _off(unsigned char* p, int64_t k) noexcept nogil:
 
 
 # ---------------------------------------------------------------- min / max
-cdef int _minmax_f32(const float* xp, int64_t n, int nthreads, float* lo, float* hi,
-                    unsigned char* flags) noexcept nogil:
-    """Per-tensor folded (lo, hi, flags) of n floats; -1 if out of memory."""
+cdef int _minmax_flat(const floating* xp, int64_t n, int nthreads, floating* lo, floating* hi,
+                      unsigned char* flags) noexcept nogil:
+    """Per-tensor folded (lo, hi, flags) of n contiguous values; -1 if out of
+    memory.  One work unit is reduced in place; several reduce into one
+    partial each (in parallel) and are folded in unit order, so the result
+    does not depend on the thread count."""
     cdef int64_t nunits = (n + BLOCK - 1) // BLOCK
     cdef int64_t u, start, cnt
-    cdef float* plo
-    cdef float* phi
+    cdef floating* plo
+    cdef floating* phi
     cdef unsigned char* pfl
-    lo[0] = <float>INFINITY_F
-    hi[0] = -<float>INFINITY_F
+    lo[0] = <floating>INFINITY_F
+    hi[0] = -<floating>INFINITY_F
     flags[0] = 0
     if n <= 0:
         return 0
     if nunits == 1:
-        qc_minmax_block_f32(xp, n, lo, hi, flags)
+        if floating is float:
+            qc_minmax_block_f32(xp, n, lo, hi, flags)
+        else:
+            qc_minmax_block_f64(xp, n, lo, hi, flags)
         return 0
-    plo = <float*>malloc(nunits * sizeof(float))
-    phi = <float*>malloc(nunits * sizeof(float))
+    plo = <floating*>malloc(nunits * sizeof(floating))
+    phi = <floating*>malloc(nunits * sizeof(floating))
     pfl = <unsigned char*>malloc(nunits)
     if plo == NULL or phi == NULL or pfl == NULL:
         free(plo)
@@ -138,53 +145,71 @@ cdef int _minmax_f32(const float* xp, int64_t n, int nthreads, float* lo, float*
         cnt = n - start
         if cnt > BLOCK:
             cnt = BLOCK
-        qc_minmax_block_f32(xp + start, cnt, &plo[u], &phi[u], &pfl[u])
+        if floating is float:
+            qc_minmax_block_f32(xp + start, cnt, &plo[u], &phi[u], &pfl[u])
+        else:
+            qc_minmax_block_f64(xp + start, cnt, &plo[u], &phi[u], &pfl[u])
     for u in range(nunits):
-        qc_minmax_fold_f32(lo, hi, flags, plo[u], phi[u], pfl[u])
+        if floating is float:
+            qc_minmax_fold_f32(lo, hi, flags, plo[u], phi[u], pfl[u])
+        else:
+            qc_minmax_fold_f64(lo, hi, flags, plo[u], phi[u], pfl[u])
     free(plo)
     free(phi)
     free(pfl)
     return 0
 
 
-def minmax(const floating[::1] x, int nthreads):
-    """Per-tensor (min, max, flags) in one pass; flags = QC_MM_* bits.
+cdef inline int _check_flat(cnp.ndarray x) except -1:
+    """x must be a C-contiguous, aligned float32 / float64 array."""
+    if not cnp.PyArray_ISCARRAY_RO(x) or (cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 and
+                                           cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT64):
+        raise ValueError("expected an aligned C-contiguous float32 or float64 array")
+    return 0
+
+
+def minmax(cnp.ndarray x, int nthreads):
+    """Per-tensor (min, max, flags) of a C-contiguous float32 / float64 array
+    in one pass; flags = QC_MM_* bits.
 
     The min / max skip NaN; ``minmax_finish`` turns them into NaN when the NaN flag
     is set and fixes the sign of a zero result.  An empty x gives
-    (+inf, -inf, 0).
+    (+inf, -inf, 0).  (Raw data pointers and no allocation for inputs of one
+    work unit: this is on the per-call path of small arrays.)
     """
-    cdef int64_t n = x.shape[0]
-    cdef int64_t nunits = (n + BLOCK - 1) // BLOCK
-    cdef int64_t u, start, cnt
-    dtype = np.float32 if floating is float else np.float64
-    lo_a = np.full(max(nunits, 1), np.inf, dtype=dtype)
-    hi_a = np.full(max(nunits, 1), -np.inf, dtype=dtype)
-    fl_a = np.zeros(max(nunits, 1), dtype=np.uint8)
-    cdef floating[::1] lo = lo_a
-    cdef floating[::1] hi = hi_a
-    cdef unsigned char[::1] fl = fl_a
-    cdef const floating* xp
-    if n > 0:
-        xp = &x[0]
-        for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
-            start = u * BLOCK
-            cnt = n - start
-            if cnt > BLOCK:
-                cnt = BLOCK
-            if floating is float:
-                qc_minmax_block_f32(xp + start, cnt, &lo[u], &hi[u], &fl[u])
-            else:
-                qc_minmax_block_f64(xp + start, cnt, &lo[u], &hi[u], &fl[u])
-    cdef floating rlo = lo[0]
-    cdef floating rhi = hi[0]
-    cdef unsigned char rfl = fl[0]
-    for u in range(1, nunits):
-        if floating is float:
-            qc_minmax_fold_f32(&rlo, &rhi, &rfl, lo[u], hi[u], fl[u])
-        else:
-            qc_minmax_fold_f64(&rlo, &rhi, &rfl, lo[u], hi[u], fl[u])
-    return rlo, rhi, int(rfl)
+    cdef int64_t n = cnp.PyArray_SIZE(x)
+    cdef float lo32, hi32
+    cdef double lo64, hi64
+    cdef unsigned char fl
+    cdef int status
+    _check_flat(x)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+        with nogil:
+            status = _minmax_flat(<const float*>cnp.PyArray_DATA(x), n, nthreads, &lo32, &hi32, &fl)
+        lo64, hi64 = lo32, hi32
+    else:
+        with nogil:
+            status = _minmax_flat(<const double*>cnp.PyArray_DATA(x), n, nthreads, &lo64, &hi64,
+                                  &fl)
+    if status != 0:
+        raise MemoryError()
+    return lo64, hi64, int(fl)
+
+
+def minmax_finished(cnp.ndarray x, int nthreads, bint omit_nan):
+    """Per-tensor (min, max) with the NaN / signed-zero rule applied
+    (qc_minmax_finish): NaN when x holds a NaN (unless ``omit_nan``),
+    ``-0.0 < +0.0``.  Values as Python floats, exact in x's dtype."""
+    lo, hi, fl = minmax(x, nthreads)
+    cdef unsigned char flags = fl & (~QC_MM_NAN if omit_nan else 0xFF)
+    cdef float lo32, hi32
+    cdef double lo64 = lo, hi64 = hi
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+        lo32, hi32 = lo64, hi64
+        qc_minmax_finish_f32(&lo32, &hi32, flags)
+        return lo32, hi32
+    qc_minmax_finish_f64(&lo64, &hi64, flags)
+    return lo64, hi64
 
 
 def minmax_channels(const floating[::1] x, int64_t outer, int64_t C, int64_t inner,
@@ -280,31 +305,49 @@ def minmax_finish(floating[::1] lo, floating[::1] hi, const unsigned char[::1] f
 
 
 # ------------------------------------------------------------ affine family
-def fq_affine(const floating[::1] x, floating[::1] y, unsigned char[::1] mask,
+cdef inline int _check_dest(cnp.ndarray y, cnp.ndarray x) except -1:
+    """y must be a writable aligned C-contiguous array of x's type and size."""
+    if not cnp.PyArray_ISCARRAY(y) or cnp.PyArray_TYPE(y) != cnp.PyArray_TYPE(x) or \
+            cnp.PyArray_SIZE(y) != cnp.PyArray_SIZE(x):
+        raise ValueError("expected a writable C-contiguous output of the input's dtype and size")
+    return 0
+
+
+cdef inline unsigned char* _mask_ptr(cnp.ndarray mask, int64_t n) except? NULL:
+    """Data of a writable C-contiguous uint8 / bool mask of n elements, or
+    NULL for no mask (None)."""
+    if mask is None:
+        return NULL
+    if not cnp.PyArray_ISCARRAY(mask) or cnp.PyArray_ITEMSIZE(mask) != 1 or \
+            cnp.PyArray_SIZE(mask) != n:
+        raise ValueError(f"expected a writable C-contiguous uint8 mask of {n} elements")
+    return <unsigned char*>cnp.PyArray_DATA(mask)
+
+
+def fq_affine(cnp.ndarray x, cnp.ndarray y, cnp.ndarray mask,
               double scale, double inv, double zp, double qmin, double qmax,
               int mode, int nthreads):
-    """Per-tensor affine fake quant (qc_fq_affine) of x into y (may alias)."""
-    cdef int64_t n = x.shape[0]
-    cdef int64_t nunits = (n + BLOCK - 1) // BLOCK
-    cdef int64_t u, start, cnt
-    cdef floating s = <floating>scale, iv = <floating>inv, z = <floating>zp
-    cdef floating lo = <floating>qmin, hi = <floating>qmax
+    """Per-tensor affine fake quant (qc_fq_affine) of x into y (may alias).
+
+    x, y: C-contiguous float32 / float64 arrays of one dtype and size; mask:
+    uint8 of the same size or None.  The parameters are rounded to x's dtype.
+    (Raw data pointers: this is on the per-call path of small arrays.)
+    """
+    cdef int64_t n = cnp.PyArray_SIZE(x)
+    _check_flat(x)
+    _check_dest(y, x)
+    cdef unsigned char* mp = _mask_ptr(mask, n)
     if n == 0:
         return
-    cdef const floating* xp = &x[0]
-    cdef floating* yp = &y[0]
-    cdef unsigned char* mp = _base(mask)
-    for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
-        start = u * BLOCK
-        cnt = n - start
-        if cnt > BLOCK:
-            cnt = BLOCK
-        if floating is float:
-            qc_affine_block_f32(xp + start, yp + start, _off(mp, start), cnt,
-                                s, iv, z, lo, hi, mode)
-        else:
-            qc_affine_block_f64(xp + start, yp + start, _off(mp, start), cnt,
-                                s, iv, z, lo, hi, mode)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+        with nogil:
+            _affine_flat(<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y), mp, n,
+                         <float>scale, <float>inv, <float>zp, <float>qmin, <float>qmax, mode,
+                         nthreads)
+    else:
+        with nogil:
+            _affine_flat(<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y), mp,
+                         n, scale, inv, zp, qmin, qmax, mode, nthreads)
 
 
 def fq_affine_channels(const floating[::1] x, floating[::1] y, unsigned char[::1] mask,
@@ -505,18 +548,17 @@ def fq_amax_channels(const floating[::1] x, floating[::1] y, unsigned char[::1] 
 
 
 # ----------------------------------------------------------------- backward
-def ste(const floating[::1] grad, const unsigned char[::1] mask, floating[::1] y,
-        int nthreads):
-    """Straight-through backward y = grad * mask (y may alias grad)."""
-    cdef int64_t n = grad.shape[0]
+cdef void _ste_flat(const floating* gp, const unsigned char* mp, floating* yp, int64_t n,
+                    int nthreads) noexcept nogil:
     cdef int64_t nunits = (n + BLOCK - 1) // BLOCK
     cdef int64_t u, start, cnt
-    if n == 0:
+    if nunits == 1:
+        if floating is float:
+            qc_ste_block_f32(gp, mp, yp, n)
+        else:
+            qc_ste_block_f64(gp, mp, yp, n)
         return
-    cdef const floating* gp = &grad[0]
-    cdef const unsigned char* mp = &mask[0]
-    cdef floating* yp = &y[0]
-    for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+    for u in prange(nunits, schedule='static', num_threads=nthreads):
         start = u * BLOCK
         cnt = n - start
         if cnt > BLOCK:
@@ -525,6 +567,32 @@ def ste(const floating[::1] grad, const unsigned char[::1] mask, floating[::1] y
             qc_ste_block_f32(gp + start, mp + start, yp + start, cnt)
         else:
             qc_ste_block_f64(gp + start, mp + start, yp + start, cnt)
+
+
+def ste(cnp.ndarray grad, cnp.ndarray mask, cnp.ndarray y, int nthreads):
+    """Straight-through backward y = grad * mask (y may alias grad).
+
+    grad, y: C-contiguous float32 / float64 of one dtype and size; mask:
+    C-contiguous uint8 / bool of that size.  (Raw data pointers: this is on
+    the per-call path of small arrays.)
+    """
+    cdef int64_t n = cnp.PyArray_SIZE(grad)
+    _check_flat(grad)
+    _check_dest(y, grad)
+    if mask is None or not cnp.PyArray_IS_C_CONTIGUOUS(mask) or cnp.PyArray_ITEMSIZE(mask) != 1 \
+            or cnp.PyArray_SIZE(mask) != n:
+        raise ValueError(f"expected a C-contiguous uint8 mask of {n} elements")
+    cdef const unsigned char* mp = <const unsigned char*>cnp.PyArray_DATA(mask)
+    if n == 0:
+        return
+    if cnp.PyArray_TYPE(grad) == cnp.NPY_FLOAT32:
+        with nogil:
+            _ste_flat(<const float*>cnp.PyArray_DATA(grad), mp, <float*>cnp.PyArray_DATA(y), n,
+                      nthreads)
+    else:
+        with nogil:
+            _ste_flat(<const double*>cnp.PyArray_DATA(grad), mp, <double*>cnp.PyArray_DATA(y),
+                      n, nthreads)
 
 
 # ------------------------------------------------------- statistics -> qparams
@@ -637,7 +705,7 @@ cdef int _observe_fake_quant(const float* xp, float* yp, unsigned char* mp, int6
     cdef int64_t z
     cdef int status = ST_NOT_OBSERVED
     if rule >= 0 and n > 0:
-        if _minmax_f32(xp, n, nthreads, &lo, &hi, &flags) != 0:
+        if _minmax_flat(xp, n, nthreads, &lo, &hi, &flags) != 0:
             return ST_NO_MEMORY
         qc_minmax_finish_f32(&lo, &hi, flags)
         status = ST_OBSERVED
@@ -669,23 +737,32 @@ cdef int _observe_fake_quant(const float* xp, float* yp, unsigned char* mp, int6
                 zp_out[0] = z
     if quantize and n > 0:
         s = scale_out[0]
-        _affine_f32(xp, yp, mp, n, s, <float>1.0 / s, <float>zp_out[0], <float>qmin,
+        _affine_flat(xp, yp, mp, n, s, <float>1.0 / s, <float>zp_out[0], <float>qmin,
                     <float>qmax, mode, nthreads)
     return status
 
 
-cdef void _affine_f32(const float* xp, float* yp, unsigned char* mp, int64_t n, float s,
-                      float inv, float z, float lo, float hi, int mode,
-                      int nthreads) noexcept nogil:
+cdef void _affine_flat(const floating* xp, floating* yp, unsigned char* mp, int64_t n,
+                       floating s, floating inv, floating z, floating lo, floating hi, int mode,
+                       int nthreads) noexcept nogil:
+    """Affine fake quant of n contiguous values in BLOCK units (one unit runs
+    on the calling thread without starting a team)."""
     cdef int64_t nunits = (n + BLOCK - 1) // BLOCK
     cdef int64_t u, start, cnt
     if nunits == 1:
-        qc_affine_block_f32(xp, yp, mp, n, s, inv, z, lo, hi, mode)
+        if floating is float:
+            qc_affine_block_f32(xp, yp, mp, n, s, inv, z, lo, hi, mode)
+        else:
+            qc_affine_block_f64(xp, yp, mp, n, s, inv, z, lo, hi, mode)
         return
     for u in prange(nunits, schedule='static', num_threads=nthreads):
         start = u * BLOCK
         cnt = n - start
         if cnt > BLOCK:
             cnt = BLOCK
-        qc_affine_block_f32(xp + start, yp + start, _off(mp, start), cnt, s, inv, z, lo, hi,
-                            mode)
+        if floating is float:
+            qc_affine_block_f32(xp + start, yp + start, _off(mp, start), cnt, s, inv, z, lo, hi,
+                                mode)
+        else:
+            qc_affine_block_f64(xp + start, yp + start, _off(mp, start), cnt, s, inv, z, lo, hi,
+                                mode)
