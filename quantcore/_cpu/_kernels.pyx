@@ -71,6 +71,7 @@ cdef extern from "qc_cpu_loops.h" nogil:
     void qc_minmax_rowvec_f64(const double*, int64_t, int64_t, double*, double*, unsigned char*)
     void qc_minmax_finish_f32(float*, float*, unsigned char)
     void qc_minmax_finish_f64(double*, double*, unsigned char)
+    void qc_histc_block_f32(const float*, int64_t, float, float, int, int, int, int64_t*)
 
 cnp.import_array()
 
@@ -593,6 +594,44 @@ def ste(cnp.ndarray grad, cnp.ndarray mask, cnp.ndarray y, int nthreads):
         with nogil:
             _ste_flat(<const double*>cnp.PyArray_DATA(grad), mp, <double*>cnp.PyArray_DATA(y),
                       n, nthreads)
+
+
+# ---------------------------------------------------------------- histogram
+def histc_f32(cnp.ndarray x, int bins, float lo, float hi, bint absolute, bint skip_zeros,
+              int nthreads):
+    """``torch.histc(x, bins, lo, hi)`` counts (int64[bins]) of a C-contiguous
+    float32 array in one pass (qc_histc_bin_f32): NaN and values outside
+    [lo, hi] are not counted; ``absolute`` bins |x|; ``skip_zeros`` skips
+    zeros.  Each thread counts a contiguous share into its own histograms;
+    integer counts make the result independent of the thread count."""
+    cdef int64_t n = cnp.PyArray_SIZE(x)
+    cdef int64_t t, start, cnt, b, share
+    if cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 or not cnp.PyArray_ISCARRAY_RO(x):
+        raise ValueError("histc_f32: expected an aligned C-contiguous float32 array")
+    if bins < 1:
+        raise ValueError(f"histc_f32: bins must be >= 1, got {bins}")
+    if not lo < hi:
+        raise ValueError(f"histc_f32: need lo < hi, got [{lo}, {hi}]")
+    if nthreads < 1 or n < BLOCK:
+        nthreads = 1
+    share = (n + nthreads - 1) // nthreads
+    parts_a = np.zeros((nthreads, 2 * bins), dtype=np.int64)
+    cdef int64_t[:, ::1] parts = parts_a
+    cdef const float* xp = <const float*>cnp.PyArray_DATA(x)
+    if n > 0:
+        if nthreads == 1:
+            with nogil:
+                qc_histc_block_f32(xp, n, lo, hi, bins, absolute, skip_zeros, &parts[0, 0])
+        else:
+            for t in prange(nthreads, nogil=True, schedule='static', num_threads=nthreads):
+                start = t * share
+                cnt = n - start
+                if cnt > share:
+                    cnt = share
+                if cnt > 0:
+                    qc_histc_block_f32(xp + start, cnt, lo, hi, bins, absolute, skip_zeros,
+                                       &parts[t, 0])
+    return parts_a.reshape(nthreads * 2, bins).sum(axis=0)
 
 
 # ------------------------------------------------------- statistics -> qparams

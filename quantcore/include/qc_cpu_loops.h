@@ -289,6 +289,37 @@
 #define _QC_AFFINE_ROWVEC_CASES_f32(mode) QC_AFFINE_DISPATCH(mode, _QC_AFFINE_ROWVEC_BODY_f32)
 #define _QC_AFFINE_ROWVEC_CASES_f64(mode) QC_AFFINE_DISPATCH(mode, _QC_AFFINE_ROWVEC_BODY_f64)
 
+/* torch.histc counts of n contiguous floats over [lo, hi] (qc_histc_bin_f32)
+ * added to counts[bins]; |v| is binned when `absolute`, zeros are skipped
+ * when `skip_zeros`.  Bins are computed a chunk at a time (vectorised), then
+ * counted into two interleaved sub-histograms (counts and counts + bins, so
+ * consecutive increments of one bin do not wait on each other); the caller
+ * adds the second to the first. */
+#define QC_HISTC_CHUNK 512
+static void qc_histc_block_f32(const float *restrict x, int64_t n, float lo, float hi,
+                               int bins, int absolute, int skip_zeros,
+                               int64_t *restrict counts) {
+  int idx[QC_HISTC_CHUNK];
+  float fbins = (float)bins;
+  int64_t *restrict counts2 = counts + bins;
+  int64_t base, j;
+  for (base = 0; base < n; base += QC_HISTC_CHUNK) {
+    int64_t m = n - base < QC_HISTC_CHUNK ? n - base : QC_HISTC_CHUNK;
+    const float *xb = x + base;
+    QC_SIMD for (j = 0; j < m; j++) {
+      float v = absolute ? fabsf(xb[j]) : xb[j];
+      int b = qc_histc_bin_f32(v, lo, hi, fbins, bins);
+      idx[j] = (skip_zeros && v == 0.0f) ? -1 : b;
+    }
+    for (j = 0; j + 1 < m; j += 2) {
+      int b0 = idx[j], b1 = idx[j + 1];
+      if (b0 >= 0) counts[b0]++;
+      if (b1 >= 0) counts2[b1]++;
+    }
+    if (j < m && idx[j] >= 0) counts[idx[j]]++;
+  }
+}
+
 QC_DEFINE_LOOPS(float, f32, uint32_t, 0x80000000u)
 QC_DEFINE_LOOPS(double, f64, uint64_t, 0x8000000000000000ull)
 

@@ -214,4 +214,19 @@ QC_HD float qc_symmetric_scale_f32(float mn, float mx, qc_i64 qmin, qc_i64 qmax,
   return qc_at_least_f32(amax / (float)((double)(qmax - qmin) / 2.0), eps);
 }
 
+/* torch.histc's bin of v among `bins` equal-width bins over [lo, hi]
+ * (float32, torch's CPU linear-interpolation rule):
+ *   pos = int(f32(f32(v - lo) * f32(bins)) / f32(hi - lo)), truncated,
+ * the top edge (pos == bins) counted in the last bin; -1 when v is NaN or
+ * outside [lo, hi].  Out-of-range v is replaced by lo before the arithmetic
+ * so that no NaN or huge value is ever converted to int (branch-free: the
+ * CPU loop vectorises it). */
+QC_HD int qc_histc_bin_f32(float v, float lo, float hi, float fbins, int bins) {
+  int inside = (v >= lo) & (v <= hi);
+  float vc = inside ? v : lo;
+  int pos = (int)(((vc - lo) * fbins) / (hi - lo));
+  pos = pos < bins ? pos : bins - 1;
+  return inside ? pos : -1;
+}
+
 #endif /* QC_ELEMENTWISE_H */
