@@ -6,6 +6,7 @@ Nothing here computes a quantization formula; see ``ops.py`` and
 """
 import functools
 import numbers
+import types
 
 import numpy as np
 
@@ -98,6 +99,110 @@ def interop_method(method):
             return method(self, x, *args, **kwargs)
         return interop(functools.partial(method, self))(x, *args, **kwargs)
     return wrapper
+
+
+def _has_cupy(value):
+    """True when value is a cupy array or a tuple / list / dict holding one."""
+    if type(value) is np.ndarray:
+        return False
+    if isinstance(value, (tuple, list)):
+        return any(_has_cupy(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_cupy(v) for v in value.values())
+    return is_cupy_array(value)
+
+
+def _same_bits(a, b):
+    """True when two arrays of one dtype hold the same bytes (NaNs included)."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and np.array_equal(a.reshape(-1).view(np.uint8),
+                                                 b.reshape(-1).view(np.uint8))
+
+
+class _HostStaging:
+    """Host copies of the cupy arrays among a call's arguments, and the way
+    back: results to the device, in-place updates into the caller's arrays."""
+
+    def __init__(self):
+        self.staged = []  # (device original, host copy, host snapshot)
+
+    def to_host(self, value):
+        if isinstance(value, tuple):
+            return tuple(self.to_host(v) for v in value)
+        if isinstance(value, list):
+            return [self.to_host(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.to_host(v) for k, v in value.items()}
+        if type(value) is np.ndarray or not is_cupy_array(value):
+            return value
+        host = value.get()
+        self.staged.append((value, host, host.copy()))
+        return host
+
+    def write_back(self):
+        """Copy host copies that the call modified into their originals."""
+        import cupy
+        for dev, host, snapshot in self.staged:
+            if not _same_bits(host, snapshot):
+                cupy.copyto(dev, cupy.asarray(host))
+
+    def to_device(self, value, device_of):
+        import cupy
+        if isinstance(value, tuple):
+            return tuple(self.to_device(v, device_of) for v in value)
+        if isinstance(value, list):
+            return [self.to_device(v, device_of) for v in value]
+        if isinstance(value, np.ndarray):
+            for dev, host, _ in self.staged:
+                if value is host:
+                    return dev  # the call returned (a modified) input: the caller's array
+            with device_of.device:
+                return cupy.asarray(value)
+        return value
+
+
+def stage_cupy(func):
+    """Let a framework-layer entry point take cupy arrays through host memory.
+
+    The compat layers and calibrators hold framework-specific logic around
+    the core kernels; for cupy input they compute on the CPU path: every cupy
+    argument (also inside tuples, lists and dicts) is copied to the host,
+    the call runs, arrays the call modified in place are copied back into
+    the caller's cupy arrays, and array results come back as cupy arrays on
+    the input's device.  Results are bit-identical to the CPU path by
+    construction; state held by objects (observer statistics, qparams
+    attributes) stays in numpy arrays.  Calls without cupy arguments pay one
+    type check per argument.
+    """
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        if not (_has_cupy(args) or (kwargs and _has_cupy(kwargs))):
+            return func(*args, **kwargs)
+        staging = _HostStaging()
+        host_args = staging.to_host(args)
+        host_kwargs = staging.to_host(kwargs)
+        result = func(*host_args, **host_kwargs)
+        staging.write_back()
+        return staging.to_device(result, staging.staged[0][0])
+    wrapper.__quantcore_staged__ = True
+    return wrapper
+
+
+def stage_cupy_api(namespace, names):
+    """Apply :func:`stage_cupy` to the public functions ``names`` of a module
+    namespace and to the public methods (and ``__call__``) of its public
+    classes, in place.  Properties, class methods and static methods are
+    left alone."""
+    for name in names:
+        obj = namespace.get(name)
+        if isinstance(obj, type):
+            for attr, member in list(vars(obj).items()):
+                if (attr == "__call__" or not attr.startswith("_")) and \
+                        type(member) is types.FunctionType and \
+                        not getattr(member, "__quantcore_staged__", False):
+                    setattr(obj, attr, stage_cupy(member))
+        elif type(obj) is types.FunctionType and not getattr(obj, "__quantcore_staged__", False):
+            namespace[name] = stage_cupy(obj)
 
 
 def array_module(x):

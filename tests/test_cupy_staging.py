@@ -1,0 +1,110 @@
+"""``stage_cupy``: how framework layers take cupy arrays through host memory,
+tested with a stand-in cupy (tests/fake_cupy.py) so that it runs without a
+GPU.  The per-layer identity tests are in test_cupy_compat.py."""
+import sys
+
+import numpy as np
+import pytest
+
+from quantcore import _arrays as A
+
+import fake_cupy
+
+
+@pytest.fixture
+def cp(monkeypatch):
+    mod = fake_cupy.module()
+    monkeypatch.setitem(sys.modules, "cupy", mod)
+    return mod
+
+
+def test_numpy_calls_pass_straight_through(cp):
+    seen = []
+
+    @A.stage_cupy
+    def f(x, *, scale):
+        seen.append(x)
+        return x * scale
+
+    x = np.arange(4.0)
+    assert np.array_equal(f(x, scale=2.0), x * 2)
+    assert seen[0] is x
+
+
+def test_cupy_arguments_are_staged_and_results_come_back(cp):
+    @A.stage_cupy
+    def f(x, params, *, extra):
+        assert type(x) is np.ndarray and type(params[1]) is np.ndarray
+        assert type(extra["w"]) is np.ndarray
+        return x + params[1], (np.float32(3), x.sum(keepdims=True)), 7
+
+    x = cp.asarray(np.arange(6, dtype=np.float32))
+    y, (scalar, total), seven = f(x, (1.0, cp.asarray(np.ones(6, np.float32))),
+                                  extra={"w": cp.asarray(np.zeros(2))})
+    assert isinstance(y, cp.ndarray) and isinstance(total, cp.ndarray)
+    assert np.array_equal(y.get(), np.arange(6, dtype=np.float32) + 1)
+    assert scalar == 3 and seven == 7
+
+
+def test_in_place_updates_reach_the_callers_device_arrays(cp):
+    @A.stage_cupy
+    def update(state, x):
+        state[0] = min(state[0], x.min())
+        return x
+
+    state = cp.asarray(np.array([5.0, 9.0], np.float32))
+    x = cp.asarray(np.array([1.0, 2.0], np.float32))
+    assert update(state, x) is x  # an unmodified input comes back as itself
+    assert np.array_equal(state.get(), [1.0, 9.0])
+
+
+def test_nan_state_is_compared_by_bits(cp):
+    writes = []
+    original_copyto = cp.copyto
+    cp.copyto = lambda dst, src: (writes.append(dst), original_copyto(dst, src))
+
+    @A.stage_cupy
+    def touch(state):
+        return None
+
+    touch(cp.asarray(np.array([np.nan], np.float32)))
+    assert writes == []  # NaN == NaN bitwise: nothing was written back
+
+
+def test_unstaged_use_of_fake_cupy_fails_loudly(cp):
+    with pytest.raises(TypeError, match="Implicit conversion"):
+        np.asarray(cp.asarray(np.ones(2)))
+
+
+def test_stage_cupy_api_wraps_public_functions_and_methods(cp):
+    class Obs:
+        def __init__(self):
+            self.seen = None
+
+        def __call__(self, x):
+            return self.forward(x)
+
+        def forward(self, x):
+            self.seen = type(x)
+            return x
+
+        def _private(self, x):
+            return type(x)
+
+        @property
+        def prop(self):
+            return 1
+
+    def func(x):
+        return x * 2
+
+    ns = {"Obs": Obs, "func": func, "_hidden": func}
+    A.stage_cupy_api(ns, ["Obs", "func"])
+    assert ns["_hidden"] is func and ns["func"] is not func
+    x = cp.asarray(np.ones(3))
+    assert isinstance(ns["func"](x), cp.ndarray)
+    obs = Obs()
+    assert obs(x) is x and obs.seen is np.ndarray
+    assert obs._private(x) is cp.ndarray and obs.prop == 1
+    A.stage_cupy_api(ns, ["Obs", "func"])  # idempotent
+    assert obs(x) is x
