@@ -570,14 +570,19 @@ def test_live_torch_training(torch, dtype, mode, per_channel):
         assert (fq.backward(g) == np.where(exp_mask, g, 0)).all()
 
 
-def test_live_torch_signed_zero_difference(torch):
-    """The one documented difference: an input of exactly -0.0 with
-    half_to_even gives +0.0 (torch.round(-0.0) * s = -0.0)."""
-    QuantRoundMode.set("half_to_even")
-    x = np.array([-0.0, -0.001, 0.0, 0.001], F32)
-    fq = _fixed_scale_fq()
-    exp, _ = torch_fake_quant(torch, x, np.float32(0.015625), -128, 127, "half_to_even")
-    y = fq(x)
-    assert np.signbit(exp).tolist() == [True, True, False, False]
-    assert np.signbit(y).tolist() == [False, True, False, False]
-    assert (y == exp).all()
+@pytest.mark.parametrize("mode", ["bpu_round", "half_to_even"])
+def test_live_torch_signed_zeros(torch, mode):
+    """Signed zeros as torch.round(x / s) * s / torch.floor(x / s + 0.5) * s,
+    on the fixed-scale path, the fused fast path and the general path."""
+    QuantRoundMode.set(mode)
+    x = np.array([-0.0, -0.001, 0.0, 0.001, -0.0078125, 0.0078125, -2.0, 2.0], F32)
+    exp, _ = torch_fake_quant(torch, x, np.float32(0.015625), -128, 127, mode)
+    assert_bits(_fixed_scale_fq()(x), exp)
+    if mode == "half_to_even":
+        assert np.signbit(exp).tolist()[:4] == [True, True, False, False]
+    for fast in (True, False):
+        fq = FakeQuantize(fast_training=fast)
+        y = fq(x)
+        assert (fq._fused is not None) == fast
+        exp, _ = torch_fake_quant(torch, x, fq.scale, -128, 127, mode)
+        assert_bits(y, exp)
