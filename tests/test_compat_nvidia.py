@@ -12,7 +12,10 @@ import logging
 
 import numpy as np
 import pytest
-import yaml
+try:
+    import yaml
+except ImportError:  # PyYAML is an optional extra of quantcore.compat.nvidia
+    yaml = None
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +26,7 @@ from quantcore.compat.nvidia import (HistogramCalibrator, MaxCalibrator, QuantDe
                                      fake_tensor_quant, fake_tensor_quant_backward, tensor_quant)
 
 F32 = np.float32
+needs_yaml = pytest.mark.skipif(yaml is None, reason="PyYAML (the 'nvidia' extra) not installed")
 
 
 # --------------------------------------------------------------- reference
@@ -309,6 +313,11 @@ def test_descriptor_spec_example():
     d = QuantDescriptor(**SPEC_DESC)
     assert d.dict() == {"num_bits": 4, "name": "w", "fake_quant": False, "axis": (0,),
                         "amax": [1.0, 2.5], "scale_amax": 2.0, "unsigned": True}
+
+
+@needs_yaml
+def test_descriptor_spec_example_yaml():
+    d = QuantDescriptor(**SPEC_DESC)
     assert d.to_yaml() == ("amax:\n- 1.0\n- 2.5\naxis:\n- 0\nfake_quant: false\nname: w\n"
                            "num_bits: 4\nscale_amax: 2.0\nunsigned: true\n")
     back = QuantDescriptor.from_yaml(d.to_yaml())
@@ -368,6 +377,7 @@ def test_descriptor_eq():
         QuantDescriptor(amax=[1.0, 2.0]) == QuantDescriptor(amax=[1.0, 2.0])
 
 
+@needs_yaml
 def test_yaml_special_cases():
     with pytest.raises(TypeError, match="'int' object is not iterable"):
         QuantDescriptor(axis=0).to_yaml()
@@ -383,6 +393,7 @@ def test_yaml_special_cases():
     assert QuantDescriptor.from_yaml(QuantDescriptor().to_yaml()) == QuantDescriptor()
 
 
+@needs_yaml
 def test_yaml_random_round_trips():
     rng = np.random.default_rng(11)
     for _ in range(60):
@@ -624,11 +635,30 @@ def test_module_doctests():
     assert res.attempted > 0 and res.failed == 0
 
 
+@needs_yaml
 def test_yaml_is_imported_lazily():
     import subprocess
     import sys
     code = ("import sys, quantcore.compat.nvidia as nv; assert 'yaml' not in sys.modules; "
             "nv.QuantDescriptor().to_yaml(); assert 'yaml' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_without_pyyaml_only_yaml_methods_fail():
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['yaml'] = None\n"
+            "import numpy as np, quantcore.compat.nvidia as nv\n"
+            "d = nv.QuantDescriptor(amax=1.0)\n"
+            "assert d.dict() == {'num_bits': 8, 'name': None, 'amax': 1.0}\n"
+            "assert nv.fake_tensor_quant(np.float32([0.5]), np.float32(1))[0] > 0\n"
+            "for call in (d.to_yaml, lambda: nv.QuantDescriptor.from_yaml('num_bits: 8')):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except ImportError as exc:\n"
+            "        assert 'PyYAML' in str(exc), exc\n"
+            "    else:\n"
+            "        raise AssertionError('no ImportError')\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
