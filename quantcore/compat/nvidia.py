@@ -260,7 +260,7 @@ class ScaledQuantDescriptor:
 def _import_yaml():
     try:
         import yaml
-    except ImportError as exc:  # pragma: no cover - PyYAML is installed in the test env
+    except ImportError as exc:
         raise ImportError("quantcore.compat.nvidia: to_yaml / from_yaml need PyYAML "
                           "(pip install pyyaml)") from exc
     return yaml
