@@ -563,7 +563,8 @@ def test_live_torch_training(torch, dtype, mode, per_channel):
         x = np.where((pick > 0.95) & (lo < 0) & (hi > 0), F32(0), x).astype(F32)
         y = fq(x)
         assert_bits(fq.scale, s)
-        exp_y, exp_mask = torch_fake_quant(torch, x, s, qmin, qmax, mode, 1 if per_channel else None)
+        exp_y, exp_mask = torch_fake_quant(torch, x, s, qmin, qmax, mode,
+                                           1 if per_channel else None)
         assert_bits(y, exp_y)
         assert (unpack(fq, x.shape) == exp_mask).all()
         g = rng.standard_normal(x.shape).astype(F32)

@@ -55,9 +55,9 @@ Decisions (spec/DECISIONS.md, "MindSpore")
   bug is not reproduced).  As MindSpore's GPU kernel, this is a select
   (``0 if x < nudge_min or x > nudge_max else dout``), not ``dout * mask``:
   the zero outside is ``+0.0`` whatever the sign of ``dout``, a NaN ``dout``
-  outside gives 0, and a NaN ``x`` (neither below nor above) passes ``dout``.  ``backward`` keeps its own call counter, as
-  MindSpore's gradient kernel does: its first ``quant_delay`` calls return
-  ``dout`` unchanged.
+  outside gives 0, and a NaN ``x`` (neither below nor above) passes ``dout``.
+  ``backward`` keeps its own call counter, as MindSpore's gradient kernel
+  does: its first ``quant_delay`` calls return ``dout`` unchanged.
 - Per channel: ``channel_axis`` is honoured (any axis); ``num_channels``
   must equal ``x.shape[channel_axis]`` (rank-1 input: axis 0), else
   ValueError.
