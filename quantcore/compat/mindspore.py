@@ -52,11 +52,7 @@ Decisions (spec/DECISIONS.md, "MindSpore")
 - Gradient (``backward(dout, x)``): ``dx = dout`` where
   ``nudge_min <= x <= nudge_max`` (inclusive), else 0, with the forward's
   own ``symmetric`` / ``narrow_range`` (MindSpore's bprop drops them; that
-  bug is not reproduced).  As MindSpore's GPU kernel, this is a select
-  (``0 if x < nudge_min or x > nudge_max else dout``), not ``dout * mask``:
-  the zero outside is ``+0.0`` whatever the sign of ``dout``, a NaN ``dout``
-  outside gives 0, and a NaN ``x`` (neither below nor above) passes ``dout``.
-  ``backward`` keeps its own call counter, as MindSpore's gradient kernel
+  bug is not reproduced).  ``backward`` keeps its own call counter, as MindSpore's gradient kernel
   does: its first ``quant_delay`` calls return ``dout`` unchanged.
 - Per channel: ``channel_axis`` is honoured (any axis); ``num_channels``
   must equal ``x.shape[channel_axis]`` (rank-1 input: axis 0), else
@@ -64,6 +60,11 @@ Decisions (spec/DECISIONS.md, "MindSpore")
 
 Choices beyond DECISIONS.md
 ---------------------------
+- The gradient is MindSpore's GPU kernel's select
+  (``0 if x < nudge_min or x > nudge_max else dout``), not ``dout * mask``:
+  the zero outside is ``+0.0`` whatever the sign of ``dout``, a NaN ``dout``
+  outside gives 0, and a NaN ``x`` (neither below nor above) passes ``dout``.
+  (Ascend multiplies by a strict mask instead.)
 - Errors: the seed page documents TypeError for ``min_init >= max_init`` and
   for a negative ``quant_delay``, MindSpore's code raises ValueError.  Both
   raise :class:`MindSporeArgumentError`, a subclass of TypeError *and*
