@@ -52,8 +52,9 @@ Decisions (spec/DECISIONS.md, "MindSpore")
 - Gradient (``backward(dout, x)``): ``dx = dout`` where
   ``nudge_min <= x <= nudge_max`` (inclusive), else 0, with the forward's
   own ``symmetric`` / ``narrow_range`` (MindSpore's bprop drops them; that
-  bug is not reproduced).  ``backward`` keeps its own call counter, as MindSpore's gradient kernel
-  does: its first ``quant_delay`` calls return ``dout`` unchanged.
+  bug is not reproduced).  ``backward`` keeps its own call counter, as
+  MindSpore's gradient kernel does: its first ``quant_delay`` calls return
+  ``dout`` unchanged.
 - Per channel: ``channel_axis`` is honoured (any axis); ``num_channels``
   must equal ``x.shape[channel_axis]`` (rank-1 input: axis 0), else
   ValueError.
