@@ -2,7 +2,9 @@
 
 Every vector of spec/nvidia_horizon.md section 6 is a test here; the
 randomized cases compare against the float32 emulation below, written from
-the spec independently of quantcore's kernels.
+the spec independently of quantcore's kernels, and (``test_live_*``, skipped
+without torch) against Horizon's Python reference functions and v1 observer
+written with torch ops.
 """
 import numpy as np
 import pytest
@@ -479,3 +481,109 @@ def test_module_doctests():
     import doctest
     res = doctest.testmod(hz, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert res.attempted > 0 and res.failed == 0
+
+
+# ------------------------------------------------ live torch oracle
+# Horizon's Python reference functions and its v1 observer written here with
+# torch float32 ops (skipped without torch).
+@pytest.fixture(scope="module")
+def torch():
+    return pytest.importorskip("torch")
+
+
+class TorchHorizonObserver:
+    """The v1 moving-average observer in torch: aminmax, in-place EMA,
+    ``clamp_min(clamp_min(max(-min, max), 0) / ((qmax - qmin) / 2), eps)``."""
+
+    def __init__(self, torch, c, qmin, qmax, ch_axis=None):
+        self.t, self.c, self.qmin, self.qmax, self.ch_axis = torch, c, qmin, qmax, ch_axis
+        self.mn = self.mx = None
+
+    def __call__(self, x):
+        t = self.t
+        x = t.from_numpy(x)
+        if self.ch_axis is None:
+            mn, mx = t.aminmax(x)
+        else:
+            rows = t.movedim(x, self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
+            mn, mx = t.aminmax(rows, dim=1)
+        if self.mn is None:
+            self.mn, self.mx = mn.clone(), mx.clone()
+        else:
+            self.mn += self.c * (mn - self.mn)
+            self.mx += self.c * (mx - self.mx)
+
+    def scale(self):
+        t = self.t
+        s = t.clamp_min(t.max(-self.mn, self.mx), 0) / ((self.qmax - self.qmin) / 2)
+        return t.clamp_min(s, t.finfo(t.float32).eps).reshape(-1)
+
+
+def torch_fake_quant(torch, x, scale, qmin, qmax, mode, ch_axis=None):
+    xt = torch.from_numpy(x)
+    s = torch.from_numpy(np.asarray(scale, F32))
+    if ch_axis is not None:
+        shape = [1] * x.ndim
+        shape[ch_axis] = -1
+        s = s.reshape(shape)
+    v = xt / s
+    r = torch.round(v) if mode == "half_to_even" else torch.floor(v + 0.5)
+    return (r.clamp(qmin, qmax) * s).numpy(), ((r >= qmin) & (r <= qmax)).numpy()
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("mode", ["bpu_round", "half_to_even"])
+@pytest.mark.parametrize("dtype", ["qint8", "qint16", "qint4", "quint4"])
+def test_live_torch_training(torch, dtype, mode, per_channel):
+    QuantRoundMode.set(mode)
+    rng = np.random.default_rng(sum(map(ord, dtype + mode)) + per_channel)
+    qmin, qmax = hz.QINFO[dtype]
+    c = 0.25
+    if per_channel:
+        fq = FakeQuantize(observer=MovingAveragePerChannelMinMaxObserver, ch_axis=1,
+                          channel_len=3, dtype=dtype, averaging_constant=c)
+        oracle = TorchHorizonObserver(torch, c, qmin, qmax, ch_axis=1)
+    else:
+        fq = FakeQuantize(dtype=dtype, averaging_constant=c)
+        oracle = TorchHorizonObserver(torch, c, qmin, qmax)
+    for step in range(5):
+        x = (rng.standard_normal((4, 3, 5)) * rng.uniform(0.5, 3)).astype(F32)
+        oracle(x)
+        s = oracle.scale().numpy()
+        # ties of x / scale and zeros strictly inside each channel's batch
+        # range, so that the statistics are those of the original x
+        red = (0, 2) if per_channel else None
+        lo = x.min(axis=red, keepdims=per_channel)
+        hi = x.max(axis=red, keepdims=per_channel)
+        sx = s.reshape(1, -1, 1) if per_channel else s[0]
+        k = rng.integers(-20, 20, size=x.shape).astype(F32) + F32(0.5)
+        ties = (k * sx).astype(F32)
+        pick = np.where((x == lo) | (x == hi), F32(0.5), rng.random(x.shape))
+        x = np.where((pick < 0.3) & (ties > lo) & (ties < hi), ties, x).astype(F32)
+        x = np.where((pick > 0.95) & (lo < 0) & (hi > 0), F32(0), x).astype(F32)
+        y = fq(x)
+        assert_bits(fq.scale, s)
+        exp_y, exp_mask = torch_fake_quant(torch, x, s, qmin, qmax, mode,
+                                           1 if per_channel else None)
+        assert_bits(y, exp_y)
+        assert (unpack(fq, x.shape) == exp_mask).all()
+        g = rng.standard_normal(x.shape).astype(F32)
+        assert (fq.backward(g) == np.where(exp_mask, g, 0)).all()
+
+
+@pytest.mark.parametrize("mode", ["bpu_round", "half_to_even"])
+def test_live_torch_signed_zeros(torch, mode):
+    """Signed zeros as torch.round(x / s) * s / torch.floor(x / s + 0.5) * s,
+    on the fixed-scale path, the fused fast path and the general path."""
+    QuantRoundMode.set(mode)
+    x = np.array([-0.0, -0.001, 0.0, 0.001, -0.0078125, 0.0078125, -2.0, 2.0], F32)
+    exp, _ = torch_fake_quant(torch, x, np.float32(0.015625), -128, 127, mode)
+    assert_bits(_fixed_scale_fq()(x), exp)
+    if mode == "half_to_even":
+        assert np.signbit(exp).tolist()[:4] == [True, True, False, False]
+    for fast in (True, False):
+        fq = FakeQuantize(fast_training=fast)
+        y = fq(x)
+        assert (fq._fused is not None) == fast
+        exp, _ = torch_fake_quant(torch, x, fq.scale, -128, 127, mode)
+        assert_bits(y, exp)

@@ -80,6 +80,34 @@ def test_module_doctests():
     assert res.attempted >= 4 and res.failed == 0
 
 
+def test_doctest_holds_the_seed_example_verbatim():
+    # the seed page's example and printed output, as the module's doctest
+    seed_out = ("[[ 0.9882355  1.9764705  0.9882355]\n"
+                " [-1.9764705  0.        -0.9882355]]")
+    doc = ms.__doc__
+    assert ">>> fake_quant = FakeQuantWithMinMaxObserver()" in doc
+    assert ">>> output = fake_quant(x)" in doc and ">>> print(output)" in doc
+    assert ">>> print(output)\n" + seed_out in doc
+    examples = doctest.DocTestParser().get_examples(doc)
+    assert any(e.source == "print(output)\n" and e.want == seed_out + "\n" for e in examples)
+
+
+def test_seed_example_intermediates():
+    # spec §1.9: scale 12/255, zp_from_min 127.5, nzp 128, q = [149, 170, ...]
+    fq = FakeQuantWithMinMaxObserver()
+    nmin, nmax, scale = fq._nudged_range()
+    bits(scale, [F32(12) / F32(255)]), bits(scale, ["0.047058824"])
+    assert F32(0) - F32(-6) / scale[0] == F32(127.5)
+    bits(nmin, ["-6.0235295"]), bits(nmax, ["5.9764705"])
+    v = ((DOC_X - nmin[0]) / scale[0]).astype(F32).ravel()
+    bits(v, [149.25, "170.49998", 149.25, 85.5, 128, 106.75])
+    q = np.floor(v + F32(0.5))
+    assert q.tolist() == [149, 170, 149, 86, 128, 107]
+    y = fq(DOC_X).ravel()
+    bits(y, (q * scale[0]).astype(F32) + nmin[0])
+    assert (q - 128).tolist() == [21, 42, 21, -42, 0, -21]
+
+
 def test_seed_example_bits():
     fq = FakeQuantWithMinMaxObserver()
     assert fq.training is False
@@ -109,6 +137,9 @@ def test_training_no_ema_vector():
 
 
 def test_training_ema_vector_ascend_rule():
+    # c = f32(1 - d) computed in double (Ascend); the GPU's f32(1 - f32(d)) differs
+    assert float(F32(1.0 - 0.999)) == 0.0010000000474974513
+    assert float(F32(1) - F32(0.999)) == 0.0009999871253967285
     fq = FakeQuantWithMinMaxObserver(ema=True, ema_decay=0.999).set_train()
     y = fq(DOC_X)
     assert abs(float(fq.minq[0]) + 5.996) < 1e-6 and abs(float(fq.maxq[0]) - 5.996) < 1e-6
@@ -205,7 +236,8 @@ def test_backward_inclusive_mask():
     fq = FakeQuantWithMinMaxObserver(min_init=-2, max_init=2)
     x = f32([-3, "-1.992157", "-1.9921569", 0.5, "2.0078433", "2.0078435", np.nan])
     dout = f32([1, 2, 3, 4, 5, 6, 7])
-    bits(fq.backward(dout, x), [0, 2, 3, 4, 5, 0, 0])
+    # the GPU kernel's select: a NaN x is neither below nor above, dout passes
+    bits(fq.backward(dout, x), [0, 2, 3, 4, 5, 0, 7])
     narrow = FakeQuantWithMinMaxObserver(min_init=-2, max_init=2, narrow_range=True)
     nmin, nmax, _ = narrow._nudged_range()
     g = narrow.backward(np.ones(4, F32), f32([nmin[0], np.nextafter(nmin[0], F32(-9)),
@@ -215,10 +247,15 @@ def test_backward_inclusive_mask():
         fq.backward(np.ones(3, F32), x)
 
 
-def test_backward_nan_dout_stays_nan():
+def test_backward_is_a_select():
+    # MindSpore's gradient kernel: 0 if x < nudge_min or x > nudge_max else dout,
+    # so +0.0 outside (not dout * 0 = -0.0) and a NaN dout outside gives 0
     fq = FakeQuantWithMinMaxObserver(min_init=-1, max_init=1)
-    g = fq.backward(f32([np.nan, np.nan, -1]), f32([5, 0, 7]))
-    assert np.isnan(g[0]) and np.isnan(g[1]) and g[2] == 0 and np.signbit(g[2])
+    g = fq.backward(f32([np.nan, np.nan, -1, -2, -3]), f32([5, 0, 7, -7, 0.5]))
+    bits(g, [0, np.nan, 0, 0, -3])
+    assert not np.signbit(g[2]) and not np.signbit(g[3])
+    g = fq.backward(f32([1, 2, 3]).astype(np.float16), f32([np.nan, 9, 0]).astype(np.float16))
+    assert g.dtype == np.float16 and g.tolist() == [1, 0, 3]
 
 
 def test_per_channel_backward_channel_axis1():
@@ -445,4 +482,4 @@ def test_random_against_model(seed):
         bits(y, ref_forward(x, b(nmin), b(nmax), b(s)))
         g = rng.normal(size=shape).astype(F32)
         mask = (x >= b(nmin)) & (x <= b(nmax))
-        bits(fq.backward(g, x), np.where(mask, g, g * F32(0)))
+        bits(fq.backward(g, x), np.where(mask, g, F32(0)))

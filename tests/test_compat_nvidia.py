@@ -2,13 +2,20 @@
 
 Every vector of spec/nvidia_horizon.md sections 1-4 is a test here; the
 randomized cases compare against the float32 emulation below, written from
-the spec independently of quantcore's kernels.
+the spec independently of quantcore's kernels, and (``test_live_*``, skipped
+without torch / scipy) against PQ's CPU code paths written with torch ops:
+``_tensor_quant``, the histogram collection with ``histc`` / ``linspace`` /
+``arange`` growth over several batches, and the percentile / entropy
+(scipy's KL) / mse searches.
 """
 import logging
 
 import numpy as np
 import pytest
-import yaml
+try:
+    import yaml
+except ImportError:  # PyYAML is an optional extra of quantcore.compat.nvidia
+    yaml = None
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +26,7 @@ from quantcore.compat.nvidia import (HistogramCalibrator, MaxCalibrator, QuantDe
                                      fake_tensor_quant, fake_tensor_quant_backward, tensor_quant)
 
 F32 = np.float32
+needs_yaml = pytest.mark.skipif(yaml is None, reason="PyYAML (the 'nvidia' extra) not installed")
 
 
 # --------------------------------------------------------------- reference
@@ -142,6 +150,13 @@ def test_spec_gradient():
     x = np.array([-1.5, -1, -0.99, 0, 1, 1.0001, 2], F32)
     g = fake_tensor_quant_backward(np.ones_like(x), x, F32(1))
     assert g.tolist() == [0, 1, 1, 1, 1, 0, 0]
+    # a select as PQ's torch.where: +0.0 and NaN blocked where |x| > amax
+    g = fake_tensor_quant_backward(-np.ones_like(x) * np.array([1, 1, 1, 1, 1, np.nan, 1], F32),
+                                   x, F32(1))
+    assert_bits(g, np.array([0, -1, -1, -1, -1, 0, 0], F32))
+    g = fake_affine_tensor_quant_backward(np.array([-1.0, np.nan, -2.0], F32),
+                                          np.array([-3.0, 5.0, 0.5], F32), F32(-1), F32(1))
+    assert_bits(g, np.array([0, 0, -2], F32))
 
 
 def test_errors():
@@ -205,10 +220,9 @@ def test_random_against_reference():
         assert_bits(s, s_ref)
         assert_bits(fake_tensor_quant(x, amax, nb, unsigned, narrow), f_ref)
         g = rng.standard_normal(f_ref.shape).astype(F32)
-        # grad * mask (a -0.0 where a negative gradient is blocked; PQ's where gives +0.0)
-        expect = (g * (np.abs(x) <= amax)).astype(F32)
+        # PQ's torch.where(|x| <= amax, g, 0): +0.0 where blocked
+        expect = np.where(np.abs(x) <= amax, g, F32(0))
         assert_bits(fake_tensor_quant_backward(g, x, amax), expect)
-        assert (fake_tensor_quant_backward(g, x, amax) == np.where(np.abs(x) <= amax, g, 0)).all()
 
 
 @settings(max_examples=150)
@@ -269,7 +283,7 @@ def test_fake_affine_against_reference():
         assert_bits(fake_affine_tensor_quant(x, lo, hi, nb), ref_affine(x, lo, hi, nb))
         g = rng.standard_normal(50).astype(F32)
         assert_bits(fake_affine_tensor_quant_backward(g, x, lo, hi),
-                    (g * ((x >= lo) & (x <= hi))).astype(F32))
+                    np.where((x >= lo) & (x <= hi), g, F32(0)))
 
 
 def test_fake_affine_rejects_per_channel_range():
@@ -299,6 +313,11 @@ def test_descriptor_spec_example():
     d = QuantDescriptor(**SPEC_DESC)
     assert d.dict() == {"num_bits": 4, "name": "w", "fake_quant": False, "axis": (0,),
                         "amax": [1.0, 2.5], "scale_amax": 2.0, "unsigned": True}
+
+
+@needs_yaml
+def test_descriptor_spec_example_yaml():
+    d = QuantDescriptor(**SPEC_DESC)
     assert d.to_yaml() == ("amax:\n- 1.0\n- 2.5\naxis:\n- 0\nfake_quant: false\nname: w\n"
                            "num_bits: 4\nscale_amax: 2.0\nunsigned: true\n")
     back = QuantDescriptor.from_yaml(d.to_yaml())
@@ -358,6 +377,7 @@ def test_descriptor_eq():
         QuantDescriptor(amax=[1.0, 2.0]) == QuantDescriptor(amax=[1.0, 2.0])
 
 
+@needs_yaml
 def test_yaml_special_cases():
     with pytest.raises(TypeError, match="'int' object is not iterable"):
         QuantDescriptor(axis=0).to_yaml()
@@ -373,6 +393,7 @@ def test_yaml_special_cases():
     assert QuantDescriptor.from_yaml(QuantDescriptor().to_yaml()) == QuantDescriptor()
 
 
+@needs_yaml
 def test_yaml_random_round_trips():
     rng = np.random.default_rng(11)
     for _ in range(60):
@@ -614,9 +635,198 @@ def test_module_doctests():
     assert res.attempted > 0 and res.failed == 0
 
 
+@needs_yaml
 def test_yaml_is_imported_lazily():
     import subprocess
     import sys
     code = ("import sys, quantcore.compat.nvidia as nv; assert 'yaml' not in sys.modules; "
             "nv.QuantDescriptor().to_yaml(); assert 'yaml' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_without_pyyaml_only_yaml_methods_fail():
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['yaml'] = None\n"
+            "import numpy as np, quantcore.compat.nvidia as nv\n"
+            "d = nv.QuantDescriptor(amax=1.0)\n"
+            "assert d.dict() == {'num_bits': 8, 'name': None, 'amax': 1.0}\n"
+            "assert nv.fake_tensor_quant(np.float32([0.5]), np.float32(1))[0] > 0\n"
+            "for call in (d.to_yaml, lambda: nv.QuantDescriptor.from_yaml('num_bits: 8')):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except ImportError as exc:\n"
+            "        assert 'PyYAML' in str(exc), exc\n"
+            "    else:\n"
+            "        raise AssertionError('no ImportError')\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------- live torch / scipy oracles
+# PQ's CPU code paths written here with torch (and scipy for the entropy's
+# KL, as PQ); skipped without torch / scipy.
+@pytest.fixture(scope="module")
+def torch():
+    return pytest.importorskip("torch")
+
+
+def pq_tensor_quant_torch(torch, x, amax, num_bits=8, unsigned=False, narrow_range=True):
+    """PQ's legacy ``_tensor_quant`` (spec §2 steps 1-8) with torch float32
+    ops: ``(q, scale, fake)`` as numpy."""
+    xt = torch.from_numpy(np.ascontiguousarray(x))
+    at = torch.from_numpy(np.array(amax, dtype=F32))
+    max_bound = torch.tensor(2.0 ** (num_bits - 1 + int(unsigned)) - 1.0)
+    if unsigned:
+        min_bound = torch.tensor(0.0)
+    elif narrow_range:
+        min_bound = -max_bound
+    else:
+        min_bound = -max_bound - 1
+    scale = max_bound / at
+    eps = torch.tensor(2.0 ** -24)
+    tiny = at <= eps
+    scale = torch.where(tiny, torch.zeros_like(scale), scale)
+    q = torch.clamp(torch.round(xt * scale), min_bound, max_bound)
+    scale = torch.where(tiny, torch.ones_like(scale), scale)
+    return q.numpy(), scale.numpy(), (q / scale).numpy()
+
+
+def test_live_torch_tensor_quant(torch):
+    rng = np.random.default_rng(99)
+    for _ in range(200):
+        x, amax, nb, unsigned, narrow = _random_case(rng)
+        q_t, s_t, f_t = pq_tensor_quant_torch(torch, x, amax, nb, unsigned, narrow)
+        q, s = tensor_quant(x, amax, nb, unsigned, narrow)
+        assert_bits(q, q_t.astype(F32))
+        assert_bits(s, s_t.reshape(s.shape))
+        assert_bits(fake_tensor_quant(x, amax, nb, unsigned, narrow), f_t)
+        # clipped STE, PQ's torch.where(|x| <= amax, g, zero), bit for bit
+        g = rng.standard_normal(f_t.shape).astype(F32)
+        g[rng.random(g.shape) < 0.05] = np.nan
+        xt, gt = torch.from_numpy(np.abs(x)), torch.from_numpy(g)
+        g_t = torch.where(xt <= torch.from_numpy(amax), gt, gt.new_zeros(1)).numpy()
+        assert_bits(fake_tensor_quant_backward(g, x, amax), g_t)
+    # float16 input: modelopt's order (float32 math, one cast at the end)
+    x16 = (rng.standard_normal(300) * 2).astype(np.float16)
+    _, _, f_t = pq_tensor_quant_torch(torch, x16.astype(F32), F32(0.7))
+    assert_bits(fake_tensor_quant(x16, F32(0.7)), f_t.astype(np.float16))
+
+
+def pq_hist_collect_torch(torch, batches, num_bins, skip_zeros):
+    """PQ's ``HistogramCalibrator.collect`` (torch_hist=True) with torch ops."""
+    hist = edges = None
+    for b in batches:
+        x = torch.from_numpy(b)
+        if x.min() < 0:
+            x = x.abs()
+        x = x.float()
+        if skip_zeros:
+            x = x[x != 0]
+        xm = x.max()
+        if hist is None:
+            hist = torch.histc(x, bins=num_bins, min=0, max=xm.item())
+            edges = torch.linspace(0, xm.item(), num_bins + 1)
+            continue
+        if xm > edges[-1]:
+            w = edges[1] - edges[0]
+            num_bins = int(torch.ceil(xm / w).item())
+            edges = torch.arange(0, xm + w, w)
+        h = torch.histc(x, bins=num_bins, min=0, max=edges[-1].item())
+        h[:hist.numel()] += hist
+        hist = h
+    return hist.int().numpy(), edges.numpy(), num_bins
+
+
+def ref_percentile(hist, edges, p):
+    cdf = np.cumsum(hist / hist.sum())
+    return edges[np.searchsorted(cdf, p / 100)]
+
+
+def ref_entropy(hist, edges, num_bits, unsigned, stride, start_bin):
+    """TensorRT-style KL search (spec §3), with scipy's KL."""
+    from scipy.stats import entropy
+    bins = hist.astype(np.int64).copy()
+    bins[0] = bins[1]
+    total = bins.sum()
+    nq = 2 ** (num_bits - 1 + int(unsigned))
+    divergences = []
+    for i in range(start_bin, len(bins) + 1, stride):
+        group = np.digitize(np.arange(i), np.linspace(0, i, nq + 1)) - 1
+        head = bins[:i]
+        full = head != 0
+        gsum = np.zeros(nq + 1)
+        gcnt = np.zeros(nq + 1)
+        np.add.at(gsum, group[full], head[full])
+        np.add.at(gcnt, group[full], 1)
+        q = np.where(full, gsum[group] / np.maximum(gcnt[group], 1), 0.0)
+        p = head.copy()
+        p[-1] += bins[i:].sum()
+        assert round(q.sum() + bins[i:].sum()) == total and round(p.sum()) == total
+        divergences.append(entropy(p, q))
+    divergences = np.array(divergences)
+    k = len(divergences) - 1 - int(np.argmin(divergences[::-1]))
+    return edges[k * stride + start_bin]
+
+
+def ref_mse(torch, hist, edges, num_bits, unsigned, stride, start_bin):
+    counts = torch.from_numpy(hist).float()
+    e = torch.from_numpy(edges).float()
+    centers = (e[1:] + e[:-1]) / 2
+    mses, args = [], []
+    for i in range(start_bin, len(centers), stride):
+        _, _, qc = pq_tensor_quant_torch(torch, centers.numpy(), centers[i].numpy(), num_bits,
+                                         unsigned, True)
+        mses.append(((torch.from_numpy(qc) - centers) ** 2 * counts).mean().item())
+        args.append(i)
+    return centers[args[int(np.argmin(np.array(mses, dtype=F32)))]].numpy()
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_live_histogram_calibrator_multi_batch(torch, seed):
+    """Random multi-batch collections (growth, skip_zeros, unsigned, 4..8
+    bits) against PQ's collect in torch and the three amax searches."""
+    pytest.importorskip("scipy")
+    rng = np.random.default_rng(300 + seed)
+    num_bins = int(rng.choice([16, 32, 64, 128]))
+    nb = int(rng.integers(4, 9))
+    unsigned = bool(rng.integers(2))
+    skip_zeros = bool(rng.integers(2))
+    batches = []
+    for _ in range(int(rng.integers(2, 5))):
+        b = (rng.standard_normal(int(rng.integers(20, 300))) * rng.uniform(0.2, 3)).astype(F32)
+        b[rng.random(b.size) < 0.1] = 0
+        b[0] = F32(rng.uniform(0.1, 4))  # some nonzero value in every batch
+        if unsigned:
+            b = np.abs(b)
+        batches.append(b)
+    calib = HistogramCalibrator(nb, None, unsigned, num_bins=num_bins, skip_zeros=skip_zeros)
+    for b in batches:
+        calib.collect(b)
+    hist, edges, nbins = pq_hist_collect_torch(torch, batches, num_bins, skip_zeros)
+    assert calib.num_bins == nbins
+    assert np.array_equal(calib.hist, hist)
+    assert_bits(np.asarray(calib.bin_edges, F32), edges)
+    for p in (50.0, 90.0, 99.0, 99.99, 100.0):
+        amax = calib.compute_amax("percentile", percentile=p)
+        assert amax.shape == () and amax.dtype == F32
+        assert_bits(amax, ref_percentile(hist, edges, p))
+    stride = int(rng.integers(1, 4))
+    start_bin = int(rng.integers(2, num_bins // 2 + 1))
+    assert_bits(calib.compute_amax("entropy", stride=stride, start_bin=start_bin),
+                ref_entropy(hist, edges, nb, unsigned, stride, start_bin))
+    assert_bits(calib.compute_amax("mse", stride=stride, start_bin=start_bin),
+                ref_mse(torch, hist, edges, nb, unsigned, stride, start_bin))
+
+
+def test_entropy_needs_no_scipy():
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['scipy'] = None\n"
+            "import numpy as np\n"
+            "from quantcore.compat.nvidia import HistogramCalibrator\n"
+            "k = (np.arange(200) * 37) % 101 - 50\n"
+            "c = HistogramCalibrator(4, None, False, num_bins=32)\n"
+            "c.collect((k.astype(np.float64) ** 3 / 50 ** 3 * 1.25).astype(np.float32))\n"
+            "c.collect(np.array([2.0, -0.25, 0.1, 0.0], np.float32))\n"
+            "assert float(c.compute_amax('entropy', start_bin=8)) == 1.25\n")
     subprocess.run([sys.executable, "-c", code], check=True)

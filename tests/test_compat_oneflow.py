@@ -367,3 +367,57 @@ def test_random_moving_average_against_model(seed):
         bits(obs.moving_max, [mmax]), bits(obs.moving_min, [mmin])
         es, ez = ref_qparams(mmin, mmax, b, scheme, formula, zp_round="away")
         bits(s, np.reshape(es, -1)), bits(z, np.reshape(ez, -1))
+
+
+# ------------------------------------------------- DECISIONS / §3.4 details
+def test_affine_negative_zero_point_uses_float_zp():
+    # all-positive input: MinMaxObserver has no 0-inclusion, so zp < 0.  The
+    # CPU kernel's uint8(round(zp)) = 129 would give q = 255 at x = 1; the
+    # float zero point (OneFlow's GPU path, DECISIONS.md) gives q = 0.
+    x = f32([1, 2, 3])
+    s, z = MinMaxObserver(quantization_scheme="affine")(x)
+    bits(s, [F32(2) / F32(255)]), bits(z, [-127])  # rint(127.49999) = 127
+    bits(Quantization(quantization_scheme="affine")(x, s, z), [0, 128, 255])
+    y = FakeQuantization(quantization_scheme="affine")(x, s, z)
+    bits(y, ["0.9960785", 2, "2.9960785"])
+    bits(y, ref_fake_quant(x, s[0], z[0], 8, "affine", "google"))
+
+
+def test_nan_is_not_clamped():
+    x = f32([np.nan, 1, -np.nan])
+    for formula, scheme, zp in (("google", "symmetric", 0.0), ("google", "affine", 3.0),
+                                ("cambricon", "symmetric", 0.0)):
+        for cls in (FakeQuantization, Quantization):
+            out = cls(formula, 8, scheme)(x, 1.0 if formula == "google" else 0.0, zp)
+            finite = 1 + zp if cls is Quantization else 1
+            assert np.isnan(out[0]) and np.isnan(out[2]) and out[1] == finite, (cls, formula)
+
+
+def test_signed_zeros_per_scheme():
+    x = f32([-0.0, -0.3, 0.0, 0.3])
+    bits(FakeQuantization()(x, 1.0, 0.0), [-0.0, -0.0, 0, 0])
+    bits(FakeQuantization("cambricon")(x, 0.0, 0.0), [-0.0, -0.0, 0, 0])
+    affine = FakeQuantization(quantization_scheme="affine")
+    bits(affine(x, 1.0, 0.0), [0, -0.0, 0, 0])  # -0.0 + 0.0 = +0.0 before rint
+    bits(Quantization(quantization_scheme="affine")(x, 1.0, 0.0), [0, -0.0, 0, 0])
+    bits(Quantization(quantization_scheme="affine")(x, 1.0, 2.0), [2, 2, 2, 2])
+
+
+def test_cambricon_zero_input_gives_minus_inf_shift():
+    s, z = MinMaxObserver("cambricon")(np.zeros((2, 3), F32))
+    assert s.tolist() == [-np.inf] and z.tolist() == [0]
+    obs = MovingAverageMinMaxObserver(quantization_formula="cambricon")
+    s, _ = obs(np.zeros(4, F32), 1)
+    assert s.tolist() == [-np.inf]
+    # step 2**-inf = 0: x / 0 = +-inf is clamped and times 0 gives +-0; 0 / 0 is NaN
+    bits(FakeQuantization("cambricon")(f32([1, -2, 0]), s, 0.0), [0, -0.0, np.nan])
+
+
+def test_momentum_complement_is_float32():
+    # om = f32(1 - f32(0.95)) = 0.050000012 (spec §3.3), not 0.05
+    obs = MovingAverageMinMaxObserver(stop_update_after_iters=2)
+    obs(f32([2]), 1)
+    obs(f32([4]), 2)
+    om = F32(1) - F32(0.95)
+    assert om == F32("0.050000012") and om != F32(0.05)
+    bits(obs.moving_max, [F32(F32(2) * F32(0.95)) + F32(F32(4) * om)])

@@ -1,9 +1,9 @@
 """quantcore.compat.tensorflow: tf.quantization.fake_quant_with_min_max_* (issue 5).
 
 Oracles: the spec's vectors (spec/mindspore_tensorflow_oneflow.md §2, from
-tensorflow-cpu 2.21), an independent NumPy float32 model of the current TF
-kernels written below, and live TensorFlow when it is importable (the
-``test_live_*`` tests skip cleanly otherwise).
+tensorflow-cpu 2.21) and an independent NumPy float32 model of the current
+TF kernels written below.  The comparison against live TensorFlow is in
+test_compat_tensorflow_live.py (skipped cleanly without TensorFlow).
 """
 import doctest
 
@@ -348,101 +348,3 @@ def test_random_per_channel_against_model(seed):
     flat = lambda m: np.where(m & ~zero, g, 0).reshape(-1, d)  # noqa: E731
     assert_sum_close(dmin, flat(below), axis=0)
     assert_sum_close(dmax, flat(above), axis=0)
-
-
-# ------------------------------------------------------------- live TensorFlow
-@pytest.fixture(scope="module")
-def tf():
-    return pytest.importorskip("tensorflow")
-
-
-@pytest.mark.parametrize("block", range(4))
-def test_live_tensorflow_bit_identical(tf, block):
-    """400 random trials (100 per block) against tf.quantization (CPU)."""
-    Qt = tf.quantization
-    rng = np.random.default_rng(77 + block)
-    for _ in range(100):
-        x, g, mn, mx, nb, narrow = _trial(rng)
-        exact = rng.random() < 0.5
-        # integer gradients (both signs) give exact sums; otherwise positive
-        # ones, so that "a few ulp" is meaningful (no cancellation)
-        g = np.round(g * 4).astype(F32) if exact else np.abs(g)
-        kw = dict(num_bits=nb, narrow_range=narrow)
-        ref.assert_bits_equal(fake_quant_with_min_max_args(x, float(mn), float(mx), **kw),
-                              Qt.fake_quant_with_min_max_args(x, float(mn), float(mx),
-                                                              **kw).numpy(), "args")
-        ref.assert_bits_equal(
-            fake_quant_with_min_max_args_gradient(g, x, float(mn), float(mx), **kw),
-            Qt.fake_quant_with_min_max_args_gradient(g, x, float(mn), float(mx), **kw).numpy(),
-            "args_gradient")
-        ref.assert_bits_equal(fake_quant_with_min_max_vars(x, mn, mx, **kw),
-                              Qt.fake_quant_with_min_max_vars(x, mn, mx, **kw).numpy(), "vars")
-        ours = fake_quant_with_min_max_vars_gradient(g, x, mn, mx, **kw)
-        theirs = [t.numpy() for t in Qt.fake_quant_with_min_max_vars_gradient(g, x, mn, mx, **kw)]
-        ref.assert_bits_equal(ours[0], theirs[0], "vars_gradient dx")
-        for a, b in zip(ours[1:], theirs[1:]):
-            if exact:
-                ref.assert_bits_equal(a, b, "vars_gradient sums")
-            else:
-                np.testing.assert_array_max_ulp(a, b, maxulp=4)
-        d = x.shape[-1]
-        cmn = rng.uniform(-6, 0.5, d).astype(F32)
-        cmx = (cmn + rng.uniform(0.01, 6, d)).astype(F32)
-        if d > 1 and rng.random() < 0.3:
-            cmn[0], cmx[0] = 0, 0
-        ref.assert_bits_equal(fake_quant_with_min_max_vars_per_channel(x, cmn, cmx, **kw),
-                              Qt.fake_quant_with_min_max_vars_per_channel(x, cmn, cmx,
-                                                                           **kw).numpy(),
-                              "per_channel")
-        ours = fake_quant_with_min_max_vars_per_channel_gradient(g, x, cmn, cmx, **kw)
-        theirs = [t.numpy() for t in
-                  Qt.fake_quant_with_min_max_vars_per_channel_gradient(g, x, cmn, cmx, **kw)]
-        ref.assert_bits_equal(ours[0], theirs[0], "per_channel_gradient dx")
-        for a, b in zip(ours[1:], theirs[1:]):
-            if exact:
-                ref.assert_bits_equal(a, b, "vars_gradient sums")
-            else:
-                np.testing.assert_array_max_ulp(a, b, maxulp=4)
-
-
-def test_live_tensorflow_special_values(tf):
-    Qt = tf.quantization
-    x = f32([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e30, -1e-30, 2, -2])
-    g = f32([1, -2, np.nan, -0.0, 4, 5, -6, 7, 8])
-    for mn, mx in ((-6.0, 6.0), (-1.0, 1.0), (0.0, 0.0), (2.0, 2.0), (3.0, -3.0), (1.0, 5.0)):
-        ref.assert_bits_equal(fake_quant_with_min_max_vars(x, mn, mx),
-                              Qt.fake_quant_with_min_max_vars(x, mn, mx).numpy())
-        ours = fake_quant_with_min_max_vars_gradient(g, x, mn, mx)
-        theirs = Qt.fake_quant_with_min_max_vars_gradient(g, x, mn, mx)
-        for a, b in zip(ours, theirs):
-            ref.assert_bits_equal(a, b.numpy(), f"vars_gradient {mn}, {mx}")
-        if mn < mx:
-            ref.assert_bits_equal(fake_quant_with_min_max_args(x, mn, mx),
-                                  Qt.fake_quant_with_min_max_args(x, mn, mx).numpy())
-    xs = np.stack([x, x[::-1]], axis=-1)
-    gs = np.stack([g, g[::-1]], axis=-1)
-    for mn, mx in (([0.0, -1.0], [0.0, 1.0]), ([2.0, 3.0], [2.0, -3.0])):
-        ref.assert_bits_equal(fake_quant_with_min_max_vars_per_channel(xs, mn, mx),
-                              Qt.fake_quant_with_min_max_vars_per_channel(xs, mn, mx).numpy())
-        ours = fake_quant_with_min_max_vars_per_channel_gradient(gs, xs, mn, mx)
-        theirs = Qt.fake_quant_with_min_max_vars_per_channel_gradient(gs, xs, mn, mx)
-        for a, b in zip(ours, theirs):
-            ref.assert_bits_equal(a, b.numpy(), f"per_channel_gradient {mn}, {mx}")
-
-
-def test_live_tensorflow_large_sums(tf):
-    """Long inputs: d_min / d_max within a few ulp of Eigen's summation order."""
-    rng = np.random.default_rng(5)
-    x = rng.normal(size=(64, 1024)).astype(F32) * 3
-    g = rng.uniform(0, 1, size=x.shape).astype(F32)
-    ours = fake_quant_with_min_max_vars_gradient(g, x, -1.0, 1.0)
-    theirs = tf.quantization.fake_quant_with_min_max_vars_gradient(g, x, -1.0, 1.0)
-    ref.assert_bits_equal(ours[0], theirs[0].numpy())
-    for a, b in zip(ours[1:], theirs[1:]):
-        np.testing.assert_array_max_ulp(a, b.numpy(), maxulp=8)
-    ours = fake_quant_with_min_max_vars_per_channel_gradient(g, x, [-1.0] * 1024, [1.0] * 1024)
-    theirs = tf.quantization.fake_quant_with_min_max_vars_per_channel_gradient(
-        g, x, [-1.0] * 1024, [1.0] * 1024)
-    ref.assert_bits_equal(ours[0], theirs[0].numpy())
-    for a, b in zip(ours[1:], theirs[1:]):
-        np.testing.assert_array_max_ulp(a, b.numpy(), maxulp=8)

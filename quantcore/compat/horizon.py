@@ -25,11 +25,9 @@ Decisions (spec/DECISIONS.md, "Horizon")
   selects ``rint``.  Horizon's own default is half_to_even; the J5 seed page
   documents bpu_round.  The mode is read at every forward.
   ``out = clamp(round(x / scale), qmin, qmax) * scale`` (a division, zero
-  point always 0).  The kernel runs with the zero point 0 added before
-  rounding, ``round(x / scale + 0.0)``, so that a result that rounds to zero
-  keeps its sign (``-0.0078125`` at scale ``0.015625`` with half_to_even gives
-  ``-0.0``, as Horizon); only an input of exactly ``-0.0`` (or an ``x / scale``
-  that underflows to ``-0.0``) comes out as ``+0.0``.
+  point always 0), run by the core's affine kernel with no zero point at
+  all, so signed zeros are Horizon's too (``-0.0`` stays ``-0.0``, and
+  ``-0.0078125`` at scale ``0.015625`` gives ``-0.0`` with half_to_even).
 - Observer scale ``max(-min, max, 0) / ((qmax - qmin) / 2)`` clamped at
   float32 eps (divisor 127.5 for qint8); EMA ``m += c * (batch - m)`` in
   float32, the first batch taken as is.
@@ -438,10 +436,10 @@ class FakeQuantize:
         """Fake-quantized ``x`` (see the class docstring)."""
         func = "FakeQuantize.forward"
         arr = A.as_float_array(x, "x", func)
-        # zero point 0 added before rounding: round(v + 0.0) keeps the sign of a
-        # zero result (-0.5 -> -0.0 with half_to_even), as Horizon's round(x / s) * s
-        mode = affine_mode(QuantRoundMode.rounding(), zero_point_add="before_rounding",
-                           scale_op="div", func=func)
+        # no zero point at all: y = round(x / s) * s, Horizon's reference
+        # formula, signed zeros included (-0.0 and -0.5 -> -0.0 with half_to_even)
+        mode = affine_mode(QuantRoundMode.rounding(), zero_point_add="none", scale_op="div",
+                           func=func)
         if self._fast_ok(arr):
             return self._forward_fused(arr, mode)
         obs = self.activation_post_process

@@ -61,6 +61,11 @@ Decisions (spec/DECISIONS.md, "MindSpore")
 
 Choices beyond DECISIONS.md
 ---------------------------
+- The gradient is MindSpore's GPU kernel's select
+  (``0 if x < nudge_min or x > nudge_max else dout``), not ``dout * mask``:
+  the zero outside is ``+0.0`` whatever the sign of ``dout``, a NaN ``dout``
+  outside gives 0, and a NaN ``x`` (neither below nor above) passes ``dout``.
+  (Ascend multiplies by a strict mask instead.)
 - Errors: the seed page documents TypeError for ``min_init >= max_init`` and
   for a negative ``quant_delay``, MindSpore's code raises ValueError.  Both
   raise :class:`MindSporeArgumentError`, a subclass of TypeError *and*
@@ -69,8 +74,8 @@ Choices beyond DECISIONS.md
   A list ``min_init`` / ``max_init`` (MindSpore >= 1.3) is accepted: one
   value per layer, ``num_channels`` values per channel.
 - Degenerate range (``max - min == 0`` after the update, e.g. an all-zero
-  batch with ``ema=False``): the output is 0 and the gradient mask is
-  ``x == 0`` in that channel, as MindSpore's GPU kernel (Ascend is
+  batch with ``ema=False``): the output is 0 and the gradient passes where
+  ``x == 0`` (or NaN) in that channel, as MindSpore's GPU kernel (Ascend is
   undefined, 0/0).  This is done by passing ``nudge_min = nudge_max = 0``,
   ``scale = 1`` to the kernel; NaN input stays NaN.
 - NaN input in training: the observer's ``nan_policy`` (keyword-only,
@@ -94,7 +99,7 @@ import numpy as np
 from .. import _arrays as A
 from .. import qparams as Q
 from ..observers import EMAMinMaxObserver
-from ..ops import NUDGED_DIVIDE, _nudged, ste_backward
+from ..ops import NUDGED_DIVIDE, _nudged
 
 __all__ = ["QuantDtype", "FakeQuantWithMinMaxObserver", "MindSporeArgumentError"]
 
@@ -333,7 +338,11 @@ class FakeQuantWithMinMaxObserver:
         nmin, nmax, scale = self._nudged_range()
         _, mask = _nudged(arr, nmin, nmax, scale, scale, np.zeros_like(scale), NUDGED_DIVIDE,
                           axis, None, True, func)
-        return ste_backward(g, mask)
+        # MindSpore's gradient kernel selects: 0 where x < nudge_min or
+        # x > nudge_max, else dout (so +0.0 outside, NaN dout blocked there,
+        # and a NaN x, which is neither, passes dout)
+        keep = mask.view(np.bool_) | np.isnan(arr)
+        return np.where(keep, g, g.dtype.type(0))
 
     # -- internals ---------------------------------------------------------
     def _params(self):

@@ -5,8 +5,8 @@ The descriptor, the quantization functions, the calibrators and
 order, defaults and error messages (spec/nvidia_horizon.md sections 1-4).
 This layer only translates arguments: every element goes through
 :func:`quantcore.ops._amax` (the shared ``qc_fq_amax`` formula),
-:func:`quantcore.ops._affine`, :func:`quantcore.ops._nudged` (its range mask)
-and :func:`quantcore.ops.ste_backward`; statistics come from
+:func:`quantcore.ops._affine` and :func:`quantcore.ops._nudged` (its range
+mask, for the backward's select); statistics come from
 :mod:`quantcore.calib`; scales from :mod:`quantcore.qparams`.
 
 >>> import numpy as np
@@ -64,10 +64,9 @@ Further behaviour choices
 - Backward functions: ``fake_tensor_quant_backward(grad_outputs, inputs,
   amax)`` passes the gradient where ``|x| <= amax`` (inclusive, NaN input
   blocks it) and ``fake_affine_tensor_quant_backward`` where
-  ``min_range <= x <= max_range``.  Where the mask is 0 the result is
-  ``grad * 0`` (:func:`quantcore.ops.ste_backward`): ``-0.0`` for a negative
-  gradient and NaN for a NaN gradient, where PQ's ``torch.where`` gives
-  ``+0.0``.
+  ``min_range <= x <= max_range``.  As PQ's ``torch.where(mask, grad, 0)``
+  this is a select: the zero elsewhere is ``+0.0`` and a NaN gradient
+  there gives 0.
 - ``fake_affine_tensor_quant`` is per tensor (``min_range`` / ``max_range``
   one value each, as PQ documents); its step and zero are
   :func:`quantcore.qparams.pq_affine_qparams` in the compute dtype of the
@@ -104,7 +103,7 @@ import numpy as np
 from .. import _arrays as A
 from .. import calib as _calib
 from .. import qparams as Q
-from ..ops import _affine, _amax, _nudged, affine_mode, ste_backward
+from ..ops import _affine, _amax, _nudged, affine_mode
 
 __all__ = [
     "ScaledQuantDescriptor", "QuantDescriptor",
@@ -261,7 +260,7 @@ class ScaledQuantDescriptor:
 def _import_yaml():
     try:
         import yaml
-    except ImportError as exc:  # pragma: no cover - PyYAML is installed in the test env
+    except ImportError as exc:
         raise ImportError("quantcore.compat.nvidia: to_yaml / from_yaml need PyYAML "
                           "(pip install pyyaml)") from exc
     return yaml
@@ -441,7 +440,9 @@ def _ste(g, mask, func):
     except ValueError:
         raise ValueError(f"{func}: grad_outputs of shape {g.shape} does not broadcast against "
                          f"the inputs' shape {mask.shape}") from None
-    return ste_backward(np.broadcast_to(g, shape), np.broadcast_to(mask, shape))
+    # PQ: torch.where(mask, grad_outputs, zero), a select (+0.0 outside)
+    return np.where(np.broadcast_to(mask, shape).view(np.bool_), np.broadcast_to(g, shape),
+                    g.dtype.type(0))
 
 
 def _affine_args(inputs, min_range, max_range, num_bits, func):

@@ -67,11 +67,16 @@ Choices beyond DECISIONS.md
 - ``scale`` / ``zero_point`` with more than one value must have
   ``x.shape[0]`` values (ValueError), zero_point as many as scale (affine).
   Scales are used as given (0 or negative as in OneFlow: inf / NaN results).
-- FakeQuantization of a ``-0.0`` input with the symmetric / cambricon
-  schemes gives ``+0.0`` where OneFlow gives ``-0.0`` (the core recipe
-  computes ``(q - zp) * scale``, and ``-0.0 - 0.0`` or ``-0.0 - (-0.0)``
-  cannot both keep the sign); inputs in ``(-0.5 * scale, 0)`` do give
-  ``-0.0``, and Quantization keeps ``-0.0`` in every case.
+- Signed zeros are OneFlow's: symmetric and cambricon compute ``q * s``
+  with no zero point, so ``-0.0`` and inputs in ``(-0.5 * scale, 0)`` give
+  ``-0.0``; affine computes ``rint(x / s + zp)`` and ``(q - zp) * s``, so a
+  ``-0.0`` input gives ``+0.0``, and a negative ``x / s + zp`` that rounds
+  to zero gives ``q = -0.0`` (kept by the comparison clamp; ``y = -0.0``
+  when ``zp = 0``).
+- A zero ``max |x|`` with cambricon gives the exponent ``-inf`` (OneFlow:
+  undefined downstream); FakeQuantization then uses the step ``2**-inf = 0``:
+  ``x / 0`` is clamped and times 0 gives ``+-0.0``, a zero or NaN input
+  gives NaN.
 """
 import numbers
 
