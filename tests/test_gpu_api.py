@@ -1,6 +1,7 @@
 """The core API and FakeQuantize with cupy arrays: cupy in, cupy out, the
 same bits as the CPU path.  Skips without cupy and a CUDA device (CI); run
-on a GPU machine.  (The compat layers do not take cupy arrays yet.)"""
+on a GPU machine.  (The compat layers' cupy identity tests are in
+test_cupy_compat.py, which runs them on real cupy too when a GPU is there.)"""
 import numpy as np
 import pytest
 

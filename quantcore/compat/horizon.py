@@ -536,3 +536,7 @@ default_weight_8bit_fake_quant = FakeQuantize.with_args(
     observer=MovingAveragePerChannelMinMaxObserver, dtype="qint8", ch_axis=0)
 default_16bit_fake_quant = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver,
                                                   dtype="qint16")
+
+
+# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+A.stage_cupy_api(globals(), __all__)

@@ -416,3 +416,7 @@ class FakeQuantWithMinMaxObserver:
 
     def __repr__(self):
         return f"{_CLS}<{self.extend_repr()}>"
+
+
+# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+A.stage_cupy_api(globals(), __all__)

@@ -811,3 +811,7 @@ class TensorQuantizer:
 
     def __repr__(self):
         return f"TensorQuantizer({self.extra_repr()})"
+
+
+# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+A.stage_cupy_api(globals(), __all__)

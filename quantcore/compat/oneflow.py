@@ -301,3 +301,7 @@ class Quantization(FakeQuantization):
     the clamped integers ``q`` (as floats of the input dtype)."""
 
     _output_q = True
+
+
+# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+A.stage_cupy_api(globals(), __all__)

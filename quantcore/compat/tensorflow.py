@@ -281,3 +281,7 @@ def fake_quant_with_min_max_vars_per_channel_gradient(gradients, inputs, min, ma
         dmin[zero] = 0
         dmax[zero] = 0
     return dx, dmin, dmax
+
+
+# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+A.stage_cupy_api(globals(), __all__)

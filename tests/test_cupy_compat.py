@@ -1,0 +1,189 @@
+"""Every framework layer takes cupy arrays and gives cupy arrays back, with
+the CPU path's bits (``_arrays.stage_cupy``).  Run here with the stand-in
+cupy of tests/fake_cupy.py, which refuses implicit conversion to numpy, so a
+public entry point that would hand a device array to numpy unstaged fails.
+
+Each scenario is run twice, once on numpy arrays and once on (fake) cupy
+arrays; the results must agree bit for bit, and every array result of a call
+that was given cupy arrays must be a cupy array.  Object state (attributes
+such as ``scale``) and results of calls given no array (``compute_amax()``,
+``calculate_qparams()``) stay numpy: they are marked ``State`` below.
+"""
+import sys
+
+import numpy as np
+import pytest
+
+import fake_cupy
+
+RNG = np.random.default_rng(11)
+X = (RNG.normal(size=(4, 3, 5)) * 2).astype(np.float32)
+X[0, 0, :3] = [0.5, -0.0, 1.5]
+G = RNG.normal(size=X.shape).astype(np.float32)
+
+
+@pytest.fixture(params=["fake", "cupy"])
+def cp(request, monkeypatch):
+    """The stand-in cupy, and real cupy where a GPU can run it."""
+    if request.param == "cupy":
+        cupy = pytest.importorskip("cupy")
+        import quantcore_gpu
+        ok, reason = quantcore_gpu.can_use()
+        if not ok:
+            pytest.skip(reason)
+        return cupy
+    mod = fake_cupy.module()
+    monkeypatch.setitem(sys.modules, "cupy", mod)
+    return mod
+
+
+class State:
+    """A value that stays a numpy array (object state) in both runs."""
+
+    def __init__(self, *values):
+        self.values = values
+
+
+def flatten(result):
+    """The arrays and scalars of a (nested) result, in order."""
+    if isinstance(result, (tuple, list)):
+        return [leaf for item in result for leaf in flatten(item)]
+    if isinstance(result, dict):
+        return [leaf for key in sorted(result) for leaf in flatten(result[key])]
+    if isinstance(result, State):
+        return [State(leaf) for leaf in flatten(list(result.values))]
+    return [result]
+
+
+def run_both(cp, scenario):
+    host = flatten(scenario(lambda a: a))
+    device = flatten(scenario(cp.asarray))
+    assert len(host) == len(device)
+    for h, d in zip(host, device):
+        if isinstance(h, State):
+            h, d = h.values[0], d.values[0]
+            assert type(h) is type(d) and not isinstance(d, cp.ndarray)
+        if isinstance(h, np.ndarray) and isinstance(d, np.ndarray):
+            assert np.array_equal(np.atleast_1d(h).view(np.uint8), np.atleast_1d(d).view(np.uint8))
+        elif isinstance(h, np.ndarray):
+            assert isinstance(d, cp.ndarray), f"expected a cupy result, got {type(d)}"
+            d = d.get()
+            assert h.dtype == d.dtype and h.shape == d.shape
+            assert np.array_equal(np.atleast_1d(h).view(np.uint8),
+                                  np.atleast_1d(d).view(np.uint8))
+        else:
+            assert type(h) is type(d) and (h == d or (h != h and d != d))
+
+
+# ---------------------------------------------------------------- scenarios
+def mindspore_fq(xp):
+    from quantcore.compat import mindspore as ms
+    out = []
+    for kw in ({}, {"ema": True, "symmetric": True, "narrow_range": True},
+               {"per_channel": True, "channel_axis": 1, "num_channels": 3}):
+        fq = ms.FakeQuantWithMinMaxObserver(**kw)
+        out.append(fq(xp(X)))                   # inference
+        fq.set_train()
+        out += [fq(xp(X)), fq(xp(X * 2)), fq.backward(xp(G), xp(X)), State(fq.minq, fq.maxq)]
+    return out
+
+
+def tensorflow_functions(xp):
+    from quantcore.compat import tensorflow as tf
+    mn, mx = np.float32(-1.5), np.float32(2.0)
+    cmn, cmx = np.full(5, -1.0, np.float32), np.linspace(0.5, 3, 5).astype(np.float32)
+    return [tf.fake_quant_with_min_max_args(xp(X), -1.5, 2.0, num_bits=6),
+            tf.fake_quant_with_min_max_args_gradient(xp(G), xp(X), -1.5, 2.0),
+            tf.fake_quant_with_min_max_vars(xp(X), xp(mn), xp(mx), narrow_range=True),
+            tf.fake_quant_with_min_max_vars_gradient(xp(G), xp(X), xp(mn), xp(mx)),
+            tf.fake_quant_with_min_max_vars_per_channel(xp(X), xp(cmn), xp(cmx)),
+            tf.fake_quant_with_min_max_vars_per_channel_gradient(xp(G), xp(X), xp(cmn),
+                                                                 xp(cmx))]
+
+
+def oneflow_modules(xp):
+    from quantcore.compat import oneflow as of
+    out = []
+    w = X.reshape(4, -1)
+    for formula, scheme in (("google", "symmetric"), ("google", "affine"),
+                            ("cambricon", "symmetric")):
+        obs = of.MinMaxObserver(formula, 8, scheme, per_layer_quantization=True)
+        s, z = obs(xp(w))
+        fq = of.FakeQuantization(formula, 8, scheme)
+        q = of.Quantization(formula, 8, scheme)
+        out += [s, z, fq(xp(w), s, z), q(xp(w), s, z)]
+    ma = of.MovingAverageMinMaxObserver(stop_update_after_iters=3, quantization_scheme="affine")
+    for step in range(4):
+        out += list(ma(xp(w * (step + 1)), xp(np.array([step], np.int64))))
+    out.append(State(ma.moving_max, ma.moving_min))
+    return out
+
+
+def nvidia_functions(xp):
+    from quantcore.compat import nvidia as nv
+    amax_c = np.abs(X).max(axis=(1, 2), keepdims=True)
+    return [nv.fake_tensor_quant(xp(X), xp(np.float32(2.5))),
+            nv.tensor_quant(xp(X), xp(amax_c), 4, False, False),
+            nv.fake_tensor_quant(xp(np.abs(X)), xp(amax_c), 8, True),
+            nv.fake_tensor_quant_backward(xp(G), xp(X), xp(np.float32(2.0))),
+            nv.fake_affine_tensor_quant(xp(X), xp(np.float32(-1.0)), xp(np.float32(3.0)))]
+
+
+def nvidia_stateful(xp):
+    from quantcore.compat import nvidia as nv
+    out = []
+    cal = nv.MaxCalibrator(8, 0)
+    cal.collect(xp(X))
+    cal.collect(xp(X * 3))
+    out.append(State(cal.compute_amax()))
+    hist = nv.HistogramCalibrator(8, None, False, num_bins=256)
+    hist.collect(xp(X))
+    hist.collect(xp(X * 4))
+    out.append(State(hist.compute_amax("percentile", percentile=99.0),
+                     hist.compute_amax("mse", start_bin=16),
+                     hist.compute_amax("entropy", start_bin=16)))
+    tq = nv.TensorQuantizer(nv.QUANT_DESC_8BIT_CONV2D_WEIGHT_PER_CHANNEL, if_calib=True,
+                            if_quant=False)
+    tq(xp(X))
+    tq.load_calib_amax()
+    tq.disable_calib()
+    tq.enable_quant()
+    out += [tq(xp(X)), State(tq.amax)]
+    return out
+
+
+def horizon_modules(xp):
+    from quantcore.compat import horizon as hz
+    out = []
+    for kw in ({}, {"observer": hz.MovingAveragePerChannelMinMaxObserver, "ch_axis": 1},
+               {"saturate": False, "compat_mask": False}):
+        fq = hz.FakeQuantize(**kw)
+        for k in range(3):
+            out.append(fq(xp(X * (k + 1))))
+        out += [fq.backward(xp(G)), State(fq.scale, fq.zero_point)]
+        fq.set_qparams(xp(np.float32(0.05)))
+        fq.eval()
+        out.append(fq(xp(X)))
+    data = xp(X.copy())
+    fq = hz.FakeQuantize(in_place=True)
+    res = fq(data)
+    out += [res, data]  # in place: the caller's (device) array holds the result
+    obs = hz.MovingAverageMinMaxObserver(dtype="qint16")
+    obs(xp(X))
+    out.append(State(*obs.calculate_qparams(), obs.min_val, obs.max_val))
+    return out
+
+
+SCENARIOS = [mindspore_fq, tensorflow_functions, oneflow_modules, nvidia_functions,
+             nvidia_stateful, horizon_modules]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__)
+def test_layer_takes_cupy(cp, scenario):
+    run_both(cp, scenario)
+
+
+def test_in_place_horizon_result_is_the_callers_array(cp):
+    from quantcore.compat import horizon as hz
+    data = cp.asarray(X.copy())
+    assert hz.FakeQuantize(in_place=True)(data) is data
