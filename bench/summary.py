@@ -4,6 +4,11 @@ the same bytes, and quantcore's speed-up over NumPy and PyTorch; writes a
 Markdown table (stdout and ``<json>.md``) and a PNG of GB/s against size.
 
 Usage: python bench/summary.py bench/results/latest.json [--png out.png]
+       [--slim bench/results/cpu-2core.json] [--readme README.md]
+
+``--slim`` writes a copy of the JSON without the per-round timings (the
+statistics stay), small enough to commit; ``--readme`` puts the table and
+the target checks between the README's ``bench-table`` markers.
 """
 import argparse
 import json
@@ -51,6 +56,81 @@ def table(rows):
     return "\n".join(lines)
 
 
+def targets(rows):
+    """Check issue 7's performance targets against one run: list of
+    (what, measured, bound, met[, roofline ceiling])."""
+    big, small = 16 << 20, 1 << 10
+
+    def t(op, n, impl):
+        impls = rows.get((op, n), {})
+        key = impl if impl in impls else ("quantcore" if impl == "quantcore-all" else impl)
+        return impls.get(key, (None,))[0]
+
+    checks = []
+
+    def ratio(what, num, den, bound, at_most):
+        if num is None or den is None:
+            return
+        value = num / den
+        checks.append((what, f"{value:.2f}", f"{'<=' if at_most else '>='} {bound}",
+                       value <= bound if at_most else value >= bound))
+    for op, bound in (("fake_quant", 1.3), ("minmax", 0.8), ("fake_quantize_forward", 2.0)):
+        ratio(f"{op} 16Mi / np.copyto", t(op, big, "quantcore-all"), t(op, big, "np.copyto"),
+              bound, True)
+    copy = t("fake_quantize_forward", big, "np.copyto")
+    for impl, name, bound in (("torch", "torch FakeQuantize", 15),
+                              ("numpy", "the NumPy composite", 8)):
+        other = t("fake_quantize_forward", big, impl)
+        ratio(f"fake_quantize_forward 16Mi: speed-up over {name}", other,
+              t("fake_quantize_forward", big, "quantcore-all"), bound, False)
+        if other is not None and copy is not None:
+            # a forward reads x and writes y at least: np.copyto's traffic
+            checks[-1] = checks[-1][:3] + (checks[-1][3], f"{other / copy:.2f}")
+    fwd = t("fake_quantize_forward", small, "quantcore-all")
+    if fwd is not None:
+        checks.append(("fake_quantize_forward 1Ki", f"{fwd * 1e6:.1f} us", "<= 10 us",
+                       fwd <= 10e-6))
+    return checks
+
+
+def targets_table(checks):
+    """Markdown table of the checks; a speed-up check carries the largest
+    speed-up the memory roofline allows (the other implementation's time /
+    np.copyto's time of the same array)."""
+    lines = ["| target | measured | bound | met | roofline allows |", "|---|---|---|---|---|"]
+    for check in checks:
+        what, value, bound, met = check[:4]
+        ceiling = check[4] if len(check) > 4 else "-"
+        lines.append(f"| {what} | {value} | {bound} | {'yes' if met else 'NO'} | {ceiling} |")
+    return "\n".join(lines)
+
+
+def slim(doc, path):
+    """Write ``doc`` without the per-round timings."""
+    out = dict(doc)
+    out["benchmarks"] = [dict(b, stats={k: v for k, v in b["stats"].items() if k != "data"})
+                         for b in doc["benchmarks"]]
+    with open(path, "w") as fh:
+        json.dump(out, fh, indent=1)
+    print(f"wrote {path}")
+
+
+MARK_START, MARK_END = "<!-- bench-table:start -->", "<!-- bench-table:end -->"
+
+
+def update_readme(path, text):
+    """Replace the text between the README's bench-table markers."""
+    with open(path) as fh:
+        readme = fh.read()
+    start, end = readme.find(MARK_START), readme.find(MARK_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{path}: no {MARK_START} ... {MARK_END} block")
+    readme = readme[:start + len(MARK_START)] + "\n" + text + "\n" + readme[end:]
+    with open(path, "w") as fh:
+        fh.write(readme)
+    print(f"updated {path}")
+
+
 def plot(rows, path):
     try:
         import matplotlib
@@ -87,17 +167,29 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json")
     parser.add_argument("--png", default=None, help="plot path (default: <json>.png)")
+    parser.add_argument("--slim", default=None, help="write the JSON without per-round data")
+    parser.add_argument("--readme", default=None, help="README to put the table into")
     args = parser.parse_args(argv)
     doc, rows = load(args.json)
     machine = doc.get("machine_info", {})
     header = (f"Machine: {machine.get('cpu', {}).get('brand_raw', '?')}, "
-              f"{machine.get('cpu', {}).get('count', '?')} cores; medians; "
-              "'/ np.copyto' = quantcore time / copy time of the same array")
-    text = header + "\n\n" + table(rows)
+              f"{machine.get('cpu', {}).get('count', '?')} cores; medians of one run "
+              f"({doc.get('datetime', '?')[:10]}, commit "
+              f"{doc.get('commit_info', {}).get('id', '?')[:8]}); '/ np.copyto' = quantcore "
+              "time / time of np.copyto of the same array; 'x NumPy', 'x torch' = speed-up; "
+              "'2t vs 1t' = 1-thread time / 2-thread time (below 64 Ki elements both "
+              "run on one thread, so it shows run-to-run noise there)")
+    text = header + "\n\n" + table(rows) + "\n\nTargets (issue 7):\n\n" + \
+        targets_table(targets(rows))
     print(text)
-    with open(args.json.rsplit(".", 1)[0] + ".md", "w") as fh:
+    base = args.json.rsplit(".", 1)[0]
+    with open(base + ".md", "w") as fh:
         fh.write(text + "\n")
-    plot(rows, args.png or args.json.rsplit(".", 1)[0] + ".png")
+    plot(rows, args.png or base + ".png")
+    if args.slim:
+        slim(doc, args.slim)
+    if args.readme:
+        update_readme(args.readme, text)
 
 
 if __name__ == "__main__":
