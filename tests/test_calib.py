@@ -588,3 +588,70 @@ def test_max_calibrator_merge_of_8_random_chunks_with_signed_zeros():
                 part.collect(c)
                 merged.merge(part)
         assert merged.compute_amax().tobytes() == single.compute_amax().tobytes()
+
+
+def _pq_entropy_amax(hist, edges, num_bits, unsigned, stride, start_bin):
+    """PQ's _compute_amax_entropy, written as PQ does it, with SciPy."""
+    from collections import Counter
+
+    from scipy.stats import entropy
+    bins = np.array(hist, dtype=np.int64)
+    bins[0] = bins[1]
+    total_data = np.sum(bins)
+    divergences = []
+    nbins = 1 << (num_bits - 1 + int(unsigned))
+    new_density_counts = np.zeros(nbins, dtype=np.float64)
+    for i in range(start_bin, len(bins) + 1, stride):
+        new_density_counts.fill(0)
+        space = np.linspace(0, i, num=nbins + 1)
+        digitized_space = np.digitize(range(i), space) - 1
+        digitized_space[bins[:i] == 0] = -1
+        for idx, digitized in enumerate(digitized_space):
+            if digitized != -1:
+                new_density_counts[digitized] += bins[idx]
+        counter = Counter(digitized_space)
+        for key, val in counter.items():
+            if key != -1:
+                new_density_counts[key] = new_density_counts[key] / val
+        new_density = np.zeros(i, dtype=np.float64)
+        for idx, digitized in enumerate(digitized_space):
+            if digitized != -1:
+                new_density[idx] = new_density_counts[digitized]
+        reference_density = np.array(bins[:len(digitized_space)])
+        reference_density[-1] += np.sum(bins[i:])
+        divergences.append(entropy(reference_density, new_density))
+    divergences = np.array(divergences)
+    last_argmin = len(divergences) - 1 - np.argmin(divergences[::-1])
+    return edges[last_argmin * stride + start_bin]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_entropy_without_scipy_matches_pq_with_scipy(seed):
+    pytest.importorskip("scipy")
+    rng = np.random.default_rng(100 + seed)
+    num_bits = int(rng.choice([4, 6, 8]))
+    unsigned = bool(rng.random() < 0.3)
+    c = HistogramCalibrator(num_bits, None, unsigned, num_bins=int(rng.choice([200, 400])),
+                            torch_hist=bool(seed % 2))
+    for _ in range(int(rng.integers(1, 4))):
+        x = rng.standard_t(int(rng.integers(2, 8)), size=int(rng.integers(500, 5000)))
+        x[rng.random(x.size) < 0.1] = 0
+        c.collect((np.abs(x) if unsigned else x).astype(f32) * f32(rng.choice([0.1, 3])))
+    stride, start = int(rng.choice([1, 3])), int(rng.choice([16, 64]))
+    exp = _pq_entropy_amax(c.hist.astype(np.int64), c.bin_edges.astype(f32), num_bits,
+                           unsigned, stride, start)
+    assert float(c.compute_amax("entropy", stride=stride, start_bin=start)) == float(exp)
+
+
+def test_kl_divergence_matches_scipy_entropy():
+    stats = pytest.importorskip("scipy.stats")
+    from quantcore.calib import _kl_divergence
+    rng = np.random.default_rng(14)
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        p = rng.integers(0, 50, n) * (rng.random(n) < 0.8)
+        q = rng.random(n) * (rng.random(n) < 0.9) * 40
+        if p.sum() == 0:
+            p[0] = 1
+        assert _kl_divergence(p.astype(np.int64), q) == pytest.approx(
+            stats.entropy(p, q), rel=1e-13, abs=1e-15)
