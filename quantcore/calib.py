@@ -50,6 +50,7 @@ import warnings
 import numpy as np
 
 from . import _arrays as A
+from . import qparams as Q
 
 __all__ = ["MaxCalibrator", "HistogramCalibrator", "TorchHistogram"]
 
@@ -932,7 +933,60 @@ class TorchHistogram:
         new_max = _f32(self.min_val + _f32(bw32 * _f32(end + 1)))
         return new_min, new_max
 
+    def calculate_qparams(self, quant_min=0, quant_max=255, symmetric=False, eps=Q.F32_EPS,
+                          dst_nbins=256, zero_point=None):
+        """``(scale, zero_point)`` as ``HistogramObserver.calculate_qparams``.
+
+        The clipping range of :meth:`non_linear_param_search` (``dst_nbins``:
+        256 for torch's 8-bit dtypes, whatever the range) through
+        :func:`quantcore.qparams.affine_qparams`, or
+        :func:`~quantcore.qparams.symmetric_qparams` (``zero_point`` as
+        there).  Before any data: ``(1.0, 0)`` with a warning, as torch.
+
+        Returns
+        -------
+        (scale float32[1], zero_point int64[1])
+        """
+        if not self.initialized:
+            warnings.warn("TorchHistogram: no data collected yet; returning scale 1.0, zero "
+                          "point 0", RuntimeWarning, stacklevel=2)
+            return np.ones(1, _f32), np.zeros(1, np.int64)
+        lo, hi = self.non_linear_param_search(dst_nbins)
+        if symmetric:
+            return Q.symmetric_qparams(lo, hi, quant_min, quant_max, eps, zero_point=zero_point)
+        return Q.affine_qparams(lo, hi, quant_min, quant_max, eps)
+
     # ------------------------------------------------------ merge and state
+    def merge(self, other):
+        """Add another ``TorchHistogram``'s counts; the bin edges must be equal.
+
+        Equal edges means the same ``bins`` and the same ``min_val`` /
+        ``max_val`` (e.g. partial histograms of chunks that all contain the
+        global extremes); the counts are then added in float32, which is
+        exact while every bin holds at most ``2**24``, so merging equals one
+        histogram over all the data.  A different range raises ValueError:
+        re-binning is lossy and order dependent, so it is not done here.
+        """
+        func = "TorchHistogram.merge"
+        if not isinstance(other, TorchHistogram):
+            raise TypeError(f"{func}: other must be a TorchHistogram, got "
+                            f"{type(other).__name__}")
+        if other.bins != self.bins:
+            raise ValueError(f"{func}: bins differ ({self.bins} vs {other.bins})")
+        if not other.initialized:
+            return self
+        if not self.initialized:
+            self.histogram = other.histogram.copy()
+            self.min_val, self.max_val = _f32(other.min_val), _f32(other.max_val)
+            return self
+        if self.min_val != other.min_val or self.max_val != other.max_val:
+            raise ValueError(f"{func}: histograms have different bin edges (range "
+                             f"[{float(self.min_val)}, {float(self.max_val)}] vs "
+                             f"[{float(other.min_val)}, {float(other.max_val)}]); only equal "
+                             "edges can be merged")
+        self.histogram = (self.histogram + other.histogram).astype(_f32)
+        return self
+
     def state_dict(self):
         """``{"histogram": float32 array, "min_val": float, "max_val": float}``."""
         return {"histogram": self.histogram.copy(), "min_val": float(self.min_val),

@@ -160,7 +160,9 @@ class ObserverBase:
                 raise ValueError(f"{type(self).__name__}.update: the batch has {lo.shape[0]} "
                                  f"channels, the observer {self.min_val.shape[0]}")
             first = self.num_batches == 0
-            self.min_val, self.max_val = self._combine(lo, hi, first)
+            mn, mx = self._combine(lo, hi, first)
+            # always float32 ndarrays (0-d per tensor), never numpy scalars
+            self.min_val, self.max_val = np.array(mn, dtype=F32), np.array(mx, dtype=F32)
             self.num_batches += 1
 
     def _combine(self, lo, hi, first):
@@ -189,7 +191,8 @@ class ObserverBase:
             if self.num_batches == 0:
                 self.min_val, self.max_val = other.min_val.copy(), other.max_val.copy()
             else:
-                self.min_val, self.max_val = self._combine(other.min_val, other.max_val, False)
+                mn, mx = self._combine(other.min_val, other.max_val, False)
+                self.min_val, self.max_val = np.array(mn, dtype=F32), np.array(mx, dtype=F32)
             self.num_batches += other.num_batches
             self.nan_batches += other.nan_batches
         return self
@@ -216,8 +219,34 @@ class ObserverBase:
 
 
 def _running_min(a, b):
-    """Elementwise min, NaN-propagating (np.minimum)."""
-    return np.minimum(a, b).astype(F32)
+    """Elementwise min, NaN-propagating, with ``-0.0 < +0.0``.
+
+    The same order as :func:`quantcore.minmax` uses inside a batch, so the
+    running statistic does not depend on how the data was split into
+    batches (``np.minimum`` alone returns its second argument for
+    ``min(+0.0, -0.0)`` and ``min(-0.0, +0.0)`` alike).
+    """
+    a = np.asarray(a, dtype=F32)
+    b = np.asarray(b, dtype=F32)
+    r = np.minimum(a, b).astype(F32)
+    zeros = (a == 0) & (b == 0)
+    if zeros.any():
+        neg = np.signbit(a) | np.signbit(b)
+        r = np.where(zeros, np.where(neg, F32(-0.0), F32(0.0)), r).astype(F32)
+    return r
+
+
+def _running_max(a, b):
+    """Elementwise max, NaN-propagating, with ``-0.0 < +0.0`` (see
+    :func:`_running_min`)."""
+    a = np.asarray(a, dtype=F32)
+    b = np.asarray(b, dtype=F32)
+    r = np.maximum(a, b).astype(F32)
+    zeros = (a == 0) & (b == 0)
+    if zeros.any():
+        pos = ~np.signbit(a) | ~np.signbit(b)
+        r = np.where(zeros, np.where(pos, F32(0.0), F32(-0.0)), r).astype(F32)
+    return r
 
 
 class MinMaxObserver(ObserverBase):
@@ -225,8 +254,10 @@ class MinMaxObserver(ObserverBase):
 
         min_val = min(min_val, batch_min);  max_val = max(max_val, batch_max)
 
-    Mergeable exactly: observers over chunks merge to the observer over the
-    concatenation.
+    NaN propagates (with ``nan_policy="propagate"``) and zeros are ordered
+    ``-0.0 < +0.0``, as inside :func:`quantcore.minmax`.  Mergeable exactly:
+    observers over chunks merge to the observer over the concatenation, bit
+    for bit, whatever the split.
     """
 
     mergeable = True
@@ -234,7 +265,7 @@ class MinMaxObserver(ObserverBase):
     def _combine(self, lo, hi, first):
         if first:
             return lo.copy(), hi.copy()
-        return _running_min(self.min_val, lo), np.maximum(self.max_val, hi).astype(F32)
+        return _running_min(self.min_val, lo), _running_max(self.max_val, hi)
 
 
 class MovingAverageMinMaxObserver(ObserverBase):

@@ -81,6 +81,94 @@ def symmetric_zero_point(quant_min, quant_max):
     return 0 if quant_min < 0 else (quant_min + quant_max + 1) // 2
 
 
+#: torch dtype name -> default (qmin, qmax) and whether ``reduce_range`` halves it
+_TORCH_DEFAULT_RANGES = {
+    "qint8": ((-128, 127), (-64, 63)), "int8": ((-128, 127), (-64, 63)),
+    "quint8": ((0, 255), (0, 127)), "uint8": ((0, 255), (0, 127)),
+    "qint32": ((-2 ** 31, 2 ** 31 - 1),) * 2, "int32": ((-2 ** 31, 2 ** 31 - 1),) * 2,
+    "uint16": ((0, 2 ** 16 - 1),) * 2, "int16": ((-2 ** 15, 2 ** 15 - 1),) * 2,
+}
+
+
+def _torch_dtype_name(dtype):
+    if not isinstance(dtype, str):
+        raise TypeError(f"dtype must be a torch dtype name such as 'quint8', got {dtype!r}")
+    return dtype[6:] if dtype.startswith("torch.") else dtype
+
+
+def torch_quant_range(dtype="quint8", reduce_range=False, quant_min=None, quant_max=None):
+    """The integer range a PyTorch observer uses (torch.md section 1.1).
+
+    ``torch.ao.quantization.utils.validate_qmin_qmax`` and
+    ``calculate_qmin_qmax``: a custom range is used only when *both*
+    ``quant_min`` and ``quant_max`` are given; it must contain 0, have
+    ``quant_min < quant_max`` and (qint8 / int8) at most 256 values,
+    (qint32 / int32) at most ``2**32``; ``reduce_range`` then floors both
+    ends by 2.  Otherwise the dtype's default range, halved by
+    ``reduce_range`` for the 8-bit types only; any other dtype (quint4x2,
+    float8) gives ``(0, 15)``.
+
+    Parameters
+    ----------
+    dtype : str
+        A torch dtype name (``"quint8"``, ``"torch.qint8"``, ...).
+
+    Returns
+    -------
+    (quant_min, quant_max, customized) : (int, int, bool)
+
+    Raises
+    ------
+    ValueError
+        A custom range that torch refuses (torch raises AssertionError),
+        with torch's message.
+    """
+    name = _torch_dtype_name(dtype)
+    if quant_min is None or quant_max is None:
+        full, reduced = _TORCH_DEFAULT_RANGES.get(name, ((0, 15), (0, 15)))
+        qmin, qmax = reduced if reduce_range else full
+        return qmin, qmax, False
+    for arg, value in (("quant_min", quant_min), ("quant_max", quant_max)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"torch_quant_range: {arg} must be an int, got {value!r}")
+    qmin, qmax = int(quant_min), int(quant_max)
+    if not qmin <= 0 <= qmax:
+        raise ValueError("Used-specified quantization range must include 0. "
+                         f"(got quant_min={qmin}, quant_max={qmax})")
+    if qmin >= qmax:
+        raise ValueError("qmin must be strictly less than qmax for user-specified quantization "
+                         f"range. (got quant_min={qmin}, quant_max={qmax})")
+    n = qmax - qmin + 1
+    if name in ("qint8", "int8") and not 0 < n <= 256:
+        raise ValueError("quantization range should be positive and not exceed the maximum bit "
+                         f"range (=256). (got quant_min={qmin}, quant_max={qmax})")
+    if name in ("qint32", "int32") and not 0 < n <= 2 ** 32:
+        raise ValueError("quantization range should be positive and not exceed the maximum bit "
+                         f"range (=4294967296). (got quant_min={qmin}, quant_max={qmax})")
+    if reduce_range:
+        qmin, qmax = qmin // 2, qmax // 2
+    return qmin, qmax, True
+
+
+def torch_symmetric_zero_point(dtype, quant_min, quant_max, customized):
+    """The zero point of PyTorch's symmetric observer qparams (torch.md 1.4).
+
+    quint8 / uint8: ``(qmin + qmax) // 2`` with a custom range, else 128
+    (even with ``reduce_range``, whose range (0, 127) then does not contain
+    it: torch's quirk); uint16: 32768; every other dtype: 0.
+
+    Returns
+    -------
+    int
+    """
+    name = _torch_dtype_name(dtype)
+    if name in ("quint8", "uint8"):
+        return (int(quant_min) + int(quant_max)) // 2 if customized else 128
+    if name == "uint16":
+        return 2 ** 15
+    return 0
+
+
 def _stats(min_val, max_val):
     mn = np.ascontiguousarray(np.asarray(min_val, dtype=F32).reshape(-1))
     mx = np.ascontiguousarray(np.asarray(max_val, dtype=F32).reshape(-1))

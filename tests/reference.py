@@ -59,6 +59,10 @@ def affine(x, scale, zp, qmin, qmax, rounding="half_even", zero_point_add="after
             qf = round_value(rnd(v + z), rounding, rnd)
         else:
             qf = rnd(round_value(v, rounding, rnd) + z)
+        # the range ends are values of the compute dtype too: an int32 range
+        # in float32 clamps at f32(2**31 - 1) == 2**31 (quantize clamps again
+        # exactly before its integer conversion)
+        qmin, qmax = rnd(qmin), rnd(qmax)
         mask = (qf >= qmin) & (qf <= qmax)
         if nonfinite == "propagate":
             q = np.where(qf < qmin, qmin, np.where(qf > qmax, qmax, qf))

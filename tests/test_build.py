@@ -30,6 +30,41 @@ def test_openmp_is_really_compiled_in():
     assert "-fopenmp" in info["cflags"]
 
 
+_OMP_PROBE = """
+import os, sys
+import numpy as np
+import quantcore as qc
+from quantcore._cpu import _kernels
+assert qc.__file__.startswith(sys.argv[1]), qc.__file__
+tasks = lambda: len(os.listdir("/proc/self/task"))
+before = tasks()
+qc.set_num_threads(2)
+qc.fake_quant(np.ones(1 << 20, np.float32), 0.1, 0, -128, 127)
+print(_kernels.openmp_enabled(), _kernels.omp_max_threads(), before, tasks())
+"""
+
+
+@pytest.mark.skipif(os.environ.get("QUANTCORE_NO_OPENMP", "") not in ("", "0"),
+                    reason="serial build requested")
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_openmp_runtime_is_live():
+    """At run time, not just in the build flags: the extension reads
+    OMP_NUM_THREADS through a real OpenMP runtime (the serial shim answers
+    1), and a 2-thread kernel call starts an OpenMP worker thread."""
+    import subprocess
+    import sys
+    env = dict(os.environ, OMP_NUM_THREADS="3", OPENBLAS_NUM_THREADS="1",
+               MKL_NUM_THREADS="1")
+    root = str(Path(qc.__file__).parent)
+    res = subprocess.run([sys.executable, "-c", _OMP_PROBE, root], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    enabled, max_threads, before, after = res.stdout.split()
+    assert enabled == "True"
+    assert int(max_threads) == 3, "omp_get_max_threads() ignores OMP_NUM_THREADS"
+    assert int(after) > int(before), "a 2-thread kernel call started no thread"
+
+
 def test_simd_baseline_vectorises_rounding():
     import platform
     if platform.machine().lower() in ("x86_64", "amd64"):

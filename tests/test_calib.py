@@ -462,3 +462,196 @@ def test_torch_sum_model(torch):
     for n in (1, 5, 8, 100, 2047, 2048, 4099):
         x = (rng.random(n) * rng.choice([1, 1e-6, 1e6]) * (rng.random(n) < 0.6)).astype(f32)
         assert _torch_sum_f32(x) == torch.from_numpy(x).sum().item()
+
+
+# ------------------------------------- audit additions: qparams and merge
+_TORCH_HIST_CONFIGS = [
+    dict(),                                                    # quint8 affine (0, 255)
+    dict(dtype="qint8", qscheme="per_tensor_symmetric"),
+    dict(dtype="quint8", qscheme="per_tensor_symmetric"),
+    dict(reduce_range=True),
+    dict(dtype="qint8", reduce_range=True),
+    dict(quant_min=0, quant_max=127),
+    dict(dtype="qint8", quant_min=-8, quant_max=7),
+    dict(dtype="quint8", qscheme="per_tensor_symmetric", quant_min=0, quant_max=15),
+    dict(bins=256, dtype="qint8", eps=2.0 ** -12),
+]
+
+
+@pytest.mark.parametrize("cfg", _TORCH_HIST_CONFIGS, ids=[str(c) for c in _TORCH_HIST_CONFIGS])
+def test_torch_histogram_calculate_qparams_matches_live_torch(torch, cfg):
+    """HistogramObserver.calculate_qparams bit for bit: TorchHistogram's
+    search, then quantcore.qparams with torch's range and zero point, on
+    random multi-batch data (growth, outliers, +-inf, one-valued batches)."""
+    from quantcore import qparams as Q
+    cfg = dict(cfg)
+    bins = cfg.pop("bins", 2048)
+    eps = cfg.pop("eps", 2.0 ** -23)
+    dtype = cfg.get("dtype", "quint8")
+    symmetric = cfg.get("qscheme") == "per_tensor_symmetric"
+    qmin, qmax, custom = Q.torch_quant_range(dtype, cfg.get("reduce_range", False),
+                                             cfg.get("quant_min"), cfg.get("quant_max"))
+    zp = Q.torch_symmetric_zero_point(dtype, qmin, qmax, custom) if symmetric else None
+    tkw = {k: getattr(torch, v) if k in ("dtype", "qscheme") else v for k, v in cfg.items()}
+    rng = np.random.default_rng(abs(hash(str(cfg))) % 2 ** 32)
+    for trial in range(6):
+        obs = torch.ao.quantization.HistogramObserver(bins=bins, eps=eps, **tkw)
+        th = TorchHistogram(bins)
+        for _ in range(int(rng.integers(1, 5))):
+            n = int(rng.integers(1, 3000))
+            x = (rng.standard_t(4, size=n) * rng.choice([0.01, 1, 50]) + rng.normal()).astype(f32)
+            if rng.random() < 0.3:
+                x[0] = rng.choice([40.0, -60.0, np.inf])
+            if rng.random() < 0.1:
+                x[:] = x[0] if np.isfinite(x[0]) else 1.0
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                obs(torch.from_numpy(x))
+                th.collect(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ts, tz = obs.calculate_qparams()
+        s, z = th.calculate_qparams(qmin, qmax, symmetric=symmetric, eps=eps,
+                                    dst_nbins=obs.dst_nbins, zero_point=zp)
+        assert (obs.quant_min, obs.quant_max) == (qmin, qmax)
+        assert s.tobytes() == ts.numpy().astype(f32).tobytes(), (trial, s, ts)
+        assert z.tolist() == tz.numpy().tolist(), (trial, z, tz)
+
+
+def test_torch_histogram_calculate_qparams_before_data():
+    with pytest.warns(RuntimeWarning, match="no data"):
+        s, z = TorchHistogram(16).calculate_qparams()
+    assert s.tolist() == [1.0] and z.tolist() == [0]
+
+
+def test_torch_histogram_merge_of_8_chunks_equals_one_pass():
+    rng = np.random.default_rng(11)
+    x = (rng.standard_t(3, size=20000)).astype(f32)
+    lo, hi = x.min(), x.max()
+    chunks = [np.concatenate([[lo, hi], c]).astype(f32)
+              for c in np.array_split(x, np.sort(rng.integers(0, x.size, 7)))]
+    single = TorchHistogram(512)
+    single.collect(np.concatenate(chunks))
+    merged = TorchHistogram(512)
+    for k in rng.permutation(8):
+        part = TorchHistogram(512)
+        part.collect(chunks[k])
+        merged.merge(part)
+    assert merged.histogram.tobytes() == single.histogram.tobytes()
+    assert (merged.min_val, merged.max_val) == (single.min_val, single.max_val)
+    assert merged.non_linear_param_search() == single.non_linear_param_search()
+    assert merged.merge(TorchHistogram(512)) is merged                  # empty: no-op
+    other = TorchHistogram(512)
+    other.collect(x[:100])
+    with pytest.raises(ValueError, match="different bin edges"):
+        merged.merge(other)
+    with pytest.raises(ValueError, match="bins differ"):
+        merged.merge(TorchHistogram(64))
+    with pytest.raises(TypeError, match="must be a TorchHistogram"):
+        merged.merge(HistogramCalibrator())
+
+
+@pytest.mark.parametrize("torch_hist", [True, False])
+def test_histogram_calibrator_merge_of_8_chunks_equals_one_pass(torch_hist):
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=30000).astype(f32)
+    top = np.abs(x).max()
+    bottom = np.abs(x).min()
+    cuts = np.sort(rng.integers(0, x.size, 7))
+    chunks = [np.concatenate([[top, bottom], c]).astype(f32) for c in np.array_split(x, cuts)]
+    single = HistogramCalibrator(num_bins=256, torch_hist=torch_hist)
+    single.collect(np.concatenate(chunks))
+    merged = HistogramCalibrator(num_bins=256, torch_hist=torch_hist)
+    for k in rng.permutation(8):
+        part = HistogramCalibrator(num_bins=256, torch_hist=torch_hist)
+        part.collect(chunks[k])
+        merged.merge(part)
+    np.testing.assert_array_equal(merged.hist, single.hist)
+    np.testing.assert_array_equal(merged.bin_edges, single.bin_edges)
+    for method in ("percentile", "entropy", "mse"):
+        assert merged.compute_amax(method, start_bin=32) == \
+            single.compute_amax(method, start_bin=32)
+
+
+def test_max_calibrator_merge_of_8_random_chunks_with_signed_zeros():
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(64, 3)).astype(f32)
+    x[rng.random(x.shape) < 0.2] = -0.0
+    cuts = np.sort(rng.integers(0, 64, 7))
+    for axis in (None, 1):
+        single = MaxCalibrator(axis=axis)
+        single.collect(x)
+        merged = MaxCalibrator(axis=axis)
+        for c in np.array_split(x, cuts):
+            if c.size:
+                part = MaxCalibrator(axis=axis)
+                part.collect(c)
+                merged.merge(part)
+        assert merged.compute_amax().tobytes() == single.compute_amax().tobytes()
+
+
+def _pq_entropy_amax(hist, edges, num_bits, unsigned, stride, start_bin):
+    """PQ's _compute_amax_entropy, written as PQ does it, with SciPy."""
+    from collections import Counter
+
+    from scipy.stats import entropy
+    bins = np.array(hist, dtype=np.int64)
+    bins[0] = bins[1]
+    total_data = np.sum(bins)
+    divergences = []
+    nbins = 1 << (num_bits - 1 + int(unsigned))
+    new_density_counts = np.zeros(nbins, dtype=np.float64)
+    for i in range(start_bin, len(bins) + 1, stride):
+        new_density_counts.fill(0)
+        space = np.linspace(0, i, num=nbins + 1)
+        digitized_space = np.digitize(range(i), space) - 1
+        digitized_space[bins[:i] == 0] = -1
+        for idx, digitized in enumerate(digitized_space):
+            if digitized != -1:
+                new_density_counts[digitized] += bins[idx]
+        counter = Counter(digitized_space)
+        for key, val in counter.items():
+            if key != -1:
+                new_density_counts[key] = new_density_counts[key] / val
+        new_density = np.zeros(i, dtype=np.float64)
+        for idx, digitized in enumerate(digitized_space):
+            if digitized != -1:
+                new_density[idx] = new_density_counts[digitized]
+        reference_density = np.array(bins[:len(digitized_space)])
+        reference_density[-1] += np.sum(bins[i:])
+        divergences.append(entropy(reference_density, new_density))
+    divergences = np.array(divergences)
+    last_argmin = len(divergences) - 1 - np.argmin(divergences[::-1])
+    return edges[last_argmin * stride + start_bin]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_entropy_without_scipy_matches_pq_with_scipy(seed):
+    pytest.importorskip("scipy")
+    rng = np.random.default_rng(100 + seed)
+    num_bits = int(rng.choice([4, 6, 8]))
+    unsigned = bool(rng.random() < 0.3)
+    c = HistogramCalibrator(num_bits, None, unsigned, num_bins=int(rng.choice([200, 400])),
+                            torch_hist=bool(seed % 2))
+    for _ in range(int(rng.integers(1, 4))):
+        x = rng.standard_t(int(rng.integers(2, 8)), size=int(rng.integers(500, 5000)))
+        x[rng.random(x.size) < 0.1] = 0
+        c.collect((np.abs(x) if unsigned else x).astype(f32) * f32(rng.choice([0.1, 3])))
+    stride, start = int(rng.choice([1, 3])), int(rng.choice([16, 64]))
+    exp = _pq_entropy_amax(c.hist.astype(np.int64), c.bin_edges.astype(f32), num_bits,
+                           unsigned, stride, start)
+    assert float(c.compute_amax("entropy", stride=stride, start_bin=start)) == float(exp)
+
+
+def test_kl_divergence_matches_scipy_entropy():
+    stats = pytest.importorskip("scipy.stats")
+    from quantcore.calib import _kl_divergence
+    rng = np.random.default_rng(14)
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        p = rng.integers(0, 50, n) * (rng.random(n) < 0.8)
+        q = rng.random(n) * (rng.random(n) < 0.9) * 40
+        if p.sum() == 0:
+            p[0] = 1
+        assert _kl_divergence(p.astype(np.int64), q) == pytest.approx(
+            stats.entropy(p, q), rel=1e-13, abs=1e-15)

@@ -1,7 +1,17 @@
 """Every core recipe against the float64 reference in tests/reference.py,
 bit for bit, on hypothesis-generated inputs (ties, out-of-range values, NaN,
-+-inf, -0.0, empty and 0-d arrays, float16/32/64, any channel axis)."""
++-inf, -0.0, empty and 0-d arrays, float16/32/64, any channel axis).
+
+One test per recipe: the affine family once per mode (rounding x where the
+zero point goes x multiply-or-divide) per tensor and per channel, the
+nudged family once per formula and layout, and so on.  Each runs
+``RECIPE_EXAMPLES`` (2000 under ``make test``; ``QC_HYPOTHESIS_EXAMPLES``
+lowers it for quick local runs) valid examples, and asserts that it did.
+"""
+import itertools
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -15,6 +25,12 @@ import reference as ref
 DTYPES = [np.float32, np.float64, np.float16]
 RANGES = [(0, 255), (-128, 127), (-127, 127), (0, 15), (-8, 7), (-32768, 32767), (0, 1),
           (1, 255), (-2 ** 31, 2 ** 31 - 1)]
+ROUNDINGS = ["half_even", "half_up", "half_away"]
+# "after_rounding": integer zero point added to round(v); "before_rounding":
+# float zero point added before rounding; "none": symmetric, no zero point
+ZERO_POINT_ADDS = ["after_rounding", "before_rounding", "none"]
+SCALE_OPS = ["mul_inverse", "div"]
+AFFINE_MODES = list(itertools.product(ROUNDINGS, ZERO_POINT_ADDS, SCALE_OPS))
 
 special = st.sampled_from([0.0, -0.0, np.nan, np.inf, -np.inf, 0.5, -0.5, 1.5, -2.5, 1e30,
                            -1e30, 3.4e38])
@@ -26,6 +42,25 @@ values = st.one_of(
 )
 scales = st.one_of(st.sampled_from([1.0, 0.5, 0.25, 2.0, 0.1, 1 / 3]),
                    st.floats(2.0 ** -10, 100.0, width=32))
+
+
+def run_examples(strategy, check):
+    """Run ``check`` on RECIPE_EXAMPLES hypothesis examples of ``strategy``
+    and return how many examples actually ran (each test asserts it)."""
+    count = [0]
+
+    @settings(max_examples=RECIPE_EXAMPLES)
+    @given(strategy)
+    def run(case):
+        check(case)
+        count[0] += 1
+
+    run()
+    return count[0]
+
+
+def assert_ran(n):
+    assert n >= RECIPE_EXAMPLES, f"only {n} of {RECIPE_EXAMPLES} examples ran"
 
 
 @st.composite
@@ -55,13 +90,27 @@ def expected_dtype_result(res, dtype):
 
 
 @st.composite
-def affine_cases(draw, per_channel):
+def per_tensor_param(draw, value):
+    """A per-tensor parameter in one of the forms the API accepts."""
+    form = draw(st.sampled_from(["float", "np64", "np32", "0d", "list"]))
+    if form == "float":
+        return float(value)
+    if form == "np64":
+        return np.float64(value)
+    if form == "np32" and float(np.float32(value)) == float(value):
+        return np.float32(value)
+    if form == "0d":
+        return np.array(value)
+    return [float(value)]
+
+
+@st.composite
+def affine_cases(draw, per_channel, zp_add, qrange=None):
     dtype = draw(st.sampled_from(DTYPES))
     shape = draw(shapes(min_dims=1 if per_channel else 0))
     axis = draw(st.integers(0, len(shape) - 1)) if per_channel else None
     C = shape[axis] if per_channel else 1
-    qmin, qmax = draw(st.sampled_from(RANGES))
-    zp_add = draw(st.sampled_from(["after_rounding", "before_rounding", "none"]))
+    qmin, qmax = qrange or draw(st.sampled_from(RANGES))
     scale = np.array(draw(st.lists(scales, min_size=C, max_size=C)), np.float64)
     if zp_add == "none":
         zp = np.zeros(C)
@@ -71,56 +120,109 @@ def affine_cases(draw, per_channel):
     else:
         zp = np.array(draw(st.lists(st.floats(-300, 300, width=32), min_size=C, max_size=C)),
                       np.float64)
-    opts = dict(
-        rounding=draw(st.sampled_from(["half_even", "half_up", "half_away"])),
-        zero_point_add=zp_add,
-        scale_op=draw(st.sampled_from(["mul_inverse", "div"])),
-        nonfinite=draw(st.sampled_from(["propagate", "nan_to_qmin", "int64"])),
-    )
     x = draw(float_arrays(shape, dtype))
-    return x, scale, zp, qmin, qmax, axis, opts
+    if per_channel:
+        args = (scale, zp)
+    else:
+        args = (draw(per_tensor_param(scale[0])), draw(per_tensor_param(zp[0])))
+    return x, scale, zp, args, qmin, qmax, axis
 
 
-def check_affine(case):
-    x, scale, zp, qmin, qmax, axis, opts = case
-    out, mask = qc.fake_quant_with_mask(x, scale if axis is not None else scale[0],
-                                        zp if axis is not None else zp[0], qmin, qmax,
-                                        axis=axis, **opts)
+def check_affine(case, opts):
+    x, scale, zp, args, qmin, qmax, axis = case
+    out, mask = qc.fake_quant_with_mask(x, *args, qmin, qmax, axis=axis, **opts)
     exp, exp_mask = ref.affine(x.astype(np.float64), broadcast(scale, x.shape, axis),
                                broadcast(zp, x.shape, axis), qmin, qmax, dtype=x.dtype, **opts)
     ref.assert_bits_equal(out, expected_dtype_result(exp, x.dtype), str(opts))
     assert mask.dtype == np.bool_ and np.array_equal(mask, exp_mask)
-    plain = qc.fake_quant(x, scale if axis is not None else scale[0],
-                          zp if axis is not None else zp[0], qmin, qmax, axis=axis, **opts)
+    plain = qc.fake_quant(x, *args, qmin, qmax, axis=axis, **opts)
     ref.assert_bits_equal(plain, out)
 
 
-@settings(max_examples=RECIPE_EXAMPLES)
-@given(affine_cases(per_channel=False))
-def test_affine_per_tensor(case):
-    check_affine(case)
+def affine_test(per_channel, rounding, zero_point_add, scale_op):
+    strategy = st.tuples(affine_cases(per_channel, zero_point_add),
+                         st.sampled_from(["propagate", "nan_to_qmin", "int64"]))
+
+    def check(case):
+        check_affine(case[0], dict(rounding=rounding, zero_point_add=zero_point_add,
+                                   scale_op=scale_op, nonfinite=case[1]))
+
+    assert_ran(run_examples(strategy, check))
 
 
-@settings(max_examples=RECIPE_EXAMPLES)
-@given(affine_cases(per_channel=True))
-def test_affine_per_channel(case):
-    check_affine(case)
+@pytest.mark.parametrize("rounding,zero_point_add,scale_op", AFFINE_MODES)
+def test_affine_per_tensor(rounding, zero_point_add, scale_op):
+    affine_test(False, rounding, zero_point_add, scale_op)
 
 
-@settings(max_examples=RECIPE_EXAMPLES)
-@given(affine_cases(per_channel=False))
-def test_quantize_dequantize(case):
-    x, scale, zp, qmin, qmax, axis, opts = case
-    opts = {k: v for k, v in opts.items() if k != "nonfinite"}
-    q = qc.quantize(x, scale[0], zp[0], qmin, qmax, **opts)
-    exp_q, _ = ref.affine(x.astype(np.float64), scale[0], zp[0], qmin, qmax, dtype=x.dtype,
-                          nonfinite="nan_to_qmin", output_q=True, **opts)
-    assert q.dtype.kind in "iu"
-    assert np.array_equal(q, np.clip(exp_q, qmin, qmax).astype(q.dtype))
-    if x.dtype == np.float32 and opts["zero_point_add"] == "after_rounding" and qmax - qmin < 2 ** 24:
-        # dequantize(quantize(x)) == fake_quant(x) where the fake quant is finite
-        fq = qc.fake_quant(x, scale[0], zp[0], qmin, qmax, nonfinite="nan_to_qmin", **opts)
-        ref.assert_bits_equal(qc.dequantize(q, scale[0], zp[0]), fq)
+@pytest.mark.parametrize("rounding,zero_point_add,scale_op", AFFINE_MODES)
+def test_affine_per_channel(rounding, zero_point_add, scale_op):
+    affine_test(True, rounding, zero_point_add, scale_op)
+
+
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+def test_quantize(rounding):
+    """quantize: the same q as fake_quant, NaN -> quant_min, as integers;
+    dequantize(quantize(x)) == fake_quant(x) where q is exact in float32."""
+    strategy = st.sampled_from(ZERO_POINT_ADDS).flatmap(lambda zpa: st.tuples(
+        st.just(zpa), st.sampled_from(SCALE_OPS), st.booleans().flatmap(
+            lambda pc: affine_cases(pc, zpa))))
+
+    def check(case):
+        zpa, scale_op, (x, scale, zp, args, qmin, qmax, axis) = case
+        opts = dict(rounding=rounding, zero_point_add=zpa, scale_op=scale_op)
+        q = qc.quantize(x, *args, qmin, qmax, axis=axis, **opts)
+        exp_q, _ = ref.affine(x.astype(np.float64), broadcast(scale, x.shape, axis),
+                              broadcast(zp, x.shape, axis), qmin, qmax, dtype=x.dtype,
+                              nonfinite="nan_to_qmin", output_q=True, **opts)
+        assert q.dtype.kind in "iu" and q.shape == x.shape
+        info = np.iinfo(q.dtype)
+        assert info.min <= qmin and qmax <= info.max
+        assert np.array_equal(q, np.clip(exp_q, qmin, qmax).astype(q.dtype))
+        if x.dtype == np.float32 and zpa == "after_rounding" and qmax - qmin < 2 ** 24:
+            fq = qc.fake_quant(x, *args, qmin, qmax, axis=axis, nonfinite="nan_to_qmin", **opts)
+            ref.assert_bits_equal(qc.dequantize(q, *args, axis=axis), fq)
+
+    assert_ran(run_examples(strategy, check))
+
+
+@st.composite
+def dequantize_cases(draw):
+    per_channel = draw(st.booleans())
+    shape = draw(shapes(min_dims=1 if per_channel else 0))
+    axis = draw(st.integers(0, len(shape) - 1)) if per_channel else None
+    C = shape[axis] if per_channel else 1
+    qmin, qmax = draw(st.sampled_from(RANGES))
+    int_dtype = draw(st.sampled_from([np.int8, np.uint8, np.int16, np.uint16, np.int32,
+                                      np.int64]).filter(
+        lambda d: np.iinfo(d).min <= qmin and qmax <= np.iinfo(d).max))
+    q = draw(arrays(int_dtype, shape, elements=st.integers(qmin, qmax)))
+    scale = np.array(draw(st.lists(scales, min_size=C, max_size=C)), np.float64)
+    zp = np.array(draw(st.lists(st.one_of(st.integers(-300, 300).map(float),
+                                          st.floats(-300, 300, width=32)),
+                                min_size=C, max_size=C)), np.float64)
+    dtype = draw(st.sampled_from(DTYPES))
+    return q, scale, zp, axis, dtype
+
+
+def test_dequantize():
+    """``(q - zero_point) * scale`` in the requested dtype, one rounding per
+    operation (float16 arithmetic is exactly float32-then-round)."""
+    def check(case):
+        q, scale, zp, axis, dtype = case
+        args = (scale, zp) if axis is not None else (scale[0], zp[0])
+        with np.errstate(over="ignore"):   # int32 values beyond float16
+            out = qc.dequantize(q, *args, axis=axis, dtype=dtype)
+
+        def rnd(a):
+            with np.errstate(over="ignore"):
+                return np.asarray(a, np.float64).astype(dtype).astype(np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            exp = rnd(rnd(rnd(q.astype(np.float64)) - rnd(broadcast(zp, q.shape, axis)))
+                      * rnd(broadcast(scale, q.shape, axis)))
+        ref.assert_bits_equal(out, expected_dtype_result(exp, dtype))
+
+    assert_ran(run_examples(dequantize_cases(), check))
 
 
 @st.composite
@@ -134,33 +236,21 @@ def nudged_cases(draw, per_channel):
     mins = np.array(draw(st.lists(st.floats(-10, 0, width=32), min_size=C, max_size=C)))
     spans = np.array(draw(st.lists(st.floats(2.0 ** -7, 20, width=32), min_size=C, max_size=C)))
     maxs = (mins.astype(np.float32) + spans.astype(np.float32)).astype(np.float32)
-    formula = draw(st.sampled_from(["tensorflow", "mindspore"]))
-    scale_op = draw(st.sampled_from(["mul_inverse", "div"]))
+    scale_op = draw(st.sampled_from(SCALE_OPS))
     dtype = draw(st.sampled_from(DTYPES))
     x = draw(float_arrays(shape, dtype))
-    return x, mins, maxs, qmin, qmax, axis, formula, scale_op
+    return x, mins, maxs, qmin, qmax, axis, scale_op
 
 
-@settings(max_examples=RECIPE_EXAMPLES)
-@given(nudged_cases(per_channel=False))
-def test_nudged_per_tensor(case):
-    check_nudged(case)
-
-
-@settings(max_examples=RECIPE_EXAMPLES)
-@given(nudged_cases(per_channel=True))
-def test_nudged_per_channel(case):
-    check_nudged(case)
-
-
-def check_nudged(case):
-    x, mins, maxs, qmin, qmax, axis, formula, scale_op = case
+def check_nudged(case, formula):
+    x, mins, maxs, qmin, qmax, axis, scale_op = case
     if formula == "tensorflow":
         nmin, nmax, s, inv, qz = nudge_tensorflow(mins, maxs, qmin, qmax)
     else:
         nmin, nmax, s = nudge_mindspore(mins, maxs, qmin, qmax)
         inv = (np.float32(1) / s).astype(np.float32)
         qz = np.zeros_like(s)
+
     def arg(a):
         return a if axis is not None else a[0]
     out, mask = qc.fake_quant_nudged(x, arg(nmin), arg(nmax), arg(s), inv_scale=arg(inv),
@@ -170,6 +260,16 @@ def check_nudged(case):
     exp, exp_mask = ref.nudged(x.astype(np.float64), *b, formula, scale_op, dtype=x.dtype)
     ref.assert_bits_equal(out, expected_dtype_result(exp, x.dtype), f"{formula} {scale_op}")
     assert np.array_equal(mask, exp_mask)
+
+
+@pytest.mark.parametrize("formula", ["tensorflow", "mindspore"])
+def test_nudged_per_tensor(formula):
+    assert_ran(run_examples(nudged_cases(per_channel=False), lambda c: check_nudged(c, formula)))
+
+
+@pytest.mark.parametrize("formula", ["tensorflow", "mindspore"])
+def test_nudged_per_channel(formula):
+    assert_ran(run_examples(nudged_cases(per_channel=True), lambda c: check_nudged(c, formula)))
 
 
 @st.composite
@@ -190,9 +290,7 @@ def amax_cases(draw, per_channel):
     return x, amax, num_bits, unsigned, narrow, axis
 
 
-@settings(max_examples=RECIPE_EXAMPLES)
-@given(st.booleans().flatmap(lambda pc: amax_cases(per_channel=pc)))
-def test_amax(case):
+def check_amax(case):
     x, amax, num_bits, unsigned, narrow, axis = case
     out, mask = qc.fake_quant_amax(x, amax if axis is not None else amax[0], num_bits,
                                    unsigned=unsigned, narrow_range=narrow, axis=axis,
@@ -203,12 +301,12 @@ def test_amax(case):
     assert np.array_equal(mask, exp_mask)
 
 
-@settings(max_examples=RECIPE_EXAMPLES)
-@given(st.sampled_from(DTYPES).flatmap(lambda dt: shapes().flatmap(
-    lambda shp: st.tuples(float_arrays(shp, dt),
-                          st.none() if len(shp) == 0 else st.integers(0, len(shp) - 1),
-                          st.sampled_from(["propagate", "omit"])))))
-def test_minmax(case):
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+def test_amax(per_channel):
+    assert_ran(run_examples(amax_cases(per_channel), check_amax))
+
+
+def check_minmax(case):
     x, axis, nan_policy = case
     lo, hi = qc.minmax(x, axis=axis, nan_policy=nan_policy)
     elo, ehi = ref.minmax(x, axis=axis, nan_policy=nan_policy)
@@ -216,13 +314,32 @@ def test_minmax(case):
     ref.assert_bits_equal(hi, ehi, "max")
 
 
-@settings(max_examples=RECIPE_EXAMPLES)
-@given(st.sampled_from(DTYPES).flatmap(lambda dt: shapes().flatmap(
-    lambda shp: st.tuples(float_arrays(shp, dt), arrays(np.bool_, shp), st.booleans()))))
-def test_ste_backward(case):
-    g, mask, packed = case
-    m = np.packbits(mask.ravel(), bitorder="little") if packed else mask
-    out = qc.ste_backward(g, m)
-    with np.errstate(invalid="ignore"):
-        exp = (g.astype(np.float64) * mask).astype(g.dtype)
-    ref.assert_bits_equal(out, exp)
+def test_minmax_per_tensor():
+    strategy = st.sampled_from(DTYPES).flatmap(lambda dt: shapes().flatmap(
+        lambda shp: st.tuples(float_arrays(shp, dt), st.none(),
+                              st.sampled_from(["propagate", "omit"]))))
+    assert_ran(run_examples(strategy, check_minmax))
+
+
+def test_minmax_per_channel():
+    strategy = st.sampled_from(DTYPES).flatmap(lambda dt: shapes(min_dims=1).flatmap(
+        lambda shp: st.tuples(float_arrays(shp, dt), st.integers(0, len(shp) - 1),
+                              st.sampled_from(["propagate", "omit"]))))
+    assert_ran(run_examples(strategy, check_minmax))
+
+
+def test_ste_backward():
+    strategy = st.sampled_from(DTYPES).flatmap(lambda dt: shapes().flatmap(
+        lambda shp: st.tuples(float_arrays(shp, dt), arrays(np.bool_, shp),
+                              st.sampled_from(["bool", "uint8", "packed"]))))
+
+    def check(case):
+        g, mask, form = case
+        m = {"bool": mask, "uint8": mask.astype(np.uint8),
+             "packed": np.packbits(mask.ravel(), bitorder="little")}[form]
+        out = qc.ste_backward(g, m)
+        with np.errstate(invalid="ignore"):
+            exp = (g.astype(np.float64) * mask).astype(g.dtype)
+        ref.assert_bits_equal(out, exp)
+
+    assert_ran(run_examples(strategy, check))
