@@ -51,6 +51,8 @@ import numpy as np
 
 from . import _arrays as A
 from . import qparams as Q
+from ._cpu import _kernels as K
+from ._cpu.threads import effective_n_threads
 
 __all__ = ["MaxCalibrator", "HistogramCalibrator", "TorchHistogram"]
 
@@ -138,25 +140,39 @@ def torch_arange_f32(end, step):
     return out
 
 
-def torch_histc_f32(x, bins, lo, hi):
-    """``torch.histc(x, bins, min=lo, max=hi)`` on float32 ``x``: float32
-    counts (see the module docstring for the binning rule)."""
+def torch_histc_f32(x, bins, lo, hi, *, absolute=False, skip_zeros=False):
+    """``torch.histc(v, bins, min=lo, max=hi)`` of the float32 values ``v``
+    of ``x`` (``|x|`` when ``absolute``, zeros left out when ``skip_zeros``):
+    float32 counts, in one pass of the C kernel (see the module docstring
+    for the binning rule).
+
+    The range as torch chooses it: ``lo == hi`` takes v's min and max; if
+    those are equal too, the range is widened to at least one float32 step
+    each way (``lo = min(f32 step down, lo - 1)``, ``hi`` alike).
+    """
     lo, hi = float(lo), float(hi)
     if lo == hi and x.size:
-        lo, hi = float(np.min(x)), float(np.max(x))
+        v = np.abs(x) if absolute else x
+        v = v[v != 0] if skip_zeros else v
+        if v.size:
+            lo, hi = float(np.min(v)), float(np.max(v))
     if lo == hi:
-        lo, hi = lo - 1.0, hi + 1.0
-    l32, h32 = _f32(lo), _f32(hi)
-    if not (np.isfinite(l32) and np.isfinite(h32)):
+        lo = min(float(np.nextafter(_f32(lo), _F32_LOWEST)), lo - 1.0)
+        hi = max(float(np.nextafter(_f32(hi), _F32_HIGHEST)), hi + 1.0)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError(f"histc: range of [{lo}, {hi}] is not finite")
-    if l32 > h32:
+    if not lo < hi:
         raise ValueError(f"histc: max must be larger than min, got [{lo}, {hi}]")
-    sel = x[(x >= l32) & (x <= h32)]
-    with np.errstate(over="ignore", invalid="ignore"):
-        t = ((sel - l32).astype(_f32) * _f32(bins)).astype(_f32) / _f32(h32 - l32)
-    pos = np.trunc(t.astype(_f32)).astype(np.int64)
-    pos[pos >= bins] = bins - 1
-    return np.bincount(pos, minlength=bins)[:bins].astype(_f32)
+    l32, h32 = _f32(lo), _f32(hi)
+    if not l32 < h32:
+        raise ValueError(f"histc: the range [{lo}, {hi}] is empty in float32")
+    x = np.ascontiguousarray(x, dtype=_f32).reshape(-1)
+    counts = K.histc_f32(x, int(bins), float(l32), float(h32), bool(absolute),
+                         bool(skip_zeros), effective_n_threads(x.shape[0]))
+    return counts.astype(_f32)
+
+
+_F32_LOWEST, _F32_HIGHEST = _f32(np.finfo(_f32).min), _f32(np.finfo(_f32).max)
 
 
 def _ceil_log2(x):
@@ -482,24 +498,25 @@ class HistogramCalibrator:
         """Add ``|x|`` to the histogram (growing its range if needed)."""
         func = "HistogramCalibrator.collect"
         arr = _as_f32_input(x, func).reshape(-1)
-        if not np.isfinite(arr).all():
-            raise ValueError(f"{func}: x contains NaN or inf")
-        if arr.size and arr.min() < 0:
-            arr = np.abs(arr)
-        if self._skip_zeros:
-            arr = arr[arr != 0]
         if arr.size == 0:
-            raise ValueError(f"{func}: x is empty" +
-                             (" (after skip_zeros)" if self._skip_zeros else ""))
+            raise ValueError(f"{func}: x is empty")
+        lo, hi = K.minmax_finished(arr, effective_n_threads(arr.shape[0]), False)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(f"{func}: x contains NaN or inf")
+        xm = _f32(max(-lo, hi))  # max |x|, also of the non-zero values when there are any
+        if self._skip_zeros and xm == 0:
+            raise ValueError(f"{func}: x is empty (after skip_zeros)")
         if self._torch_hist:
-            self._collect_torch(arr, func)
-        else:
-            self._collect_numpy(arr, func)
+            self._collect_torch(arr, xm, lo < 0, func)
+            return
+        arr = np.abs(arr) if lo < 0 else arr
+        self._collect_numpy(arr[arr != 0] if self._skip_zeros else arr, func)
 
-    def _collect_torch(self, x, func):
-        xm = x.max()
+    def _collect_torch(self, x, xm, absolute, func):
+        """Bin |x| (``absolute``: x has negative values), x's max |x| = xm."""
+        kw = dict(absolute=absolute, skip_zeros=self._skip_zeros)
         if self._hist is None:
-            self._hist = torch_histc_f32(x, self._num_bins, 0.0, float(xm))
+            self._hist = torch_histc_f32(x, self._num_bins, 0.0, float(xm), **kw)
             self._edges = torch_linspace_f32(0.0, xm, self._num_bins + 1)
             return
         edges, num_bins = self._edges, self._num_bins
@@ -510,7 +527,7 @@ class HistogramCalibrator:
                                  "(the first batch was all zeros)")
             num_bins = int(math.ceil(_f32(xm / w)))
             edges = torch_arange_f32(_f32(xm + w), w)
-        h = torch_histc_f32(x, num_bins, 0.0, float(edges[-1]))
+        h = torch_histc_f32(x, num_bins, 0.0, float(edges[-1]), **kw)
         n = min(len(self._hist), len(h))
         h[:n] = (h[:n] + self._hist[:n]).astype(_f32)
         self._hist, self._edges, self._num_bins = h, edges, num_bins
@@ -795,15 +812,16 @@ class TorchHistogram:
         arr = _as_f32_input(x, func).reshape(-1)
         if arr.size == 0:
             return x
-        if np.isnan(arr).any():
+        x_min, x_max = K.minmax_finished(arr, effective_n_threads(arr.shape[0]), False)
+        if x_min != x_min:
             raise ValueError(f"{func}: x contains NaN")
-        inf = np.isinf(arr)
-        if inf.any():
+        if math.isinf(x_min) or math.isinf(x_max):
             warnings.warn("torch.inf detected in input tensor, ignoring input", stacklevel=2)
-            arr = arr[~inf]
+            arr = arr[np.isfinite(arr)]
             if arr.size == 0:
                 return x
-        x_min, x_max = arr.min(), arr.max()
+            x_min, x_max = arr.min(), arr.max()
+        x_min, x_max = _f32(x_min), _f32(x_max)
         if not self.initialized:
             self.min_val, self.max_val = _f32(x_min), _f32(x_max)
             self.histogram = torch_histc_f32(arr, self.bins, float(x_min), float(x_max))
@@ -1005,3 +1023,7 @@ class TorchHistogram:
 
     def __repr__(self):
         return f"TorchHistogram(bins={self.bins}, upsample_rate={self.upsample_rate})"
+
+
+# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+A.stage_cupy_api(globals(), __all__)

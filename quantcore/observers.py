@@ -218,35 +218,19 @@ class ObserverBase:
         return f"{type(self).__name__}({where}, batches={self.num_batches})"
 
 
-def _running_min(a, b):
-    """Elementwise min, NaN-propagating, with ``-0.0 < +0.0``.
+def _running_minmax(m_lo, m_hi, lo, hi):
+    """(min(m_lo, lo), max(m_hi, hi)) elementwise in float32, NaN-propagating,
+    with ``-0.0 < +0.0`` (qc_running_min_f32 / qc_running_max_f32).
 
     The same order as :func:`quantcore.minmax` uses inside a batch, so the
     running statistic does not depend on how the data was split into
     batches (``np.minimum`` alone returns its second argument for
     ``min(+0.0, -0.0)`` and ``min(-0.0, +0.0)`` alike).
     """
-    a = np.asarray(a, dtype=F32)
-    b = np.asarray(b, dtype=F32)
-    r = np.minimum(a, b).astype(F32)
-    zeros = (a == 0) & (b == 0)
-    if zeros.any():
-        neg = np.signbit(a) | np.signbit(b)
-        r = np.where(zeros, np.where(neg, F32(-0.0), F32(0.0)), r).astype(F32)
-    return r
-
-
-def _running_max(a, b):
-    """Elementwise max, NaN-propagating, with ``-0.0 < +0.0`` (see
-    :func:`_running_min`)."""
-    a = np.asarray(a, dtype=F32)
-    b = np.asarray(b, dtype=F32)
-    r = np.maximum(a, b).astype(F32)
-    zeros = (a == 0) & (b == 0)
-    if zeros.any():
-        pos = ~np.signbit(a) | ~np.signbit(b)
-        r = np.where(zeros, np.where(pos, F32(0.0), F32(-0.0)), r).astype(F32)
-    return r
+    shape = np.shape(m_lo)
+    flat = [np.ascontiguousarray(v, dtype=F32).reshape(-1) for v in (m_lo, m_hi, lo, hi)]
+    new_lo, new_hi = _kernels.running_minmax(*flat)
+    return new_lo.reshape(shape), new_hi.reshape(shape)
 
 
 class MinMaxObserver(ObserverBase):
@@ -265,7 +249,7 @@ class MinMaxObserver(ObserverBase):
     def _combine(self, lo, hi, first):
         if first:
             return lo.copy(), hi.copy()
-        return _running_min(self.min_val, lo), _running_max(self.max_val, hi)
+        return _running_minmax(self.min_val, self.max_val, lo, hi)
 
 
 class MovingAverageMinMaxObserver(ObserverBase):

@@ -327,7 +327,9 @@ def fake_quant(x, scale, zero_point, quant_min, quant_max, *, axis=None, roundin
         the zero point must be an integer in ``[quant_min, quant_max]``; with
         ``"none"`` it must be 0.
     quant_min, quant_max : int
-        The integer range, ``quant_min < quant_max``.
+        The integer range, ``quant_min < quant_max``.  The clamp and the
+        mask use them rounded to the compute dtype (an int32 range in
+        float32 clamps at ``f32(2**31 - 1) == 2**31``).
     axis : int or None
         Channel axis for per-channel quantization.
     rounding : {"half_even", "half_up", "half_away"}
@@ -416,7 +418,10 @@ def quantize(x, scale, zero_point, quant_min, quant_max, *, axis=None, rounding=
     func = "quantize"
     arr, axis, qmin, qmax, s, z = _affine_params(x, scale, zero_point, quant_min, quant_max,
                                                  axis, zero_point_add, func)
-    int_dtype = _int_dtype_for(qmin, qmax) if dtype is None else np.dtype(dtype)
+    try:
+        int_dtype = _int_dtype_for(qmin, qmax) if dtype is None else np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{func}: dtype must be an integer dtype, got {dtype!r}") from None
     if int_dtype.kind not in "iu":
         raise TypeError(f"{func}: dtype must be an integer dtype, got {int_dtype}")
     info = np.iinfo(int_dtype)
@@ -451,8 +456,12 @@ def dequantize(q, scale, zero_point, *, axis=None, dtype=np.float32):
         raise TypeError(f"{func}: dtype must be float16, float32 or float64, got {dtype}")
     axis = A.normalize_axis(axis, qa.ndim, func)
     channels = None if axis is None else qa.shape[axis]
-    s = A.param_array(scale, "scale", func, channels).astype(dtype)
-    z = A.param_array(zero_point, "zero_point", func, channels).astype(dtype)
+    s = A.param_array(scale, "scale", func, channels)
+    z = A.param_array(zero_point, "zero_point", func, channels)
+    A.check_scale(s, func)
+    if not np.isfinite(z).all():
+        raise ValueError(f"{func}: zero_point must be finite, got {z.tolist()}")
+    s, z = s.astype(dtype), z.astype(dtype)
     if axis is not None:
         shape = [1] * qa.ndim
         shape[axis] = channels

@@ -174,7 +174,22 @@ def horizon_modules(xp):
     return out
 
 
-SCENARIOS = [mindspore_fq, tensorflow_functions, oneflow_modules, nvidia_functions,
+def core_calibrators(xp):
+    from quantcore import calib
+    out = []
+    mc = calib.MaxCalibrator(8, axis=1)
+    hc = calib.HistogramCalibrator(8, None, False, num_bins=128, skip_zeros=True)
+    th = calib.TorchHistogram(bins=64)
+    for k in range(3):
+        mc.collect(xp(X * (k + 1)))
+        hc.collect(xp(X * (k + 1)))
+        out.append(th.collect(xp(X - k)))
+    out.append(State(mc.compute_amax(), hc.compute_amax("percentile", percentile=99.9),
+                     *th.calculate_qparams()))
+    return out
+
+
+SCENARIOS = [core_calibrators, mindspore_fq, tensorflow_functions, oneflow_modules, nvidia_functions,
              nvidia_stateful, horizon_modules]
 
 

@@ -68,3 +68,19 @@ def test_histc_bad_arguments():
         K.histc_f32(x, 0, 0.0, 1.0, False, False, 1)
     with pytest.raises(ValueError, match="lo < hi"):
         K.histc_f32(x, 4, 1.0, 1.0, False, False, 1)
+
+
+@pytest.mark.parametrize("value", [0.0, 1.5, -7.0, 3e7, -2e9, 1e-30])
+def test_degenerate_range_widened_as_torch(value):
+    """A constant input: torch widens min == max by at least one float32
+    step each way (plain +-1 vanishes for |v| >= 2**24)."""
+    from quantcore.calib import torch_histc_f32
+    x = np.full(10, value, np.float32)
+    for lo_hi in ((0.0, 0.0), (value, value)):
+        expect = torch_counts(x, 8, *lo_hi)
+        assert np.array_equal(torch_histc_f32(x, 8, *lo_hi), expect), lo_hi
+    expect = torch_counts(np.abs(x), 8, 0.0, 0.0)  # |x| binned by the kernel
+    assert np.array_equal(torch_histc_f32(x, 8, 0.0, 0.0, absolute=True), expect)
+    y = np.concatenate([x, np.zeros(5, np.float32)])
+    if value != 0:
+        assert np.array_equal(torch_histc_f32(y, 8, 0.0, 0.0, skip_zeros=True), expect)

@@ -1020,9 +1020,6 @@ def test_signed_zero_order_in_running_min_max():
         assert float(obs.max_val) == 0 and not np.signbit(obs.max_val)
 
 
-@pytest.mark.xfail(strict=True, reason="the fused FakeQuantize kernel (_kernels.pyx "
-                   "_observe_fake_quant, rule 0) keeps the state on a -0.0 / +0.0 tie, "
-                   "unlike MinMaxObserver and quantcore.minmax (-0.0 < +0.0)")
 def test_fused_fast_path_orders_signed_zeros():
     for batches in ([[0.0, 1.0], [-0.0, 2.0]], [[-1.0, -0.0], [-2.0, 0.0]]):
         fq = qc.FakeQuantize(qc.MinMaxObserver())        # per tensor float32: fused kernel

@@ -29,6 +29,8 @@ cdef extern from "qc_omp.h" nogil:
 
 cdef extern from "qc_elementwise.h" nogil:
     float qc_ma_update_f32(float m, float x, float c)
+    float qc_running_min_f32(float m, float v)
+    float qc_running_max_f32(float m, float v)
     void qc_affine_qparams_f32(float mn, float mx, int64_t qmin, int64_t qmax, float eps,
                                float* scale, int64_t* zp)
     float qc_symmetric_scale_f32(float mn, float mx, int64_t qmin, int64_t qmax, float eps)
@@ -666,6 +668,23 @@ def ma_update(float[::1] m, const float[::1] x, float c):
         m[i] = qc_ma_update_f32(m[i], x[i], c)
 
 
+def running_minmax(const float[::1] m_lo, const float[::1] m_hi, const float[::1] lo,
+                   const float[::1] hi):
+    """(qc_running_min_f32(m_lo, lo), qc_running_max_f32(m_hi, hi)) elementwise,
+    as new float32 arrays (a min / max observer's update)."""
+    cdef int64_t i, n = m_lo.shape[0]
+    if m_hi.shape[0] != n or lo.shape[0] != n or hi.shape[0] != n:
+        raise ValueError("running_minmax: all four arrays must have one length")
+    new_lo = np.empty(n, dtype=np.float32)
+    new_hi = np.empty(n, dtype=np.float32)
+    cdef float[::1] rl = new_lo
+    cdef float[::1] rh = new_hi
+    for i in range(n):
+        rl[i] = qc_running_min_f32(m_lo[i], lo[i])
+        rh[i] = qc_running_max_f32(m_hi[i], hi[i])
+    return new_lo, new_hi
+
+
 cdef enum:
     ST_OBSERVED = 0
     ST_NAN_SKIPPED = 1
@@ -758,11 +777,8 @@ cdef int _observe_fake_quant(const float* xp, float* yp, unsigned char* mp, int6
                 state[0] = lo
                 state[1] = hi
             elif rule == 0:
-                # NaN-propagating running min / max (np.minimum / np.maximum)
-                if lo < state[0] or lo != lo:
-                    state[0] = lo
-                if hi > state[1] or hi != hi:
-                    state[1] = hi
+                state[0] = qc_running_min_f32(state[0], lo)
+                state[1] = qc_running_max_f32(state[1], hi)
             else:
                 state[0] = qc_ma_update_f32(state[0], lo, c)
                 state[1] = qc_ma_update_f32(state[1], hi, c)

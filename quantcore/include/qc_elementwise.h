@@ -181,6 +181,21 @@ typedef int64_t qc_i64;
 /* Moving average in PyTorch's form: m + c * (x - m), one rounding each. */
 QC_HD float qc_ma_update_f32(float m, float x, float c) { return m + c * (x - m); }
 
+/* Running minimum / maximum of an observer statistic m with a batch's v:
+ * NaN-propagating like np.minimum / np.maximum (a NaN argument is the
+ * result, m's first), with -0.0 < +0.0 as inside quantcore.minmax, so that
+ * a running statistic does not depend on how the data was split. */
+QC_HD float qc_running_min_f32(float m, float v) {
+  if (m != m) return m;
+  if (v != v || v < m || (v == m && signbit(v))) return v;
+  return m;
+}
+QC_HD float qc_running_max_f32(float m, float v) {
+  if (m != m) return m;
+  if (v != v || v > m || (v == m && !signbit(v))) return v;
+  return m;
+}
+
 /* NaN-propagating min(v, 0) / max(v, 0), as torch.min / torch.max. */
 QC_HD float qc_min0_f32(float v) { return (v < 0.0f || v != v) ? v : 0.0f; }
 QC_HD float qc_max0_f32(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }
