@@ -259,7 +259,6 @@ class _Last:
         self.avg_c = 0.0
         self.qscheme = 0
         self.eps = 0.0
-        self.qdiv = 1.0
         self.qmin = self.qmax = self.sym_zp = 0
         self.q_scale = self.q_zp = self.qp = None
 
@@ -267,7 +266,7 @@ class _Last:
         return (self.out_lo, self.out_hi, self.out_fl, np.int32(self.finish_mode),
                 self.st_min, self.st_max, self.st_cnt, np.int32(self.obs_mode),
                 np.float32(self.avg_c), np.int32(self.qscheme), np.float32(self.eps),
-                np.float32(self.qdiv), np.int64(self.qmin), np.int64(self.qmax),
+                np.int64(self.qmin), np.int64(self.qmax),
                 np.int64(self.sym_zp), self.q_scale, self.q_zp, self.qp)
 
 
@@ -566,12 +565,9 @@ def observe(x, outer, C, inner, state, *, observer="moving_average", averaging_c
     last.qscheme = _QSCHEMES[qscheme]
     last.eps = np.float32(eps)
     if qscheme == "symmetric":
-        last.qdiv = np.float32((qmax - qmin) / 2)
         if zero_point is None:
             zero_point = 0 if qmin < 0 else (qmin + qmax + 1) // 2
         last.sym_zp = int(zero_point)
-    else:
-        last.qdiv = np.float32(qmax - qmin)
     last.qmin, last.qmax = qmin, qmax
     if qscheme is not None:
         last.q_scale, last.q_zp, last.qp = state.scale, state.zero_point, state.qp

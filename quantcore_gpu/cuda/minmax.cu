@@ -160,12 +160,6 @@ template <typename T> __device__ __forceinline__ QcMM<T> qc_mm_block_reduce(QcMM
   return a;
 }
 
-/* np.minimum / np.maximum of float32 as numpy computes them on x86-64:
- * NaN propagates from either side, and of two equal values (-0.0, +0.0)
- * the second is returned. */
-__device__ __forceinline__ float qc_np_min(float a, float b) { return (a < b || a != a) ? a : b; }
-__device__ __forceinline__ float qc_np_max(float a, float b) { return (a > b || a != a) ? a : b; }
-
 /* Arguments of the last block. */
 template <typename T> struct QcMMLast {
   T *out_lo;
@@ -179,48 +173,23 @@ template <typename T> struct QcMMLast {
   float avg_c;
   int qscheme;
   float eps;
-  float qdiv;
   long long qmin, qmax, sym_zp;
   float *q_scale;
   long long *q_zp;
   T *qp;
 };
 
-/* qparams.affine_qparams / symmetric_qparams of one channel, float32. */
+/* qparams.affine_qparams / symmetric_qparams of one channel, float32: the
+ * header's formulas, shared with the CPU. */
 __device__ __forceinline__ void qc_qparams(float mn, float mx, int qscheme, float eps,
-                                           float qdiv, long long qmin, long long qmax,
-                                           long long sym_zp, float *scale_out,
-                                           long long *zp_out) {
-  const float nan = __int_as_float(0x7fc00000);
-  float min_neg = qc_np_min(mn, 0.0f);
-  float max_pos = qc_np_max(mx, 0.0f);
+                                           long long qmin, long long qmax, long long sym_zp,
+                                           float *scale_out, long long *zp_out) {
   if (qscheme == QC_QS_SYMMETRIC) {
-    /* amax = max(-min(mn, 0), max(mx, 0)); scale = amax / f32(half range) */
-    float amax = qc_np_max(-min_neg, max_pos);
-    float scale = amax / qdiv;
-    *scale_out = (scale != scale || scale > eps) ? scale : eps;
+    *scale_out = qc_symmetric_scale_f32(mn, mx, qmin, qmax, eps);
     *zp_out = sym_zp;
     return;
   }
-  /* affine: scale = max((max_pos - min_neg) / f32(qmax - qmin), eps)
-   *         zp = clamp(qmin - int32(rint(min_neg / scale)), qmin, qmax)
-   * with x86 int32 conversion (NaN / inf / out of range -> INT32_MIN) and a
-   * wrapping int32 subtraction */
-  float span = max_pos - min_neg;
-  float scale = span / qdiv;
-  scale = (scale > eps) ? scale : eps;
-  if (span != span) scale = nan;
-  float ratio = rintf(min_neg / scale);
-  double rd = (double)ratio;
-  long long iv = (rd == rd && rd > -2147483649.0 && rd < 2147483648.0)
-                     ? (long long)rd : -2147483648ll;
-  long long d = qmin - iv;
-  /* two's-complement wrap into int32 */
-  long long w = (long long)(int)(unsigned int)(unsigned long long)d;
-  w = (w < qmin) ? qmin : w;
-  w = (w > qmax) ? qmax : w;
-  *scale_out = scale;
-  *zp_out = w;
+  qc_affine_qparams_f32(mn, mx, qmin, qmax, eps, scale_out, zp_out);
 }
 
 /* The last block: fold the K partials of each channel c (at
@@ -288,8 +257,8 @@ __device__ void qc_mm_last_block(T *part_lo, T *part_hi, unsigned char *part_fl,
         smin = blo;
         smax = bhi;
       } else if (obs == QC_OBS_MINMAX) {
-        smin = qc_np_min(a.st_min[c], blo);
-        smax = qc_np_max(a.st_max[c], bhi);
+        smin = qc_running_min_f32(a.st_min[c], blo);
+        smax = qc_running_max_f32(a.st_max[c], bhi);
       } else {
         const float m0 = a.st_min[c], m1 = a.st_max[c];
         smin = m0 + a.avg_c * (blo - m0);
@@ -304,7 +273,7 @@ __device__ void qc_mm_last_block(T *part_lo, T *part_hi, unsigned char *part_fl,
     if (a.qscheme != QC_QS_NONE && (nb > 0 || !skip)) {
       float scale;
       long long zp;
-      qc_qparams(smin, smax, a.qscheme, a.eps, a.qdiv, a.qmin, a.qmax, a.sym_zp, &scale, &zp);
+      qc_qparams(smin, smax, a.qscheme, a.eps, a.qmin, a.qmax, a.sym_zp, &scale, &zp);
       if (a.q_scale) a.q_scale[c] = scale;
       if (a.q_zp) a.q_zp[c] = zp;
       if (a.qp) {
@@ -343,12 +312,12 @@ __device__ __forceinline__ bool qc_mm_is_last(unsigned int *counter) {
 #define QC_MM_LAST_PARAMS                                                               \
   T *out_lo, T *out_hi, unsigned char *out_fl, int finish_mode, float *st_min,          \
       float *st_max, long long *st_cnt, int obs_mode, float avg_c, int qscheme, float eps, \
-      float qdiv, long long qmin, long long qmax, long long sym_zp, float *q_scale,      \
-      long long *q_zp, T *qp
+      long long qmin, long long qmax, long long sym_zp, float *q_scale, long long *q_zp,   \
+      T *qp
 
 #define QC_MM_LAST_ARGS                                                                 \
   {out_lo, out_hi, out_fl, finish_mode, st_min, st_max, st_cnt, obs_mode, avg_c, qscheme, \
-   eps, qdiv, qmin, qmax, sym_zp, q_scale, q_zp, qp}
+   eps, qmin, qmax, sym_zp, q_scale, q_zp, qp}
 
 /* ------------------------------------------------------------- kernels */
 
