@@ -981,6 +981,9 @@ _MODE_PER_TENSOR = affine_mode(nonfinite="nan_to_qmin")
 _MODE_CHANNEL_INT = affine_mode(nonfinite="int64", dequant_wide=True)
 _MODE_CHANNEL_FLOAT = affine_mode(zero_point_add="before_rounding", nonfinite="int64",
                                   dequant_wide=True, fma_zero_point=True)
+#: a float16 zero point goes through c10::Half's operator+: no FMA contraction
+_MODE_CHANNEL_HALF = affine_mode(zero_point_add="before_rounding", nonfinite="int64",
+                                 dequant_wide=True)
 #: float64 input per tensor: rounding in double, dequantization in float32
 _MODE_PER_TENSOR_F64 = affine_mode(nonfinite="nan_to_qmin", dequant_narrow=True)
 
@@ -997,9 +1000,19 @@ def _int_arg(value, name, func):
     return int(value)
 
 
+_KERNEL_NAMES = {"fake_quantize_per_tensor_affine":
+                 "fake_quantize_tensor_cachemask_kernel_type_handling",
+                 "fake_quantize_per_channel_affine":
+                 "fake_quantize_channel_cachemask_cpu_type_handling"}
+
+
 def _fq_input(x, func):
-    arr = A.as_float_array(x, "x", func)
-    return arr
+    """x as a float array; an integer / bool array raises torch's
+    NotImplementedError of the kernel's dtype dispatch."""
+    if isinstance(x, np.ndarray) and x.dtype.kind in "biu":
+        raise NotImplementedError(f'"{_KERNEL_NAMES.get(func, func)}" not implemented for '
+                                  f"'{_torch_dtype_name(x.dtype)}'")
+    return A.as_float_array(x, "x", func)
 
 
 def _per_tensor(x, scale, zp, qmin, qmax, func):
@@ -1029,31 +1042,66 @@ def fake_quantize_per_tensor_affine_cachemask(x, scale, zero_point, quant_min, q
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"{func}(): argument 'scale' must be float, not {type(scale).__name__}")
     if qmin > qmax:
-        raise ValueError("`quant_min` should be less than or equal to `quant_max`.")
+        raise ValueError(_QMIN_QMAX_MSG)
     if not qmin <= zp <= qmax:
-        raise ValueError("`zero_point` must be between `quant_min` and `quant_max`.")
+        raise ValueError(_ZP_RANGE_MSG)
     return _per_tensor(x, float(scale), zp, qmin, qmax, func)
+
+
+def _item(value, name, func):
+    """torch's ``Tensor.item()``: the one element of a numeric array as a
+    Python number (bool and integers as int, floats as float)."""
+    a = np.asarray(value)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{func}: {name} must be a numeric array, got dtype {a.dtype}")
+    if a.size != 1:
+        raise ValueError(f"a Tensor with {a.size} elements cannot be converted to Scalar")
+    v = a.reshape(-1)[0]
+    return int(v) if a.dtype.kind in "biu" else float(v)
+
+
+def _item_float(value, name, func):
+    """``.item().toFloat()``: a checked conversion (a finite value beyond
+    the float32 range raises), then rounded to float32."""
+    v = _item(value, name, func)
+    if np.isfinite(v) and abs(v) > float(np.finfo(F32).max):
+        raise ValueError("value cannot be converted to type float without overflow")
+    with np.errstate(over="ignore"):
+        return F32(v)
+
+
+def _item_int(value, name, func):
+    """``.item().toInt()``: a checked conversion to int32 (NaN and values
+    outside [-2**31, 2**31 - 1] raise), truncating a float."""
+    v = _item(value, name, func)
+    if isinstance(v, float) and (v != v or not -2.0 ** 31 <= v <= 2.0 ** 31 - 1):
+        raise ValueError("value cannot be converted to type int without overflow")
+    if isinstance(v, int) and not -2 ** 31 <= v <= 2 ** 31 - 1:
+        raise ValueError("value cannot be converted to type int without overflow")
+    return int(v)
+
+
+_QMIN_QMAX_MSG = "`quant_min` should be less than or         equal to `quant_max`."
+_ZP_RANGE_MSG = "`zero_point` must be between `quant_min` and `quant_max`."
 
 
 def _per_tensor_tensor_qparams(x, scale, zero_point, quant_min, quant_max,
                                fake_quant_enabled=1):
-    """``torch._fake_quantize_per_tensor_affine_cachemask_tensor_qparams``."""
+    """``torch._fake_quantize_per_tensor_affine_cachemask_tensor_qparams``:
+    ``scale.item()`` as float32, ``zero_point.item()`` as int32 (checked,
+    truncated; not range checked)."""
     func = "fake_quantize_per_tensor_affine"
     qmin = _int_arg(quant_min, "quant_min", func)
     qmax = _int_arg(quant_max, "quant_max", func)
     if qmin > qmax:
-        raise ValueError("`quant_min` should be less than or equal to `quant_max`.")
-    s = np.asarray(scale)
-    z = np.asarray(zero_point)
-    if s.size != 1 or z.size != 1:
-        raise ValueError("a Tensor with more than one element cannot be converted to Scalar "
-                         f"(scale has {s.size}, zero_point {z.size} elements)")
+        raise ValueError(_QMIN_QMAX_MSG)
     arr = _fq_input(x, func)
+    # C++ evaluates the kernel's arguments right to left: zero point first
+    zp = _item_int(zero_point, "zero_point", func)
+    s = _item_float(scale, "scale", func)
     if not fake_quant_enabled:
         return arr, np.ones(arr.shape, dtype=np.bool_)
-    zv = z.reshape(-1)[0]
-    zp = int(zv) if z.dtype.kind in "iub" else int(np.trunc(np.float64(F32(zv))))
-    return _per_tensor(arr, float(F32(s.reshape(-1)[0])), zp, qmin, qmax, func)
+    return _per_tensor(arr, float(s), zp, qmin, qmax, func)
 
 
 def fake_quantize_per_tensor_affine(x, scale, zero_point, quant_min, quant_max):
@@ -1073,31 +1121,55 @@ def fake_quantize_per_tensor_affine(x, scale, zero_point, quant_min, quant_max):
                                                      quant_max)[0]
 
 
+def _dim_size(arr, axis):
+    """torch's ``self.size(axis)`` with its dimension wrapping and IndexErrors."""
+    if arr.ndim == 0:
+        raise IndexError(f"Dimension specified as {axis} but tensor has no dimensions")
+    if not -arr.ndim <= axis < arr.ndim:
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-arr.ndim}, {arr.ndim - 1}], but got {axis})")
+    return arr.shape[axis]
+
+
 def _channel_params(arr, scale, zero_point, axis, qmin, qmax, func):
+    """``fake_quantize_per_channel_affine_cachemask``'s checks, in torch's order."""
     s = np.asarray(scale)
     z = np.asarray(zero_point)
     if s.dtype != np.float32:
-        raise TypeError(f"Scale must be Float, found {s.dtype}")
+        raise TypeError(f"Scale must be Float or BFloat16, found {_torch_dtype_name(s.dtype)}")
     if z.dtype not in (np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.float16)):
-        raise TypeError(f"Zero-point must be Int32, Float or Half, found {z.dtype}")
+        raise TypeError("Zero-point must be Int32, Float or Half, found "
+                        f"{_torch_dtype_name(z.dtype)}")
     if s.ndim != 1:
         raise ValueError("scale should be a 1-D tensor")
     if z.ndim != 1:
         raise ValueError("zero point should be a 1-D tensor")
     if s.size != z.size:
         raise ValueError("scale and zero-point need to have the same dimensions")
-    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
-        raise TypeError(f"{func}(): argument 'axis' must be int, not {type(axis).__name__}")
-    if not 0 <= axis < max(arr.ndim, 1):
-        raise ValueError("`axis` must be between 0 and number of dimensions of input")
-    if arr.ndim and s.size != arr.shape[axis]:
+    axis = _int_arg(axis, "axis", func)
+    if s.size != _dim_size(arr, axis):
         raise ValueError("dimensions of scale and zero-point are not consistent with input "
                          "tensor")
     if qmin > qmax:
-        raise ValueError("`quant_min` should be less than or equal to `quant_max`.")
-    if z.dtype == np.int32 and z.size and (z.min() < qmin or z.max() > qmax):
-        raise ValueError("`zero_point` must be between `quant_min` and `quant_max`.")
+        raise ValueError(_QMIN_QMAX_MSG)
+    if z.dtype == np.int32:
+        if z.size == 0:
+            raise ValueError("min(): Expected reduction dim to be specified for input.numel() "
+                             "== 0. Specify the reduction dim with the 'dim' argument.")
+        if z.min() < qmin or z.max() > qmax:
+            raise ValueError(_ZP_RANGE_MSG)
+    if not 0 <= axis <= arr.ndim:
+        raise ValueError("`axis` must be between 0 and number of dimensions of input")
     return s, z
+
+
+_TORCH_DTYPE_NAMES = {"float64": "Double", "float32": "Float", "float16": "Half",
+                      "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char",
+                      "uint8": "Byte", "bool": "Bool"}
+
+
+def _torch_dtype_name(dtype):
+    return _TORCH_DTYPE_NAMES.get(np.dtype(dtype).name, np.dtype(dtype).name)
 
 
 def fake_quantize_per_channel_affine_cachemask(x, scale, zero_point, axis, quant_min,
@@ -1113,7 +1185,8 @@ def fake_quantize_per_channel_affine_cachemask(x, scale, zero_point, axis, quant
 
 def _per_channel(arr, s, z, axis, qmin, qmax, func):
     """Per-channel kernel (torch.md 4.2) on validated parameters."""
-    mode = _MODE_CHANNEL_INT if z.dtype.kind in "iu" else _MODE_CHANNEL_FLOAT
+    mode = (_MODE_CHANNEL_INT if z.dtype.kind in "iu" else
+            _MODE_CHANNEL_HALF if z.dtype == np.float16 else _MODE_CHANNEL_FLOAT)
     if arr.size == 0:
         return arr.copy(), np.zeros(arr.shape, dtype=np.bool_)
     s64 = s.astype(np.float64)
@@ -1149,15 +1222,26 @@ def _lsq_check(quant_min, quant_max, func):
     return qmin, qmax
 
 
+def _first_float(value, name, func):
+    """torch's ``t[0].item<float>()``."""
+    a = np.asarray(value)
+    if a.ndim == 0:
+        raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
+                         "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number")
+    if a.shape[0] == 0:
+        raise IndexError("index 0 is out of bounds for dimension 0 with size 0")
+    return _item_float(a[0], name, func)
+
+
 def fake_quantize_learnable_per_tensor_affine(x, scale, zero_point, quant_min, quant_max,
                                               grad_factor=1.0):
     """``torch._fake_quantize_learnable_per_tensor_affine``: zero point
-    ``int(clamp(nearbyint(zp[0]), qmin, qmax))``, then the per-tensor kernel."""
+    ``int64(clamp(nearbyint(f32(zp[0])), f32(qmin), f32(qmax)))``, then the
+    per-tensor kernel (which checks the range)."""
     func = "fake_quantize_learnable_per_tensor_affine"
     qmin, qmax = _lsq_check(quant_min, quant_max, func)
-    s = F32(np.asarray(scale, dtype=F32).reshape(-1)[0])
-    zf = F32(np.asarray(zero_point, dtype=F32).reshape(-1)[0])
-    zp = _clamp_trunc(np.rint(zf), qmin, qmax)
+    s = _first_float(scale, "scale", func)
+    zp = _clamp_trunc(np.rint(_first_float(zero_point, "zero_point", func)), qmin, qmax)
     return fake_quantize_per_tensor_affine(x, float(s), zp, qmin, qmax)
 
 
@@ -1173,31 +1257,73 @@ def _clamp_trunc(v, qmin, qmax):
     return int(np.trunc(np.float64(c)))
 
 
+def _rounded_zero_points(zero_point, qmin, qmax):
+    """``zero_point.round().clamp_(qmin, qmax)`` in the zero point's own
+    dtype (bounds cast to it, NaN kept)."""
+    z = np.asarray(zero_point)
+    if z.dtype.kind != "f":
+        z = z.astype(F32)
+    with np.errstate(over="ignore"):
+        lo, hi = z.dtype.type(qmin), z.dtype.type(qmax)
+    r = np.rint(z)
+    r = np.where(r < lo, lo, r)
+    return np.where(hi < r, hi, r).astype(z.dtype)
+
+
+def _to_int32(z):
+    """``.to(torch.int)`` on x86: NaN, inf and out-of-range values -> INT32_MIN."""
+    z = np.asarray(z, np.float64)
+    ok = np.isfinite(z) & (z > -2.0 ** 31 - 1) & (z < 2.0 ** 31)
+    return np.where(ok, np.trunc(np.where(ok, z, 0)), -2.0 ** 31).astype(np.int32)
+
+
 def fake_quantize_learnable_per_channel_affine(x, scale, zero_point, axis, quant_min,
                                                quant_max, grad_factor=1.0):
     """``torch._fake_quantize_learnable_per_channel_affine``: zero point
     ``zp.round().clamp(qmin, qmax).int()``, then the per-channel kernel."""
     func = "fake_quantize_learnable_per_channel_affine"
     qmin, qmax = _lsq_check(quant_min, quant_max, func)
-    z = np.clip(np.rint(np.asarray(zero_point, dtype=F32)), F32(qmin), F32(qmax))
-    with np.errstate(invalid="ignore"):
-        zi = np.where(np.isfinite(z), z, -2.0 ** 31).astype(np.int32)
-    return fake_quantize_per_channel_affine(x, np.asarray(scale, dtype=F32), zi, axis, qmin,
-                                            qmax)
+    zi = _to_int32(_rounded_zero_points(zero_point, qmin, qmax))
+    return fake_quantize_per_channel_affine(x, scale, zi.reshape(np.shape(zero_point)), axis,
+                                            qmin, qmax)
+
+
+def _fmaf(a, b, c):
+    """``fmaf(a, b, c)`` on float32 arrays, rounded once: ``a * b`` is exact in
+    float64, the sum is made exact with TwoSum and rounded to odd, and the
+    round-to-odd float64 rounds correctly to float32 (53 >= 24 + 2)."""
+    p = a.astype(np.float64) * b.astype(np.float64)
+    c = np.asarray(c, np.float64)
+    s = p + c
+    bb = s - p
+    err = (p - (s - bb)) + (c - bb)          # s + err == p + c exactly
+    even = (s.view(np.int64) & 1) == 0
+    fix = (err != 0) & even & np.isfinite(s)
+    s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+    return s.astype(F32)
+
+
+def _x86_int64(v):
+    """``static_cast<int64_t>(float)`` on x86: NaN, inf and values outside
+    the int64 range give INT64_MIN."""
+    v = np.asarray(v, np.float64)
+    ok = np.isfinite(v) & (v >= -2.0 ** 63) & (v < 2.0 ** 63)
+    return np.where(ok, np.where(ok, v, 0).astype(np.int64), np.int64(-2 ** 63))
 
 
 def _lsq_grads(dY, x, s, zb, qmin, qmax, gf, axis, func):
-    """Per-element LSQ gradients (torch.md 5).
+    """Per-element LSQ gradients (torch.md 5), torch's CPU kernel as compiled
+    (FMA contraction):
 
-    torch's CPU kernel is compiled with FMA contraction, so
-    ``xq = int64(rint(f32(fma(x, inv, zb))))`` and the in-range scale
-    gradient uses ``f32(fma(q - zb, s, -x))``; both fused values are
-    evaluated exactly in float64 and rounded once to float32 here, then
-    ``_affine`` (unit scale: rint, clamp, x86 int64 conversion, mask) gives
-    ``q`` and the in-range mask.  Every other product is float32, one
-    rounding each.
+        xq = int64(rint(fmaf(x, inv, zb)))            x86 conversion
+        in = qmin <= xq <= qmax                        int64 compare
+        d  = f32(clamp(xq) - zb)   (exact int64 difference per tensor;
+                                    float32(q) - zb per channel, float zb)
+        dX = dY * in
+        dS = in ? f32(f32(f32(dY * fmaf(d, s, -x)) * inv) * gf)
+                : f32(f32(dY * f32(q_bound - zb)) * gf)
+        dZ = in ? 0 : f32(f32(f32(-dY) * s) * gf)
     """
-    mode_q = affine_mode(nonfinite="int64", output_q=True)
     with np.errstate(all="ignore"):
         shape = [1] * x.ndim
         if axis is not None:
@@ -1206,38 +1332,35 @@ def _lsq_grads(dY, x, s, zb, qmin, qmax, gf, axis, func):
         z64 = zb.reshape(shape)
         z32 = z64.astype(F32)         # the fma addend: zb as a float
         inv = (F32(1) / s32).astype(F32)
-        t = (x.astype(np.float64) * inv.astype(np.float64) + z32).astype(F32)
-        one = np.ones(1 if axis is None else x.shape[axis])
-        q, mask = _affine(t, one, np.zeros_like(one), qmin, qmax, mode_q, axis, None, True,
-                          func)
+        x = x.astype(F32, copy=False)
+        xq = _x86_int64(np.rint(_fmaf(x, inv, z32)))
+        mask = (xq >= qmin) & (xq <= qmax)
+        q = np.clip(xq, qmin, qmax)
         gf = F32(gf)
         if axis is None:   # int64 zero point: exact integer differences
-            dsmall, dbig = F32(qmin - z64.item()), F32(qmax - z64.item())
-            qz = (q.astype(np.float64) - z64).astype(F32)
+            zi = int(z64.item())
+            dsmall, dbig = F32(qmin - zi), F32(qmax - zi)
+            qz = (q - zi).astype(F32)
         else:              # float zero point: float32 differences
             dsmall = (F32(qmin) - z32).astype(F32)
             dbig = (F32(qmax) - z32).astype(F32)
-            qz = (q - z32).astype(F32)
-        diff = (qz.astype(np.float64) * s32.astype(np.float64)
-                - x.astype(np.float64)).astype(F32)
+            qz = (q.astype(F32) - z32).astype(F32)
+        diff = _fmaf(qz, np.broadcast_to(s32, qz.shape), -x)
         dX = _ops.ste_backward(dY, mask)
-        inside = ((dY * diff).astype(F32) * inv).astype(F32) * gf
-        small = ~mask & (q == F32(qmin))
-        outside = np.where(small, (dY * dsmall).astype(F32), (dY * dbig).astype(F32)) * gf
+        inside = (((dY * diff).astype(F32) * inv).astype(F32) * gf).astype(F32)
+        outside = (np.where(xq < qmin, (dY * dsmall).astype(F32),
+                            (dY * dbig).astype(F32)) * gf).astype(F32)
         dS = np.where(mask, inside, outside).astype(F32)
         dZ = np.where(mask, F32(0), ((-dY * s32).astype(F32) * gf).astype(F32)).astype(F32)
     return dX, dS, dZ
 
 
-def _lsq_inputs(dY, x, func):
-    g = np.asarray(dY)
-    xa = np.asarray(x)
-    if g.dtype != np.float32 or xa.dtype != np.float32:
-        raise TypeError(f"{func}: dY and X must be float32 (torch's CPU kernel), got "
-                        f"{g.dtype} and {xa.dtype}")
-    if g.shape != xa.shape:
-        raise ValueError(f"{func}: dY has shape {g.shape}, X {xa.shape}")
-    return g, xa
+def _lsq_f32(arrays):
+    """torch's ``TORCH_CHECK(t.scalar_type() == ScalarType::Float)`` per input."""
+    for name, a in arrays:
+        if a.dtype != np.float32:
+            raise TypeError(f"Expected {name}.scalar_type() == ScalarType::Float to be true, "
+                            "but got false.")
 
 
 def fake_quantize_learnable_per_tensor_affine_backward(grad, x, scale, zero_point, quant_min,
@@ -1246,27 +1369,39 @@ def fake_quantize_learnable_per_tensor_affine_backward(grad, x, scale, zero_poin
     -> ``(dX, dScale[1], dZeroPoint[1])``.
 
     Backward zero point ``zb = trunc(clamp(f32(zp + 0.5), qmin, qmax))`` (not
-    the forward one); per element ``xq = int64(rint(f32(zb + x * inv)))``::
+    the forward one); per element ``xq = int64(rint(fmaf(x, inv, zb)))``::
 
         dX = dY * (qmin <= xq <= qmax)
         xq < qmin: dS = dY * (qmin - zb) * gf;  dZ = -dY * s * gf
         xq > qmax: dS = dY * (qmax - zb) * gf;  dZ = -dY * s * gf
-        else:      dS = dY * (f32((xq - zb) * s) - x) * inv * gf;  dZ = 0
+        else:      dS = dY * fmaf(f32(xq - zb), s, -x) * inv * gf;  dZ = 0
 
     summed to shape [1].  Empty x returns ``(x, scale, zero_point)`` (torch's bug).
     """
     func = "fake_quantize_learnable_per_tensor_affine_backward"
     qmin, qmax = _lsq_check(quant_min, quant_max, func)
-    g, xa = _lsq_inputs(grad, x, func)
-    sa = np.asarray(scale, dtype=F32).reshape(-1)
-    za = np.asarray(zero_point, dtype=F32).reshape(-1)
-    zb = _clamp_trunc(F32(za[0] + F32(0.5)), qmin, qmax)
+    s = _first_float(scale, "scale", func)
+    zb = _clamp_trunc(F32(_first_float(zero_point, "zero_point", func) + F32(0.5)), qmin,
+                      qmax)
+    g, xa, sa, za = (np.asarray(v) for v in (grad, x, scale, zero_point))
+    _lsq_f32([("dY", g), ("X", xa), ("scale", sa), ("zero_point", za)])
+    if g.size != xa.size:
+        raise ValueError("`X` and `dY` are not the same size")
     if not (qmin <= 0 and qmax >= 0):
-        raise ValueError("`quant_min` should be less than or equal to `quant_max`, and the "
-                         "quantization range should include 0.")
+        raise ValueError("`quant_min` should be less than or         equal to `quant_max`, "
+                         "and the quantization range should include 0.")
+    if not qmin <= zb <= qmax:
+        raise ValueError(_ZP_RANGE_MSG)
     if xa.size == 0:
-        return xa, np.asarray(scale), np.asarray(zero_point)
-    dX, dS, dZ = _lsq_grads(g, xa, sa[:1].astype(np.float64), np.array([float(zb)]), qmin,
+        return xa, sa, za
+    if g.shape != xa.shape:   # torch's TensorIterator broadcasts X and dY
+        try:
+            shape = np.broadcast_shapes(g.shape, xa.shape)
+        except ValueError as exc:
+            raise ValueError(f"{func}: X {xa.shape} and dY {g.shape} do not broadcast") \
+                from exc
+        g, xa = np.broadcast_to(g, shape), np.broadcast_to(xa, shape)
+    dX, dS, dZ = _lsq_grads(g, xa, np.array([float(s)]), np.array([float(zb)]), qmin,
                             qmax, grad_factor, None, func)
     return (dX, np.array([dS.sum(dtype=np.float64)], dtype=F32),
             np.array([dZ.sum(dtype=np.float64)], dtype=F32))
@@ -1277,22 +1412,36 @@ def fake_quantize_learnable_per_channel_affine_backward(grad, x, scale, zero_poi
     """``torch.ops.aten._fake_quantize_learnable_per_channel_affine_backward``
     -> ``(dX, dScale[C], dZeroPoint[C])``; zero point ``clamp(rint(zp))``
     (float), otherwise the per-tensor formulas per channel, summed over the
-    non-axis dimensions."""
+    non-axis dimensions (a 1-D x sums everything: 0-d results)."""
     func = "fake_quantize_learnable_per_channel_affine_backward"
     qmin, qmax = _lsq_check(quant_min, quant_max, func)
-    g, xa = _lsq_inputs(grad, x, func)
-    axis = A.normalize_axis(_int_arg(axis, "axis", func), max(xa.ndim, 1), func)
-    sa = np.asarray(scale, dtype=F32).reshape(-1)
-    za = np.clip(np.rint(np.asarray(zero_point, dtype=F32).reshape(-1)), F32(qmin), F32(qmax))
+    g, xa, sa, za = (np.asarray(v) for v in (grad, x, scale, zero_point))
+    zr = _rounded_zero_points(za, qmin, qmax)
+    _lsq_f32([("dY_", g), ("X_", xa), ("scale_", sa), ("zero_point_", za)])
+    if g.shape != xa.shape:
+        raise ValueError("`X` and `dY` are not the same size")
     if not (qmin <= 0 and qmax >= 0):
-        raise ValueError("`quant_min` should be less than or equal to `quant_max`, and the "
-                         "quantization range should include 0.")
+        raise ValueError("Expecting `quant_min` <= 0 and `quant_max` >= 0")
+    if sa.ndim != 1:
+        raise ValueError("scale should be a 1-D tensor")
+    if za.ndim != 1:
+        raise ValueError("zero point should be a 1-D tensor")
+    if sa.size != za.size:
+        raise ValueError("scale and zero-point need to have the same dimensions")
+    axis = _int_arg(axis, "axis", func)
+    if sa.size != _dim_size(xa, axis):
+        raise ValueError("dimensions of scale and zero-point are not consistent with input "
+                         "tensor")
+    if zr.size == 0:
+        raise ValueError("aminmax(): cannot compute aminmax over an empty dimension as the "
+                         "operation has no identity.")
+    if np.isnan(zr).any() or zr.min() < qmin or zr.max() > qmax:
+        raise ValueError(_ZP_RANGE_MSG)
+    if not 0 <= axis < xa.ndim:
+        raise ValueError("`axis` must be between 0 and number of dimensions of input")
     if xa.size == 0:
-        return xa, np.asarray(scale), np.asarray(zero_point)
-    if sa.size != xa.shape[axis] or za.size != xa.shape[axis]:
-        raise ValueError(f"{func}: scale / zero_point must have x.shape[axis] = "
-                         f"{xa.shape[axis]} values")
-    dX, dS, dZ = _lsq_grads(g, xa, sa.astype(np.float64), za.astype(np.float64), qmin, qmax,
+        return xa, sa, za
+    dX, dS, dZ = _lsq_grads(g, xa, sa.astype(np.float64), zr.astype(np.float64), qmin, qmax,
                             grad_factor, axis, func)
     if xa.ndim == 1:
         # torch sums a 1-D input to 0-d gradients

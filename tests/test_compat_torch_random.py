@@ -1,0 +1,483 @@
+"""Randomized bit-exactness of quantcore.compat.torch against live torch 2.13 CPU.
+
+At least ``CASES`` (1000) independent cases per function and per class: a case
+is one call (or one forward step of a module) with its own random arguments,
+compared on bit patterns with torch (outputs, masks, scales, zero points,
+observer state); where torch raises, quantcore must raise too (mapped as the
+module docstring says).  Inputs mix ties (power-of-two scales make
+``x * inv`` land exactly on .5), out-of-range values, NaN / +-inf, signed
+zeros, subnormals, tiny ranges and every dtype / qscheme combination.
+
+``INT32_EXACT``: the core kernel does not yet clamp / dequantize int32-size
+ranges with exact integers (see test_compat_torch_int32.py); until it does,
+the random generators keep int32 ranges to zero points that are multiples of
+256 (per tensor) and leave them out per channel.
+"""
+import warnings
+from collections import Counter
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch.ao.quantization import fake_quantize as tfq  # noqa: E402
+from torch.ao.quantization import observer as tob  # noqa: E402
+
+from quantcore.compat import torch as T  # noqa: E402
+from test_compat_torch import F32, npy, same, same_value, tt  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
+              pytest.mark.filterwarnings("ignore::RuntimeWarning")]
+
+CASES = 1000
+INT32_EXACT = False
+#: float64 input with a float zero point per channel: torch rounds
+#: ``x * inv + zp`` to float32 before ``lrintf``; the core rounds in float64
+#: (see test_compat_torch_int32.py)
+F64_FLOAT_ZP_EXACT = False
+COUNTS = Counter()
+
+DTYPES = ["quint8", "qint8", "qint32", "quint4x2", "int8", "uint8", "int16", "uint16", "int32"]
+PER_TENSOR = ["per_tensor_affine", "per_tensor_symmetric"]
+PER_CHANNEL = ["per_channel_affine", "per_channel_symmetric", "per_channel_affine_float_qparams"]
+I32 = (-2 ** 31, 2 ** 31 - 1)
+#: quantization ranges for the functions (the observers' defaults, reduced,
+#: custom ones, degenerate and 0-excluding ones)
+RANGES = [(0, 255), (-128, 127), (0, 127), (-64, 63), (-127, 127), (0, 15), (0, 1),
+          (-1, 1), (0, 0), (3, 3), (3, 10), (-10, -3), (0, 65535), (-32768, 32767), (0, 1000),
+          I32, (0, 2 ** 31 - 1), (-2 ** 31, 0)]
+
+
+def is_int32(qmin, qmax):
+    return max(abs(qmin), abs(qmax)) > 2 ** 24
+
+
+def count(name, n=1):
+    COUNTS[name] += n
+
+
+def run(fn):
+    """(result, None) or (None, exception)."""
+    try:
+        return fn(), None
+    except Exception as e:  # noqa: BLE001
+        return None, e
+
+
+def exc_matches(ours, theirs):
+    """torch AssertionError / RuntimeError -> ValueError (TypeError for a
+    wrong dtype); IndexError / NotImplementedError / TypeError kept."""
+    if isinstance(theirs, (AssertionError, RuntimeError)) and \
+            not isinstance(theirs, NotImplementedError):
+        return isinstance(ours, (ValueError, TypeError))
+    return isinstance(ours, type(theirs))
+
+
+def both(ours, theirs, msg):
+    """Run both; assert both succeed or both raise (matching); return the results."""
+    o, oe = run(ours)
+    t, te = run(theirs)
+    assert (oe is None) == (te is None), f"{msg}: quantcore {oe!r}, torch {te!r}"
+    if oe is not None:
+        assert exc_matches(oe, te), f"{msg}: quantcore {oe!r}, torch {te!r}"
+    return o, t, oe is not None
+
+
+# ----------------------------------------------------------------- inputs
+def scale_for(rng, qmin, qmax):
+    r = rng.random()
+    if r < 0.3:
+        return float(2.0 ** int(rng.integers(-20, 8)))          # exact ties
+    if r < 0.33:
+        return float(rng.choice([0.0, -0.5, -2.0 ** -3, 1e-40, 1e30, np.inf, np.nan,
+                                 float(np.finfo(F32).tiny), 3e38]))
+    return float(10.0 ** rng.uniform(-8, 4))
+
+
+def values(rng, shape, scale, qmin, qmax, zp=0.0):
+    """x with ties, in-range, out-of-range, special values."""
+    n = int(np.prod(shape))
+    s = abs(scale) if np.isfinite(scale) and scale != 0 else 1.0
+    span = (qmax - qmin + 4) * s
+    kind = rng.integers(0, 10, n)
+    k = rng.integers(qmin - 3, qmax + 4, n).astype(np.float64) - zp
+    x = rng.uniform(-span, span, n)
+    x = np.where(kind < 3, (k + 0.5) * s, x)                    # ties
+    x = np.where(kind == 3, k * s, x)                           # exact grid points
+    x = np.where(kind == 4, (k + rng.choice([-1, 1], n) * 0.5000001) * s, x)
+    x = np.where(kind == 5, rng.uniform(-1, 1, n) * span * 100, x)  # far out of range
+    x = x.astype(F32)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-40, 3e38, -3e38],
+                       F32)
+    pick = rng.random(n) < 0.04
+    x[pick] = rng.choice(special, int(pick.sum()))
+    return x.reshape(shape)
+
+
+def random_shape(rng, min_ndim=0, max_ndim=4):
+    ndim = int(rng.integers(min_ndim, max_ndim + 1))
+    if rng.random() < 0.03:
+        shape = [int(v) for v in rng.integers(1, 4, ndim)]
+        if ndim:
+            shape[int(rng.integers(0, ndim))] = 0
+        return tuple(shape)
+    return tuple(int(v) for v in rng.integers(1, 6, ndim))
+
+
+def layout(rng, x):
+    """Sometimes a non-contiguous view of x (same values)."""
+    if x.ndim >= 2 and rng.random() < 0.15:
+        return np.ascontiguousarray(x.swapaxes(0, 1)).swapaxes(0, 1)
+    return x
+
+
+def as_dtype(rng, x, choices=(F32, F32, F32, np.float16, np.float64)):
+    return x.astype(choices[int(rng.integers(0, len(choices)))])
+
+
+# ============================================================ per tensor
+def tensor_zero_point(rng, qmin, qmax):
+    if is_int32(qmin, qmax) and not INT32_EXACT:
+        lo, hi = max(qmin, -2 ** 24) // 256, min(qmax, 2 ** 24) // 256
+        return int(rng.integers(lo, hi + 1)) * 256 if lo <= hi else 0
+    if rng.random() < 0.2:
+        return int(rng.choice([qmin, qmax]))
+    return int(rng.integers(qmin, qmax + 1))
+
+
+def test_per_tensor_functions_random():
+    """fake_quantize_per_tensor_affine and its cachemask op (Python-number
+    scale / zero point): outputs and masks."""
+    rng = np.random.default_rng(100)
+    for case in range(CASES + 100):
+        qmin, qmax = RANGES[int(rng.integers(0, len(RANGES)))]
+        scale = scale_for(rng, qmin, qmax)
+        zp = tensor_zero_point(rng, qmin, qmax)
+        if rng.random() < 0.04:   # invalid arguments: both raise
+            qmin, qmax, zp = [(5, 4, 4), (0, 255, 256), (0, 255, -1)][int(rng.integers(0, 3))]
+        x = layout(rng, as_dtype(rng, values(rng, random_shape(rng), scale, qmin, qmax, zp)))
+        msg = f"case {case}: s={scale!r} zp={zp} [{qmin},{qmax}] {x.dtype}{x.shape}"
+        o, t, raised = both(
+            lambda: T.fake_quantize_per_tensor_affine_cachemask(x, scale, zp, qmin, qmax),
+            lambda: torch.ops.aten.fake_quantize_per_tensor_affine_cachemask(
+                tt(x), scale, zp, qmin, qmax), msg)
+        o2, t2, _ = both(lambda: T.fake_quantize_per_tensor_affine(x, scale, zp, qmin, qmax),
+                         lambda: torch.fake_quantize_per_tensor_affine(tt(x), scale, zp, qmin,
+                                                                       qmax), msg)
+        if not raised:
+            same(o[0], npy(t[0]), msg + " out")
+            same(o[1], npy(t[1]), msg + " mask")
+            same(o2, npy(t2), msg + " out (no mask)")
+        count("fake_quantize_per_tensor_affine_cachemask")
+        count("fake_quantize_per_tensor_affine")
+    assert COUNTS["fake_quantize_per_tensor_affine"] >= CASES
+
+
+def _tensor_qparams(rng, qmin, qmax, scale, zp):
+    """scale / zero_point arrays of assorted dtypes and shapes (the
+    tensor-qparams overload reads ``.item()``)."""
+    sdt = [F32, F32, F32, np.float64, np.float16][int(rng.integers(0, 5))]
+    zkind = int(rng.integers(0, 8))
+    if zkind <= 1:
+        z = np.array([zp], np.int32)
+    elif zkind == 2:
+        z = np.array([zp], np.int64)
+    elif zkind == 3:
+        z = np.array([zp + rng.uniform(-0.99, 0.99)], F32)      # truncated toward 0
+    elif zkind == 4:
+        z = np.array([zp + rng.uniform(-0.99, 0.99)], np.float64)
+    elif zkind == 5:
+        z = np.array([zp + rng.choice([-0.5, 0.5, 0.25])], np.float16)
+    elif zkind == 6:   # not range checked
+        z = np.array([qmax + int(rng.integers(1, 300))], np.int32)
+    else:              # overflows int32: torch raises
+        z = np.array([rng.choice([2 ** 31, -2 ** 31 - 1, np.nan, np.inf, 2.5e9])], np.float64)
+        if rng.random() < 0.5 and np.isfinite(z[0]):
+            z = z.astype(np.int64)
+    s = np.array([scale]).astype(sdt)
+    shape = [(1,), (), (1, 1)][int(rng.integers(0, 3))]
+    s, z = s.reshape(shape), z.reshape(shape)
+    if rng.random() < 0.03:
+        s = np.repeat(s.reshape(1), 2)        # more than one element: torch raises
+    if rng.random() < 0.02:
+        s = np.array([3.5e38])                # overflows float32 in .item(): torch raises
+    return s, z
+
+
+def test_per_tensor_tensor_qparams_random():
+    """The tensor-qparams overload (used by FakeQuantize): zero point read by
+    ``.item()`` as int32 (checked, truncated), not range checked."""
+    rng = np.random.default_rng(101)
+    for case in range(CASES + 50):
+        qmin, qmax = RANGES[int(rng.integers(0, len(RANGES)))]
+        if is_int32(qmin, qmax) and not INT32_EXACT:
+            qmin, qmax = (-2 ** 23, 2 ** 23)   # zero points stay below 2**24
+        scale = scale_for(rng, qmin, qmax)
+        zp = tensor_zero_point(rng, qmin, qmax)
+        if rng.random() < 0.03:
+            qmin, qmax = qmax + 1, qmax
+        s, z = _tensor_qparams(rng, qmin, qmax, scale, zp)
+        x = layout(rng, as_dtype(rng, values(rng, random_shape(rng), scale, qmin, qmax, zp)))
+        msg = f"case {case}: s={s!r} zp={z!r} [{qmin},{qmax}] {x.dtype}{x.shape}"
+        o, t, raised = both(
+            lambda: T.fake_quantize_per_tensor_affine(x, s, z, qmin, qmax),
+            lambda: torch.fake_quantize_per_tensor_affine(tt(x), tt(s), tt(z), qmin, qmax), msg)
+        if not raised:
+            same(o, npy(t), msg)
+        count("fake_quantize_per_tensor_affine[tensor_qparams]")
+    assert COUNTS["fake_quantize_per_tensor_affine[tensor_qparams]"] >= CASES
+
+
+# ============================================================ per channel
+CHANNEL_RANGES = [r for r in RANGES if INT32_EXACT or not is_int32(*r)]
+
+
+def channel_params(rng, C, qmin, qmax):
+    """scale float32[C] (power-of-two entries give exact ties), zero points
+    int32 (range checked), float32 or float16 (not checked)."""
+    scale = (10.0 ** rng.uniform(-6, 2, C)).astype(F32)
+    pow2 = rng.random(C) < 0.4
+    scale[pow2] = 2.0 ** rng.integers(-12, 4, int(pow2.sum()))
+    if rng.random() < 0.03:
+        scale[int(rng.integers(0, C))] = rng.choice([0.0, -0.25, np.inf, np.nan, 1e-40])
+    kind = rng.random()
+    if kind < 0.5:
+        zp = rng.integers(qmin, qmax + 1, C).astype(np.int32)
+    elif kind < 0.9:
+        zp = rng.uniform(qmin - 2, qmax + 2, C)
+        if rng.random() < 0.4:
+            zp = np.round(zp * 2) / 2       # integral and half-integral float zero points
+        zp = zp.astype(F32 if rng.random() < 0.8 else np.float16)
+        if rng.random() < 0.03:
+            zp[int(rng.integers(0, C))] = rng.choice([np.nan, np.inf])
+    else:
+        zp = np.full(C, qmin if rng.random() < 0.5 else qmax, np.int32)
+    return scale, zp
+
+
+def channel_values(rng, shape, axis, scale, zp, qmin, qmax):
+    bshape = [1] * len(shape)
+    bshape[axis] = shape[axis]
+    s = np.where(np.isfinite(scale) & (scale != 0), np.abs(scale), 1).reshape(bshape)
+    z = np.nan_to_num(zp.astype(np.float64)).reshape(bshape)
+    k = rng.integers(qmin - 3, qmax + 4, shape) - z
+    kind = rng.integers(0, 6, shape)
+    x = np.where(kind < 2, (np.floor(k) + 0.5) * s, rng.uniform(-1, 1, shape) * (qmax - qmin + 4) * s)
+    x = np.where(kind == 2, np.floor(k) * s, x)
+    x = np.where(kind == 3, (k - z % 1 + 0.5) * s, x)    # ties of x * inv + float zp
+    x = x.astype(F32)
+    pick = rng.random(x.shape) < 0.03
+    x[pick] = rng.choice(np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 3e38], F32),
+                         int(pick.sum()))
+    return x
+
+
+def channel_case(rng):
+    ndim = int(rng.integers(1, 5))
+    shape = [int(v) for v in rng.integers(1, 5, ndim)]
+    axis = int(rng.integers(0, ndim))
+    C = shape[axis] = int(rng.integers(1, 7))
+    if rng.random() < 0.03:
+        shape[(axis + 1) % ndim if ndim > 1 else 0] = 0 if ndim > 1 else shape[0]
+    qmin, qmax = CHANNEL_RANGES[int(rng.integers(0, len(CHANNEL_RANGES)))]
+    scale, zp = channel_params(rng, C, qmin, qmax)
+    x = channel_values(rng, shape, axis, scale, zp, qmin, qmax)
+    return x, scale, zp, axis, qmin, qmax
+
+
+def channel_bad(rng, x, scale, zp, axis, qmin, qmax):
+    """One invalid argument (torch raises)."""
+    k = int(rng.integers(0, 9))
+    if k == 0:
+        scale = scale.astype(np.float64)
+    elif k == 1:
+        zp = zp.astype(np.int64)
+    elif k == 2:
+        axis = -1 if rng.random() < 0.5 else x.ndim + 1
+    elif k == 3:
+        scale, zp = scale[:-1] if scale.size > 1 else np.ones(2, F32), zp
+    elif k == 4:
+        qmin, qmax = qmax + 1, qmax
+    elif k == 5:
+        zp = np.full(scale.shape, qmax + 1, np.int32)
+    elif k == 6:
+        scale, zp = scale.reshape(1, -1), zp.reshape(1, -1)
+    elif k == 7:
+        x = x.reshape(())[()] if x.size == 1 else x.reshape(-1)[0].reshape(())
+    else:
+        x = x.astype(np.int32)
+    return x, scale, zp, axis, qmin, qmax
+
+
+def test_per_channel_functions_random():
+    """fake_quantize_per_channel_affine and its cachemask op: int32, float32
+    and float16 zero points, every axis, float32 / float16 / float64 input."""
+    rng = np.random.default_rng(110)
+    for case in range(CASES + 100):
+        x, scale, zp, axis, qmin, qmax = channel_case(rng)
+        x = layout(rng, as_dtype(rng, x))
+        if x.dtype == np.float64 and zp.dtype.kind == "f" and not F64_FLOAT_ZP_EXACT:
+            x = x.astype(F32)
+        if rng.random() < 0.06:
+            x, scale, zp, axis, qmin, qmax = channel_bad(rng, x, scale, zp, axis, qmin, qmax)
+        msg = (f"case {case}: s={scale!r} zp={zp!r} axis={axis} [{qmin},{qmax}] "
+               f"{x.dtype}{x.shape}")
+        o, t, raised = both(
+            lambda: T.fake_quantize_per_channel_affine_cachemask(x, scale, zp, axis, qmin, qmax),
+            lambda: torch.ops.aten.fake_quantize_per_channel_affine_cachemask(
+                tt(x), tt(scale), tt(zp), axis, qmin, qmax), msg)
+        o2, t2, _ = both(
+            lambda: T.fake_quantize_per_channel_affine(x, scale, zp, axis, qmin, qmax),
+            lambda: torch.fake_quantize_per_channel_affine(tt(x), tt(scale), tt(zp), axis, qmin,
+                                                           qmax), msg)
+        if not raised:
+            same(o[0], npy(t[0]), msg + " out")
+            same(o[1], npy(t[1]), msg + " mask")
+            same(o2, npy(t2), msg + " out (no mask)")
+        count("fake_quantize_per_channel_affine_cachemask")
+        count("fake_quantize_per_channel_affine")
+    assert COUNTS["fake_quantize_per_channel_affine"] >= CASES
+
+
+# ================================================================== LSQ
+#: the LSQ backward (quantcore.compat.torch's own numpy evaluation) is exact
+#: at int32 ranges; the forward goes through the core kernel (INT32_EXACT)
+LSQ_RANGES = [r for r in RANGES if r[0] <= 0 <= r[1]]
+
+
+def lsq_forward_exact(qmin, qmax):
+    return INT32_EXACT or not is_int32(qmin, qmax)
+
+
+def close_sum(ours, theirs, bound, msg):
+    """Gradient sums: equal to a few float32 ulp of the summed magnitudes
+    (torch sums float32 in its own order); NaN where torch has NaN."""
+    o = np.asarray(ours, np.float64)
+    t = np.asarray(npy(theirs), np.float64)
+    assert o.shape == t.shape and np.asarray(ours).dtype == npy(theirs).dtype, msg
+    both_nan = np.isnan(o) & np.isnan(t)
+    tol = 8 * np.finfo(F32).eps * np.asarray(bound, np.float64) + 1e-37
+    ok = both_nan | (o == t) | (np.abs(o - t) <= tol)
+    assert ok.all(), f"{msg}: {ours} vs {npy(theirs)} (tolerance {tol})"
+
+
+def lsq_values(rng, shape, scale, zp, qmin, qmax):
+    x = values(rng, shape, scale, qmin, qmax, float(np.round(zp)))
+    if rng.random() < 0.7:   # most cases finite (NaN / inf make the sums NaN)
+        x = np.nan_to_num(x, nan=0.5, posinf=1e3, neginf=-1e3).astype(F32)
+    return x
+
+
+def test_learnable_per_tensor_random():
+    """_fake_quantize_learnable_per_tensor_affine and its backward: output
+    and dX bit for bit, dScale / dZeroPoint to a few ulp."""
+    rng = np.random.default_rng(120)
+    for case in range(CASES + 50):
+        qmin, qmax = LSQ_RANGES[int(rng.integers(0, len(LSQ_RANGES)))]
+        scale = abs(scale_for(rng, qmin, qmax)) if rng.random() < 0.97 else -0.5
+        if not np.isfinite(scale) or scale == 0 or scale > 1e20:
+            scale = 0.25
+        zp = rng.uniform(qmin - 3, qmax + 3)
+        r = rng.random()
+        if r < 0.3:
+            zp = np.round(zp * 2) / 2           # .5 ties: forward / backward round differently
+        elif r < 0.35:
+            zp = float(rng.choice([np.nan, -0.7, 2.5, -0.5, qmax + 0.5, qmin - 0.5]))
+        s = np.array([scale], F32)
+        z = np.array([zp], F32)
+        gf = float(rng.choice([1.0, 0.25, 1 / np.sqrt(1000 * 255)]))
+        shape = random_shape(rng, 0, 3)
+        x = lsq_values(rng, shape, scale, zp, qmin, qmax)
+        dy = rng.standard_normal(shape).astype(F32)
+        if rng.random() < 0.04:   # invalid arguments
+            k = int(rng.integers(0, 4))
+            if k == 0:
+                qmin, qmax = 1, 10
+            elif k == 1:
+                s = s.astype(np.float64)
+            elif k == 2:
+                x = x.astype(np.float64)
+            else:
+                z = z.astype(np.float64)
+        msg = f"case {case}: s={s!r} zp={z!r} [{qmin},{qmax}] gf={gf} {x.dtype}{x.shape}"
+        o, t, raised = both(
+            lambda: T.fake_quantize_learnable_per_tensor_affine(x, s, z, qmin, qmax, gf),
+            lambda: torch._fake_quantize_learnable_per_tensor_affine(tt(x), tt(s), tt(z), qmin,
+                                                                     qmax, gf), msg + " fwd")
+        if not raised and lsq_forward_exact(qmin, qmax):
+            same(o, npy(t), msg + " forward")
+        o, t, raised = both(
+            lambda: T.fake_quantize_learnable_per_tensor_affine_backward(dy, x, s, z, qmin, qmax,
+                                                                         gf),
+            lambda: torch.ops.aten._fake_quantize_learnable_per_tensor_affine_backward(
+                tt(dy), tt(x), tt(s), tt(z), qmin, qmax, gf), msg + " bwd")
+        if not raised:
+            same(o[0], npy(t[0]), msg + " dX")
+            bound = np.abs(dy).sum() * (abs(qmax) + abs(qmin) + abs(zp if np.isfinite(zp) else 0)
+                                        + 2 + scale * 4) * max(gf, 1.0)
+            close_sum(o[1], t[1], bound, msg + " dScale")
+            close_sum(o[2], t[2], bound, msg + " dZeroPoint")
+        count("fake_quantize_learnable_per_tensor_affine")
+        count("fake_quantize_learnable_per_tensor_affine_backward")
+    assert COUNTS["fake_quantize_learnable_per_tensor_affine_backward"] >= CASES
+
+
+def test_learnable_per_channel_random():
+    """_fake_quantize_learnable_per_channel_affine and its backward."""
+    rng = np.random.default_rng(121)
+    for case in range(CASES + 50):
+        ndim = int(rng.integers(1, 4))
+        shape = [int(v) for v in rng.integers(1, 5, ndim)]
+        axis = int(rng.integers(0, ndim))
+        C = shape[axis] = int(rng.integers(1, 6))
+        qmin, qmax = LSQ_RANGES[int(rng.integers(0, len(LSQ_RANGES)))]
+        s = (10.0 ** rng.uniform(-5, 1, C)).astype(F32)
+        pow2 = rng.random(C) < 0.4
+        s[pow2] = 2.0 ** rng.integers(-10, 3, int(pow2.sum()))
+        z = rng.uniform(qmin - 3, qmax + 3, C)
+        if rng.random() < 0.4:
+            z = np.round(z * 2) / 2
+        z = z.astype(F32)
+        if rng.random() < 0.03:
+            z[0] = np.nan
+        x = channel_values(rng, shape, axis, s, np.round(z), qmin, qmax)
+        if rng.random() < 0.7:
+            x = np.nan_to_num(x, nan=0.5, posinf=1e3, neginf=-1e3).astype(F32)
+        dy = rng.standard_normal(shape).astype(F32)
+        gf = float(rng.choice([1.0, 0.25]))
+        if rng.random() < 0.05:   # invalid arguments
+            k = int(rng.integers(0, 5))
+            if k == 0:
+                qmin, qmax = 1, 10
+            elif k == 1:
+                s = s.astype(np.float64)
+            elif k == 2:
+                axis = -1 if rng.random() < 0.5 else ndim
+            elif k == 3:
+                z = z[:-1] if C > 1 else np.zeros(2, F32)
+            else:
+                dy = dy.reshape(-1)
+        msg = f"case {case}: s={s!r} zp={z!r} axis={axis} [{qmin},{qmax}] {x.dtype}{x.shape}"
+        o, t, raised = both(
+            lambda: T.fake_quantize_learnable_per_channel_affine(x, s, z, axis, qmin, qmax, gf),
+            lambda: torch._fake_quantize_learnable_per_channel_affine(
+                tt(x), tt(s), tt(z), axis, qmin, qmax, gf), msg + " fwd")
+        if not raised and lsq_forward_exact(qmin, qmax):
+            same(o, npy(t), msg + " forward")
+        o, t, raised = both(
+            lambda: T.fake_quantize_learnable_per_channel_affine_backward(
+                dy, x, s, z, axis, qmin, qmax, gf),
+            lambda: torch.ops.aten._fake_quantize_learnable_per_channel_affine_backward(
+                tt(dy), tt(x), tt(s), tt(z), axis, qmin, qmax, gf), msg + " bwd")
+        if not raised:
+            same(o[0], npy(t[0]), msg + " dX")
+            other = tuple(d for d in range(x.ndim) if d != axis)
+            bound = np.abs(dy).sum(axis=other) if other else np.abs(dy)
+            bound = bound * (abs(qmax) + abs(qmin) + np.nan_to_num(np.abs(z)) + 2 + s * 4)
+            if x.ndim == 1:
+                bound = bound.sum()
+            close_sum(o[1], t[1], bound, msg + " dScale")
+            close_sum(o[2], t[2], bound, msg + " dZeroPoint")
+        count("fake_quantize_learnable_per_channel_affine")
+        count("fake_quantize_learnable_per_channel_affine_backward")
+    assert COUNTS["fake_quantize_learnable_per_channel_affine_backward"] >= CASES
