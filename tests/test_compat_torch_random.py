@@ -481,3 +481,102 @@ def test_learnable_per_channel_random():
         count("fake_quantize_learnable_per_channel_affine")
         count("fake_quantize_learnable_per_channel_affine_backward")
     assert COUNTS["fake_quantize_learnable_per_channel_affine_backward"] >= CASES
+
+
+# ============================================================== fused op
+FUSED_RANGES = [(0, 255), (-128, 127), (-127, 127), (0, 127), (-64, 63), (0, 15), (-8, 7),
+                (0, 1), (-1, 1), (0, 65535), (-32768, 32767), (0, 1000), (5, 10), (-10, -5),
+                (0, 0)] + ([I32] if INT32_EXACT else [])
+
+
+def fused_x(rng, shape):
+    mag = float(10.0 ** rng.uniform(-8, 4))
+    x = values(rng, shape, mag / 100, -100, 100)
+    kind = rng.random()
+    if kind < 0.6:
+        x = np.nan_to_num(x, nan=0.0, posinf=mag, neginf=-mag).astype(F32)
+    if kind < 0.15:
+        x = np.abs(x)                                  # one-signed data
+    elif kind < 0.25:
+        x = -np.abs(x)
+    elif kind < 0.3:
+        x = np.zeros_like(x)
+    elif kind < 0.33:
+        x = np.full_like(x, F32(rng.uniform(-2, 2)))   # min == max
+    return x
+
+
+def averaging_constant(rng):
+    return float(rng.choice([0.01, 0.5, 1.0, rng.uniform(0, 1), 0.0, 1.5, -0.25, 2 ** -7],
+                            p=[.3, .1, .15, .3, .03, .04, .04, .04]))
+
+
+def test_fused_moving_avg_obs_fake_quant_random():
+    """torch.fused_moving_avg_obs_fake_quant: output, and the four state
+    arrays updated in place, over multi-step sequences with the observer and
+    fake quant switched on and off."""
+    rng = np.random.default_rng(130)
+    case = 0
+    while COUNTS["fused_moving_avg_obs_fake_quant"] < CASES:
+        per_row = bool(rng.random() < 0.45)
+        sym = bool(rng.random() < 0.5)
+        qmin, qmax = FUSED_RANGES[int(rng.integers(0, len(FUSED_RANGES)))]
+        c = averaging_constant(rng)
+        ndim = int(rng.integers(2 if per_row else 0, 4))
+        shape = [int(v) for v in rng.integers(1, 5, ndim)]
+        if per_row:
+            shape[0] = int(rng.integers(1, 9))
+            ch_axis = 0
+            C = shape[0]
+        else:
+            ch_axis = -1 if rng.random() < 0.8 else int(rng.integers(-ndim - 1, ndim + 1)) \
+                if ndim else -1
+            C = 1
+        if per_row and rng.random() < 0.7:
+            state = [np.array([], F32), np.array([], F32)]
+        elif per_row:
+            state = [np.full(C, np.inf, F32), np.full(C, -np.inf, F32)]
+        else:
+            state = [np.array(np.inf, F32), np.array(-np.inf, F32)]
+            if rng.random() < 0.3:
+                state = [a.reshape(1) for a in state]
+        if per_row and rng.random() < 0.5 and state[0].size:
+            scale, zp = np.ones(C, F32), np.zeros(C, np.int32)
+        else:
+            scale, zp = np.array([1.0], F32), np.array([0], np.int32)
+        ours = [state[0].copy(), state[1].copy(), scale.copy(), zp.copy()]
+        theirs = [tt(a) for a in ours]
+        for step in range(int(rng.integers(1, 7))):
+            x = fused_x(rng, tuple(shape))
+            if rng.random() < 0.03:
+                x = x.astype(np.float64)                       # torch: float32 only
+            if rng.random() < 0.02:
+                x = x[:0] if x.ndim else x                      # empty input
+            obs_on = np.array([int(rng.choice([1, 1, 1, 1, 0, 2]))], np.int64)
+            fq_on = np.array([int(rng.choice([1, 1, 1, 1, 0]))], np.int64)
+            was_empty = ours[0].size == 0
+            msg = (f"case {case} step {step}: per_row={per_row} sym={sym} [{qmin},{qmax}] "
+                   f"c={c} ch_axis={ch_axis} x={x.dtype}{x.shape} obs={obs_on} fq={fq_on}")
+            o, t, raised = both(
+                lambda: T.fused_moving_avg_obs_fake_quant(x, obs_on, fq_on, *ours, c, qmin, qmax,
+                                                          ch_axis, per_row, sym),
+                lambda: torch.fused_moving_avg_obs_fake_quant(
+                    tt(x), tt(obs_on), tt(fq_on), *theirs, c, qmin, qmax, ch_axis, per_row,
+                    sym), msg)
+            count("fused_moving_avg_obs_fake_quant")
+            if raised:
+                break
+            same(o, npy(t), msg + " out")
+            if per_row and ours[2].size != npy(theirs[2]).size:
+                raise AssertionError(f"{msg}: scale size {ours[2].size} vs "
+                                     f"{npy(theirs[2]).size}")
+            if per_row and not fq_on[0] and ours[0].size and was_empty:
+                # torch resized scale / zero_point to [C] without writing them
+                # (uninitialized memory): continue both from torch's values
+                ours[2][...] = npy(theirs[2])
+                ours[3][...] = npy(theirs[3])
+            same_value(ours[0], npy(theirs[0]), msg + " running_min")
+            same_value(ours[1], npy(theirs[1]), msg + " running_max")
+            same(ours[2], npy(theirs[2]), msg + " scale")
+            same(ours[3], npy(theirs[3]), msg + " zero_point")
+        case += 1
