@@ -580,3 +580,213 @@ def test_fused_moving_avg_obs_fake_quant_random():
             same(ours[2], npy(theirs[2]), msg + " scale")
             same(ours[3], npy(theirs[3]), msg + " zero_point")
         case += 1
+
+
+# ============================================================== observers
+OBS_RANGES = {
+    "qint8": [(-127, 127), (-8, 7), (-128, 127), (-1, 1)],
+    "int8": [(-127, 127), (-64, 63)],
+    "quint8": [(0, 15), (0, 1000), (0, 255), (0, 1)],
+    "uint8": [(0, 15), (0, 127)],
+    "qint32": [(-1000, 1000), (-2 ** 31, 2 ** 31 - 1)],
+    "int32": [(-2 ** 20, 2 ** 20)],
+    "quint4x2": [(0, 15), (0, 7)],
+    "int16": [(-32768, 32767), (-1024, 1023)],
+    "uint16": [(0, 65535), (0, 4095)],
+}
+
+
+def observer_kwargs(rng, per_channel):
+    dtype = DTYPES[int(rng.integers(0, len(DTYPES)))]
+    qscheme = (PER_CHANNEL if per_channel else PER_TENSOR)[int(rng.integers(0, 3 if per_channel
+                                                                            else 2))]
+    kw = dict(dtype=dtype, qscheme=qscheme)
+    if rng.random() < 0.3:
+        kw["dtype"] = "torch." + dtype
+    if rng.random() < 0.4:
+        kw["quant_min"], kw["quant_max"] = OBS_RANGES[dtype][
+            int(rng.integers(0, len(OBS_RANGES[dtype])))]
+    if rng.random() < 0.25:
+        kw["reduce_range"] = True
+    if rng.random() < 0.25:
+        kw["eps"] = float(rng.choice([2 ** -12, 1e-3, 0.0, 1e-30]))
+    return kw
+
+
+def torch_kwargs(kw):
+    out = dict(kw)
+    for k in ("dtype", "qscheme"):
+        if k in out:
+            out[k] = getattr(torch, out[k].replace("torch.", ""))
+    return out
+
+
+def observer_x(rng, shape, per_channel_axis=None):
+    mag = float(10.0 ** rng.uniform(-9, 4))
+    x = values(rng, shape, mag / 50, -50, 50)
+    kind = rng.random()
+    if kind < 0.7:
+        x = np.nan_to_num(x, nan=0.0, posinf=mag, neginf=-mag).astype(F32)
+    if kind < 0.1:
+        x = np.abs(x)
+    elif kind < 0.18:
+        x = -np.abs(x)
+    elif kind < 0.22:
+        x = np.full_like(x, F32(rng.uniform(-3, 3)))        # min == max
+    elif kind < 0.25:
+        x = np.zeros_like(x)
+    r = rng.random()
+    if r < 0.05:
+        x = x.astype(np.float64)
+    elif r < 0.08:
+        x = x.astype(np.float16)
+    elif r < 0.1:
+        x = np.nan_to_num(x).clip(-1e6, 1e6).astype(np.int32)
+    return x
+
+
+def compare_observers(ours, theirs, msg, per_channel=False):
+    same_value(ours.min_val, npy(theirs.min_val), msg + " min_val")
+    same_value(ours.max_val, npy(theirs.max_val), msg + " max_val")
+    (so, zo), (st, zt), raised = _qparams_both(ours, theirs, msg)
+    if not raised:
+        st = npy(st)
+        if eps_le_zero(ours):
+            # a zero scale (eps <= 0): its sign follows torch's SIMD chunking
+            # (documented, not reproduced)
+            zero = (so == 0) & (st == 0)
+            so, st = np.where(zero, F32(0), so), np.where(zero, F32(0), st)
+        same(so, st, msg + " scale")
+        if zo.dtype == np.float32:     # float_qparams: -min / scale (signed zero of min)
+            assert zo.dtype == npy(zt).dtype
+            same_value(zo, npy(zt), msg + " zero_point")
+        else:
+            same(zo, npy(zt), msg + " zero_point")
+
+
+def eps_le_zero(obs):
+    eps = getattr(obs, "eps", None)
+    return eps is not None and not float(np.asarray(eps).reshape(-1)[0]) > 0
+
+
+def _qparams_both(ours, theirs, msg):
+    o, t, raised = both(ours.calculate_qparams, theirs.calculate_qparams,
+                        msg + " calculate_qparams")
+    return (o or (None, None)), (t or (None, None)), raised
+
+
+def file_roundtrip(state, how):
+    """A state dict through an .npz or safetensors file: numpy arrays by key
+    name, no torch metadata."""
+    import io
+    if how == "npz":
+        buf = io.BytesIO()
+        np.savez(buf, **{k: np.asarray(v) for k, v in state.items()})
+        buf.seek(0)
+        with np.load(buf) as f:
+            return {k: f[k] for k in f.files}
+    from safetensors.numpy import load, save
+    return load(save({k: np.array(v, order="C") for k, v in state.items()}))
+
+
+def state_roundtrip(rng, ours, theirs, make_ours, make_theirs, p=0.15):
+    """Sometimes continue both sides from reloaded state dicts: torch's own
+    dict (with its version metadata) or a plain dict / .npz / safetensors
+    file (no metadata: torch resets observer eps)."""
+    r = rng.random()
+    if r >= p:
+        return ours, theirs
+    o2, t2 = make_ours(), make_theirs()
+    sd = theirs.state_dict()
+    if r < p / 3:      # torch's state dict with its metadata -> both keep eps
+        plain = T._StateDict({k: npy(v) for k, v in sd.items()})
+        plain._metadata = {k: dict(v) for k, v in sd._metadata.items()}
+        o2.load_state_dict(plain)
+        t2.load_state_dict(sd)
+    else:              # a file exported from torch: numpy arrays, no metadata
+        plain = file_roundtrip({k: npy(v) for k, v in sd.items()},
+                               "npz" if r < 2 * p / 3 else "safetensors")
+        o2.load_state_dict(plain)
+        t2.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in plain.items()})
+    return o2, t2
+
+
+@pytest.mark.parametrize("cls", ["MinMaxObserver", "MovingAverageMinMaxObserver"])
+def test_per_tensor_observers_random(cls):
+    rng = np.random.default_rng(140 + len(cls))
+    case = 0
+    key = cls
+    while COUNTS[key] < CASES:
+        kw = observer_kwargs(rng, False)
+        if cls.startswith("Moving"):
+            kw["averaging_constant"] = averaging_constant(rng)
+            if rng.random() < 0.05:
+                kw["is_dynamic"] = True
+        ours, theirs, raised = both(lambda: getattr(T, cls)(**kw),
+                                    lambda: getattr(tob, cls)(**torch_kwargs(kw)),
+                                    f"{cls}({kw})")
+        count(key + "[constructor]")
+        if raised:
+            continue
+        assert (ours.quant_min, ours.quant_max) == (theirs.quant_min, theirs.quant_max)
+        compare_observers(ours, theirs, f"case {case} {cls}({kw}) fresh")
+        for step in range(int(rng.integers(1, 6))):
+            x = observer_x(rng, random_shape(rng))
+            msg = f"case {case} {cls}({kw}) step {step} x={x.dtype}{x.shape}"
+            assert ours(x) is x
+            theirs(tt(x))
+            compare_observers(ours, theirs, msg)
+            count(key)
+            ours, theirs = state_roundtrip(
+                rng, ours, theirs, lambda: getattr(T, cls)(**kw),
+                lambda: getattr(tob, cls)(**torch_kwargs(kw)))
+            if rng.random() < 0.1:
+                ours.reset_min_max_vals()
+                theirs.reset_min_max_vals()
+                compare_observers(ours, theirs, msg + " reset")
+        case += 1
+
+
+@pytest.mark.parametrize("cls", ["PerChannelMinMaxObserver",
+                                 "MovingAveragePerChannelMinMaxObserver"])
+def test_per_channel_observers_random(cls):
+    rng = np.random.default_rng(150 + len(cls))
+    case = 0
+    key = cls
+    while COUNTS[key] < CASES:
+        kw = observer_kwargs(rng, True)
+        ndim = int(rng.integers(2, 5))
+        kw["ch_axis"] = int(rng.integers(-ndim, ndim))
+        if cls.startswith("Moving"):
+            kw["averaging_constant"] = averaging_constant(rng)
+        ours, theirs, raised = both(lambda: getattr(T, cls)(**kw),
+                                    lambda: getattr(tob, cls)(**torch_kwargs(kw)),
+                                    f"{cls}({kw})")
+        count(key + "[constructor]")
+        if raised:
+            continue
+        compare_observers(ours, theirs, f"case {case} {cls}({kw}) fresh")
+        shape = [int(v) for v in rng.integers(1, 4, ndim)]
+        shape[kw["ch_axis"]] = int(rng.integers(1, 9))
+        for step in range(int(rng.integers(1, 5))):
+            x = observer_x(rng, tuple(shape))
+            if x.dtype.kind in "iu":
+                x = x.astype(F32)
+            if x.ndim >= 2 and rng.random() < 0.4:
+                # per-channel magnitudes: some channels tiny, some huge
+                bshape = [1] * x.ndim
+                bshape[kw["ch_axis"]] = x.shape[kw["ch_axis"]]
+                x = (x * (10.0 ** rng.uniform(-6, 3, bshape))).astype(x.dtype)
+            msg = f"case {case} {cls}({kw}) step {step} x={x.dtype}{x.shape}"
+            assert ours(x) is x
+            theirs(tt(x))
+            compare_observers(ours, theirs, msg, per_channel=True)
+            count(key)
+            ours, theirs = state_roundtrip(
+                rng, ours, theirs, lambda: getattr(T, cls)(**kw),
+                lambda: getattr(tob, cls)(**torch_kwargs(kw)))
+            if rng.random() < 0.05:
+                ours.reset_min_max_vals()
+                theirs.reset_min_max_vals()
+                compare_observers(ours, theirs, msg + " reset", per_channel=True)
+        case += 1

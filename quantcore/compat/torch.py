@@ -245,8 +245,8 @@ def _qrange(dtype, reduce_range, quant_min, quant_max):
 def _as_input(x, func):
     """x as a float numpy array (integer / bool input read as float32, as
     torch's ``x.to(torch.float32)``)."""
-    if isinstance(x, np.ndarray) and x.dtype.kind in "iub":
-        return x.astype(F32)
+    if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind in "iub":
+        return np.asarray(x).astype(F32)
     return A.as_float_array(x, "x", func)
 
 
@@ -361,18 +361,57 @@ class _Module:
                 setattr(self, b, _copy_into(self, b, state[prefix + b],
                                             dtype=getattr(self, b).dtype))
 
+    #: torch's ``Module._version`` of the class (observers: 3, FakeQuantize: 1)
+    _VERSION = 1
+
+    def _metadata(self, dest, prefix):
+        dest[prefix[:-1]] = {"version": self._VERSION}
+
     def state_dict(self):
-        """Buffers as numpy arrays under torch's key names."""
-        d = {}
+        """Buffers as numpy arrays under torch's key names, in a dict that
+        carries torch's ``_metadata`` (the module versions), as torch's does."""
+        d = _StateDict()
         self._save(d, "")
+        d._metadata = {}
+        self._metadata(d._metadata, "")
         return d
+
+    def _prepare(self, state, prefix, metadata):
+        """torch's ``_load_from_state_dict`` rewrites, before the keys are
+        matched (the eps reset of observers without a version)."""
 
     def load_state_dict(self, state_dict, strict=True):
         """Load a state dict with torch's keys (numpy arrays, e.g. from
-        ``numpy.load`` of an ``.npz`` or ``safetensors.numpy.load_file``)."""
-        _load_keys(self, state_dict, strict, self._state_keys())
-        self._load(state_dict, "")
+        ``numpy.load`` of an ``.npz`` or ``safetensors.numpy.load_file``),
+        as torch's ``load_state_dict`` does.
+
+        A plain mapping carries no module versions, and torch then treats
+        each observer as a version-1 checkpoint: its ``eps`` is reset to
+        ``finfo(float32).eps`` whatever the file holds (and needs no ``eps``
+        key).  The dict :meth:`state_dict` returns keeps the versions (its
+        ``_metadata``), so it loads ``eps`` as stored, as in torch.
+        """
+        if not hasattr(state_dict, "keys"):
+            raise TypeError(f"{type(self).__name__}.load_state_dict: expected a mapping of "
+                            f"arrays, got {type(state_dict).__name__}")
+        state = {k: state_dict[k] for k in state_dict.keys()}
+        self._prepare(state, "", getattr(state_dict, "_metadata", None) or {})
+        _load_keys(self, state, strict, self._state_keys())
+        self._load(state, "")
         return self
+
+
+class _StateDict(dict):
+    """A state dict with torch's ``_metadata`` attribute."""
+
+    _metadata = None
+
+
+def _version(metadata, prefix):
+    return metadata.get(prefix[:-1], {}).get("version")
+
+
+_DEFAULT_EPS = float(np.finfo(np.float32).eps)
 
 
 # ----------------------------------------------------------------- observers
@@ -411,6 +450,13 @@ class _UniformObserver(_Module):
     @max_val.setter
     def max_val(self, value):
         self._core.max_val = np.asarray(value, dtype=F32)
+
+    _VERSION = 3
+
+    def _prepare(self, state, prefix, metadata):
+        if _version(metadata, prefix) in (None, 1):
+            # "eps was moved to a buffer in version 2": reset to the default
+            state[prefix + "eps"] = np.array([_DEFAULT_EPS], dtype=F32)
 
     def _calculate_qparams(self, min_val, max_val):
         """torch's ``_calculate_qparams`` through :mod:`quantcore.qparams`."""
@@ -695,6 +741,15 @@ class HistogramObserver(_UniformObserver):
     def reset_min_max_vals(self):
         raise NotImplementedError("Cannot reset min/max values in the given observer.")
 
+    def _prepare(self, state, prefix, metadata):
+        super()._prepare(state, prefix, metadata)
+        version = _version(metadata, prefix)
+        if version is None or version < 3:
+            # uninitialized [0]-shaped min / max of version-2 checkpoints
+            for name, v in (("min_val", np.inf), ("max_val", -np.inf)):
+                if prefix + name in state and np.shape(state[prefix + name]) == (0,):
+                    state[prefix + name] = np.array(v, dtype=F32)
+
     def _load(self, state, prefix):
         if prefix + "eps" in state:
             self.eps = _copy_into(self, "eps", state[prefix + "eps"])
@@ -711,6 +766,7 @@ class FixedQParamsObserver(_Module):
     (float32[1]) and ``zero_point`` (int32[1]); forward is the identity."""
 
     _BUFFERS = ("scale", "zero_point")
+    _VERSION = 3
 
     def __init__(self, scale, zero_point, dtype="quint8", qscheme="per_tensor_affine",
                  quant_min=0, quant_max=255, is_dynamic=False):
@@ -863,6 +919,14 @@ class FakeQuantize(_FakeQuantizeBase):
         dest[prefix + "scale"] = self.scale.copy()
         dest[prefix + "zero_point"] = self.zero_point.copy()
         self.activation_post_process._save(dest, prefix + "activation_post_process.")
+
+    def _metadata(self, dest, prefix):
+        super()._metadata(dest, prefix)
+        self.activation_post_process._metadata(dest, prefix + "activation_post_process.")
+
+    def _prepare(self, state, prefix, metadata):
+        self.activation_post_process._prepare(state, prefix + "activation_post_process.",
+                                              metadata)
 
     def _state_keys(self, prefix=""):
         return ([prefix + k for k in ("fake_quant_enabled", "observer_enabled", "scale",
