@@ -718,7 +718,13 @@ class HistogramObserver(_UniformObserver):
         self._hist.max_val = F32(np.asarray(value, dtype=F32).reshape(()))
 
     def forward(self, x_orig):
-        """Add x to the histogram and return it."""
+        """Add x to the histogram and return it (float32 statistics: torch bins
+        float64 / float16 input in that precision, not reproduced)."""
+        if isinstance(x_orig, (np.ndarray, np.generic)) and x_orig.dtype.kind in "biu" \
+                and np.size(x_orig):
+            # torch.histc has no integer kernel
+            raise NotImplementedError('"histogram_cpu" not implemented for '
+                                      f"'{_torch_dtype_name(x_orig.dtype)}'")
         x = _as_input(x_orig, "HistogramObserver.forward")
         if x.size == 0:
             return x_orig
