@@ -853,3 +853,81 @@ def test_histogram_observer_random():
                                            p=0.1)
         case += 1
     assert COUNTS["HistogramObserver.calculate_qparams"] >= HIST_CASES // 5
+
+
+# ========================================================= constructors
+ALL_DTYPES = DTYPES + ["float8_e5m2", "float8_e4m3fn"]
+ALL_QSCHEMES = PER_TENSOR + PER_CHANNEL
+CTOR_RANGES = [(None, None), (0, 255), (-128, 127), (1, 10), (5, 5), (0, 0), (-10, -1),
+               (0, 1000), (-200, 100), I32, (-2 ** 31, 2 ** 31), (0, 15), (3, None),
+               (0.5, 10), (0, 65535), (-1, 1)]
+
+
+def same_error(ours, theirs, msg):
+    """Both raise: the documented type mapping and torch's message text."""
+    assert exc_matches(ours, theirs), f"{msg}: quantcore {ours!r}, torch {theirs!r}"
+    assert str(ours).startswith(str(theirs)), f"{msg}: {str(ours)!r} vs {str(theirs)!r}"
+
+
+@pytest.mark.parametrize("cls", ["MinMaxObserver", "MovingAverageMinMaxObserver",
+                                 "PerChannelMinMaxObserver",
+                                 "MovingAveragePerChannelMinMaxObserver", "HistogramObserver"])
+def test_observer_constructors_match_torch(cls):
+    """Every dtype x qscheme x range x reduce_range x is_dynamic: the same
+    effective range, or the same error (type mapped, torch's message)."""
+    import itertools
+    for dt, qs, (a, b), rr, dyn in itertools.product(ALL_DTYPES, ALL_QSCHEMES, CTOR_RANGES,
+                                                     (False, True), (False, True)):
+        kw = dict(dtype=dt, qscheme=qs, quant_min=a, quant_max=b, reduce_range=rr,
+                  is_dynamic=dyn)
+        if cls.startswith("Moving") and dyn:
+            kw["averaging_constant"] = 1
+        o, t, raised = both(lambda: getattr(T, cls)(**kw),
+                            lambda: getattr(tob, cls)(**torch_kwargs(kw)), f"{cls}({kw})")
+        count(cls + "[constructor]")
+        if raised:
+            oe, te = run(lambda: getattr(T, cls)(**kw))[1], \
+                run(lambda: getattr(tob, cls)(**torch_kwargs(kw)))[1]
+            same_error(oe, te, f"{cls}({kw})")
+            continue
+        for k in ("quant_min", "quant_max", "has_customized_qrange", "reduce_range",
+                  "is_dynamic"):
+            assert getattr(o, k) == getattr(t, k), (cls, kw, k)
+        assert o.dtype == dt and o.qscheme == qs
+        assert float(o.eps[0]) == float(t.eps[0])
+
+
+def test_fake_quantize_constructors_match_torch():
+    import itertools
+    n = 0
+    for obs, cls in itertools.product(["MovingAverageMinMaxObserver", "MinMaxObserver",
+                                       "MovingAveragePerChannelMinMaxObserver",
+                                       "PerChannelMinMaxObserver", "HistogramObserver"],
+                                      ["FakeQuantize", "FusedMovingAvgObsFakeQuantize"]):
+        for dt, qs, (a, b), rr in itertools.product(
+                DTYPES[:4] + ["uint16", "float8_e5m2"], ALL_QSCHEMES,
+                [(None, None), (0, 255), (-128, 127), (0, 127), (10, 5), (-1, 255), (0, 256),
+                 (0, 15), I32, (0, 65535)], (False, True)):
+            kw = dict(dtype=dt, qscheme=qs, reduce_range=rr)
+            if a is not None or cls.startswith("Fused"):
+                kw.update(quant_min=a, quant_max=b)
+            msg = f"{cls}({obs}, {kw})"
+            o, t, raised = both(lambda: getattr(T, cls)(observer=getattr(T, obs), **kw),
+                                lambda: getattr(tfq, cls)(observer=getattr(tob, obs),
+                                                          **torch_kwargs(kw)), msg)
+            n += 1
+            if raised:
+                oe = run(lambda: getattr(T, cls)(observer=getattr(T, obs), **kw))[1]
+                te = run(lambda: getattr(tfq, cls)(observer=getattr(tob, obs),
+                                                   **torch_kwargs(kw)))[1]
+                same_error(oe, te, msg)
+                continue
+            for k in ("quant_min", "quant_max", "ch_axis", "is_dynamic", "is_per_channel"):
+                assert getattr(o, k) == getattr(t, k), (msg, k)
+            if cls.startswith("Fused"):
+                assert o.is_symmetric_quant == t.is_symmetric_quant
+            assert set(o.state_dict()) == set(t.state_dict()), msg
+            for k, v in t.state_dict().items():
+                assert o.state_dict()[k].dtype == npy(v).dtype, (msg, k)
+                assert o.state_dict()[k].shape == tuple(v.shape), (msg, k)
+    count("FakeQuantize[constructor]", n)

@@ -162,6 +162,11 @@ _OBSERVER_DTYPES = ("qint8", "quint8", "quint4x2", "qint32", "int8", "uint8", "i
 _QSCHEMES = ("per_tensor_affine", "per_tensor_symmetric", "per_channel_affine",
              "per_channel_symmetric", "per_channel_affine_float_qparams")
 
+_PER_TENSOR_ONLY = ("{}'s qscheme only support torch.per_tensor_symmetric" + " " * 21
+                    + "and torch.per_tensor_affine.")
+_PER_CHANNEL_ONLY = ("{}'s qscheme only support" + " " * 21 + "torch.per_channel_symmetric, "
+                     "torch.per_channel_affine and torch.per_channel_affine_float_qparams.")
+_IINFO_MSG = "torch.iinfo() requires an integer input type. Use torch.finfo to handle 'torch.iinfo'"
 _REDUCE_RANGE_WARNING = (
     "Please use quant_min and quant_max to specify the range for observers."
     "                     reduce_range will be deprecated in a future release of PyTorch.")
@@ -180,8 +185,10 @@ def _name(value, what):
 def _dtype(value):
     name = _name(value, "dtype")
     if name not in _OBSERVER_DTYPES:
-        raise ValueError(f"Default Observer only works for {_OBSERVER_DTYPES} data type, "
-                         f"got {value!r}")
+        raise ValueError("Default Observer only works for (torch.qint8, torch.quint8, "
+                         "torch.quint4x2, torch.qint32, torch.int8, torch.uint8, torch.int16, "
+                         "torch.int32, torch.float8_e5m2, torch.float8_e4m3fn, torch.uint16) "
+                         f"data type (got {value!r})")
     return name
 
 
@@ -223,8 +230,10 @@ def _qrange(dtype, reduce_range, quant_min, quant_max):
         if dtype == "int16":
             return (-2 ** 15, 2 ** 15 - 1), False
         return (0, 15), False
-    qmin = A.as_int(quant_min, "quant_min", "torch observer")
-    qmax = A.as_int(quant_max, "quant_max", "torch observer")
+    qmin, qmax = quant_min, quant_max
+    if not isinstance(qmin, numbers.Real) or not isinstance(qmax, numbers.Real):
+        raise TypeError(f"torch observer: quant_min / quant_max must be integers, got "
+                        f"{quant_min!r}, {quant_max!r}")
     if not qmin <= 0 <= qmax:
         raise ValueError("Used-specified quantization range must include 0.")
     if qmin >= qmax:
@@ -237,6 +246,10 @@ def _qrange(dtype, reduce_range, quant_min, quant_max):
     if dtype in ("qint32", "int32") and not 0 < n <= 2 ** 32:
         raise ValueError("quantization range should be positive and not exceed the maximum "
                          "bit range (=4294967296).")
+    # torch validates the numbers first; a non-integral bound (which torch
+    # would carry on with) is refused after its checks
+    qmin = A.as_int(quant_min, "quant_min", "torch observer")
+    qmax = A.as_int(quant_max, "quant_max", "torch observer")
     if reduce_range:
         qmin, qmax = qmin // 2, qmax // 2
     return (qmin, qmax), True
@@ -528,14 +541,12 @@ class MinMaxObserver(_UniformObserver):
                  eps=float(np.finfo(np.float32).eps), is_dynamic=False):
         qscheme = _qscheme(qscheme)
         if not _is_per_tensor(qscheme):
-            raise NotImplementedError(
-                "MinMaxObserver's qscheme only support torch.per_tensor_symmetric "
-                "and torch.per_tensor_affine.")
+            raise NotImplementedError(_PER_TENSOR_ONLY.format("MinMaxObserver"))
         self.qscheme = qscheme
         super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, eps, is_dynamic)
         self._core = self._make_core()
-        self._check_symmetric_reduce("Cannot reduce range for symmetric quantization for "
-                                     "quint8")
+        self._check_symmetric_reduce("Cannot reduce range for symmetric" + " " * 40
+                                     + "quantization for quint8")
 
     def _make_core(self):
         return _obs.MinMaxObserver(axis=None, nan_policy="propagate")
@@ -566,12 +577,14 @@ class MovingAverageMinMaxObserver(MinMaxObserver):
 
     def __init__(self, averaging_constant=0.01, dtype="quint8", qscheme="per_tensor_affine",
                  reduce_range=False, quant_min=None, quant_max=None,
-                 eps=float(np.finfo(np.float32).eps), is_dynamic=False):
+                 eps=float(np.finfo(np.float32).eps), is_dynamic=False, *,
+                 factory_kwargs=None):
         qscheme_name = _qscheme(qscheme)
         if not _is_per_tensor(qscheme_name):
             raise NotImplementedError(
-                "MovingAverageMinMaxObserver's qscheme only support torch.per_tensor_symmetric "
-                f"and torch.per_tensor_affine. but got: {qscheme}")
+                "MovingAverageMinMaxObserver's qscheme only support" + " " * 17
+                + "torch.per_tensor_symmetric and torch.per_tensor_affine." + " " * 17
+                + f"but got: torch.{qscheme_name}")
         self.averaging_constant = averaging_constant
         if is_dynamic and averaging_constant != 1:
             raise NotImplementedError(
@@ -598,9 +611,7 @@ class PerChannelMinMaxObserver(_UniformObserver):
                  eps=float(np.finfo(np.float32).eps), is_dynamic=False):
         qscheme = _qscheme(qscheme)
         if not _is_per_channel(qscheme):
-            raise NotImplementedError(
-                "PerChannelMinMaxObserver's qscheme only support torch.per_channel_symmetric, "
-                "torch.per_channel_affine and torch.per_channel_affine_float_qparams.")
+            raise NotImplementedError(_PER_CHANNEL_ONLY.format("PerChannelMinMaxObserver"))
         if is_dynamic:
             raise NotImplementedError(
                 "PerChannelMinMaxObserver doesn't support dynamic quantization")
@@ -642,12 +653,11 @@ class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
 
     def __init__(self, averaging_constant=0.01, ch_axis=0, dtype="quint8",
                  qscheme="per_channel_affine", reduce_range=False, quant_min=None,
-                 quant_max=None, eps=float(np.finfo(np.float32).eps), is_dynamic=False):
+                 quant_max=None, eps=float(np.finfo(np.float32).eps), is_dynamic=False, *,
+                 factory_kwargs=None):
         if not _is_per_channel(_qscheme(qscheme)):
             raise NotImplementedError(
-                "MovingAveragePerChannelMinMaxObserver's qscheme only support "
-                "torch.per_channel_symmetric, torch.per_channel_affine and "
-                "torch.per_channel_affine_float_qparams.")
+                _PER_CHANNEL_ONLY.format("MovingAveragePerChannelMinMaxObserver"))
         if is_dynamic:
             raise NotImplementedError(
                 "MovingAveragePerChannelMinMaxObserver doesn't support dynamic quantization")
@@ -674,9 +684,7 @@ class HistogramObserver(_UniformObserver):
                  eps=float(np.finfo(np.float32).eps), is_dynamic=False):
         qscheme = _qscheme(qscheme)
         if not _is_per_tensor(qscheme):
-            raise NotImplementedError(
-                "HistogramObserver's qscheme only support torch.per_tensor_symmetric "
-                "and torch.per_tensor_affine.")
+            raise NotImplementedError(_PER_TENSOR_ONLY.format("HistogramObserver"))
         if is_dynamic:
             raise NotImplementedError("HistogramObserver doesn't support dynamic quantization")
         self.qscheme = qscheme
@@ -688,7 +696,7 @@ class HistogramObserver(_UniformObserver):
                                       "which is not available in this build") from exc
         self.bins = bins
         if self.dtype not in _IINFO:
-            raise TypeError(f"torch.iinfo() requires an integer input type, got {self.dtype}")
+            raise TypeError(_IINFO_MSG)
         self.dst_nbins = 2 ** _IINFO[self.dtype][2]
         self.upsample_rate = 16
         self._hist = TorchHistogram(bins=bins, upsample_rate=self.upsample_rate)
@@ -782,8 +790,14 @@ class FixedQParamsObserver(_Module):
         self.is_dynamic = False
         self.quant_min = quant_min
         self.quant_max = quant_max
-        self.scale = np.array([scale], dtype=F32)
-        self.zero_point = np.array([zero_point], dtype=np.int32)
+        with np.errstate(over="ignore"):
+            self.scale = np.array([scale], dtype=F32)
+        zp = np.asarray(zero_point).reshape(())
+        if zp.dtype.kind == "f" and not (-2.0 ** 31 <= zp <= 2.0 ** 31 - 1) or \
+                zp.dtype.kind in "iu" and not -2 ** 31 <= int(zp) <= 2 ** 31 - 1:
+            raise ValueError("value cannot be converted to type int32 without overflow")
+        self.zero_point = np.array([zero_point], dtype=np.float64).astype(np.int32) \
+            if zp.dtype.kind == "f" else np.array([int(zp)], dtype=np.int32)
         self.dtype = _name(dtype, "dtype")
         self.qscheme = _name(qscheme, "qscheme")
 
@@ -866,7 +880,7 @@ class FakeQuantize(_FakeQuantizeBase):
                 dtype = getattr(getattr(observer, "p", {}), "keywords", {}).get("dtype", dtype)
             dname = _name(dtype, "dtype")
             if dname not in _IINFO:
-                raise TypeError(f"torch.iinfo() requires an integer input type, got {dtype!r}")
+                raise TypeError(_IINFO_MSG)
             lo, hi, _ = _IINFO[dname]
             if lo > quant_min:
                 raise ValueError("quant_min out of bound")
@@ -887,7 +901,7 @@ class FakeQuantize(_FakeQuantizeBase):
         self.ch_axis = app.ch_axis if hasattr(app, "ch_axis") else -1
         if not (_is_per_channel(self.qscheme) or _is_per_tensor(self.qscheme)):
             raise ValueError("Only per channel and per tensor quantization are supported in "
-                             f"fake quantize got qscheme: {self.qscheme}")
+                             f"fake quantize got qscheme: torch.{self.qscheme}")
         self.is_per_channel = _is_per_channel(self.qscheme)
 
     def calculate_qparams(self):
@@ -977,7 +991,7 @@ class FixedQParamsFakeQuantize(FakeQuantize):
         self.zero_point = self.activation_post_process.zero_point
         if not _is_per_tensor(self.qscheme):
             raise ValueError("Only per tensor quantization is supported FixedQParamsFakeQuantize "
-                             f"module, got qscheme:{self.qscheme}")
+                             f"module, got qscheme:torch.{self.qscheme}")
 
     def calculate_qparams(self):
         return self.scale, self.zero_point
