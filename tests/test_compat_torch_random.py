@@ -44,6 +44,10 @@ HISTC_EXACT = False
 #: HistogramObserver bins float64 / float16 input in that precision in torch;
 #: quantcore.compat.torch bins in float32 (documented)
 HISTOGRAM_WIDE_INPUT = False
+#: per channel with a float zero point equal to 0, torch's integer q gives
+#: +0.0 where the core's float q is -0.0 (x in (-scale/2, 0)): see
+#: test_compat_torch_core_gaps.py; until fixed, such zeros compare by value
+SIGNED_ZERO_Q_EXACT = False
 COUNTS = Counter()
 
 DTYPES = ["quint8", "qint8", "qint32", "quint4x2", "int8", "uint8", "int16", "uint16", "int32"]
@@ -55,6 +59,19 @@ I32 = (-2 ** 31, 2 ** 31 - 1)
 RANGES = [(0, 255), (-128, 127), (0, 127), (-64, 63), (-127, 127), (0, 15), (0, 1),
           (-1, 1), (0, 0), (3, 3), (3, 10), (-10, -3), (0, 65535), (-32768, 32767), (0, 1000),
           I32, (0, 2 ** 31 - 1), (-2 ** 31, 0)]
+
+
+def same_out(ours, theirs, msg, float_zero_point=None):
+    """Fake-quant outputs bit for bit; with a float zero point equal to 0
+    (per channel) and not SIGNED_ZERO_Q_EXACT, a zero may differ in sign."""
+    if float_zero_point is not None and not SIGNED_ZERO_Q_EXACT:
+        zp = np.asarray(float_zero_point)
+        if zp.dtype.kind == "f" and (zp == 0).any():
+            o, t = np.asarray(ours), np.asarray(theirs)
+            zero = (o == 0) & (t == 0)
+            ours, theirs = np.where(zero, 0, o).astype(o.dtype), \
+                np.where(zero, 0, t).astype(t.dtype)
+    same(ours, theirs, msg)
 
 
 def is_int32(qmin, qmax):
@@ -340,9 +357,9 @@ def test_per_channel_functions_random():
             lambda: torch.fake_quantize_per_channel_affine(tt(x), tt(scale), tt(zp), axis, qmin,
                                                            qmax), msg)
         if not raised:
-            same(o[0], npy(t[0]), msg + " out")
+            same_out(o[0], npy(t[0]), msg + " out", zp)
             same(o[1], npy(t[1]), msg + " mask")
-            same(o2, npy(t2), msg + " out (no mask)")
+            same_out(o2, npy(t2), msg + " out (no mask)", zp)
         count("fake_quantize_per_channel_affine_cachemask")
         count("fake_quantize_per_channel_affine")
     assert COUNTS["fake_quantize_per_channel_affine"] >= CASES
@@ -818,6 +835,8 @@ def test_histogram_observer_random():
             continue
         compare_observers(ours, theirs, f"case {case} HistogramObserver({kw}) fresh",
                           qparams=False)
+        case_mag, case_shift = 10.0 ** rng.uniform(-3, 3), rng.uniform(-2, 2)
+        spiky = False     # a histogram with nearly all its mass in one bin
         for step in range(int(rng.integers(1, 6))):
             # mostly dense data: torch's greedy L2 search (a Python loop in
             # 1e-5 steps) takes ~1 ms on thousands of values but ~0.1-1 s on
@@ -829,8 +848,12 @@ def test_histogram_observer_random():
                 if x.dtype.kind == "f" and rng.random() < 0.7:
                     x = x.astype(F32)
             else:
-                x = (rng.standard_normal(int(rng.integers(1000, 4000))) *
-                     10.0 ** rng.uniform(-3, 3) + rng.uniform(-2, 2)).astype(F32)
+                # one layer's activations: a magnitude per observer, drifting
+                # (far jumps make spiky histograms: the slow category)
+                mag = case_mag * (rng.uniform(0.5, 2) if not slow else 10.0 **
+                                  rng.uniform(-3, 3))
+                x = (rng.standard_normal(int(rng.integers(1000, 4000))) * mag +
+                     case_shift * mag).astype(F32)
                 if slow:
                     x[:int(rng.integers(1, 4))] = rng.choice([np.inf, -np.inf, 50.0, -80.0])
             if x.dtype.kind == "f" and x.dtype != np.float32 and not HISTOGRAM_WIDE_INPUT:
@@ -844,7 +867,8 @@ def test_histogram_observer_random():
             if raised:
                 break
             same(ours.histogram, npy(theirs.histogram), msg + " histogram")
-            with_qparams = rng.random() < (0.03 if slow else 0.35)
+            spiky = spiky or slow
+            with_qparams = rng.random() < (0.02 if spiky else 0.6)
             compare_observers(ours, theirs, msg, qparams=with_qparams)
             count("HistogramObserver")
             count("HistogramObserver.calculate_qparams", with_qparams)
@@ -931,3 +955,221 @@ def test_fake_quantize_constructors_match_torch():
                 assert o.state_dict()[k].dtype == npy(v).dtype, (msg, k)
                 assert o.state_dict()[k].shape == tuple(v.shape), (msg, k)
     count("FakeQuantize[constructor]", n)
+
+
+# ================================================================ modules
+FQ_DEFAULTS = ["default_fake_quant", "default_weight_fake_quant", "default_dynamic_fake_quant",
+               "default_per_channel_weight_fake_quant", "default_embedding_fake_quant",
+               "default_embedding_fake_quant_4bit", "default_histogram_fake_quant",
+               "default_fixed_qparams_range_neg1to1_fake_quant",
+               "default_fixed_qparams_range_0to1_fake_quant",
+               "default_symmetric_fixed_qparams_fake_quant",
+               "default_affine_fixed_qparams_fake_quant",
+               "default_fused_act_fake_quant", "default_fused_wt_fake_quant",
+               "default_fused_per_channel_wt_fake_quant",
+               "fused_wt_fake_quant_range_neg_127_to_127",
+               "fused_per_channel_wt_fake_quant_range_neg_127_to_127"]
+
+
+def test_every_torch_fake_quantize_default_exists():
+    """Every predefined partial of torch.ao.quantization.fake_quantize /
+    observer that API.md covers exists here with the same class and keywords."""
+    import functools
+    for mod in (tfq, tob):
+        for name in dir(mod):
+            theirs = getattr(mod, name)
+            if name.startswith("_") or type(theirs).__name__ != "_PartialWrapper":
+                continue
+            if name in ("default_dynamic_quant_observer",):   # PlaceholderObserver: not in API.md
+                continue
+            ours = getattr(T, name)
+            assert ours.p.func.__name__ == theirs.p.func.__name__, name
+            tk, ok = dict(theirs.p.keywords), dict(ours.p.keywords)
+            assert set(tk) == set(ok), (name, tk, ok)
+            for k, v in tk.items():
+                if isinstance(v, functools.partial) or type(v).__name__ == "_PartialWrapper":
+                    continue
+                if isinstance(v, type):
+                    assert ok[k].__name__ == v.__name__, (name, k)
+                elif isinstance(v, (torch.dtype, torch.qscheme)):
+                    assert ok[k] == str(v).replace("torch.", ""), (name, k, ok[k], v)
+                else:
+                    assert ok[k] == v, (name, k, ok[k], v)
+
+
+def _random_fake_quantize(rng):
+    """(name, make_ours, make_theirs) for a predefined or a random FakeQuantize."""
+    r = rng.random()
+    if r < 0.2:       # FixedQParamsFakeQuantize: predefined or random fixed qparams
+        if rng.random() < 0.5:
+            name = [n for n in FQ_DEFAULTS if "fixed" in n][int(rng.integers(0, 4))]
+            return name, getattr(T, name), getattr(tfq, name)
+        kw = dict(scale=float(10.0 ** rng.uniform(-4, 0)), zero_point=int(rng.integers(0, 256)))
+        return (f"FixedQParamsFakeQuantize({kw})",
+                lambda: T.FixedQParamsFakeQuantize(T.FixedQParamsObserver.with_args(**kw)),
+                lambda: tfq.FixedQParamsFakeQuantize(tob.FixedQParamsObserver.with_args(**kw)))
+    if r < 0.45:
+        name = FQ_DEFAULTS[int(rng.integers(0, len(FQ_DEFAULTS)))]
+        if name == "default_histogram_fake_quant" and rng.random() < 0.8:
+            name = "default_fake_quant"     # torch's L2 search is slow: fewer of these
+        return name, getattr(T, name), getattr(tfq, name)
+    obs = ["MovingAverageMinMaxObserver", "MinMaxObserver", "PerChannelMinMaxObserver",
+           "MovingAveragePerChannelMinMaxObserver"][int(rng.integers(0, 4))]
+    per_channel = "PerChannel" in obs
+    kw = observer_kwargs(rng, per_channel)
+    kw.pop("eps", None) if rng.random() < 0.5 else None
+    if "Moving" in obs:
+        kw["averaging_constant"] = averaging_constant(rng)
+    if per_channel:
+        kw["ch_axis"] = int(rng.integers(0, 2)) if rng.random() < 0.95 else -1
+    if not INT32_EXACT and kw["dtype"].replace("torch.", "") in ("qint32", "int32"):
+        kw["dtype"] = "qint8"
+        kw.pop("quant_min", None)
+        kw.pop("quant_max", None)
+    cls = "FusedMovingAvgObsFakeQuantize" if "Moving" in obs and rng.random() < 0.4 \
+        else "FakeQuantize"
+    if cls.startswith("Fused") and "quant_min" not in kw:
+        kw["quant_min"], kw["quant_max"] = [(0, 255), (-128, 127), (-127, 127), (0, 15)][
+            int(rng.integers(0, 4))]
+    name = f"{cls}({obs}, {kw})"
+    return (name, lambda: getattr(T, cls)(observer=getattr(T, obs), **kw),
+            lambda: getattr(tfq, cls)(observer=getattr(tob, obs), **torch_kwargs(kw)))
+
+
+def module_x(rng, shape, ch_axis):
+    x = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-4, 3)).astype(F32)
+    if rng.random() < 0.5 and len(shape) >= 2 and ch_axis >= 0:
+        bshape = [1] * len(shape)
+        bshape[ch_axis] = shape[ch_axis]
+        x = (x * 10.0 ** rng.uniform(-3, 2, bshape)).astype(F32)
+    r = rng.random()
+    if r < 0.1:
+        x = np.round(x * 4) / 4                              # ties
+    elif r < 0.15:
+        x = np.abs(x)
+    elif r < 0.18:
+        x.reshape(-1)[int(rng.integers(0, x.size))] = rng.choice([np.inf, -np.inf, np.nan])
+    elif r < 0.2:
+        x = np.zeros_like(x)
+    return x.astype(F32)
+
+
+def test_fake_quantize_modules_random():
+    """FakeQuantize, FixedQParamsFakeQuantize and FusedMovingAvgObsFakeQuantize
+    (every predefined instance and random ones): output, scale, zero_point,
+    observer state and the input gradient over multi-step sequences with the
+    switches flipped, state dicts reloaded."""
+    rng = np.random.default_rng(170)
+    case = 0
+    classes = ("FakeQuantize", "FixedQParamsFakeQuantize", "FusedMovingAvgObsFakeQuantize")
+    while min(COUNTS[c] for c in classes) < CASES:
+        name, make_ours, make_theirs = _random_fake_quantize(rng)
+        ours, theirs, raised = both(make_ours, make_theirs, name)
+        if raised:
+            continue
+        cls = type(ours).__name__
+        assert cls == type(theirs).__name__
+        assert set(ours.state_dict()) == set(theirs.state_dict()), name
+        ch_axis = ours.ch_axis
+        ndim = int(rng.integers(max(2, ch_axis + 1), 4)) if ours.is_per_channel \
+            else int(rng.integers(0, 4))
+        shape = tuple(int(v) for v in rng.integers(1, 6, ndim))
+        for step in range(int(rng.integers(1, 9))):
+            r = rng.random()
+            if r < 0.12:
+                ours.disable_fake_quant()
+                theirs.disable_fake_quant()
+            elif r < 0.24:
+                ours.enable_fake_quant()
+                theirs.enable_fake_quant()
+            elif r < 0.34:
+                ours.disable_observer()
+                theirs.disable_observer()
+            elif r < 0.46:
+                ours.enable_observer(True)
+                theirs.enable_observer(True)
+            elif r < 0.5:
+                fn = [("enable_fake_quant", True), ("disable_fake_quant", False),
+                      ("enable_observer", True), ("disable_observer", False)][
+                    int(rng.integers(0, 4))][0]
+                getattr(T, fn)(ours)
+                tfq.__dict__[fn](theirs)
+            x = module_x(rng, shape, ch_axis)
+            if "histogram" in name:
+                x = (rng.standard_normal(2000) * rng.uniform(0.1, 3)).astype(F32)
+            xt = tt(x).requires_grad_(True)
+            msg = f"case {case} {name} step {step} x={x.shape}"
+            resize = cls.startswith("Fused") and ours.is_per_channel and \
+                ours.activation_post_process.min_val.size == 0
+            o, t, raised = both(lambda: ours(x), lambda: theirs(xt), msg)
+            count(cls)
+            if raised:
+                break
+            if resize and not ours.fake_quant_enabled[0] and ours.scale.shape == \
+                    tuple(theirs.scale.shape):
+                # torch resized scale / zero_point without writing them
+                # (uninitialized memory): continue from its values
+                ours.scale[...] = npy(theirs.scale)
+                ours.zero_point[...] = npy(theirs.zero_point)
+            same_out(o, npy(t), msg + " out", ours.zero_point if ours.is_per_channel else None)
+            same(ours.scale, npy(theirs.scale), msg + " scale")
+            if ours.zero_point.dtype == np.float32:   # float_qparams: signed zero of -min
+                same_value(ours.zero_point, npy(theirs.zero_point), msg + " zero_point")
+                assert ours.zero_point.dtype == npy(theirs.zero_point).dtype
+            else:
+                same(ours.zero_point, npy(theirs.zero_point), msg + " zero_point")
+            app_o, app_t = ours.activation_post_process, theirs.activation_post_process
+            if hasattr(app_t, "min_val"):
+                same_value(app_o.min_val, npy(app_t.min_val), msg + " min_val")
+                same_value(app_o.max_val, npy(app_t.max_val), msg + " max_val")
+            for k, v in theirs.state_dict().items():
+                assert ours.state_dict()[k].dtype == npy(v).dtype, (msg, k)
+            if t.requires_grad:
+                g = rng.standard_normal(x.shape).astype(F32)
+                (t * tt(g)).sum().backward()
+                same(ours.backward(g), npy(xt.grad), msg + " grad")
+            else:
+                same(ours.backward(np.ones(x.shape, F32)), np.ones(x.shape, F32), msg)
+            ours, theirs = state_roundtrip(rng, ours, theirs, make_ours, make_theirs, p=0.08)
+        case += 1
+
+
+def test_fixed_qparams_observer_random():
+    rng = np.random.default_rng(180)
+    for case in range(CASES):
+        kw = dict(scale=float(rng.choice([2.0 / 256, 1.0 / 256, 10.0 ** rng.uniform(-6, 2)])),
+                  zero_point=int(rng.integers(-200, 300)))
+        if rng.random() < 0.2:
+            kw["zero_point"] = float(rng.uniform(-300, 300))     # truncated by torch.tensor
+        if rng.random() < 0.3:
+            kw.update(dtype=["qint8", "quint8", "torch.qint8"][int(rng.integers(0, 3))],
+                      quant_min=int(rng.integers(-128, 1)), quant_max=int(rng.integers(1, 256)))
+        if rng.random() < 0.03:
+            kw["zero_point"] = 3e9
+        if rng.random() < 0.02:
+            kw["is_dynamic"] = True
+        ours, theirs, raised = both(lambda: T.FixedQParamsObserver(**kw),
+                                    lambda: tob.FixedQParamsObserver(**torch_kwargs(kw)),
+                                    f"FixedQParamsObserver({kw})")
+        count("FixedQParamsObserver")
+        if raised:
+            continue
+        x = values(rng, random_shape(rng), 0.1, -10, 10)
+        assert ours(x) is x
+        so, zo = ours.calculate_qparams()
+        st, zt = theirs.calculate_qparams()
+        same(so, npy(st), f"{kw} scale")
+        same(zo, npy(zt), f"{kw} zero_point")
+        assert (ours.quant_min, ours.quant_max) == (theirs.quant_min, theirs.quant_max)
+        o2 = T.FixedQParamsObserver(0.5, 0)
+        o2.load_state_dict(file_roundtrip({k: npy(v) for k, v in theirs.state_dict().items()},
+                                          "npz"))
+        same(o2.calculate_qparams()[0], npy(st))
+        # FixedQParamsFakeQuantize over this observer
+        if theirs.qscheme == torch.per_tensor_affine and rng.random() < 0.5:
+            fo = T.FixedQParamsFakeQuantize(T.FixedQParamsObserver.with_args(**kw))
+            ft = tfq.FixedQParamsFakeQuantize(tob.FixedQParamsObserver.with_args(
+                **torch_kwargs(kw)))
+            xx = values(rng, (7,), float(so[0]), fo.quant_min, fo.quant_max, float(zo[0]))
+            same(fo(xx), npy(ft(tt(xx))), f"{kw} FixedQParamsFakeQuantize")
+            count("FixedQParamsFakeQuantize")
