@@ -589,7 +589,7 @@ def _channel_case(rng):
     shape = [int(v) for v in rng.integers(1, 5, ndim)]
     axis = int(rng.integers(0, ndim))
     C = shape[axis] = int(rng.integers(1, 9))
-    # int32 ranges: see test_fake_quantize_large_integer_zero_point
+    # int32 ranges: see test_compat_torch_core_gaps.py
     qmin, qmax = [(0, 255), (-128, 127), (0, 15), (-32768, 32767), (0, 4)][
         int(rng.integers(0, 5))]
     scale = (10.0 ** rng.uniform(-5, 1, C)).astype(F32)
@@ -629,37 +629,7 @@ def test_fake_quantize_per_channel_random(dtype):
     assert n >= 1000
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "integer zero points beyond 2**24 (int32 ranges): torch dequantizes with the exact "
-    "integer q - zp, the core kernel receives the zero point rounded to the compute dtype "
-    "(see report)"))
-def test_fake_quantize_large_integer_zero_point():
-    x = np.array([1e3, -5e3, 7.0], F32)
-    zp = -2139548205
-    out = T.fake_quantize_per_tensor_affine(x, 2.1172052852051544, zp, -2 ** 31, 2 ** 31 - 1)
-    to = torch.fake_quantize_per_tensor_affine(tt(x), 2.1172052852051544, zp, -2 ** 31,
-                                               2 ** 31 - 1)
-    same(out, npy(to), "per tensor")
-    out = T.fake_quantize_per_channel_affine(x[None], np.array([2.0], F32),
-                                             np.array([zp], np.int32), 0, -2 ** 31, 2 ** 31 - 1)
-    to = torch.fake_quantize_per_channel_affine(tt(x[None]), torch.tensor([2.0]),
-                                                torch.tensor([zp], dtype=torch.int), 0,
-                                                -2 ** 31, 2 ** 31 - 1)
-    same(out, npy(to), "per channel")
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "per channel, torch clamps q in int64 against the exact quant_max 2**31 - 1; the core "
-    "clamps in the compute dtype, where float32(2**31 - 1) == 2**31 (see report)"))
-def test_fake_quantize_per_channel_int32_clamp():
-    x = np.array([[1e10, 3.0]], F32)
-    # zp = 2**31 - 128 is exact in float32, so only the clamp bound differs
-    for zp in (np.array([2 ** 31 - 128], np.int32), np.array([2 ** 31 - 128], F32)):
-        out = T.fake_quantize_per_channel_affine(x, np.array([1.0], F32), zp, 0, -2 ** 31,
-                                                 2 ** 31 - 1)
-        to = torch.fake_quantize_per_channel_affine(tt(x), torch.tensor([1.0]), tt(zp), 0,
-                                                    -2 ** 31, 2 ** 31 - 1)
-        same(out, npy(to), str(zp.dtype))
+# int32-range kernels: see test_compat_torch_core_gaps.py
 
 
 def test_fake_quantize_per_channel_float_zp_fma():
@@ -797,7 +767,7 @@ def test_fused_op_random():
         qmin, qmax = [(0, 255), (-128, 127), (-127, 127), (0, 15), (-2 ** 31, 2 ** 31 - 1)][
             int(rng.integers(0, 5))]
         if per_row and qmin == -2 ** 31:
-            qmin, qmax = -32768, 32767   # see test_fake_quantize_per_channel_int32_clamp
+            qmin, qmax = -32768, 32767   # int32: see test_compat_torch_core_gaps.py
         c = float(rng.choice([0.01, 0.5, 1.0]))
         shape = [int(v) for v in rng.integers(1, 6, 3)]
         axis = 0 if per_row else -1   # torch: per-row fake quant only on axis 0

@@ -61,12 +61,14 @@ RANGES = [(0, 255), (-128, 127), (0, 127), (-64, 63), (-127, 127), (0, 15), (0, 
           I32, (0, 2 ** 31 - 1), (-2 ** 31, 0)]
 
 
-def same_out(ours, theirs, msg, float_zero_point=None):
+def same_out(ours, theirs, msg, float_zero_point=None, zero_scale=False):
     """Fake-quant outputs bit for bit; with a float zero point equal to 0
-    (per channel) and not SIGNED_ZERO_Q_EXACT, a zero may differ in sign."""
-    if float_zero_point is not None and not SIGNED_ZERO_Q_EXACT:
-        zp = np.asarray(float_zero_point)
-        if zp.dtype.kind == "f" and (zp == 0).any():
+    (per channel) and not SIGNED_ZERO_Q_EXACT, or with a zero scale (whose
+    sign torch leaves to its SIMD chunking, documented), a zero may differ
+    in sign."""
+    if zero_scale or (float_zero_point is not None and not SIGNED_ZERO_Q_EXACT):
+        zp = np.asarray(float_zero_point if float_zero_point is not None else [0.0])
+        if zero_scale or zp.dtype.kind == "f" and (zp == 0).any():
             o, t = np.asarray(ours), np.asarray(theirs)
             zero = (o == 0) & (t == 0)
             ours, theirs = np.where(zero, 0, o).astype(o.dtype), \
@@ -1111,8 +1113,14 @@ def test_fake_quantize_modules_random():
                 # (uninitialized memory): continue from its values
                 ours.scale[...] = npy(theirs.scale)
                 ours.zero_point[...] = npy(theirs.zero_point)
-            same_out(o, npy(t), msg + " out", ours.zero_point if ours.is_per_channel else None)
-            same(ours.scale, npy(theirs.scale), msg + " scale")
+            zero_scale = bool((ours.scale == 0).any())
+            same_out(o, npy(t), msg + " out", ours.zero_point if ours.is_per_channel else None,
+                     zero_scale)
+            if zero_scale:
+                same_value(ours.scale, npy(theirs.scale), msg + " scale")
+                assert ours.scale.dtype == npy(theirs.scale).dtype
+            else:
+                same(ours.scale, npy(theirs.scale), msg + " scale")
             if ours.zero_point.dtype == np.float32:   # float_qparams: signed zero of -min
                 same_value(ours.zero_point, npy(theirs.zero_point), msg + " zero_point")
                 assert ours.zero_point.dtype == npy(theirs.zero_point).dtype
@@ -1124,6 +1132,13 @@ def test_fake_quantize_modules_random():
                 same_value(app_o.max_val, npy(app_t.max_val), msg + " max_val")
             for k, v in theirs.state_dict().items():
                 assert ours.state_dict()[k].dtype == npy(v).dtype, (msg, k)
+            if rng.random() < 0.2 and "histogram" not in name:
+                (so, zo), (st, zt), raised = _qparams_both(ours, theirs, msg)
+                if not raised:
+                    same_value(so, npy(st), msg + " calculate_qparams scale")
+                    assert so.dtype == npy(st).dtype
+                    same_value(zo, npy(zt), msg + " calculate_qparams zero_point")
+                    assert zo.dtype == npy(zt).dtype
             if t.requires_grad:
                 g = rng.standard_normal(x.shape).astype(F32)
                 (t * tt(g)).sum().backward()
