@@ -13,7 +13,7 @@ ranges with exact integers (see test_compat_torch_int32.py); until it does,
 the random generators keep int32 ranges to zero points that are multiples of
 256 (per tensor) and leave them out per channel.
 """
-import warnings
+import os
 from collections import Counter
 
 import numpy as np
@@ -30,7 +30,6 @@ pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
               pytest.mark.filterwarnings("ignore::RuntimeWarning")]
 
 CASES = 1000
-import os
 HIST_CASES = int(os.environ.get("QC_HIST_CASES", CASES))
 INT32_EXACT = False
 #: float64 input with a float zero point per channel: torch rounds
@@ -290,7 +289,8 @@ def channel_values(rng, shape, axis, scale, zp, qmin, qmax):
     z = np.nan_to_num(zp.astype(np.float64)).reshape(bshape)
     k = rng.integers(qmin - 3, qmax + 4, shape) - z
     kind = rng.integers(0, 6, shape)
-    x = np.where(kind < 2, (np.floor(k) + 0.5) * s, rng.uniform(-1, 1, shape) * (qmax - qmin + 4) * s)
+    x = np.where(kind < 2, (np.floor(k) + 0.5) * s,
+                 rng.uniform(-1, 1, shape) * (qmax - qmin + 4) * s)
     x = np.where(kind == 2, np.floor(k) * s, x)
     x = np.where(kind == 3, (k - z % 1 + 0.5) * s, x)    # ties of x * inv + float zp
     x = x.astype(F32)

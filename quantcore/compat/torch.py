@@ -4,107 +4,178 @@ Observers, fake-quantize modules and the fake-quant functions of
 ``torch.ao.quantization`` as plain Python classes over numpy arrays, bit for
 bit with torch 2.13.0+cpu on x86-64 (spec/torch.md; DECISIONS.md "PyTorch").
 Torch dtypes and qschemes are given as strings (``"quint8"``,
-``"torch.per_channel_symmetric"``, ...).  This layer only translates
-arguments: per-element work goes through :func:`quantcore.ops._affine`,
-statistics through :mod:`quantcore.observers` / :func:`quantcore.minmax`,
-qparams through :mod:`quantcore.qparams`.
+``"torch.per_channel_symmetric"``, ...).  This layer translates arguments:
+per-element work goes through :func:`quantcore.ops._affine`, statistics
+through :mod:`quantcore.observers` / :func:`quantcore.minmax` /
+:class:`quantcore.calib.TorchHistogram`, qparams through
+:mod:`quantcore.qparams`.  (The LSQ backward is still evaluated here in
+numpy: the core has no kernel for it yet.)
 
 Exceptions: where torch raises ``AssertionError`` this layer raises
-``ValueError`` (same message); torch ``RuntimeError`` from argument checks
-becomes ``ValueError`` (``TypeError`` for a wrong dtype);
-``NotImplementedError``, ``IndexError`` and ``TypeError`` are kept.
+``ValueError`` with torch's message; torch's ``RuntimeError`` from argument
+checks becomes ``ValueError`` (``TypeError`` for a wrong dtype: "Scale must
+be Float ...", "expected scalar type Float ...");
+``NotImplementedError`` (also torch's "... not implemented for 'Int'" on
+integer input), ``IndexError`` and ``TypeError`` are kept.  Constructor
+checks run in torch's order with torch's texts (embedded space runs
+included).
 
-Torch quirks reproduced
------------------------
-* Observer qparams (torch.md 1.4): true division (not multiply by the
-  reciprocal), no ``min == max`` special case, ``[0, 0]`` gives scale eps;
-  affine zero point int32, symmetric int64, float_qparams float32;
-  symmetric zp 128 for quint8/uint8 default range even with
-  ``reduce_range`` (so uint8 + symmetric + reduce_range gives range (0, 127)
-  with zp 128), ``(qmin + qmax) // 2`` with a custom range, 32768 for uint16;
-  x86 NaN/inf -> INT32_MIN conversion with int32 wrap (NaN gives zp
-  ``clamp(qmin - INT32_MIN)``); ``min > max`` raises (also min=+inf with a
-  finite max), NaN never trips it; defaults ``([1.0], [0])`` with torch's
-  warning before any data.
-* Ranges: custom range only when both ends are given, validated in torch's
-  order with torch's messages; ``reduce_range`` floors a custom range
-  (``(qmin // 2, qmax // 2)``), is ignored for 16/32-bit types, emits
-  torch's ``UserWarning`` text (with its embedded run of spaces); the
-  4-bit / float8 fall-back range (0, 15).
-* Observers cast x to float32 before reducing; NaN propagates into min/max
-  and stays; the moving average is ``m + c * (x - m)`` in float32 (c = 1 is
-  not memoryless); the per-tensor first-call rule is exactly
-  ``min_val == +inf and max_val == -inf`` (a state with one infinite side
-  averages into NaN); per-channel first call is "buffers empty"; per-channel
-  observers need ``x.ndim >= 2`` (IndexError); ``averaging_constant`` is
-  not range-checked.
-* ``is_dynamic``: MovingAverageMinMaxObserver only with averaging_constant
-  == 1; per-channel and histogram observers refuse it (NotImplementedError).
-* FakeQuantize: range checks against ``iinfo(dtype)`` (dtype from the
-  kwargs or the ``with_args`` partial's own keywords, as torch), then the
-  observer may change the range (``default_fake_quant`` is (0, 127)); qparams
-  are recomputed even when fake quant is disabled; the per-tensor path uses
-  the tensor-qparams op (zero point truncated to int, not range checked);
-  a per-channel FakeQuantize with a negative ``ch_axis`` fails in forward;
-  an empty input copies the default qparams (with the warning).
-* Fake-quant kernels: ``inv = f32(1 / f32(scale))``, multiply not divide;
-  integer zp added after rounding (float zp before, per channel); per
-  tensor NaN and -inf map to qmin and +inf to qmax; per channel NaN and
-  both infinities map to qmin (x86 int64 conversion); the mask uses the
-  pre-clamp value; no scale check (scale 0 gives +-0 outputs, negative
-  scales are used as is); per-channel rejects int64 zero points and a
-  negative axis; float16 computes in float32.
-* Learnable (LSQ): forward zp ``nearbyint`` + clamp; per-tensor backward zp
-  ``trunc(clamp(f32(zp + 0.5)))`` (differs from the forward zp); the
-  backward kernel's FMA contraction: ``xq = rint(fmaf(x, inv, zb))`` (zb
-  added before rounding, one rounding) and ``xfq - x = fmaf(q - zb, s, -x)``;
-  dX not scaled by grad_factor; float32-only backward; a 1-D input gives 0-d
-  per-channel gradient sums; the empty-input backward bug returns
-  ``(x, scale, zero_point)``.
-* fused_moving_avg_obs_fake_quant: each running side resets independently
-  when infinite; ChooseQuantizationParams (:func:`quantcore.qparams.
-  choose_qparams_fused`: double scale rounded once, 0.1 fallback, 6.1e-5
-  floor, sparsity-preserving symmetric range with /(range/2) not /127.5,
-  affine on one-signed data, torch's int32 arithmetic: the int32 range
-  wraps ``qmax - qmin`` to -1 and ``abs(INT32_MIN)`` stays negative); fake
-  quant off returns a copy and leaves scale / zero_point untouched; float32
-  input only; per-row only on axis 0, empty running buffers resize all four
-  buffers to [C] (torch leaves the new scale / zero_point elements
-  uninitialized; here they repeat the first value), a [1] scale with sized
-  running buffers raises IndexError; int64 enable flags in
-  FusedMovingAvgObsFakeQuantize.
+Torch quirks reproduced (the tests that show each, in tests/)
+-------------------------------------------------------------
+Observers
+* qparams: true division ``f32(f32(max - min) / f32(qmax - qmin))``, no
+  ``min == max`` special case (``[0, 0]`` gives scale eps); zero points int32
+  (affine), int64 (symmetric), float32 unrounded (float_qparams); symmetric
+  zp 128 for quint8 / uint8 default ranges even with reduce_range (uint8 +
+  symmetric + reduce_range: range (0, 127), zp 128), ``(qmin + qmax) // 2``
+  for a custom range, 32768 for uint16; x86 NaN / inf -> INT32_MIN with
+  int32 wrap in the zp (NaN: ``clamp(qmin - INT32_MIN)``).
+  [test_spec_minmax_vectors, test_spec_other_vectors,
+  test_per_tensor_observers_random, test_per_channel_observers_random]
+* ``min > max`` raises (also min = +inf with a finite max), NaN never trips
+  it; ``([1.0], [0])`` with torch's warning before any data.
+  [test_observer_runtime_quirks]
+* Ranges: custom only when both ends are given; validation in torch's order
+  and words (the numbers are checked before the integer requirement);
+  reduce_range floors a custom range, is ignored for 16/32-bit types and
+  warns (torch's text); the (0, 15) fall-back for quint4x2 / float8;
+  is_dynamic only for MovingAverageMinMaxObserver with averaging_constant 1.
+  [test_observer_constructors_match_torch,
+  test_observer_constructor_errors_and_warnings]
+* x is cast to float32 before reducing (float64 0.1 -> 0.10000000149,
+  integer input read as float32); NaN propagates into min / max and stays.
+  [*_observers_random, test_quirk_integer_inputs]
+* Moving average ``m = f32(m + f32(f32(c) * f32(cur - m)))`` (c = 1 is not
+  memoryless); first call exactly when ``min_val == +inf and max_val ==
+  -inf`` (one infinite side averages into NaN); averaging_constant not
+  range-checked; per channel: first call = empty buffers, ``x.ndim >= 2``
+  and ch_axis out of range raise IndexError.
+  [test_observer_runtime_quirks, *_observers_random]
+* state_dict: torch's keys, and torch's version ``_metadata``; a plain
+  mapping (an .npz / safetensors file) has no versions, so torch -- and this
+  layer -- treat it as a version-1 checkpoint and reset observer ``eps`` to
+  ``finfo(float32).eps`` (the key may even be missing); HistogramObserver
+  turns [0]-shaped min / max of such dicts into +-inf.
+  [test_quirk_plain_state_dict_resets_eps, state round trips in
+  test_compat_torch_random.py]
+* HistogramObserver: +-inf dropped with torch's warning; integer input
+  raises NotImplementedError (no integer histc); ``dst_nbins = 2 ** bits``
+  even with reduce_range / a custom range; histc / linspace / bucketize /
+  cumsum / the greedy L2 search as torch computes them in float32.
+  [test_histogram_observer, test_histogram_observer_random]
+
+FakeQuantize, FixedQParamsFakeQuantize, FusedMovingAvgObsFakeQuantize
+* Range checks against ``iinfo(dtype)`` (dtype from the keywords or the
+  ``with_args`` partial), then the observer may change the range
+  (``default_fake_quant`` is (0, 127)); uint8 enable flags, int64 in the
+  fused module; ch_axis -1 per tensor; every predefined partial of
+  ``torch.ao.quantization.fake_quantize`` with the same keywords.
+  [test_fake_quantize_constructors_match_torch, test_fake_quantize_module_quirks,
+  test_every_torch_fake_quantize_default_exists]
+* qparams recomputed even when fake quant is disabled; the per-tensor path
+  is the tensor-qparams op (zero point read as a checked int32 and
+  truncated, not range checked); a per-channel FakeQuantize with a negative
+  ch_axis fails in forward; an empty input copies the default qparams (with
+  the warning); FixedQParamsFakeQuantize shares the observer's buffers;
+  ``backward`` is the STE mask of the last forward (identity when fake
+  quant was off). [test_fake_quantize_modules_random,
+  test_fake_quantize_module_quirks, test_fixed_qparams_observer_random]
+
+Fake-quant functions
+* ``inv = f32(1 / f32(scale))`` and multiply; integer zp added after
+  rounding, float zp before (fused with an FMA for a float32 zp, not for a
+  float16 zp); per tensor NaN and -inf map to qmin, +inf to qmax; per
+  channel NaN and both infinities map to qmin (x86 int64 conversion); the
+  mask uses the pre-clamp value; no scale check (0, negative, inf, NaN
+  scales used as is); float64 input per tensor rounds in double and
+  dequantizes in float32; float16 computes in float32.
+  [test_spec_kernel_vectors, test_per_tensor_functions_random,
+  test_per_channel_functions_random, test_quirk_half_zero_point_is_not_fused,
+  test_fake_quantize_per_channel_float_zp_fma]
+* Tensor-qparams overload: ``scale.item()`` as a checked float32,
+  ``zero_point.item()`` as a checked int32 (NaN, |zp| > 2**31 - 1 and
+  finite scales beyond float32 raise; 1.7 -> 1, -1.7 -> -1; float64 zero
+  points without a float32 detour). [test_per_tensor_tensor_qparams_random,
+  test_quirk_tensor_qparams_item_conversions]
+* Per-channel checks in torch's order: scale float32, zp int32 / float32 /
+  float16 (int64 rejected), 1-D, equal sizes, ``size(axis)`` (IndexError for
+  a 0-d x or an axis out of range), qmin <= qmax, int zp range (an empty
+  int zp raises), axis >= 0; integer x raises NotImplementedError.
+  [test_per_channel_functions_random, test_fake_quantize_errors]
+
+Learnable (LSQ)
+* Forward zp ``nearbyint`` + clamp in float32 (per tensor), ``round`` +
+  clamp in the zp's dtype then ``.int()`` (per channel, NaN -> INT32_MIN);
+  per-tensor backward zp ``trunc(clamp(f32(zp + 0.5)))`` (not the forward
+  one); the backward kernel's FMA contraction ``xq = rint(fmaf(x, inv, zb))``,
+  ``fmaf(q - zb, s, -x)``; int64 clamp and mask (exact at int32 ranges);
+  dX not scaled by grad_factor; float32-only backward; checks in torch's
+  order (a NaN zero point raises); a 1-D per-channel input gives 0-d sums;
+  X / dY broadcast; the empty-input bug returns ``(x, scale, zero_point)``.
+  [test_spec_lsq_vectors, test_learnable_per_tensor_random,
+  test_learnable_per_channel_random, test_quirk_lsq_backward_broadcasts_x_and_dy]
+
+fused_moving_avg_obs_fake_quant
+* Each running side resets independently when infinite; averaging constant
+  rounded to float32, no FMA; ChooseQuantizationParams
+  (:func:`quantcore.qparams.choose_qparams_fused`: double scale rounded once,
+  0.1 fallback, 6.1e-5 floor, sparsity-preserving symmetric range with
+  /(range/2), affine on one-signed data, int32 arithmetic); fake quant off
+  returns a copy and leaves scale / zero_point untouched; the observer
+  needs float32 x and state (float64 x works with the observer off); per
+  row: x permuted and flattened (1-D x: IndexError), empty running buffers
+  resize all four arrays before the axis check, only axis 0 when observing;
+  ``ch_axis < x.ndim``; empty x returns a copy and changes nothing.
+  [test_spec_fused_vectors, test_fused_moving_avg_obs_fake_quant_random,
+  test_quirk_fused_float64_only_without_observer]
 
 Not reproduced (consciously)
 ----------------------------
-Pending core kernel modes (tests xfail(strict=True) until the core has them):
-
-* float64 input to the fake-quant functions: torch rounds
-  ``double(x) * double(f32(1/f32(s)))`` in double but (per tensor)
-  dequantizes in float32; the core computes ``1/s`` and everything in
-  float64 (results differ in the last bits).
-* Per channel with a float zero point torch rounds ``fmaf(x, inv, zp)``
-  (FMA contraction); the core rounds ``f32(f32(x * inv) + zp)``: results
-  differ when the fused value lies within an ulp of a tie.
-* int32 ranges: torch dequantizes with the exact integer ``q - zp`` and
-  (per channel) clamps q in int64 against the exact ``quant_max``; the core
-  holds zp and the bounds in the compute dtype (float32 cannot hold
-  ``2**31 - 1`` or zero points beyond ``2**24``).
-* The LSQ backward has no core kernel: its FMA-fused values and gradient
-  products are evaluated here in numpy (rounding and the int64 conversion
-  go through ``_affine``).
-* bfloat16 (numpy has no bfloat16).
-* Signed zeros in observer min/max state (quantcore orders -0.0 < +0.0;
-  torch's aminmax order is an implementation detail); qparams never differ.
-* Per-channel state broadcasting when a later batch has 1 channel (or the
-  state has 1): torch broadcasts, quantcore raises ValueError.
-* HistogramObserver with NaN input raises ValueError (torch stores a NaN
-  range); float8 dtypes are accepted by observers but FakeQuantize range
-  checks on them raise TypeError, as torch's iinfo does.
-* Autograd: ``backward(grad_output)`` of the modules gives the input
-  gradient of the last forward (STE mask, or identity when fake quant was
-  off); requires-grad errors of torch have no equivalent.
-* LSQ backward sums dScale / dZeroPoint in float64 then rounds to float32
-  (torch's float32 cascade sum differs by a few ulp).
+* Pending core kernel modes (strict xfails and torch's exact recipes in
+  tests/test_compat_torch_core_gaps.py; the random tests keep clear of
+  them through flags):
+  1. int32-size ranges: torch clamps q and forms ``q - zp`` with exact
+     integers; the core holds q, zp and the bounds in float32 (zero points
+     beyond 2**24, ``2**31 - 1``).
+  2. float64 input, float zero point, per channel: torch rounds
+     ``x * inv + zp`` to float32 before ``lrintf``; the core rounds in float64.
+  3. Per channel, a float zero point equal to 0: torch's integer q gives
+     +0.0 where the core's float q gives -0.0 (x in (-scale/2, 0)).
+  4. ``torch.histc`` (HistogramObserver): a single-valued range widens by at
+     least one float32 ulp, and a value whose bin position overflows is
+     counted in bin 0; quantcore.calib widens by +-1 and raises.
+* Uninitialized memory: the per-row fused op resizes scale / zero_point
+  without writing them when fake quant is off; here the new elements repeat
+  the first value.
+* Sign of a zero: torch's scale for eps <= 0 with all-zero statistics, its
+  float_qparams zero point of a zero minimum and its min / max of signed
+  zeros depend on its SIMD chunking (16-element blocks vs scalar tail);
+  quantcore orders -0.0 < +0.0 and gives +0.0 scales.  Values are equal.
+* Out-of-bounds and partial writes: torch's fused op writes out of bounds
+  for empty per-tensor running buffers or fewer per-row running values than
+  rows (here ValueError), and some torch ops update part of the state
+  before raising (NaN into a fresh HistogramObserver stores a NaN range,
+  the fused op with a bad scale after its moving average); a failing call
+  here leaves the state unchanged.
+* HistogramObserver bins float64 / float16 input in that precision in torch;
+  here float32.
+* Per-channel observers: torch broadcasts a 1-channel batch onto a
+  C-channel state (and back); quantcore raises ValueError.
+* Non-integral quant_min / quant_max that pass torch's checks (e.g. -0.5):
+  torch carries on with floats, here TypeError.
+* bfloat16 (numpy has none); float8 dtypes are accepted by observers, and
+  FakeQuantize's iinfo check raises TypeError as torch's does.
+* Autograd: ``backward(grad_output)`` gives the input gradient of the last
+  forward; torch's requires-grad errors (scale / zero point requiring grad)
+  have no equivalent.
+* The LSQ backward sums dScale / dZeroPoint in float64 and rounds once
+  (torch's float32 cascade order differs by a few ulp).
+* Not provided (not in API.md): PlaceholderObserver and
+  ``default_dynamic_quant_observer``, RecordingObserver, NoopObserver,
+  ``_LearnableFakeQuantize``; state dicts of observer versions < 3
+  (``min_vals`` / ``max_vals`` names).
+* Message texts of errors whose torch text embeds tensor reprs ("min tensor(...)
+  should be less than max ...") use numpy reprs.
 """
 import functools
 import numbers
