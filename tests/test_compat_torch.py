@@ -589,7 +589,7 @@ def _channel_case(rng):
     shape = [int(v) for v in rng.integers(1, 5, ndim)]
     axis = int(rng.integers(0, ndim))
     C = shape[axis] = int(rng.integers(1, 9))
-    # int32 ranges: see test_fake_quantize_large_integer_zero_point
+    # int32 ranges: see test_compat_torch_core_gaps.py
     qmin, qmax = [(0, 255), (-128, 127), (0, 15), (-32768, 32767), (0, 4)][
         int(rng.integers(0, 5))]
     scale = (10.0 ** rng.uniform(-5, 1, C)).astype(F32)
@@ -629,37 +629,7 @@ def test_fake_quantize_per_channel_random(dtype):
     assert n >= 1000
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "integer zero points beyond 2**24 (int32 ranges): torch dequantizes with the exact "
-    "integer q - zp, the core kernel receives the zero point rounded to the compute dtype "
-    "(see report)"))
-def test_fake_quantize_large_integer_zero_point():
-    x = np.array([1e3, -5e3, 7.0], F32)
-    zp = -2139548205
-    out = T.fake_quantize_per_tensor_affine(x, 2.1172052852051544, zp, -2 ** 31, 2 ** 31 - 1)
-    to = torch.fake_quantize_per_tensor_affine(tt(x), 2.1172052852051544, zp, -2 ** 31,
-                                               2 ** 31 - 1)
-    same(out, npy(to), "per tensor")
-    out = T.fake_quantize_per_channel_affine(x[None], np.array([2.0], F32),
-                                             np.array([zp], np.int32), 0, -2 ** 31, 2 ** 31 - 1)
-    to = torch.fake_quantize_per_channel_affine(tt(x[None]), torch.tensor([2.0]),
-                                                torch.tensor([zp], dtype=torch.int), 0,
-                                                -2 ** 31, 2 ** 31 - 1)
-    same(out, npy(to), "per channel")
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "per channel, torch clamps q in int64 against the exact quant_max 2**31 - 1; the core "
-    "clamps in the compute dtype, where float32(2**31 - 1) == 2**31 (see report)"))
-def test_fake_quantize_per_channel_int32_clamp():
-    x = np.array([[1e10, 3.0]], F32)
-    # zp = 2**31 - 128 is exact in float32, so only the clamp bound differs
-    for zp in (np.array([2 ** 31 - 128], np.int32), np.array([2 ** 31 - 128], F32)):
-        out = T.fake_quantize_per_channel_affine(x, np.array([1.0], F32), zp, 0, -2 ** 31,
-                                                 2 ** 31 - 1)
-        to = torch.fake_quantize_per_channel_affine(tt(x), torch.tensor([1.0]), tt(zp), 0,
-                                                    -2 ** 31, 2 ** 31 - 1)
-        same(out, npy(to), str(zp.dtype))
+# int32-range kernels: see test_compat_torch_core_gaps.py
 
 
 def test_fake_quantize_per_channel_float_zp_fma():
@@ -797,7 +767,7 @@ def test_fused_op_random():
         qmin, qmax = [(0, 255), (-128, 127), (-127, 127), (0, 15), (-2 ** 31, 2 ** 31 - 1)][
             int(rng.integers(0, 5))]
         if per_row and qmin == -2 ** 31:
-            qmin, qmax = -32768, 32767   # see test_fake_quantize_per_channel_int32_clamp
+            qmin, qmax = -32768, 32767   # int32: see test_compat_torch_core_gaps.py
         c = float(rng.choice([0.01, 0.5, 1.0]))
         shape = [int(v) for v in rng.integers(1, 6, 3)]
         axis = 0 if per_row else -1   # torch: per-row fake quant only on axis 0
@@ -935,3 +905,118 @@ def test_fake_quantize_module_quirks():
     flags = T.FusedMovingAvgObsFakeQuantize()
     assert flags.fake_quant_enabled.dtype == np.int64
     assert T.FakeQuantize().fake_quant_enabled.dtype == np.uint8
+
+
+# ============================================== quirks found in the audit
+def test_quirk_plain_state_dict_resets_eps():
+    """A state dict without torch's version metadata (a plain dict, an .npz
+    or safetensors file) is a version-1 checkpoint: observer eps is reset to
+    finfo(float32).eps.  The dict state_dict() returns carries the versions."""
+    o, t = T.MinMaxObserver(eps=2 ** -12), tob.MinMaxObserver(eps=2 ** -12)
+    sd_o, sd_t = o.state_dict(), t.state_dict()
+    assert sd_o._metadata == dict(sd_t._metadata)
+    for plain in (dict(sd_o), {k: npy(v) for k, v in sd_t.items()}):
+        o2, t2 = T.MinMaxObserver(eps=2 ** -12), tob.MinMaxObserver(eps=2 ** -12)
+        o2.load_state_dict(plain)
+        t2.load_state_dict({k: tt(v) for k, v in plain.items()})
+        assert o2.eps[0] == npy(t2.eps)[0] == F32(2 ** -23)
+    o2 = T.MinMaxObserver(eps=2 ** -12)
+    o2.load_state_dict(sd_o)
+    assert o2.eps[0] == F32(2 ** -12)
+    # the eps key is not even required then (torch injects it)
+    o2.load_state_dict({"min_val": np.array(np.inf, F32), "max_val": np.array(-np.inf, F32)})
+    f = T.default_fused_wt_fake_quant()
+    assert set(f.state_dict()._metadata) == set(tfq.default_fused_wt_fake_quant()
+                                                .state_dict()._metadata)
+
+
+def test_quirk_tensor_qparams_item_conversions():
+    """The tensor-qparams overload reads scale.item() as float32 and
+    zero_point.item() as int32, both checked, the zero point truncated."""
+    x = np.array([1.0, -2.0, 7.5], F32)
+    for s, z in [(np.array([0.5], F32), np.array([1.7], F32)),
+                 (np.array([0.5], F32), np.array([-1.7], F32)),
+                 (np.array([0.5], F32), np.array([2.9999999999])),       # float64: 2, not 3
+                 (np.array([0.5]), np.array([3], np.int64))]:
+        same(T.fake_quantize_per_tensor_affine(x, s, z, 0, 255),
+             npy(torch.fake_quantize_per_tensor_affine(tt(x), tt(s), tt(z), 0, 255)), str(z))
+    for s, z in [(np.array([0.5], F32), np.array([3e9])),
+                 (np.array([0.5], F32), np.array([2147483647.5])),
+                 (np.array([0.5], F32), np.array([np.nan], F32)),
+                 (np.array([3.5e38]), np.array([0], np.int32)),
+                 (np.array([0.5, 1.0], F32), np.array([0], np.int32))]:
+        with pytest.raises(RuntimeError):
+            torch.fake_quantize_per_tensor_affine(tt(x), tt(s), tt(z), 0, 255)
+        with pytest.raises(ValueError):
+            T.fake_quantize_per_tensor_affine(x, s, z, 0, 255)
+
+
+def test_quirk_half_zero_point_is_not_fused():
+    """Per channel, a float32 zero point is added with an FMA, a float16 one
+    is not: the two round a near-tie differently (torch 2.13 CPU)."""
+    x = np.array([[-1.7703315, -1.963849]], F32)
+    s = np.array([5.6950394e-05], F32)
+    outs = []
+    for zdt in (F32, np.float16):
+        z = np.array([34660], zdt)
+        out = T.fake_quantize_per_channel_affine(x, s, z, 0, 0, 65535)
+        same(out, npy(torch.fake_quantize_per_channel_affine(tt(x), tt(s), tt(z), 0, 0, 65535)),
+             str(zdt))
+        outs.append(out)
+    assert not np.array_equal(outs[0], outs[1])
+
+
+def test_quirk_fused_float64_only_without_observer():
+    x = np.linspace(-1, 2, 7)
+    for obs_on in (0, 1):
+        ours = [np.array(-1.0, F32), np.array(2.0, F32), np.ones(1, F32), np.zeros(1, np.int32)]
+        theirs = [tt(a) for a in ours]
+        args = (np.array([obs_on]), np.array([1]))
+        if obs_on:
+            with pytest.raises(RuntimeError):
+                torch.fused_moving_avg_obs_fake_quant(tt(x), *map(tt, args), *theirs, .01, 0,
+                                                      255, -1)
+            with pytest.raises(TypeError):
+                T.fused_moving_avg_obs_fake_quant(x, *args, *ours, .01, 0, 255, -1)
+        else:
+            same(T.fused_moving_avg_obs_fake_quant(x, *args, *ours, .01, 0, 255, -1),
+                 npy(torch.fused_moving_avg_obs_fake_quant(tt(x), *map(tt, args), *theirs, .01,
+                                                           0, 255, -1)))
+            same(ours[2], npy(theirs[2]))
+
+
+def test_quirk_integer_inputs():
+    """Integer input: observers read it as float32, HistogramObserver and the
+    fake-quant kernels raise NotImplementedError (no integer kernel)."""
+    xi = np.array([-3, 7, 1], np.int32)
+    o, t = T.MinMaxObserver(), tob.MinMaxObserver()
+    o(xi)
+    t(tt(xi))
+    same_value(o.min_val, npy(t.min_val))
+    for ours, theirs in [
+            (lambda: T.HistogramObserver()(xi), lambda: tob.HistogramObserver()(tt(xi))),
+            (lambda: T.fake_quantize_per_tensor_affine(xi, 1.0, 0, 0, 255),
+             lambda: torch.fake_quantize_per_tensor_affine(tt(xi), 1.0, 0, 0, 255)),
+            (lambda: T.fake_quantize_per_channel_affine(xi[None], np.ones(1, F32),
+                                                        np.zeros(1, np.int32), 0, 0, 255),
+             lambda: torch.fake_quantize_per_channel_affine(
+                 tt(xi[None]), torch.ones(1), torch.zeros(1, dtype=torch.int), 0, 0, 255))]:
+        with pytest.raises(NotImplementedError):
+            theirs()
+        with pytest.raises(NotImplementedError):
+            ours()
+
+
+def test_quirk_lsq_backward_broadcasts_x_and_dy():
+    x = np.linspace(-1, 3, 6, dtype=F32).reshape(1, 6)
+    dy = np.arange(6, dtype=F32)
+    s, z = np.array([0.5], F32), np.array([1.0], F32)
+    o = T.fake_quantize_learnable_per_tensor_affine_backward(dy, x, s, z, 0, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = torch.ops.aten._fake_quantize_learnable_per_tensor_affine_backward(
+            tt(dy), tt(x), tt(s), tt(z), 0, 4)
+    same(o[0], npy(t[0]))
+    with pytest.raises(ValueError):
+        T.fake_quantize_learnable_per_tensor_affine_backward(dy.reshape(2, 3), x.reshape(3, 2),
+                                                             s, z, 0, 4)

@@ -4,107 +4,178 @@ Observers, fake-quantize modules and the fake-quant functions of
 ``torch.ao.quantization`` as plain Python classes over numpy arrays, bit for
 bit with torch 2.13.0+cpu on x86-64 (spec/torch.md; DECISIONS.md "PyTorch").
 Torch dtypes and qschemes are given as strings (``"quint8"``,
-``"torch.per_channel_symmetric"``, ...).  This layer only translates
-arguments: per-element work goes through :func:`quantcore.ops._affine`,
-statistics through :mod:`quantcore.observers` / :func:`quantcore.minmax`,
-qparams through :mod:`quantcore.qparams`.
+``"torch.per_channel_symmetric"``, ...).  This layer translates arguments:
+per-element work goes through :func:`quantcore.ops._affine`, statistics
+through :mod:`quantcore.observers` / :func:`quantcore.minmax` /
+:class:`quantcore.calib.TorchHistogram`, qparams through
+:mod:`quantcore.qparams`.  (The LSQ backward is still evaluated here in
+numpy: the core has no kernel for it yet.)
 
 Exceptions: where torch raises ``AssertionError`` this layer raises
-``ValueError`` (same message); torch ``RuntimeError`` from argument checks
-becomes ``ValueError`` (``TypeError`` for a wrong dtype);
-``NotImplementedError``, ``IndexError`` and ``TypeError`` are kept.
+``ValueError`` with torch's message; torch's ``RuntimeError`` from argument
+checks becomes ``ValueError`` (``TypeError`` for a wrong dtype: "Scale must
+be Float ...", "expected scalar type Float ...");
+``NotImplementedError`` (also torch's "... not implemented for 'Int'" on
+integer input), ``IndexError`` and ``TypeError`` are kept.  Constructor
+checks run in torch's order with torch's texts (embedded space runs
+included).
 
-Torch quirks reproduced
------------------------
-* Observer qparams (torch.md 1.4): true division (not multiply by the
-  reciprocal), no ``min == max`` special case, ``[0, 0]`` gives scale eps;
-  affine zero point int32, symmetric int64, float_qparams float32;
-  symmetric zp 128 for quint8/uint8 default range even with
-  ``reduce_range`` (so uint8 + symmetric + reduce_range gives range (0, 127)
-  with zp 128), ``(qmin + qmax) // 2`` with a custom range, 32768 for uint16;
-  x86 NaN/inf -> INT32_MIN conversion with int32 wrap (NaN gives zp
-  ``clamp(qmin - INT32_MIN)``); ``min > max`` raises (also min=+inf with a
-  finite max), NaN never trips it; defaults ``([1.0], [0])`` with torch's
-  warning before any data.
-* Ranges: custom range only when both ends are given, validated in torch's
-  order with torch's messages; ``reduce_range`` floors a custom range
-  (``(qmin // 2, qmax // 2)``), is ignored for 16/32-bit types, emits
-  torch's ``UserWarning`` text (with its embedded run of spaces); the
-  4-bit / float8 fall-back range (0, 15).
-* Observers cast x to float32 before reducing; NaN propagates into min/max
-  and stays; the moving average is ``m + c * (x - m)`` in float32 (c = 1 is
-  not memoryless); the per-tensor first-call rule is exactly
-  ``min_val == +inf and max_val == -inf`` (a state with one infinite side
-  averages into NaN); per-channel first call is "buffers empty"; per-channel
-  observers need ``x.ndim >= 2`` (IndexError); ``averaging_constant`` is
-  not range-checked.
-* ``is_dynamic``: MovingAverageMinMaxObserver only with averaging_constant
-  == 1; per-channel and histogram observers refuse it (NotImplementedError).
-* FakeQuantize: range checks against ``iinfo(dtype)`` (dtype from the
-  kwargs or the ``with_args`` partial's own keywords, as torch), then the
-  observer may change the range (``default_fake_quant`` is (0, 127)); qparams
-  are recomputed even when fake quant is disabled; the per-tensor path uses
-  the tensor-qparams op (zero point truncated to int, not range checked);
-  a per-channel FakeQuantize with a negative ``ch_axis`` fails in forward;
-  an empty input copies the default qparams (with the warning).
-* Fake-quant kernels: ``inv = f32(1 / f32(scale))``, multiply not divide;
-  integer zp added after rounding (float zp before, per channel); per
-  tensor NaN and -inf map to qmin and +inf to qmax; per channel NaN and
-  both infinities map to qmin (x86 int64 conversion); the mask uses the
-  pre-clamp value; no scale check (scale 0 gives +-0 outputs, negative
-  scales are used as is); per-channel rejects int64 zero points and a
-  negative axis; float16 computes in float32.
-* Learnable (LSQ): forward zp ``nearbyint`` + clamp; per-tensor backward zp
-  ``trunc(clamp(f32(zp + 0.5)))`` (differs from the forward zp); the
-  backward kernel's FMA contraction: ``xq = rint(fmaf(x, inv, zb))`` (zb
-  added before rounding, one rounding) and ``xfq - x = fmaf(q - zb, s, -x)``;
-  dX not scaled by grad_factor; float32-only backward; a 1-D input gives 0-d
-  per-channel gradient sums; the empty-input backward bug returns
-  ``(x, scale, zero_point)``.
-* fused_moving_avg_obs_fake_quant: each running side resets independently
-  when infinite; ChooseQuantizationParams (:func:`quantcore.qparams.
-  choose_qparams_fused`: double scale rounded once, 0.1 fallback, 6.1e-5
-  floor, sparsity-preserving symmetric range with /(range/2) not /127.5,
-  affine on one-signed data, torch's int32 arithmetic: the int32 range
-  wraps ``qmax - qmin`` to -1 and ``abs(INT32_MIN)`` stays negative); fake
-  quant off returns a copy and leaves scale / zero_point untouched; float32
-  input only; per-row only on axis 0, empty running buffers resize all four
-  buffers to [C] (torch leaves the new scale / zero_point elements
-  uninitialized; here they repeat the first value), a [1] scale with sized
-  running buffers raises IndexError; int64 enable flags in
-  FusedMovingAvgObsFakeQuantize.
+Torch quirks reproduced (the tests that show each, in tests/)
+-------------------------------------------------------------
+Observers
+* qparams: true division ``f32(f32(max - min) / f32(qmax - qmin))``, no
+  ``min == max`` special case (``[0, 0]`` gives scale eps); zero points int32
+  (affine), int64 (symmetric), float32 unrounded (float_qparams); symmetric
+  zp 128 for quint8 / uint8 default ranges even with reduce_range (uint8 +
+  symmetric + reduce_range: range (0, 127), zp 128), ``(qmin + qmax) // 2``
+  for a custom range, 32768 for uint16; x86 NaN / inf -> INT32_MIN with
+  int32 wrap in the zp (NaN: ``clamp(qmin - INT32_MIN)``).
+  [test_spec_minmax_vectors, test_spec_other_vectors,
+  test_per_tensor_observers_random, test_per_channel_observers_random]
+* ``min > max`` raises (also min = +inf with a finite max), NaN never trips
+  it; ``([1.0], [0])`` with torch's warning before any data.
+  [test_observer_runtime_quirks]
+* Ranges: custom only when both ends are given; validation in torch's order
+  and words (the numbers are checked before the integer requirement);
+  reduce_range floors a custom range, is ignored for 16/32-bit types and
+  warns (torch's text); the (0, 15) fall-back for quint4x2 / float8;
+  is_dynamic only for MovingAverageMinMaxObserver with averaging_constant 1.
+  [test_observer_constructors_match_torch,
+  test_observer_constructor_errors_and_warnings]
+* x is cast to float32 before reducing (float64 0.1 -> 0.10000000149,
+  integer input read as float32); NaN propagates into min / max and stays.
+  [*_observers_random, test_quirk_integer_inputs]
+* Moving average ``m = f32(m + f32(f32(c) * f32(cur - m)))`` (c = 1 is not
+  memoryless); first call exactly when ``min_val == +inf and max_val ==
+  -inf`` (one infinite side averages into NaN); averaging_constant not
+  range-checked; per channel: first call = empty buffers, ``x.ndim >= 2``
+  and ch_axis out of range raise IndexError.
+  [test_observer_runtime_quirks, *_observers_random]
+* state_dict: torch's keys, and torch's version ``_metadata``; a plain
+  mapping (an .npz / safetensors file) has no versions, so torch -- and this
+  layer -- treat it as a version-1 checkpoint and reset observer ``eps`` to
+  ``finfo(float32).eps`` (the key may even be missing); HistogramObserver
+  turns [0]-shaped min / max of such dicts into +-inf.
+  [test_quirk_plain_state_dict_resets_eps, state round trips in
+  test_compat_torch_random.py]
+* HistogramObserver: +-inf dropped with torch's warning; integer input
+  raises NotImplementedError (no integer histc); ``dst_nbins = 2 ** bits``
+  even with reduce_range / a custom range; histc / linspace / bucketize /
+  cumsum / the greedy L2 search as torch computes them in float32.
+  [test_histogram_observer, test_histogram_observer_random]
+
+FakeQuantize, FixedQParamsFakeQuantize, FusedMovingAvgObsFakeQuantize
+* Range checks against ``iinfo(dtype)`` (dtype from the keywords or the
+  ``with_args`` partial), then the observer may change the range
+  (``default_fake_quant`` is (0, 127)); uint8 enable flags, int64 in the
+  fused module; ch_axis -1 per tensor; every predefined partial of
+  ``torch.ao.quantization.fake_quantize`` with the same keywords.
+  [test_fake_quantize_constructors_match_torch, test_fake_quantize_module_quirks,
+  test_every_torch_fake_quantize_default_exists]
+* qparams recomputed even when fake quant is disabled; the per-tensor path
+  is the tensor-qparams op (zero point read as a checked int32 and
+  truncated, not range checked); a per-channel FakeQuantize with a negative
+  ch_axis fails in forward; an empty input copies the default qparams (with
+  the warning); FixedQParamsFakeQuantize shares the observer's buffers;
+  ``backward`` is the STE mask of the last forward (identity when fake
+  quant was off). [test_fake_quantize_modules_random,
+  test_fake_quantize_module_quirks, test_fixed_qparams_observer_random]
+
+Fake-quant functions
+* ``inv = f32(1 / f32(scale))`` and multiply; integer zp added after
+  rounding, float zp before (fused with an FMA for a float32 zp, not for a
+  float16 zp); per tensor NaN and -inf map to qmin, +inf to qmax; per
+  channel NaN and both infinities map to qmin (x86 int64 conversion); the
+  mask uses the pre-clamp value; no scale check (0, negative, inf, NaN
+  scales used as is); float64 input per tensor rounds in double and
+  dequantizes in float32; float16 computes in float32.
+  [test_spec_kernel_vectors, test_per_tensor_functions_random,
+  test_per_channel_functions_random, test_quirk_half_zero_point_is_not_fused,
+  test_fake_quantize_per_channel_float_zp_fma]
+* Tensor-qparams overload: ``scale.item()`` as a checked float32,
+  ``zero_point.item()`` as a checked int32 (NaN, |zp| > 2**31 - 1 and
+  finite scales beyond float32 raise; 1.7 -> 1, -1.7 -> -1; float64 zero
+  points without a float32 detour). [test_per_tensor_tensor_qparams_random,
+  test_quirk_tensor_qparams_item_conversions]
+* Per-channel checks in torch's order: scale float32, zp int32 / float32 /
+  float16 (int64 rejected), 1-D, equal sizes, ``size(axis)`` (IndexError for
+  a 0-d x or an axis out of range), qmin <= qmax, int zp range (an empty
+  int zp raises), axis >= 0; integer x raises NotImplementedError.
+  [test_per_channel_functions_random, test_fake_quantize_errors]
+
+Learnable (LSQ)
+* Forward zp ``nearbyint`` + clamp in float32 (per tensor), ``round`` +
+  clamp in the zp's dtype then ``.int()`` (per channel, NaN -> INT32_MIN);
+  per-tensor backward zp ``trunc(clamp(f32(zp + 0.5)))`` (not the forward
+  one); the backward kernel's FMA contraction ``xq = rint(fmaf(x, inv, zb))``,
+  ``fmaf(q - zb, s, -x)``; int64 clamp and mask (exact at int32 ranges);
+  dX not scaled by grad_factor; float32-only backward; checks in torch's
+  order (a NaN zero point raises); a 1-D per-channel input gives 0-d sums;
+  X / dY broadcast; the empty-input bug returns ``(x, scale, zero_point)``.
+  [test_spec_lsq_vectors, test_learnable_per_tensor_random,
+  test_learnable_per_channel_random, test_quirk_lsq_backward_broadcasts_x_and_dy]
+
+fused_moving_avg_obs_fake_quant
+* Each running side resets independently when infinite; averaging constant
+  rounded to float32, no FMA; ChooseQuantizationParams
+  (:func:`quantcore.qparams.choose_qparams_fused`: double scale rounded once,
+  0.1 fallback, 6.1e-5 floor, sparsity-preserving symmetric range with
+  /(range/2), affine on one-signed data, int32 arithmetic); fake quant off
+  returns a copy and leaves scale / zero_point untouched; the observer
+  needs float32 x and state (float64 x works with the observer off); per
+  row: x permuted and flattened (1-D x: IndexError), empty running buffers
+  resize all four arrays before the axis check, only axis 0 when observing;
+  ``ch_axis < x.ndim``; empty x returns a copy and changes nothing.
+  [test_spec_fused_vectors, test_fused_moving_avg_obs_fake_quant_random,
+  test_quirk_fused_float64_only_without_observer]
 
 Not reproduced (consciously)
 ----------------------------
-Pending core kernel modes (tests xfail(strict=True) until the core has them):
-
-* float64 input to the fake-quant functions: torch rounds
-  ``double(x) * double(f32(1/f32(s)))`` in double but (per tensor)
-  dequantizes in float32; the core computes ``1/s`` and everything in
-  float64 (results differ in the last bits).
-* Per channel with a float zero point torch rounds ``fmaf(x, inv, zp)``
-  (FMA contraction); the core rounds ``f32(f32(x * inv) + zp)``: results
-  differ when the fused value lies within an ulp of a tie.
-* int32 ranges: torch dequantizes with the exact integer ``q - zp`` and
-  (per channel) clamps q in int64 against the exact ``quant_max``; the core
-  holds zp and the bounds in the compute dtype (float32 cannot hold
-  ``2**31 - 1`` or zero points beyond ``2**24``).
-* The LSQ backward has no core kernel: its FMA-fused values and gradient
-  products are evaluated here in numpy (rounding and the int64 conversion
-  go through ``_affine``).
-* bfloat16 (numpy has no bfloat16).
-* Signed zeros in observer min/max state (quantcore orders -0.0 < +0.0;
-  torch's aminmax order is an implementation detail); qparams never differ.
-* Per-channel state broadcasting when a later batch has 1 channel (or the
-  state has 1): torch broadcasts, quantcore raises ValueError.
-* HistogramObserver with NaN input raises ValueError (torch stores a NaN
-  range); float8 dtypes are accepted by observers but FakeQuantize range
-  checks on them raise TypeError, as torch's iinfo does.
-* Autograd: ``backward(grad_output)`` of the modules gives the input
-  gradient of the last forward (STE mask, or identity when fake quant was
-  off); requires-grad errors of torch have no equivalent.
-* LSQ backward sums dScale / dZeroPoint in float64 then rounds to float32
-  (torch's float32 cascade sum differs by a few ulp).
+* Pending core kernel modes (strict xfails and torch's exact recipes in
+  tests/test_compat_torch_core_gaps.py; the random tests keep clear of
+  them through flags):
+  1. int32-size ranges: torch clamps q and forms ``q - zp`` with exact
+     integers; the core holds q, zp and the bounds in float32 (zero points
+     beyond 2**24, ``2**31 - 1``).
+  2. float64 input, float zero point, per channel: torch rounds
+     ``x * inv + zp`` to float32 before ``lrintf``; the core rounds in float64.
+  3. Per channel, a float zero point equal to 0: torch's integer q gives
+     +0.0 where the core's float q gives -0.0 (x in (-scale/2, 0)).
+  4. ``torch.histc`` (HistogramObserver): a single-valued range widens by at
+     least one float32 ulp, and a value whose bin position overflows is
+     counted in bin 0; quantcore.calib widens by +-1 and raises.
+* Uninitialized memory: the per-row fused op resizes scale / zero_point
+  without writing them when fake quant is off; here the new elements repeat
+  the first value.
+* Sign of a zero: torch's scale for eps <= 0 with all-zero statistics, its
+  float_qparams zero point of a zero minimum and its min / max of signed
+  zeros depend on its SIMD chunking (16-element blocks vs scalar tail);
+  quantcore orders -0.0 < +0.0 and gives +0.0 scales.  Values are equal.
+* Out-of-bounds and partial writes: torch's fused op writes out of bounds
+  for empty per-tensor running buffers or fewer per-row running values than
+  rows (here ValueError), and some torch ops update part of the state
+  before raising (NaN into a fresh HistogramObserver stores a NaN range,
+  the fused op with a bad scale after its moving average); a failing call
+  here leaves the state unchanged.
+* HistogramObserver bins float64 / float16 input in that precision in torch;
+  here float32.
+* Per-channel observers: torch broadcasts a 1-channel batch onto a
+  C-channel state (and back); quantcore raises ValueError.
+* Non-integral quant_min / quant_max that pass torch's checks (e.g. -0.5):
+  torch carries on with floats, here TypeError.
+* bfloat16 (numpy has none); float8 dtypes are accepted by observers, and
+  FakeQuantize's iinfo check raises TypeError as torch's does.
+* Autograd: ``backward(grad_output)`` gives the input gradient of the last
+  forward; torch's requires-grad errors (scale / zero point requiring grad)
+  have no equivalent.
+* The LSQ backward sums dScale / dZeroPoint in float64 and rounds once
+  (torch's float32 cascade order differs by a few ulp).
+* Not provided (not in API.md): PlaceholderObserver and
+  ``default_dynamic_quant_observer``, RecordingObserver, NoopObserver,
+  ``_LearnableFakeQuantize``; state dicts of observer versions < 3
+  (``min_vals`` / ``max_vals`` names).
+* Message texts of errors whose torch text embeds tensor reprs ("min tensor(...)
+  should be less than max ...") use numpy reprs.
 """
 import functools
 import numbers
@@ -162,6 +233,11 @@ _OBSERVER_DTYPES = ("qint8", "quint8", "quint4x2", "qint32", "int8", "uint8", "i
 _QSCHEMES = ("per_tensor_affine", "per_tensor_symmetric", "per_channel_affine",
              "per_channel_symmetric", "per_channel_affine_float_qparams")
 
+_PER_TENSOR_ONLY = ("{}'s qscheme only support torch.per_tensor_symmetric" + " " * 21
+                    + "and torch.per_tensor_affine.")
+_PER_CHANNEL_ONLY = ("{}'s qscheme only support" + " " * 21 + "torch.per_channel_symmetric, "
+                     "torch.per_channel_affine and torch.per_channel_affine_float_qparams.")
+_IINFO_MSG = "torch.iinfo() requires an integer input type. Use torch.finfo to handle 'torch.iinfo'"
 _REDUCE_RANGE_WARNING = (
     "Please use quant_min and quant_max to specify the range for observers."
     "                     reduce_range will be deprecated in a future release of PyTorch.")
@@ -180,8 +256,10 @@ def _name(value, what):
 def _dtype(value):
     name = _name(value, "dtype")
     if name not in _OBSERVER_DTYPES:
-        raise ValueError(f"Default Observer only works for {_OBSERVER_DTYPES} data type, "
-                         f"got {value!r}")
+        raise ValueError("Default Observer only works for (torch.qint8, torch.quint8, "
+                         "torch.quint4x2, torch.qint32, torch.int8, torch.uint8, torch.int16, "
+                         "torch.int32, torch.float8_e5m2, torch.float8_e4m3fn, torch.uint16) "
+                         f"data type (got {value!r})")
     return name
 
 
@@ -223,8 +301,10 @@ def _qrange(dtype, reduce_range, quant_min, quant_max):
         if dtype == "int16":
             return (-2 ** 15, 2 ** 15 - 1), False
         return (0, 15), False
-    qmin = A.as_int(quant_min, "quant_min", "torch observer")
-    qmax = A.as_int(quant_max, "quant_max", "torch observer")
+    qmin, qmax = quant_min, quant_max
+    if not isinstance(qmin, numbers.Real) or not isinstance(qmax, numbers.Real):
+        raise TypeError(f"torch observer: quant_min / quant_max must be integers, got "
+                        f"{quant_min!r}, {quant_max!r}")
     if not qmin <= 0 <= qmax:
         raise ValueError("Used-specified quantization range must include 0.")
     if qmin >= qmax:
@@ -237,6 +317,10 @@ def _qrange(dtype, reduce_range, quant_min, quant_max):
     if dtype in ("qint32", "int32") and not 0 < n <= 2 ** 32:
         raise ValueError("quantization range should be positive and not exceed the maximum "
                          "bit range (=4294967296).")
+    # torch validates the numbers first; a non-integral bound (which torch
+    # would carry on with) is refused after its checks
+    qmin = A.as_int(quant_min, "quant_min", "torch observer")
+    qmax = A.as_int(quant_max, "quant_max", "torch observer")
     if reduce_range:
         qmin, qmax = qmin // 2, qmax // 2
     return (qmin, qmax), True
@@ -245,8 +329,8 @@ def _qrange(dtype, reduce_range, quant_min, quant_max):
 def _as_input(x, func):
     """x as a float numpy array (integer / bool input read as float32, as
     torch's ``x.to(torch.float32)``)."""
-    if isinstance(x, np.ndarray) and x.dtype.kind in "iub":
-        return x.astype(F32)
+    if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind in "iub":
+        return np.asarray(x).astype(F32)
     return A.as_float_array(x, "x", func)
 
 
@@ -361,18 +445,57 @@ class _Module:
                 setattr(self, b, _copy_into(self, b, state[prefix + b],
                                             dtype=getattr(self, b).dtype))
 
+    #: torch's ``Module._version`` of the class (observers: 3, FakeQuantize: 1)
+    _VERSION = 1
+
+    def _metadata(self, dest, prefix):
+        dest[prefix[:-1]] = {"version": self._VERSION}
+
     def state_dict(self):
-        """Buffers as numpy arrays under torch's key names."""
-        d = {}
+        """Buffers as numpy arrays under torch's key names, in a dict that
+        carries torch's ``_metadata`` (the module versions), as torch's does."""
+        d = _StateDict()
         self._save(d, "")
+        d._metadata = {}
+        self._metadata(d._metadata, "")
         return d
+
+    def _prepare(self, state, prefix, metadata):
+        """torch's ``_load_from_state_dict`` rewrites, before the keys are
+        matched (the eps reset of observers without a version)."""
 
     def load_state_dict(self, state_dict, strict=True):
         """Load a state dict with torch's keys (numpy arrays, e.g. from
-        ``numpy.load`` of an ``.npz`` or ``safetensors.numpy.load_file``)."""
-        _load_keys(self, state_dict, strict, self._state_keys())
-        self._load(state_dict, "")
+        ``numpy.load`` of an ``.npz`` or ``safetensors.numpy.load_file``),
+        as torch's ``load_state_dict`` does.
+
+        A plain mapping carries no module versions, and torch then treats
+        each observer as a version-1 checkpoint: its ``eps`` is reset to
+        ``finfo(float32).eps`` whatever the file holds (and needs no ``eps``
+        key).  The dict :meth:`state_dict` returns keeps the versions (its
+        ``_metadata``), so it loads ``eps`` as stored, as in torch.
+        """
+        if not hasattr(state_dict, "keys"):
+            raise TypeError(f"{type(self).__name__}.load_state_dict: expected a mapping of "
+                            f"arrays, got {type(state_dict).__name__}")
+        state = {k: state_dict[k] for k in state_dict.keys()}
+        self._prepare(state, "", getattr(state_dict, "_metadata", None) or {})
+        _load_keys(self, state, strict, self._state_keys())
+        self._load(state, "")
         return self
+
+
+class _StateDict(dict):
+    """A state dict with torch's ``_metadata`` attribute."""
+
+    _metadata = None
+
+
+def _version(metadata, prefix):
+    return metadata.get(prefix[:-1], {}).get("version")
+
+
+_DEFAULT_EPS = float(np.finfo(np.float32).eps)
 
 
 # ----------------------------------------------------------------- observers
@@ -411,6 +534,13 @@ class _UniformObserver(_Module):
     @max_val.setter
     def max_val(self, value):
         self._core.max_val = np.asarray(value, dtype=F32)
+
+    _VERSION = 3
+
+    def _prepare(self, state, prefix, metadata):
+        if _version(metadata, prefix) in (None, 1):
+            # "eps was moved to a buffer in version 2": reset to the default
+            state[prefix + "eps"] = np.array([_DEFAULT_EPS], dtype=F32)
 
     def _calculate_qparams(self, min_val, max_val):
         """torch's ``_calculate_qparams`` through :mod:`quantcore.qparams`."""
@@ -482,14 +612,12 @@ class MinMaxObserver(_UniformObserver):
                  eps=float(np.finfo(np.float32).eps), is_dynamic=False):
         qscheme = _qscheme(qscheme)
         if not _is_per_tensor(qscheme):
-            raise NotImplementedError(
-                "MinMaxObserver's qscheme only support torch.per_tensor_symmetric "
-                "and torch.per_tensor_affine.")
+            raise NotImplementedError(_PER_TENSOR_ONLY.format("MinMaxObserver"))
         self.qscheme = qscheme
         super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, eps, is_dynamic)
         self._core = self._make_core()
-        self._check_symmetric_reduce("Cannot reduce range for symmetric quantization for "
-                                     "quint8")
+        self._check_symmetric_reduce("Cannot reduce range for symmetric" + " " * 40
+                                     + "quantization for quint8")
 
     def _make_core(self):
         return _obs.MinMaxObserver(axis=None, nan_policy="propagate")
@@ -520,12 +648,14 @@ class MovingAverageMinMaxObserver(MinMaxObserver):
 
     def __init__(self, averaging_constant=0.01, dtype="quint8", qscheme="per_tensor_affine",
                  reduce_range=False, quant_min=None, quant_max=None,
-                 eps=float(np.finfo(np.float32).eps), is_dynamic=False):
+                 eps=float(np.finfo(np.float32).eps), is_dynamic=False, *,
+                 factory_kwargs=None):
         qscheme_name = _qscheme(qscheme)
         if not _is_per_tensor(qscheme_name):
             raise NotImplementedError(
-                "MovingAverageMinMaxObserver's qscheme only support torch.per_tensor_symmetric "
-                f"and torch.per_tensor_affine. but got: {qscheme}")
+                "MovingAverageMinMaxObserver's qscheme only support" + " " * 17
+                + "torch.per_tensor_symmetric and torch.per_tensor_affine." + " " * 17
+                + f"but got: torch.{qscheme_name}")
         self.averaging_constant = averaging_constant
         if is_dynamic and averaging_constant != 1:
             raise NotImplementedError(
@@ -552,9 +682,7 @@ class PerChannelMinMaxObserver(_UniformObserver):
                  eps=float(np.finfo(np.float32).eps), is_dynamic=False):
         qscheme = _qscheme(qscheme)
         if not _is_per_channel(qscheme):
-            raise NotImplementedError(
-                "PerChannelMinMaxObserver's qscheme only support torch.per_channel_symmetric, "
-                "torch.per_channel_affine and torch.per_channel_affine_float_qparams.")
+            raise NotImplementedError(_PER_CHANNEL_ONLY.format("PerChannelMinMaxObserver"))
         if is_dynamic:
             raise NotImplementedError(
                 "PerChannelMinMaxObserver doesn't support dynamic quantization")
@@ -596,12 +724,11 @@ class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
 
     def __init__(self, averaging_constant=0.01, ch_axis=0, dtype="quint8",
                  qscheme="per_channel_affine", reduce_range=False, quant_min=None,
-                 quant_max=None, eps=float(np.finfo(np.float32).eps), is_dynamic=False):
+                 quant_max=None, eps=float(np.finfo(np.float32).eps), is_dynamic=False, *,
+                 factory_kwargs=None):
         if not _is_per_channel(_qscheme(qscheme)):
             raise NotImplementedError(
-                "MovingAveragePerChannelMinMaxObserver's qscheme only support "
-                "torch.per_channel_symmetric, torch.per_channel_affine and "
-                "torch.per_channel_affine_float_qparams.")
+                _PER_CHANNEL_ONLY.format("MovingAveragePerChannelMinMaxObserver"))
         if is_dynamic:
             raise NotImplementedError(
                 "MovingAveragePerChannelMinMaxObserver doesn't support dynamic quantization")
@@ -628,9 +755,7 @@ class HistogramObserver(_UniformObserver):
                  eps=float(np.finfo(np.float32).eps), is_dynamic=False):
         qscheme = _qscheme(qscheme)
         if not _is_per_tensor(qscheme):
-            raise NotImplementedError(
-                "HistogramObserver's qscheme only support torch.per_tensor_symmetric "
-                "and torch.per_tensor_affine.")
+            raise NotImplementedError(_PER_TENSOR_ONLY.format("HistogramObserver"))
         if is_dynamic:
             raise NotImplementedError("HistogramObserver doesn't support dynamic quantization")
         self.qscheme = qscheme
@@ -642,7 +767,7 @@ class HistogramObserver(_UniformObserver):
                                       "which is not available in this build") from exc
         self.bins = bins
         if self.dtype not in _IINFO:
-            raise TypeError(f"torch.iinfo() requires an integer input type, got {self.dtype}")
+            raise TypeError(_IINFO_MSG)
         self.dst_nbins = 2 ** _IINFO[self.dtype][2]
         self.upsample_rate = 16
         self._hist = TorchHistogram(bins=bins, upsample_rate=self.upsample_rate)
@@ -672,7 +797,13 @@ class HistogramObserver(_UniformObserver):
         self._hist.max_val = F32(np.asarray(value, dtype=F32).reshape(()))
 
     def forward(self, x_orig):
-        """Add x to the histogram and return it."""
+        """Add x to the histogram and return it (float32 statistics: torch bins
+        float64 / float16 input in that precision, not reproduced)."""
+        if isinstance(x_orig, (np.ndarray, np.generic)) and x_orig.dtype.kind in "biu" \
+                and np.size(x_orig):
+            # torch.histc has no integer kernel
+            raise NotImplementedError('"histogram_cpu" not implemented for '
+                                      f"'{_torch_dtype_name(x_orig.dtype)}'")
         x = _as_input(x_orig, "HistogramObserver.forward")
         if x.size == 0:
             return x_orig
@@ -695,6 +826,15 @@ class HistogramObserver(_UniformObserver):
     def reset_min_max_vals(self):
         raise NotImplementedError("Cannot reset min/max values in the given observer.")
 
+    def _prepare(self, state, prefix, metadata):
+        super()._prepare(state, prefix, metadata)
+        version = _version(metadata, prefix)
+        if version is None or version < 3:
+            # uninitialized [0]-shaped min / max of version-2 checkpoints
+            for name, v in (("min_val", np.inf), ("max_val", -np.inf)):
+                if prefix + name in state and np.shape(state[prefix + name]) == (0,):
+                    state[prefix + name] = np.array(v, dtype=F32)
+
     def _load(self, state, prefix):
         if prefix + "eps" in state:
             self.eps = _copy_into(self, "eps", state[prefix + "eps"])
@@ -711,6 +851,7 @@ class FixedQParamsObserver(_Module):
     (float32[1]) and ``zero_point`` (int32[1]); forward is the identity."""
 
     _BUFFERS = ("scale", "zero_point")
+    _VERSION = 3
 
     def __init__(self, scale, zero_point, dtype="quint8", qscheme="per_tensor_affine",
                  quant_min=0, quant_max=255, is_dynamic=False):
@@ -720,8 +861,14 @@ class FixedQParamsObserver(_Module):
         self.is_dynamic = False
         self.quant_min = quant_min
         self.quant_max = quant_max
-        self.scale = np.array([scale], dtype=F32)
-        self.zero_point = np.array([zero_point], dtype=np.int32)
+        with np.errstate(over="ignore"):
+            self.scale = np.array([scale], dtype=F32)
+        zp = np.asarray(zero_point).reshape(())
+        if zp.dtype.kind == "f" and not (-2.0 ** 31 <= zp <= 2.0 ** 31 - 1) or \
+                zp.dtype.kind in "iu" and not -2 ** 31 <= int(zp) <= 2 ** 31 - 1:
+            raise ValueError("value cannot be converted to type int32 without overflow")
+        self.zero_point = np.array([zero_point], dtype=np.float64).astype(np.int32) \
+            if zp.dtype.kind == "f" else np.array([int(zp)], dtype=np.int32)
         self.dtype = _name(dtype, "dtype")
         self.qscheme = _name(qscheme, "qscheme")
 
@@ -804,7 +951,7 @@ class FakeQuantize(_FakeQuantizeBase):
                 dtype = getattr(getattr(observer, "p", {}), "keywords", {}).get("dtype", dtype)
             dname = _name(dtype, "dtype")
             if dname not in _IINFO:
-                raise TypeError(f"torch.iinfo() requires an integer input type, got {dtype!r}")
+                raise TypeError(_IINFO_MSG)
             lo, hi, _ = _IINFO[dname]
             if lo > quant_min:
                 raise ValueError("quant_min out of bound")
@@ -825,7 +972,7 @@ class FakeQuantize(_FakeQuantizeBase):
         self.ch_axis = app.ch_axis if hasattr(app, "ch_axis") else -1
         if not (_is_per_channel(self.qscheme) or _is_per_tensor(self.qscheme)):
             raise ValueError("Only per channel and per tensor quantization are supported in "
-                             f"fake quantize got qscheme: {self.qscheme}")
+                             f"fake quantize got qscheme: torch.{self.qscheme}")
         self.is_per_channel = _is_per_channel(self.qscheme)
 
     def calculate_qparams(self):
@@ -863,6 +1010,14 @@ class FakeQuantize(_FakeQuantizeBase):
         dest[prefix + "scale"] = self.scale.copy()
         dest[prefix + "zero_point"] = self.zero_point.copy()
         self.activation_post_process._save(dest, prefix + "activation_post_process.")
+
+    def _metadata(self, dest, prefix):
+        super()._metadata(dest, prefix)
+        self.activation_post_process._metadata(dest, prefix + "activation_post_process.")
+
+    def _prepare(self, state, prefix, metadata):
+        self.activation_post_process._prepare(state, prefix + "activation_post_process.",
+                                              metadata)
 
     def _state_keys(self, prefix=""):
         return ([prefix + k for k in ("fake_quant_enabled", "observer_enabled", "scale",
@@ -907,7 +1062,7 @@ class FixedQParamsFakeQuantize(FakeQuantize):
         self.zero_point = self.activation_post_process.zero_point
         if not _is_per_tensor(self.qscheme):
             raise ValueError("Only per tensor quantization is supported FixedQParamsFakeQuantize "
-                             f"module, got qscheme:{self.qscheme}")
+                             f"module, got qscheme:torch.{self.qscheme}")
 
     def calculate_qparams(self):
         return self.scale, self.zero_point
@@ -945,8 +1100,14 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
                      self.is_per_channel, self.is_symmetric_quant)
         out, mask, rmin, rmax, scale, zp = res
         app.min_val, app.max_val = rmin, rmax
-        if scale is not None:
-            self.scale, self.zero_point = scale, zp
+        # torch writes the buffers in place (resized per channel on the first call)
+        for name, value in (("scale", scale), ("zero_point", zp)):
+            buf = getattr(self, name)
+            if value is not buf:
+                if buf.shape == value.shape:
+                    np.copyto(buf, value)
+                else:
+                    setattr(self, name, value)
         self._last_shape = np.shape(X)
         self._last_mask = mask
         return out
@@ -981,6 +1142,9 @@ _MODE_PER_TENSOR = affine_mode(nonfinite="nan_to_qmin")
 _MODE_CHANNEL_INT = affine_mode(nonfinite="int64", dequant_wide=True)
 _MODE_CHANNEL_FLOAT = affine_mode(zero_point_add="before_rounding", nonfinite="int64",
                                   dequant_wide=True, fma_zero_point=True)
+#: a float16 zero point goes through c10::Half's operator+: no FMA contraction
+_MODE_CHANNEL_HALF = affine_mode(zero_point_add="before_rounding", nonfinite="int64",
+                                 dequant_wide=True)
 #: float64 input per tensor: rounding in double, dequantization in float32
 _MODE_PER_TENSOR_F64 = affine_mode(nonfinite="nan_to_qmin", dequant_narrow=True)
 
@@ -997,9 +1161,19 @@ def _int_arg(value, name, func):
     return int(value)
 
 
+_KERNEL_NAMES = {"fake_quantize_per_tensor_affine":
+                 "fake_quantize_tensor_cachemask_kernel_type_handling",
+                 "fake_quantize_per_channel_affine":
+                 "fake_quantize_channel_cachemask_cpu_type_handling"}
+
+
 def _fq_input(x, func):
-    arr = A.as_float_array(x, "x", func)
-    return arr
+    """x as a float array; an integer / bool array raises torch's
+    NotImplementedError of the kernel's dtype dispatch."""
+    if isinstance(x, np.ndarray) and x.dtype.kind in "biu":
+        raise NotImplementedError(f'"{_KERNEL_NAMES.get(func, func)}" not implemented for '
+                                  f"'{_torch_dtype_name(x.dtype)}'")
+    return A.as_float_array(x, "x", func)
 
 
 def _per_tensor(x, scale, zp, qmin, qmax, func):
@@ -1029,31 +1203,66 @@ def fake_quantize_per_tensor_affine_cachemask(x, scale, zero_point, quant_min, q
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"{func}(): argument 'scale' must be float, not {type(scale).__name__}")
     if qmin > qmax:
-        raise ValueError("`quant_min` should be less than or equal to `quant_max`.")
+        raise ValueError(_QMIN_QMAX_MSG)
     if not qmin <= zp <= qmax:
-        raise ValueError("`zero_point` must be between `quant_min` and `quant_max`.")
+        raise ValueError(_ZP_RANGE_MSG)
     return _per_tensor(x, float(scale), zp, qmin, qmax, func)
+
+
+def _item(value, name, func):
+    """torch's ``Tensor.item()``: the one element of a numeric array as a
+    Python number (bool and integers as int, floats as float)."""
+    a = np.asarray(value)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{func}: {name} must be a numeric array, got dtype {a.dtype}")
+    if a.size != 1:
+        raise ValueError(f"a Tensor with {a.size} elements cannot be converted to Scalar")
+    v = a.reshape(-1)[0]
+    return int(v) if a.dtype.kind in "biu" else float(v)
+
+
+def _item_float(value, name, func):
+    """``.item().toFloat()``: a checked conversion (a finite value beyond
+    the float32 range raises), then rounded to float32."""
+    v = _item(value, name, func)
+    if np.isfinite(v) and abs(v) > float(np.finfo(F32).max):
+        raise ValueError("value cannot be converted to type float without overflow")
+    with np.errstate(over="ignore"):
+        return F32(v)
+
+
+def _item_int(value, name, func):
+    """``.item().toInt()``: a checked conversion to int32 (NaN and values
+    outside [-2**31, 2**31 - 1] raise), truncating a float."""
+    v = _item(value, name, func)
+    if isinstance(v, float) and (v != v or not -2.0 ** 31 <= v <= 2.0 ** 31 - 1):
+        raise ValueError("value cannot be converted to type int without overflow")
+    if isinstance(v, int) and not -2 ** 31 <= v <= 2 ** 31 - 1:
+        raise ValueError("value cannot be converted to type int without overflow")
+    return int(v)
+
+
+_QMIN_QMAX_MSG = "`quant_min` should be less than or         equal to `quant_max`."
+_ZP_RANGE_MSG = "`zero_point` must be between `quant_min` and `quant_max`."
 
 
 def _per_tensor_tensor_qparams(x, scale, zero_point, quant_min, quant_max,
                                fake_quant_enabled=1):
-    """``torch._fake_quantize_per_tensor_affine_cachemask_tensor_qparams``."""
+    """``torch._fake_quantize_per_tensor_affine_cachemask_tensor_qparams``:
+    ``scale.item()`` as float32, ``zero_point.item()`` as int32 (checked,
+    truncated; not range checked)."""
     func = "fake_quantize_per_tensor_affine"
     qmin = _int_arg(quant_min, "quant_min", func)
     qmax = _int_arg(quant_max, "quant_max", func)
     if qmin > qmax:
-        raise ValueError("`quant_min` should be less than or equal to `quant_max`.")
-    s = np.asarray(scale)
-    z = np.asarray(zero_point)
-    if s.size != 1 or z.size != 1:
-        raise ValueError("a Tensor with more than one element cannot be converted to Scalar "
-                         f"(scale has {s.size}, zero_point {z.size} elements)")
+        raise ValueError(_QMIN_QMAX_MSG)
     arr = _fq_input(x, func)
+    # C++ evaluates the kernel's arguments right to left: zero point first
+    zp = _item_int(zero_point, "zero_point", func)
+    s = _item_float(scale, "scale", func)
     if not fake_quant_enabled:
         return arr, np.ones(arr.shape, dtype=np.bool_)
-    zv = z.reshape(-1)[0]
-    zp = int(zv) if z.dtype.kind in "iub" else int(np.trunc(np.float64(F32(zv))))
-    return _per_tensor(arr, float(F32(s.reshape(-1)[0])), zp, qmin, qmax, func)
+    return _per_tensor(arr, float(s), zp, qmin, qmax, func)
 
 
 def fake_quantize_per_tensor_affine(x, scale, zero_point, quant_min, quant_max):
@@ -1073,31 +1282,55 @@ def fake_quantize_per_tensor_affine(x, scale, zero_point, quant_min, quant_max):
                                                      quant_max)[0]
 
 
+def _dim_size(arr, axis):
+    """torch's ``self.size(axis)`` with its dimension wrapping and IndexErrors."""
+    if arr.ndim == 0:
+        raise IndexError(f"Dimension specified as {axis} but tensor has no dimensions")
+    if not -arr.ndim <= axis < arr.ndim:
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-arr.ndim}, {arr.ndim - 1}], but got {axis})")
+    return arr.shape[axis]
+
+
 def _channel_params(arr, scale, zero_point, axis, qmin, qmax, func):
+    """``fake_quantize_per_channel_affine_cachemask``'s checks, in torch's order."""
     s = np.asarray(scale)
     z = np.asarray(zero_point)
     if s.dtype != np.float32:
-        raise TypeError(f"Scale must be Float, found {s.dtype}")
+        raise TypeError(f"Scale must be Float or BFloat16, found {_torch_dtype_name(s.dtype)}")
     if z.dtype not in (np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.float16)):
-        raise TypeError(f"Zero-point must be Int32, Float or Half, found {z.dtype}")
+        raise TypeError("Zero-point must be Int32, Float or Half, found "
+                        f"{_torch_dtype_name(z.dtype)}")
     if s.ndim != 1:
         raise ValueError("scale should be a 1-D tensor")
     if z.ndim != 1:
         raise ValueError("zero point should be a 1-D tensor")
     if s.size != z.size:
         raise ValueError("scale and zero-point need to have the same dimensions")
-    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
-        raise TypeError(f"{func}(): argument 'axis' must be int, not {type(axis).__name__}")
-    if not 0 <= axis < max(arr.ndim, 1):
-        raise ValueError("`axis` must be between 0 and number of dimensions of input")
-    if arr.ndim and s.size != arr.shape[axis]:
+    axis = _int_arg(axis, "axis", func)
+    if s.size != _dim_size(arr, axis):
         raise ValueError("dimensions of scale and zero-point are not consistent with input "
                          "tensor")
     if qmin > qmax:
-        raise ValueError("`quant_min` should be less than or equal to `quant_max`.")
-    if z.dtype == np.int32 and z.size and (z.min() < qmin or z.max() > qmax):
-        raise ValueError("`zero_point` must be between `quant_min` and `quant_max`.")
+        raise ValueError(_QMIN_QMAX_MSG)
+    if z.dtype == np.int32:
+        if z.size == 0:
+            raise ValueError("min(): Expected reduction dim to be specified for input.numel() "
+                             "== 0. Specify the reduction dim with the 'dim' argument.")
+        if z.min() < qmin or z.max() > qmax:
+            raise ValueError(_ZP_RANGE_MSG)
+    if not 0 <= axis <= arr.ndim:
+        raise ValueError("`axis` must be between 0 and number of dimensions of input")
     return s, z
+
+
+_TORCH_DTYPE_NAMES = {"float64": "Double", "float32": "Float", "float16": "Half",
+                      "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char",
+                      "uint8": "Byte", "bool": "Bool"}
+
+
+def _torch_dtype_name(dtype):
+    return _TORCH_DTYPE_NAMES.get(np.dtype(dtype).name, np.dtype(dtype).name)
 
 
 def fake_quantize_per_channel_affine_cachemask(x, scale, zero_point, axis, quant_min,
@@ -1113,7 +1346,8 @@ def fake_quantize_per_channel_affine_cachemask(x, scale, zero_point, axis, quant
 
 def _per_channel(arr, s, z, axis, qmin, qmax, func):
     """Per-channel kernel (torch.md 4.2) on validated parameters."""
-    mode = _MODE_CHANNEL_INT if z.dtype.kind in "iu" else _MODE_CHANNEL_FLOAT
+    mode = (_MODE_CHANNEL_INT if z.dtype.kind in "iu" else
+            _MODE_CHANNEL_HALF if z.dtype == np.float16 else _MODE_CHANNEL_FLOAT)
     if arr.size == 0:
         return arr.copy(), np.zeros(arr.shape, dtype=np.bool_)
     s64 = s.astype(np.float64)
@@ -1149,15 +1383,26 @@ def _lsq_check(quant_min, quant_max, func):
     return qmin, qmax
 
 
+def _first_float(value, name, func):
+    """torch's ``t[0].item<float>()``."""
+    a = np.asarray(value)
+    if a.ndim == 0:
+        raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
+                         "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number")
+    if a.shape[0] == 0:
+        raise IndexError("index 0 is out of bounds for dimension 0 with size 0")
+    return _item_float(a[0], name, func)
+
+
 def fake_quantize_learnable_per_tensor_affine(x, scale, zero_point, quant_min, quant_max,
                                               grad_factor=1.0):
     """``torch._fake_quantize_learnable_per_tensor_affine``: zero point
-    ``int(clamp(nearbyint(zp[0]), qmin, qmax))``, then the per-tensor kernel."""
+    ``int64(clamp(nearbyint(f32(zp[0])), f32(qmin), f32(qmax)))``, then the
+    per-tensor kernel (which checks the range)."""
     func = "fake_quantize_learnable_per_tensor_affine"
     qmin, qmax = _lsq_check(quant_min, quant_max, func)
-    s = F32(np.asarray(scale, dtype=F32).reshape(-1)[0])
-    zf = F32(np.asarray(zero_point, dtype=F32).reshape(-1)[0])
-    zp = _clamp_trunc(np.rint(zf), qmin, qmax)
+    s = _first_float(scale, "scale", func)
+    zp = _clamp_trunc(np.rint(_first_float(zero_point, "zero_point", func)), qmin, qmax)
     return fake_quantize_per_tensor_affine(x, float(s), zp, qmin, qmax)
 
 
@@ -1173,31 +1418,73 @@ def _clamp_trunc(v, qmin, qmax):
     return int(np.trunc(np.float64(c)))
 
 
+def _rounded_zero_points(zero_point, qmin, qmax):
+    """``zero_point.round().clamp_(qmin, qmax)`` in the zero point's own
+    dtype (bounds cast to it, NaN kept)."""
+    z = np.asarray(zero_point)
+    if z.dtype.kind != "f":
+        z = z.astype(F32)
+    with np.errstate(over="ignore"):
+        lo, hi = z.dtype.type(qmin), z.dtype.type(qmax)
+    r = np.rint(z)
+    r = np.where(r < lo, lo, r)
+    return np.where(hi < r, hi, r).astype(z.dtype)
+
+
+def _to_int32(z):
+    """``.to(torch.int)`` on x86: NaN, inf and out-of-range values -> INT32_MIN."""
+    z = np.asarray(z, np.float64)
+    ok = np.isfinite(z) & (z > -2.0 ** 31 - 1) & (z < 2.0 ** 31)
+    return np.where(ok, np.trunc(np.where(ok, z, 0)), -2.0 ** 31).astype(np.int32)
+
+
 def fake_quantize_learnable_per_channel_affine(x, scale, zero_point, axis, quant_min,
                                                quant_max, grad_factor=1.0):
     """``torch._fake_quantize_learnable_per_channel_affine``: zero point
     ``zp.round().clamp(qmin, qmax).int()``, then the per-channel kernel."""
     func = "fake_quantize_learnable_per_channel_affine"
     qmin, qmax = _lsq_check(quant_min, quant_max, func)
-    z = np.clip(np.rint(np.asarray(zero_point, dtype=F32)), F32(qmin), F32(qmax))
-    with np.errstate(invalid="ignore"):
-        zi = np.where(np.isfinite(z), z, -2.0 ** 31).astype(np.int32)
-    return fake_quantize_per_channel_affine(x, np.asarray(scale, dtype=F32), zi, axis, qmin,
-                                            qmax)
+    zi = _to_int32(_rounded_zero_points(zero_point, qmin, qmax))
+    return fake_quantize_per_channel_affine(x, scale, zi.reshape(np.shape(zero_point)), axis,
+                                            qmin, qmax)
+
+
+def _fmaf(a, b, c):
+    """``fmaf(a, b, c)`` on float32 arrays, rounded once: ``a * b`` is exact in
+    float64, the sum is made exact with TwoSum and rounded to odd, and the
+    round-to-odd float64 rounds correctly to float32 (53 >= 24 + 2)."""
+    p = a.astype(np.float64) * b.astype(np.float64)
+    c = np.asarray(c, np.float64)
+    s = p + c
+    bb = s - p
+    err = (p - (s - bb)) + (c - bb)          # s + err == p + c exactly
+    even = (s.view(np.int64) & 1) == 0
+    fix = (err != 0) & even & np.isfinite(s)
+    s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+    return s.astype(F32)
+
+
+def _x86_int64(v):
+    """``static_cast<int64_t>(float)`` on x86: NaN, inf and values outside
+    the int64 range give INT64_MIN."""
+    v = np.asarray(v, np.float64)
+    ok = np.isfinite(v) & (v >= -2.0 ** 63) & (v < 2.0 ** 63)
+    return np.where(ok, np.where(ok, v, 0).astype(np.int64), np.int64(-2 ** 63))
 
 
 def _lsq_grads(dY, x, s, zb, qmin, qmax, gf, axis, func):
-    """Per-element LSQ gradients (torch.md 5).
+    """Per-element LSQ gradients (torch.md 5), torch's CPU kernel as compiled
+    (FMA contraction):
 
-    torch's CPU kernel is compiled with FMA contraction, so
-    ``xq = int64(rint(f32(fma(x, inv, zb))))`` and the in-range scale
-    gradient uses ``f32(fma(q - zb, s, -x))``; both fused values are
-    evaluated exactly in float64 and rounded once to float32 here, then
-    ``_affine`` (unit scale: rint, clamp, x86 int64 conversion, mask) gives
-    ``q`` and the in-range mask.  Every other product is float32, one
-    rounding each.
+        xq = int64(rint(fmaf(x, inv, zb)))            x86 conversion
+        in = qmin <= xq <= qmax                        int64 compare
+        d  = f32(clamp(xq) - zb)   (exact int64 difference per tensor;
+                                    float32(q) - zb per channel, float zb)
+        dX = dY * in
+        dS = in ? f32(f32(f32(dY * fmaf(d, s, -x)) * inv) * gf)
+                : f32(f32(dY * f32(q_bound - zb)) * gf)
+        dZ = in ? 0 : f32(f32(f32(-dY) * s) * gf)
     """
-    mode_q = affine_mode(nonfinite="int64", output_q=True)
     with np.errstate(all="ignore"):
         shape = [1] * x.ndim
         if axis is not None:
@@ -1206,38 +1493,35 @@ def _lsq_grads(dY, x, s, zb, qmin, qmax, gf, axis, func):
         z64 = zb.reshape(shape)
         z32 = z64.astype(F32)         # the fma addend: zb as a float
         inv = (F32(1) / s32).astype(F32)
-        t = (x.astype(np.float64) * inv.astype(np.float64) + z32).astype(F32)
-        one = np.ones(1 if axis is None else x.shape[axis])
-        q, mask = _affine(t, one, np.zeros_like(one), qmin, qmax, mode_q, axis, None, True,
-                          func)
+        x = x.astype(F32, copy=False)
+        xq = _x86_int64(np.rint(_fmaf(x, inv, z32)))
+        mask = (xq >= qmin) & (xq <= qmax)
+        q = np.clip(xq, qmin, qmax)
         gf = F32(gf)
         if axis is None:   # int64 zero point: exact integer differences
-            dsmall, dbig = F32(qmin - z64.item()), F32(qmax - z64.item())
-            qz = (q.astype(np.float64) - z64).astype(F32)
+            zi = int(z64.item())
+            dsmall, dbig = F32(qmin - zi), F32(qmax - zi)
+            qz = (q - zi).astype(F32)
         else:              # float zero point: float32 differences
             dsmall = (F32(qmin) - z32).astype(F32)
             dbig = (F32(qmax) - z32).astype(F32)
-            qz = (q - z32).astype(F32)
-        diff = (qz.astype(np.float64) * s32.astype(np.float64)
-                - x.astype(np.float64)).astype(F32)
+            qz = (q.astype(F32) - z32).astype(F32)
+        diff = _fmaf(qz, np.broadcast_to(s32, qz.shape), -x)
         dX = _ops.ste_backward(dY, mask)
-        inside = ((dY * diff).astype(F32) * inv).astype(F32) * gf
-        small = ~mask & (q == F32(qmin))
-        outside = np.where(small, (dY * dsmall).astype(F32), (dY * dbig).astype(F32)) * gf
+        inside = (((dY * diff).astype(F32) * inv).astype(F32) * gf).astype(F32)
+        outside = (np.where(xq < qmin, (dY * dsmall).astype(F32),
+                            (dY * dbig).astype(F32)) * gf).astype(F32)
         dS = np.where(mask, inside, outside).astype(F32)
         dZ = np.where(mask, F32(0), ((-dY * s32).astype(F32) * gf).astype(F32)).astype(F32)
     return dX, dS, dZ
 
 
-def _lsq_inputs(dY, x, func):
-    g = np.asarray(dY)
-    xa = np.asarray(x)
-    if g.dtype != np.float32 or xa.dtype != np.float32:
-        raise TypeError(f"{func}: dY and X must be float32 (torch's CPU kernel), got "
-                        f"{g.dtype} and {xa.dtype}")
-    if g.shape != xa.shape:
-        raise ValueError(f"{func}: dY has shape {g.shape}, X {xa.shape}")
-    return g, xa
+def _lsq_f32(arrays):
+    """torch's ``TORCH_CHECK(t.scalar_type() == ScalarType::Float)`` per input."""
+    for name, a in arrays:
+        if a.dtype != np.float32:
+            raise TypeError(f"Expected {name}.scalar_type() == ScalarType::Float to be true, "
+                            "but got false.")
 
 
 def fake_quantize_learnable_per_tensor_affine_backward(grad, x, scale, zero_point, quant_min,
@@ -1246,27 +1530,39 @@ def fake_quantize_learnable_per_tensor_affine_backward(grad, x, scale, zero_poin
     -> ``(dX, dScale[1], dZeroPoint[1])``.
 
     Backward zero point ``zb = trunc(clamp(f32(zp + 0.5), qmin, qmax))`` (not
-    the forward one); per element ``xq = int64(rint(f32(zb + x * inv)))``::
+    the forward one); per element ``xq = int64(rint(fmaf(x, inv, zb)))``::
 
         dX = dY * (qmin <= xq <= qmax)
         xq < qmin: dS = dY * (qmin - zb) * gf;  dZ = -dY * s * gf
         xq > qmax: dS = dY * (qmax - zb) * gf;  dZ = -dY * s * gf
-        else:      dS = dY * (f32((xq - zb) * s) - x) * inv * gf;  dZ = 0
+        else:      dS = dY * fmaf(f32(xq - zb), s, -x) * inv * gf;  dZ = 0
 
     summed to shape [1].  Empty x returns ``(x, scale, zero_point)`` (torch's bug).
     """
     func = "fake_quantize_learnable_per_tensor_affine_backward"
     qmin, qmax = _lsq_check(quant_min, quant_max, func)
-    g, xa = _lsq_inputs(grad, x, func)
-    sa = np.asarray(scale, dtype=F32).reshape(-1)
-    za = np.asarray(zero_point, dtype=F32).reshape(-1)
-    zb = _clamp_trunc(F32(za[0] + F32(0.5)), qmin, qmax)
+    s = _first_float(scale, "scale", func)
+    zb = _clamp_trunc(F32(_first_float(zero_point, "zero_point", func) + F32(0.5)), qmin,
+                      qmax)
+    g, xa, sa, za = (np.asarray(v) for v in (grad, x, scale, zero_point))
+    _lsq_f32([("dY", g), ("X", xa), ("scale", sa), ("zero_point", za)])
+    if g.size != xa.size:
+        raise ValueError("`X` and `dY` are not the same size")
     if not (qmin <= 0 and qmax >= 0):
-        raise ValueError("`quant_min` should be less than or equal to `quant_max`, and the "
-                         "quantization range should include 0.")
+        raise ValueError("`quant_min` should be less than or         equal to `quant_max`, "
+                         "and the quantization range should include 0.")
+    if not qmin <= zb <= qmax:
+        raise ValueError(_ZP_RANGE_MSG)
     if xa.size == 0:
-        return xa, np.asarray(scale), np.asarray(zero_point)
-    dX, dS, dZ = _lsq_grads(g, xa, sa[:1].astype(np.float64), np.array([float(zb)]), qmin,
+        return xa, sa, za
+    if g.shape != xa.shape:   # torch's TensorIterator broadcasts X and dY
+        try:
+            shape = np.broadcast_shapes(g.shape, xa.shape)
+        except ValueError as exc:
+            raise ValueError(f"{func}: X {xa.shape} and dY {g.shape} do not broadcast") \
+                from exc
+        g, xa = np.broadcast_to(g, shape), np.broadcast_to(xa, shape)
+    dX, dS, dZ = _lsq_grads(g, xa, np.array([float(s)]), np.array([float(zb)]), qmin,
                             qmax, grad_factor, None, func)
     return (dX, np.array([dS.sum(dtype=np.float64)], dtype=F32),
             np.array([dZ.sum(dtype=np.float64)], dtype=F32))
@@ -1277,22 +1573,36 @@ def fake_quantize_learnable_per_channel_affine_backward(grad, x, scale, zero_poi
     """``torch.ops.aten._fake_quantize_learnable_per_channel_affine_backward``
     -> ``(dX, dScale[C], dZeroPoint[C])``; zero point ``clamp(rint(zp))``
     (float), otherwise the per-tensor formulas per channel, summed over the
-    non-axis dimensions."""
+    non-axis dimensions (a 1-D x sums everything: 0-d results)."""
     func = "fake_quantize_learnable_per_channel_affine_backward"
     qmin, qmax = _lsq_check(quant_min, quant_max, func)
-    g, xa = _lsq_inputs(grad, x, func)
-    axis = A.normalize_axis(_int_arg(axis, "axis", func), max(xa.ndim, 1), func)
-    sa = np.asarray(scale, dtype=F32).reshape(-1)
-    za = np.clip(np.rint(np.asarray(zero_point, dtype=F32).reshape(-1)), F32(qmin), F32(qmax))
+    g, xa, sa, za = (np.asarray(v) for v in (grad, x, scale, zero_point))
+    zr = _rounded_zero_points(za, qmin, qmax)
+    _lsq_f32([("dY_", g), ("X_", xa), ("scale_", sa), ("zero_point_", za)])
+    if g.shape != xa.shape:
+        raise ValueError("`X` and `dY` are not the same size")
     if not (qmin <= 0 and qmax >= 0):
-        raise ValueError("`quant_min` should be less than or equal to `quant_max`, and the "
-                         "quantization range should include 0.")
+        raise ValueError("Expecting `quant_min` <= 0 and `quant_max` >= 0")
+    if sa.ndim != 1:
+        raise ValueError("scale should be a 1-D tensor")
+    if za.ndim != 1:
+        raise ValueError("zero point should be a 1-D tensor")
+    if sa.size != za.size:
+        raise ValueError("scale and zero-point need to have the same dimensions")
+    axis = _int_arg(axis, "axis", func)
+    if sa.size != _dim_size(xa, axis):
+        raise ValueError("dimensions of scale and zero-point are not consistent with input "
+                         "tensor")
+    if zr.size == 0:
+        raise ValueError("aminmax(): cannot compute aminmax over an empty dimension as the "
+                         "operation has no identity.")
+    if np.isnan(zr).any() or zr.min() < qmin or zr.max() > qmax:
+        raise ValueError(_ZP_RANGE_MSG)
+    if not 0 <= axis < xa.ndim:
+        raise ValueError("`axis` must be between 0 and number of dimensions of input")
     if xa.size == 0:
-        return xa, np.asarray(scale), np.asarray(zero_point)
-    if sa.size != xa.shape[axis] or za.size != xa.shape[axis]:
-        raise ValueError(f"{func}: scale / zero_point must have x.shape[axis] = "
-                         f"{xa.shape[axis]} values")
-    dX, dS, dZ = _lsq_grads(g, xa, sa.astype(np.float64), za.astype(np.float64), qmin, qmax,
+        return xa, sa, za
+    dX, dS, dZ = _lsq_grads(g, xa, sa.astype(np.float64), zr.astype(np.float64), qmin, qmax,
                             grad_factor, axis, func)
     if xa.ndim == 1:
         # torch sums a 1-D input to 0-d gradients
@@ -1304,73 +1614,132 @@ def fake_quantize_learnable_per_channel_affine_backward(grad, x, scale, zero_poi
 
 
 # ------------------------------------------------------------- fused op
+def _need_f32(arr, what="self"):
+    """torch's ``data_ptr<float>()`` on a non-float32 tensor."""
+    if arr.dtype != np.float32:
+        raise TypeError(f"expected scalar type Float but found {_torch_dtype_name(arr.dtype)}")
+
+
 def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_point,
            averaging_const, quant_min, quant_max, ch_axis, per_row_fake_quant,
            symmetric_quant):
-    """The fused op as a pure function: returns (out, mask, running_min,
-    running_max, scale, zero_point), the last two None when not updated."""
+    """The fused op as a pure function, in torch's order of steps and checks
+    (``fused_moving_avg_obs_fake_quant_cpu``).  Returns ``(out, mask,
+    running_min, running_max, scale, zero_point)``: new arrays for the
+    state that torch changes, the arguments themselves otherwise.  Nothing
+    is written here, so a failing call leaves the state as it was (torch may
+    have updated part of it before raising)."""
     func = "fused_moving_avg_obs_fake_quant"
-    arr = np.asarray(x)
-    if arr.dtype != np.float32:
-        raise TypeError(f"{func}: only float32 input is supported (torch's CPU kernel), got "
-                        f"{arr.dtype}")
+    arr = _fq_input(x, func)
     qmin = _int_arg(quant_min, "quant_min", func)
     qmax = _int_arg(quant_max, "quant_max", func)
-    rmin = np.array(running_min, dtype=F32)
-    rmax = np.array(running_max, dtype=F32)
+    ch_axis = _int_arg(ch_axis, "ch_axis", func)
+    rmin, rmax = np.asarray(running_min), np.asarray(running_max)
+    s_arr, z_arr = np.asarray(scale), np.asarray(zero_point)
     if arr.size == 0:
-        return arr.copy(), np.ones(arr.shape, np.bool_), rmin, rmax, None, None
+        return arr.copy(), np.ones(arr.shape, np.bool_), rmin, rmax, s_arr, z_arr
     if not ch_axis < arr.ndim:
-        raise ValueError("Error in fused_moving_avg_obs_fq_helper: ch_axis must be < "
+        raise ValueError("Error in fused_moving_avg_obs_fake_quant_cpu: ch_axis must be < "
                          "self.dim()")
-    obs_on = int(np.asarray(observer_on).reshape(-1)[0])
-    fq_on = int(np.asarray(fake_quant_on).reshape(-1)[0])
-    axis = None
-    new_scale = new_zp = None
+    observe = _item_int(observer_on, "observer_on", func)
+    c = F32(averaging_const)
     if per_row_fake_quant:
-        if arr.ndim < 2:
-            raise ValueError(f"{func}: per-row fake quant needs x.ndim >= 2, got {arr.ndim}")
-        if ch_axis != 0:
-            raise ValueError("Per-channel FakeQuant in fused_moving_avg_obs_fake_quant is only "
-                             "supported on axis == 0")
-        axis = 0
-        C = arr.shape[axis]
-        s_cur = np.asarray(scale, dtype=F32).reshape(-1)
-        z_cur = np.asarray(zero_point).reshape(-1)
+        y = arr
+        if arr.ndim != 2:
+            perm = list(range(arr.ndim))
+            perm[ch_axis], perm[0] = 0, ch_axis
+            y = arr.transpose(perm)
+            if y.ndim < 2:
+                raise IndexError(f"Dimension out of range (expected to be in range of "
+                                 f"[{-max(y.ndim, 1)}, {max(y.ndim, 1) - 1}], but got 1)")
+            y = y.reshape(y.shape[0], -1)
+        size = _dim_size(arr, ch_axis)
+        if rmin.size == 0:
+            # torch resizes all four buffers; the new scale / zero_point
+            # elements are uninitialized memory there, copies of the first
+            # (or 1.0 / 0) here
+            rmin = np.full(size, np.inf, F32)
+            rmax = np.full(size, -np.inf, F32)
+            s_arr = np.resize(s_arr if s_arr.size else np.ones(1, s_arr.dtype), size)
+            z_arr = np.resize(z_arr if z_arr.size else np.zeros(1, z_arr.dtype), size)
+        if observe:
+            if ch_axis != 0:
+                raise ValueError("Per-channel FakeQuant in fused_moving_avg_obs_fake_quant is "
+                                 "only supported on axis == 0")
+            _need_f32(y)
+            _need_f32(rmin)
+            _need_f32(rmax)
+            if rmin.size < y.shape[0] or rmax.size < y.shape[0]:
+                raise ValueError(f"{func}: running_min / running_max have {rmin.size} values, "
+                                 f"x has {y.shape[0]} rows")
+            cur_min, cur_max = _ops.minmax(y, axis=0)
+            rmin, rmax = _moving_average(rmin, rmax, cur_min, cur_max, c)
+    elif observe:
+        _need_f32(arr)
+        _need_f32(rmin)
+        _need_f32(rmax)
         if rmin.size == 0 or rmax.size == 0:
-            # torch resizes all four buffers here; the new scale / zero_point
-            # elements are uninitialized memory there, the first value here
-            rmin = np.full(C, np.inf, F32)
-            rmax = np.full(C, -np.inf, F32)
-            new_scale = np.full(C, s_cur[0] if s_cur.size else 1.0, F32)
-            new_zp = np.full(C, z_cur[0] if z_cur.size else 0, np.int32)
-        elif s_cur.size != C and fq_on:
-            raise IndexError(f"select(): index {s_cur.size} out of range for tensor of size "
-                             f"[{s_cur.size}] at dimension 0")
-    if obs_on:
-        cur_min, cur_max = _ops.minmax(arr, axis=axis)
-        # the core's moving average (quantcore.observers), then torch's
-        # per-side reset: r = cur where r is infinite
-        core = _obs.MovingAverageMinMaxObserver(0.5, axis=None, nan_policy="propagate")
-        core.averaging_constant = float(F32(averaging_const))
-        core.min_val, core.max_val = rmin.reshape(-1), rmax.reshape(-1)
-        avg_min, avg_max = core._combine(np.broadcast_to(cur_min.astype(F32), rmin.shape).reshape(-1),
-                                         np.broadcast_to(cur_max.astype(F32), rmax.shape).reshape(-1),
-                                         False)
-        rmin = np.where(np.isinf(rmin), cur_min.astype(F32),
-                        np.asarray(avg_min).reshape(rmin.shape)).astype(F32)
-        rmax = np.where(np.isinf(rmax), cur_max.astype(F32),
-                        np.asarray(avg_max).reshape(rmax.shape)).astype(F32)
-    if not fq_on:
-        return arr.copy(), np.ones(arr.shape, np.bool_), rmin, rmax, new_scale, new_zp
-    s, z = Q.choose_qparams_fused(rmin, rmax, qmin, qmax, bool(symmetric_quant))
-    z = z.astype(np.int32)
+            raise ValueError(f"{func}: running_min / running_max are empty (torch writes out "
+                             "of bounds)")
+        cur_min, cur_max = _ops.minmax(arr)
+        rmin, rmax = _moving_average(rmin, rmax, cur_min.reshape(1), cur_max.reshape(1), c)
+    if not _item_int(fake_quant_on, "fake_quant_on", func):
+        return arr.copy(), np.ones(arr.shape, np.bool_), rmin, rmax, s_arr, z_arr
     if per_row_fake_quant:
-        out, mask = fake_quantize_per_channel_affine_cachemask(arr, s, z, axis, qmin, qmax)
-    else:
-        out, mask = _per_tensor_tensor_qparams(arr, s[:1], z[:1], qmin, qmax)
-        s, z = s[:1], z[:1]
-    return out, mask, rmin, rmax, s, z
+        _need_f32(rmin)
+        _need_f32(rmax)
+        n = rmin.size
+        if s_arr.ndim == 0 or z_arr.ndim == 0:
+            raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python "
+                             "or `tensor.item<T>()` in C++ to convert a 0-dim tensor to a "
+                             "number")
+        for name, t in (("scale", s_arr), ("zero_point", z_arr)):
+            if t.shape[0] < n:
+                raise IndexError(f"select(): index {t.shape[0]} out of range for tensor of "
+                                 f"size [{t.shape[0]}] at dimension 0")
+        sc, zp = Q.choose_qparams_fused(rmin, rmax[:n], qmin, qmax, bool(symmetric_quant))
+        s_arr, z_arr = s_arr.copy(), z_arr.copy()
+        with np.errstate(invalid="ignore", over="ignore"):
+            s_arr[:n] = sc.reshape(s_arr[:n].shape[:1] + (1,) * (s_arr.ndim - 1))
+            z_arr[:n] = zp.astype(np.int32).reshape(z_arr[:n].shape[:1] + (1,) *
+                                                    (z_arr.ndim - 1))
+        out, mask = fake_quantize_per_channel_affine_cachemask(arr, s_arr, z_arr, ch_axis,
+                                                               qmin, qmax)
+        return out, mask, rmin, rmax, s_arr, z_arr
+    mn = _item_float(rmin, "running_min", func)
+    mx = _item_float(rmax, "running_max", func)
+    sc, zp = Q.choose_qparams_fused(np.array([mn], F32), np.array([mx], F32), qmin, qmax,
+                                    bool(symmetric_quant))
+    if s_arr.ndim == 0 or z_arr.ndim == 0:
+        raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
+                         "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number")
+    if s_arr.shape[0] == 0 or z_arr.shape[0] == 0:
+        raise IndexError("index 0 is out of bounds for dimension 0 with size 0")
+    s_arr, z_arr = s_arr.copy(), z_arr.copy()
+    with np.errstate(invalid="ignore", over="ignore"):
+        s_arr[0] = sc[0]
+        z_arr[0] = np.int32(zp[0])
+    out, mask = _per_tensor_tensor_qparams(arr, s_arr, z_arr, qmin, qmax)
+    return out, mask, rmin, rmax, s_arr, z_arr
+
+
+def _moving_average(rmin, rmax, cur_min, cur_max, c):
+    """torch's fused update of the first ``len(cur)`` running values:
+    ``r = cur if isinf(r) else f32(r + f32(c * f32(cur - r)))`` per side
+    (the moving average of :mod:`quantcore.observers`, then the per-side
+    reset)."""
+    n = cur_min.size
+    core = _obs.MovingAverageMinMaxObserver(0.5, axis=None, nan_policy="propagate")
+    core.averaging_constant = float(c)
+    rmin, rmax = rmin.copy(), rmax.copy()
+    fmin, fmax = rmin.reshape(-1), rmax.reshape(-1)
+    old_min, old_max = fmin[:n].copy(), fmax[:n].copy()
+    core.min_val, core.max_val = old_min, old_max
+    avg_min, avg_max = core._combine(cur_min.astype(F32).reshape(-1),
+                                     cur_max.astype(F32).reshape(-1), False)
+    fmin[:n] = np.where(np.isinf(old_min), cur_min.reshape(-1), np.asarray(avg_min).reshape(-1))
+    fmax[:n] = np.where(np.isinf(old_max), cur_max.reshape(-1), np.asarray(avg_max).reshape(-1))
+    return rmin, rmax
 
 
 def fused_moving_avg_obs_fake_quant(x, observer_on, fake_quant_on, running_min, running_max,
@@ -1378,31 +1747,33 @@ def fused_moving_avg_obs_fake_quant(x, observer_on, fake_quant_on, running_min, 
                                     ch_axis, per_row_fake_quant=False, symmetric_quant=False):
     """``torch.fused_moving_avg_obs_fake_quant``: updates ``running_min``,
     ``running_max``, ``scale`` and ``zero_point`` in place and returns the
-    fake-quantized x (float32 only).
+    fake-quantized x.
 
-    Observer on: per side ``r = cur if isinf(r) else f32(r + c * (cur - r))``.
+    Observer on (float32 x and running buffers only): per side
+    ``r = cur if isinf(r) else f32(r + f32(f32(c) * f32(cur - r)))``.
     Fake quant on: ``(scale, zp) = choose_qparams_fused(r_min, r_max, ...)``
     (:func:`quantcore.qparams.choose_qparams_fused`), stored, then the
     per-tensor (tensor-qparams) or per-channel kernel.  Fake quant off: a
     copy of x, scale / zero_point untouched.  Per row, empty running buffers
-    and a [1] scale / zero_point are resized to [C] (their arrays must own
-    their data for that).
+    resize all four arrays to [C] (their arrays must own their data for
+    that).  An empty x returns a copy and changes nothing.
     """
-    out, _, rmin, rmax, s, z = _fused(x, observer_on, fake_quant_on, running_min, running_max,
-                                      scale, zero_point, averaging_const, quant_min,
-                                      quant_max, ch_axis, per_row_fake_quant, symmetric_quant)
-    _write_back(running_min, rmin, "running_min")
-    _write_back(running_max, rmax, "running_max")
-    if s is not None:
-        _write_back(scale, s, "scale")
-        _write_back(zero_point, z, "zero_point")
-    return out
+    state = (running_min, running_max, scale, zero_point)
+    for name, a in zip(("running_min", "running_max", "scale", "zero_point"), state):
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"fused_moving_avg_obs_fake_quant: {name} must be a numpy array "
+                            "(it is updated in place)")
+    res = _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_point,
+                 averaging_const, quant_min, quant_max, ch_axis, per_row_fake_quant,
+                 symmetric_quant)
+    for name, target, value in zip(("running_min", "running_max", "scale", "zero_point"),
+                                   state, res[2:]):
+        if value is not target:
+            _write_back(target, value, name)
+    return res[0]
 
 
 def _write_back(target, value, name):
-    if not isinstance(target, np.ndarray):
-        raise TypeError(f"fused_moving_avg_obs_fake_quant: {name} must be a numpy array "
-                        "(it is updated in place)")
     if target.size != value.size:
         try:
             target.resize(value.shape, refcheck=False)
@@ -1410,8 +1781,9 @@ def _write_back(target, value, name):
             raise ValueError(f"fused_moving_avg_obs_fake_quant: {name} has {target.size} "
                              f"values and must be resized to {value.size}; pass an array "
                              "that owns its data") from exc
-    np.copyto(target.reshape(value.shape) if target.shape != value.shape else target,
-              value, casting="unsafe")
+    if target.shape != value.shape:
+        target.shape = value.shape
+    np.copyto(target, value, casting="unsafe")
 
 
 # ------------------------------------------------------- predefined objects
