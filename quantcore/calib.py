@@ -164,8 +164,6 @@ def torch_histc_f32(x, bins, lo, hi, *, absolute=False, skip_zeros=False):
     if not lo < hi:
         raise ValueError(f"histc: max must be larger than min, got [{lo}, {hi}]")
     l32, h32 = _f32(lo), _f32(hi)
-    if not l32 < h32:
-        raise ValueError(f"histc: the range [{lo}, {hi}] is empty in float32")
     x = np.ascontiguousarray(x, dtype=_f32).reshape(-1)
     counts = K.histc_f32(x, int(bins), float(l32), float(h32), bool(absolute),
                          bool(skip_zeros), effective_n_threads(x.shape[0]))

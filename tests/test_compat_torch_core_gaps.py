@@ -345,8 +345,6 @@ def test_per_channel_float_zero_point_zero_sign():
     same(out, npy(to))                     # torch: [0, 0, 0, -1], quantcore [-0, 0, 0, -1]
 
 
-@pytest.mark.xfail(strict=True, reason="core gap 4: histc widens a single-valued range by at "
-                                       "least one float32 ulp")
 def test_histogram_observer_single_large_value():
     x = np.array([1e30, 1e30], F32)
     o, t = T.HistogramObserver(bins=8), tob.HistogramObserver(bins=8)
@@ -355,8 +353,6 @@ def test_histogram_observer_single_large_value():
     same(o.histogram, npy(t.histogram))    # torch: the middle bin
 
 
-@pytest.mark.xfail(strict=True, reason="core gap 4: histc counts a value whose bin position "
-                                       "overflows in bin 0")
 def test_histogram_observer_overflowing_bin_position():
     x = np.array([-3e38, -1e-3, -5e-3, 1.0], F32)
     o, t = T.HistogramObserver(bins=16), tob.HistogramObserver(bins=16)

@@ -39,7 +39,7 @@ F64_FLOAT_ZP_EXACT = False
 #: torch.histc widens a single-valued range by at least one float32 ulp and
 #: counts a value whose bin position overflows in bin 0; quantcore.calib
 #: does not yet (see test_compat_torch_int32.py): values stay within 1e6
-HISTC_EXACT = False
+HISTC_EXACT = True
 #: HistogramObserver bins float64 / float16 input in that precision in torch;
 #: quantcore.compat.torch bins in float32 (documented)
 HISTOGRAM_WIDE_INPUT = False

@@ -36,8 +36,8 @@ def test_histc_matches_torch(seed):
         x[rng.integers(0, n, 20)] = rng.choice(
             np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, lo, hi], np.float32), 20)
     lo32, hi32 = float(np.float32(lo)), float(np.float32(hi))
-    if not lo32 < hi32:
-        pytest.skip("degenerate range after rounding to float32")
+    if not lo32 < hi32:  # torch.histc would choose its own range (see the degenerate test)
+        pytest.skip("the range collapses in float32")
     expect = torch_counts(x, bins, lo32, hi32)
     for nthreads in (1, 2):
         got = K.histc_f32(x, bins, lo32, hi32, False, False, nthreads)
@@ -66,8 +66,8 @@ def test_histc_bad_arguments():
         K.histc_f32(np.ones(8, np.float32)[::2], 4, 0.0, 1.0, False, False, 1)
     with pytest.raises(ValueError, match="bins must be >= 1"):
         K.histc_f32(x, 0, 0.0, 1.0, False, False, 1)
-    with pytest.raises(ValueError, match="lo < hi"):
-        K.histc_f32(x, 4, 1.0, 1.0, False, False, 1)
+    with pytest.raises(ValueError, match="lo <= hi"):
+        K.histc_f32(x, 4, 1.0, 0.5, False, False, 1)
 
 
 @pytest.mark.parametrize("value", [0.0, 1.5, -7.0, 3e7, -2e9, 1e-30])

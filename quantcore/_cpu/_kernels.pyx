@@ -602,8 +602,9 @@ def ste(cnp.ndarray grad, cnp.ndarray mask, cnp.ndarray y, int nthreads):
 def histc_f32(cnp.ndarray x, int bins, float lo, float hi, bint absolute, bint skip_zeros,
               int nthreads):
     """``torch.histc(x, bins, lo, hi)`` counts (int64[bins]) of a C-contiguous
-    float32 array in one pass (qc_histc_bin_f32): NaN and values outside
-    [lo, hi] are not counted; ``absolute`` bins |x|; ``skip_zeros`` skips
+    float32 array in one pass (qc_histc_bin_f32, with lo and hi already
+    chosen as torch chooses them): NaN and values outside [lo, hi] are not
+    counted; ``absolute`` bins |x|; ``skip_zeros`` skips
     zeros.  Each thread counts a contiguous share into its own histograms;
     integer counts make the result independent of the thread count."""
     cdef int64_t n = cnp.PyArray_SIZE(x)
@@ -612,8 +613,8 @@ def histc_f32(cnp.ndarray x, int bins, float lo, float hi, bint absolute, bint s
         raise ValueError("histc_f32: expected an aligned C-contiguous float32 array")
     if bins < 1:
         raise ValueError(f"histc_f32: bins must be >= 1, got {bins}")
-    if not lo < hi:
-        raise ValueError(f"histc_f32: need lo < hi, got [{lo}, {hi}]")
+    if not lo <= hi:
+        raise ValueError(f"histc_f32: need lo <= hi, got [{lo}, {hi}]")
     if nthreads < 1 or n < BLOCK:
         nthreads = 1
     share = (n + nthreads - 1) // nthreads

@@ -231,15 +231,20 @@ QC_HD float qc_symmetric_scale_f32(float mn, float mx, qc_i64 qmin, qc_i64 qmax,
 
 /* torch.histc's bin of v among `bins` equal-width bins over [lo, hi]
  * (float32, torch's CPU linear-interpolation rule):
- *   pos = int(f32(f32(v - lo) * f32(bins)) / f32(hi - lo)), truncated,
- * the top edge (pos == bins) counted in the last bin; -1 when v is NaN or
- * outside [lo, hi].  Out-of-range v is replaced by lo before the arithmetic
- * so that no NaN or huge value is ever converted to int (branch-free: the
+ *   t = f32(f32(f32(v - lo) * f32(bins)) / f32(hi - lo)),  pos = trunc(t),
+ * the top edge (pos == bins) counted in the last bin; -1 (not counted) when
+ * v is NaN or outside [lo, hi], and for every v when hi - lo overflows
+ * (torch's edges are then NaN).  A non-finite t (the product overflows, or
+ * lo == hi) is bin 0: torch's int64 conversion gives INT64_MIN there, and
+ * that index lands on bin 0.  Out-of-range v is replaced by lo before the
+ * arithmetic and no non-finite t is ever converted to int (branch-free: the
  * CPU loop vectorises it). */
 QC_HD int qc_histc_bin_f32(float v, float lo, float hi, float fbins, int bins) {
-  int inside = (v >= lo) & (v <= hi);
+  float width = hi - lo;
+  int inside = (v >= lo) & (v <= hi) & (width - width == 0.0f);
   float vc = inside ? v : lo;
-  int pos = (int)(((vc - lo) * fbins) / (hi - lo));
+  float t = ((vc - lo) * fbins) / width;
+  int pos = (t - t == 0.0f) ? (int)t : 0;
   pos = pos < bins ? pos : bins - 1;
   return inside ? pos : -1;
 }
