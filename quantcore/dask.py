@@ -175,4 +175,5 @@ def fake_quant(darr, scale, zero_point, quant_min, quant_max, *, axis=None, **kw
         return ops.fake_quant(block, scale[start:stop], z, quant_min, quant_max, axis=axis,
                               **kwargs)
 
-    return darr.map_blocks(block_fq, dtype=darr.dtype)
+    # meta: the chunks' own array type (numpy or cupy), without a trial call
+    return darr.map_blocks(block_fq, dtype=darr.dtype, meta=darr._meta)
