@@ -8,13 +8,19 @@ signed-zero rule is applied once at the end, so the result equals
 chunking.  Fake quantization is a ``map_blocks`` with each block's slice of
 the per-channel parameters.
 
+Chunks may be numpy or cupy arrays (each block runs on its own back end);
+the per-channel statistics that travel between workers are small host
+(numpy) arrays, and so are the results of :func:`minmax`.
+
 ``dask`` is an optional dependency (``pip install 'dask[array,distributed]'``).
 """
+import numbers
+
 import numpy as np
 
 from . import ops
-from ._arrays import normalize_axis
-from .observers import MinMaxObserver
+from ._arrays import FLOAT_DTYPES, normalize_axis, to_host
+from .observers import MinMaxObserver, ObserverBase
 
 __all__ = ["minmax", "calibrate", "fake_quant"]
 
@@ -28,6 +34,24 @@ def _require_dask():
     return dask, da
 
 
+def _check_array(darr, func):
+    """A dask array of float16 / float32 / float64: TypeError otherwise."""
+    _, da = _require_dask()
+    if not isinstance(darr, da.Array):
+        raise TypeError(f"{func}: expected a dask.array.Array, got {type(darr).__name__} "
+                        "(use the quantcore function of the same name for in-memory arrays)")
+    if np.dtype(darr.dtype).newbyteorder("=") not in FLOAT_DTYPES:
+        raise TypeError(f"{func}: x must have a floating dtype (float16, float32 or float64), "
+                        f"got {darr.dtype}")
+
+
+def _check_split_every(split_every, func):
+    if isinstance(split_every, bool) or not isinstance(split_every, numbers.Integral) or \
+            split_every < 2:
+        raise ValueError(f"{func}: split_every must be an integer >= 2, got {split_every!r}")
+    return int(split_every)
+
+
 def _block_stats(block, axis, offset, channels):
     """Raw (lo[C], hi[C], flags[C]) of one block, placed at its channels."""
     dtype = np.float64 if block.dtype == np.float64 else np.float32
@@ -36,11 +60,11 @@ def _block_stats(block, axis, offset, channels):
     fl = np.zeros(channels, np.uint8)
     if block.size == 0:
         return lo, hi, fl
+    blo, bhi, bfl = (to_host(v) for v in ops._minmax_flags(block, axis,
+                                                            "quantcore.dask.minmax"))
     if axis is None:
-        blo, bhi, bfl = ops._minmax_flags(block, None, "quantcore.dask.minmax")
         lo[0], hi[0], fl[0] = blo, bhi, bfl
     else:
-        blo, bhi, bfl = ops._minmax_flags(block, axis, "quantcore.dask.minmax")
         n = block.shape[axis]
         lo[offset:offset + n], hi[offset:offset + n], fl[offset:offset + n] = blo, bhi, bfl
     return lo, hi, fl
@@ -65,12 +89,15 @@ def minmax(darr, axis=None, *, split_every=8, compute=True):
     darr : dask.array.Array of float16 / float32 / float64 (numpy chunks)
     axis : int or None
     split_every : int
-        Fan-in of the tree reduction.
+        Fan-in of the tree reduction (>= 2).
     compute : bool
         False returns a ``dask.delayed`` of the result instead.
     """
     dask, _ = _require_dask()
-    axis = normalize_axis(axis, darr.ndim, "quantcore.dask.minmax")
+    func = "quantcore.dask.minmax"
+    _check_array(darr, func)
+    split_every = _check_split_every(split_every, func)
+    axis = normalize_axis(axis, darr.ndim, func)
     channels = 1 if axis is None else darr.shape[axis]
     starts = None if axis is None else np.concatenate([[0], np.cumsum(darr.chunks[axis])])
     blocks = darr.to_delayed()
@@ -102,7 +129,11 @@ def calibrate(darr, observer=None, *, split_every=8):
     Moving-average observers are refused: their statistic depends on the
     order of batches, so it cannot be computed by a reduction.
     """
+    _check_array(darr, "quantcore.dask.calibrate")
     obs = MinMaxObserver() if observer is None else observer
+    if not isinstance(obs, ObserverBase):
+        raise TypeError(f"quantcore.dask.calibrate: observer must be a quantcore observer, got "
+                        f"{type(obs).__name__}")
     if not obs.mergeable:
         raise ValueError(f"quantcore.dask.calibrate: {type(obs).__name__} cannot be computed by a "
                          "tree reduction (its statistic depends on the batch order); use a "
@@ -122,8 +153,11 @@ def fake_quant(darr, scale, zero_point, quant_min, quant_max, *, axis=None, **kw
     """``quantcore.fake_quant`` block by block (``map_blocks``); per-channel
     parameters are sliced to each block's channels.  Keywords as
     :func:`quantcore.fake_quant` (except ``out``)."""
-    _require_dask()
-    axis = normalize_axis(axis, darr.ndim, "quantcore.dask.fake_quant")
+    func = "quantcore.dask.fake_quant"
+    _check_array(darr, func)
+    if "out" in kwargs:
+        raise TypeError(f"{func}: out= is not supported (the result is a new dask array)")
+    axis = normalize_axis(axis, darr.ndim, func)
     # validate once, on the full parameters
     ops._affine_params(np.zeros((1,) * max(darr.ndim, 1), darr.dtype) if axis is None else
                        np.zeros([darr.shape[axis] if a == axis else 1 for a in range(darr.ndim)],
@@ -141,4 +175,5 @@ def fake_quant(darr, scale, zero_point, quant_min, quant_max, *, axis=None, **kw
         return ops.fake_quant(block, scale[start:stop], z, quant_min, quant_max, axis=axis,
                               **kwargs)
 
-    return darr.map_blocks(block_fq, dtype=darr.dtype)
+    # meta: the chunks' own array type (numpy or cupy), without a trial call
+    return darr.map_blocks(block_fq, dtype=darr.dtype, meta=darr._meta)

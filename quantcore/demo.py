@@ -87,8 +87,10 @@ class Quantizers:
     """FakeQuantize on the input, the hidden activation and both weights.
 
     Weights: per output channel (axis 1 of a (in, out) matrix), symmetric,
-    range [-2**(b-1), 2**(b-1) - 1], observed afresh at every step.
-    Activations: per tensor, affine unsigned [0, 2**b - 1], moving average.
+    range [-2**(b-1), 2**(b-1) - 1], observed afresh at every forward (also
+    when evaluating: the qparams are those of the current weights, as when
+    the model is exported).  Activations: per tensor, affine unsigned
+    [0, 2**b - 1], moving average while training, frozen in ``eval()``.
     """
 
     def __init__(self, bits, averaging_constant=0.01):
@@ -103,8 +105,13 @@ class Quantizers:
         self.w[name].observer.reset()  # weights: the current min / max
         return self.w[name](w)
 
+    def train(self):
+        for fq in self.a.values():
+            fq.train()
+
     def eval(self):
-        for fq in list(self.w.values()) + list(self.a.values()):
+        """Freeze the activation qparams (weights are always observed)."""
+        for fq in self.a.values():
             fq.eval()
 
 
@@ -152,8 +159,7 @@ def train(net, x, y, x_test, y_test, epochs, lr, rng, quant=None, batch=64):
         for start in range(0, len(x), batch):
             idx = order[start:start + batch]
             if quant is not None:
-                for fq in list(quant.w.values()) + list(quant.a.values()):
-                    fq.train()
+                quant.train()
             logits, cache = forward(net, x[idx], quant)
             loss, dlogits = softmax_xent(logits, y[idx])
             net.step(backward(net, cache, dlogits, quant), lr)

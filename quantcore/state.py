@@ -3,9 +3,17 @@ pickle.
 
 A state file holds the object's ``state_dict()`` flattened to ``a/b`` keys,
 plus ``__format__`` (``"quantcore-state-1"``) and ``__class__`` (the name of
-a quantcore class).  Loading rebuilds only quantcore's own classes; a
-truncated, tampered or foreign file raises ValueError.  ``.npz`` files are
-read with ``allow_pickle=False``.
+a quantcore class).  Loading rebuilds only quantcore's own classes and never
+unpickles: ``.npz`` files are read with ``allow_pickle=False`` and ``.json``
+arrays are rebuilt from numbers with a numeric dtype.
+
+Before anything is built, the file is checked against the schema of its
+class: exactly the keys that class saves (so a file of one class relabelled
+as another is refused), each of the expected type (ints are ints, flags are
+bools, statistics are float arrays of the right rank, counts are >= 0,
+scales > 0, zero points integral).  A truncated, tampered or foreign file
+raises ``ValueError("load_state: <path> is not a valid quantcore state file:
+<reason>")``; a missing file raises FileNotFoundError.
 """
 import json
 import os
@@ -46,9 +54,127 @@ def _unflatten(flat):
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ValueError(f"load_state: inconsistent keys around {key!r}")
+                raise ValueError(f"inconsistent keys around {key!r}")
         node[parts[-1]] = value
     return d
+
+# ------------------------------------------------------------------ schema
+#: key -> kind, for every key an observer's state_dict() holds
+_OBSERVER_KEYS = {"min_val": "stat", "max_val": "stat", "num_batches": "count",
+                  "nan_batches": "count", "axis": "axis", "per_channel": "bool",
+                  "nan_policy": "str"}
+_OBSERVER_FIELDS = {
+    MinMaxObserver: {},
+    MovingAverageMinMaxObserver: {"averaging_constant": "real"},
+    EMAMinMaxObserver: {"decay": "real", "include_zero": "bool"},
+    MomentumMinMaxObserver: {"momentum": "real", "symmetric": "bool"},
+}
+_FAKE_QUANTIZE_KEYS = {"scale": "scale", "zero_point": "zero_point", "quant_min": "int",
+                       "quant_max": "int", "symmetric": "bool", "eps": "real",
+                       "rounding": "str", "quant_delay": "count", "packed_mask": "bool",
+                       "fake_quant_enabled": "bool", "observer_enabled": "bool",
+                       "training": "bool", "step": "count", "observer": "dict",
+                       "observer_class": "str"}
+_MAX_NDIM = 64  # numpy's limit: an axis beyond it cannot be valid
+
+
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _scalar(v):
+    """0-d numeric arrays (npz files store Python floats that way) as scalars."""
+    if isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "biuf":
+        return v[()]
+    return v
+
+
+def _check_value(where, key, kind, v):
+    """Raise ValueError unless ``v`` has the kind the schema gives ``key``."""
+    def bad(what):
+        shown = repr(v) if not isinstance(v, np.ndarray) else f"an array {v.dtype}{v.shape}"
+        raise ValueError(f"{where + key!r} must be {what}, got {shown[:80]}")
+    if kind in ("stat", "scale", "zero_point"):
+        if not isinstance(v, np.ndarray) or v.ndim > 1:
+            bad("a numeric array of rank 0 or 1")
+        if kind == "zero_point":
+            if v.dtype.kind not in "iuf":
+                bad("an integer array")
+            if v.dtype.kind == "f" and not np.all(np.isfinite(v) & (v == np.rint(v))):
+                bad("integral")
+        elif v.dtype.kind != "f":
+            bad("a float array")
+        if kind == "scale" and bool(np.any(v <= 0)):
+            bad("> 0")
+        return
+    v = _scalar(v)
+    if kind == "bool":
+        if not isinstance(v, (bool, np.bool_)):
+            bad("true or false")
+    elif kind == "str":
+        if not isinstance(v, str):
+            bad("a string")
+    elif kind == "dict":
+        if not isinstance(v, dict):
+            bad("a nested state")
+    elif kind in ("int", "count", "axis"):
+        if not _is_int(v):
+            bad("an integer")
+        if kind == "count" and v < 0:
+            bad(">= 0")
+        if kind == "axis" and not -_MAX_NDIM <= v < _MAX_NDIM:
+            bad(f"in [-{_MAX_NDIM}, {_MAX_NDIM})")
+    elif kind == "real":
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer,
+                                                                  np.floating)):
+            bad("a number")
+        if not np.isfinite(v):
+            bad("finite")
+    else:  # pragma: no cover - schema typo
+        raise AssertionError(kind)
+
+
+def _check_keys(where, state, schema):
+    for key, kind in schema.items():  # a per-tensor statistic may be a plain number
+        if kind in ("stat", "scale", "zero_point") and isinstance(state.get(key), (int, float)) \
+                and not isinstance(state[key], bool):
+            state[key] = np.asarray(state[key])
+    missing = sorted(set(schema) - set(state))
+    if missing:
+        raise ValueError(f"{where}missing keys {missing}")
+    unexpected = sorted(set(state) - set(schema))
+    if unexpected:
+        raise ValueError(f"{where}unexpected keys {unexpected} (a file of another class, or "
+                         "tampered)")
+    for key, kind in schema.items():
+        _check_value(where, key, kind, state[key])
+
+
+def _validate(cls_name, state, where=""):
+    """Check ``state`` against the schema of ``cls_name`` (ValueError)."""
+    cls = _CLASSES.get(cls_name) if isinstance(cls_name, str) else None
+    if cls is None:
+        raise ValueError(f"{where}unknown class {cls_name!r}; known: {sorted(_CLASSES)}")
+    if cls is FakeQuantize:
+        _check_keys(where, state, _FAKE_QUANTIZE_KEYS)
+        obs_class = state["observer_class"]
+        if _CLASSES.get(obs_class) not in _OBSERVER_FIELDS:
+            raise ValueError(f"{where + 'observer_class'!r} must name a quantcore observer, got "
+                             f"{obs_class!r}")
+        if state["scale"].shape != state["zero_point"].shape or state["scale"].ndim != 1:
+            raise ValueError(f"{where}scale and zero_point must be 1-D arrays of one shape, "
+                             f"got {state['scale'].shape} and {state['zero_point'].shape}")
+        _validate(obs_class, state["observer"], f"{where}observer/")
+        return
+    _check_keys(where, state, {**_OBSERVER_KEYS, **_OBSERVER_FIELDS[cls]})
+    if state["min_val"].shape != state["max_val"].shape:
+        raise ValueError(f"{where}min_val and max_val differ in shape: "
+                         f"{state['min_val'].shape} and {state['max_val'].shape}")
+    per_channel = bool(_scalar(state["per_channel"]))
+    if state["min_val"].ndim != (1 if per_channel else 0):
+        raise ValueError(f"{where + 'min_val'!r} has rank {state['min_val'].ndim}, a "
+                         f"{'per-channel' if per_channel else 'per-tensor'} observer "
+                         f"needs {1 if per_channel else 0}")
 
 
 def _build(cls_name, state):
@@ -99,8 +225,8 @@ def save_state(obj, path):
     if path.endswith(".json"):
         doc = {}
         for key, value in flat.items():
-            if isinstance(value, np.generic):
-                value = value.item()
+            if isinstance(value, np.generic):  # numpy scalars keep their dtype
+                value = np.asarray(value) if value.dtype.kind == "f" else value.item()
             if isinstance(value, np.ndarray):
                 doc[key] = {"__ndarray__": value.reshape(-1).tolist(), "dtype": value.dtype.str,
                             "shape": list(value.shape)}
@@ -119,34 +245,72 @@ def save_state(obj, path):
         np.savez(fh, **arrays)
 
 
-def load_state(path):
-    """Rebuild the object saved by :func:`save_state` (no unpickling)."""
+def load_state(path, expected=None):
+    """Rebuild the object saved by :func:`save_state` (nothing is unpickled).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``.json`` file, else an ``.npz`` archive.
+    expected : class or tuple of classes, optional
+        Refuse (ValueError) a file that holds another class, e.g.
+        ``load_state(p, expected=quantcore.FakeQuantize)``.
+
+    Raises
+    ------
+    FileNotFoundError, PermissionError
+        As ``open`` raises them.
+    ValueError
+        ``load_state: <path> is not a valid quantcore state file: <reason>``
+        for a truncated, corrupt, tampered or foreign file, or one of an
+        unexpected class.
+    """
     path = os.fspath(path)
     try:
         if path.endswith(".json"):
-            with open(path) as fh:
+            with open(path, encoding="utf-8") as fh:
                 doc = json.load(fh)
             if not isinstance(doc, dict):
                 raise ValueError("the top level is not an object")
             flat = {}
             for key, value in doc.items():
                 if isinstance(value, dict) and "__ndarray__" in value:
-                    dtype = np.dtype(value["dtype"])
+                    if set(value) != {"__ndarray__", "dtype", "shape"}:
+                        raise ValueError(f"{key!r}: an array entry holds __ndarray__, dtype "
+                                         f"and shape, got {sorted(value)}")
+                    dtype = np.dtype(str(value["dtype"]))
                     if dtype.kind not in "biuf":
                         raise ValueError(f"{key!r} has dtype {dtype}")
-                    flat[key] = np.array(value["__ndarray__"], dtype=dtype).reshape(value["shape"])
+                    if not isinstance(value["shape"], list) or \
+                            not all(_is_int(n) and n >= 0 for n in value["shape"]):
+                        raise ValueError(f"{key!r}: shape must be a list of sizes, got "
+                                         f"{value['shape']!r}")
+                    data = value["__ndarray__"]
+                    if not isinstance(data, list) or \
+                            not all(isinstance(v, (int, float)) for v in data):
+                        raise ValueError(f"{key!r}: __ndarray__ must be a flat list of numbers")
+                    flat[key] = np.array(data, dtype=dtype).reshape(value["shape"])
                 else:
                     flat[key] = value
         else:
-            with np.load(path, allow_pickle=False) as npz:
+            archive = np.load(path, allow_pickle=False)
+            if not isinstance(archive, np.lib.npyio.NpzFile):
+                raise ValueError("not an .npz archive (a single .npy array)")
+            with archive as npz:
                 flat = {key: _to_python(npz[key]) for key in npz.files}
         if flat.get("__format__") != FORMAT:
             raise ValueError(f"missing or unknown __format__ {flat.get('__format__')!r}")
-        cls_name = str(flat.pop("__class__", ""))
+        cls_name = flat.pop("__class__", None)
         flat.pop("__format__")
-        return _build(cls_name, _unflatten(flat))
+        state = _unflatten(flat)
+        _validate(cls_name, state)
+        if expected is not None and not issubclass(_CLASSES[cls_name], expected):
+            names = ([c.__name__ for c in expected] if isinstance(expected, tuple)
+                     else expected.__name__)
+            raise ValueError(f"the file holds a {cls_name}, expected {names}")
+        return _build(cls_name, state)
+    except (FileNotFoundError, PermissionError):
+        raise
     except (OSError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, KeyError, TypeError,
-            ValueError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
+            ValueError, IndexError, AttributeError, OverflowError, RecursionError) as exc:
         raise ValueError(f"load_state: {path!r} is not a valid quantcore state file: {exc}") from exc

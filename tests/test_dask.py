@@ -1,5 +1,7 @@
 """quantcore.dask on a LocalCluster with 2 worker processes: results equal a
 single-machine pass exactly."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -19,6 +21,15 @@ def client():
     with distributed.Client(cluster) as c:
         yield c
     cluster.close()
+
+
+def test_the_cluster_has_two_worker_processes(client):
+    import os
+    pids = client.run(os.getpid)
+    assert len(pids) == 2 and len(set(pids.values())) == 2 and os.getpid() not in pids.values()
+    # the reduction runs on the workers (the client is the default scheduler)
+    ran_on = client.compute(qdask.minmax(da.ones((8, 8), chunks=4), compute=False)).result()
+    assert float(ran_on[0]) == 1.0
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +73,90 @@ def test_distributed_fake_quant_is_exact(client, data, axis):
     assert bits_equal(y, qc.fake_quant(data, scale, 0, -128, 127, axis=axis, rounding="half_up"))
     with pytest.raises(ValueError, match="12 values"):
         qdask.fake_quant(d, [0.1, 0.2], 0, -128, 127, axis=1)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_other_dtypes_are_exact(client, dtype):
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(21, 10)).astype(dtype)
+    x[2, 3], x[5, 5] = -0.0, 0.0
+    d = da.from_array(x, chunks=(4, 3))
+    for axis in (None, -1):
+        lo, hi = qdask.minmax(d, axis=axis)
+        elo, ehi = qc.minmax(x, axis=axis)
+        assert bits_equal(lo, elo) and bits_equal(hi, ehi)
+    y = qdask.fake_quant(d, np.linspace(0.01, 0.1, 10), np.arange(10) - 5, -8, 7,
+                         axis=-1).compute()
+    assert bits_equal(y, qc.fake_quant(x, np.linspace(0.01, 0.1, 10), np.arange(10) - 5, -8, 7,
+                                       axis=-1))
+
+
+@pytest.mark.parametrize("policy", ["skip", "propagate", "raise"])
+def test_calibrate_follows_the_observers_nan_policy(policy):
+    """The dask array is one batch: the observer ends as it would after
+    observing the whole array in memory (synchronous scheduler)."""
+    import dask
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(20, 6)).astype(np.float32)
+    used = rng.normal(size=(3, 6)).astype(np.float32)
+    x[4, 2] = np.nan
+    with dask.config.set(scheduler="synchronous"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        obs, ref = (qc.MinMaxObserver(axis=1, nan_policy=policy) for _ in range(2))
+        obs(used)
+        ref(used)
+        if policy == "raise":
+            with pytest.raises(ValueError, match="contains NaN"):
+                qdask.calibrate(da.from_array(x, chunks=(5, 4)), obs)
+            with pytest.raises(ValueError, match="contains NaN"):
+                ref(x)
+        else:
+            qdask.calibrate(da.from_array(x, chunks=(5, 4)), obs)
+            ref(x)
+    assert bits_equal(obs.min_val, ref.min_val) and bits_equal(obs.max_val, ref.max_val)
+    assert (obs.num_batches, obs.nan_batches) == (ref.num_batches, ref.nan_batches)
+
+
+def test_empty_and_zero_d_arrays():
+    import dask
+    with dask.config.set(scheduler="synchronous"):
+        e = np.zeros((0, 4), np.float32)
+        for axis in (None, 1):
+            lo, hi = qdask.minmax(da.from_array(e, chunks=(1, 2)), axis=axis)
+            elo, ehi = qc.minmax(e, axis=axis)
+            assert bits_equal(lo, elo) and bits_equal(hi, ehi)
+        lo, hi = qdask.minmax(da.from_array(np.float32(3.0)))
+        assert float(lo) == float(hi) == 3.0
+
+
+BAD = [
+    (lambda d: qdask.minmax(np.zeros(3)), TypeError, "expected a dask.array.Array"),
+    (lambda d: qdask.calibrate(np.zeros(3)), TypeError, "expected a dask.array.Array"),
+    (lambda d: qdask.fake_quant(np.zeros(3), 0.1, 0, 0, 255), TypeError, "dask.array.Array"),
+    (lambda d: qdask.minmax(d.astype(np.int32)), TypeError, "floating dtype"),
+    (lambda d: qdask.fake_quant(d.astype(bool), 0.1, 0, 0, 255), TypeError, "floating dtype"),
+    (lambda d: qdask.minmax(d.astype(np.complex64)), TypeError, "floating dtype"),
+    (lambda d: qdask.minmax(d, axis=3), ValueError, "axis 3 is out of range"),
+    (lambda d: qdask.minmax(d, axis=1.0), TypeError, "axis must be an int"),
+    (lambda d: qdask.minmax(d, split_every=1), ValueError, "split_every must be an integer >= 2"),
+    (lambda d: qdask.minmax(d, split_every=2.5), ValueError, "split_every"),
+    (lambda d: qdask.calibrate(d, qc.MovingAverageMinMaxObserver()), ValueError,
+     "tree reduction"),
+    (lambda d: qdask.calibrate(d, "minmax"), TypeError, "must be a quantcore observer"),
+    (lambda d: qdask.calibrate(d, qc.MinMaxObserver(axis=4)), ValueError, "out of range"),
+    (lambda d: qdask.fake_quant(d, 0.1, 0, 0, 255, out=np.empty(d.shape)), TypeError,
+     "out= is not supported"),
+    (lambda d: qdask.fake_quant(d, 0.0, 0, 0, 255), ValueError, "scale must be finite and > 0"),
+    (lambda d: qdask.fake_quant(d, np.nan, 0, 0, 255), ValueError, "scale must be finite"),
+    (lambda d: qdask.fake_quant(d, 0.1, 0, 5, 5), ValueError, "quant_min must be < quant_max"),
+    (lambda d: qdask.fake_quant(d, [0.1] * 3, 0, 0, 255, axis=1), ValueError, "4 values"),
+    (lambda d: qdask.fake_quant(d, 0.1, 0, 0, 255, axis=2), ValueError, "out of range"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BAD)))
+def test_bad_input(case):
+    call, exc, fragment = BAD[case]
+    d = da.from_array(np.zeros((6, 4), np.float32), chunks=(2, 2))
+    with pytest.raises(exc, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        call(d)
