@@ -308,6 +308,31 @@ def fast_out(x, out):
     return None
 
 
+def describe(x):
+    """A short description of a value for error messages: its type, and its
+    dtype when it has one (``ndarray of complex64``)."""
+    dtype = getattr(x, "dtype", None)
+    return type(x).__name__ + (f" of {dtype}" if dtype is not None else "")
+
+
+def as_real_float(x, name, func):
+    """``x`` as a native float array for the framework layers: float arrays
+    keep their dtype (float16 / float32 / float64); other real input (lists,
+    scalars, integer or bool arrays) becomes float32.  None when ``x`` holds
+    no real numbers (complex, object, None, strings): the caller raises its
+    framework's TypeError."""
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        return as_float_array(x, name, func)
+    require_cpu(x, func)
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError):
+        return None
+    if arr.dtype.kind not in "biuf":
+        return None
+    return arr.astype(np.float32)
+
+
 def compute_dtype(dtype):
     """The dtype a recipe computes in: float16 is computed in float32."""
     return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
@@ -340,15 +365,15 @@ class Layout:
         self.xp = array_module(arr)
         if arr.dtype != dtype:
             arr = arr.astype(dtype, order="K")
-        if arr.flags.c_contiguous:
+        if arr.flags.c_contiguous and arr.flags.aligned:
             self.order = "C"
             self.flat = arr.reshape(-1)
-        elif arr.flags.f_contiguous:
+        elif arr.flags.f_contiguous and arr.flags.aligned:
             self.order = "F"
             self.flat = arr.T.reshape(-1)
-        else:
+        else:  # (an unaligned buffer, from a network or file, is copied too)
             self.order = "C"
-            self.flat = self.xp.ascontiguousarray(arr).reshape(-1)
+            self.flat = arr.copy(order="C").reshape(-1)
 
     def channels(self, axis):
         """(outer, C, inner) of the flat view for channel axis ``axis``."""
@@ -365,7 +390,10 @@ class Layout:
         return res, (res.reshape(-1) if self.order == "C" else res.T.reshape(-1))
 
     def flat_of(self, arr):
-        """The flat view of ``arr`` in this layout, or None if it has none."""
+        """The flat view of ``arr`` in this layout, or None if it has none
+        (an unaligned ``arr`` has none: the kernels need aligned data)."""
+        if not arr.flags.aligned:
+            return None
         if self.order == "C" and arr.flags.c_contiguous:
             return arr.reshape(-1)
         if self.order == "F" and arr.flags.f_contiguous:

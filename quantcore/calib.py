@@ -79,7 +79,7 @@ def _check_num_bits(num_bits, func):
 def _as_f32_input(x, func):
     """x as a float32 numpy array (float16 / float64 are converted)."""
     arr = A.as_float_array(x, "x", func)
-    return np.ascontiguousarray(arr, dtype=_f32)
+    return np.require(arr, _f32, ["C", "A"])  # (aligned: the kernels need it)
 
 
 def _round_f32(hi, lo):
@@ -164,7 +164,7 @@ def torch_histc_f32(x, bins, lo, hi, *, absolute=False, skip_zeros=False):
     if not lo < hi:
         raise ValueError(f"histc: max must be larger than min, got [{lo}, {hi}]")
     l32, h32 = _f32(lo), _f32(hi)
-    x = np.ascontiguousarray(x, dtype=_f32).reshape(-1)
+    x = np.require(x, _f32, ["C", "A"]).reshape(-1)
     counts = K.histc_f32(x, int(bins), float(l32), float(h32), bool(absolute),
                          bool(skip_zeros), effective_n_threads(x.shape[0]))
     return counts.astype(_f32)

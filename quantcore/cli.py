@@ -158,7 +158,7 @@ def method_range(x, method, bits, unsigned_hist, axis=None, averaging_constant=0
                 if on_batch:
                     on_batch()
         if not obs.num_batches:
-            raise CliError(f"every moving_average batch holds a NaN ({obs.nan_batches} "
+            raise CliError(f"every moving_average batch holds a NaN ({obs.nonfinite_batches} "
                            "batches skipped)")
         lo, hi = obs.min_val, obs.max_val
     else:

@@ -142,7 +142,7 @@ def calibrate(darr, observer=None, *, split_every=8):
     if (np.isnan(lo).any() or np.isnan(hi).any()) and obs.nan_policy != "propagate":
         if obs.nan_policy == "raise":
             raise ValueError("quantcore.dask.calibrate: the array contains NaN")
-        obs._note_nan_batch(stacklevel=2)
+        obs._note_nonfinite_batch(stacklevel=2)
         return obs
     part = type(obs)(axis=obs.axis, nan_policy=obs.nan_policy)
     part.min_val, part.max_val, part.num_batches = lo.astype(np.float32), hi.astype(np.float32), 1

@@ -65,6 +65,12 @@ class FakeQuantize:
     fake_quant_enabled, observer_enabled, training : bool
     step : int
         Training forwards so far.
+
+    Notes
+    -----
+    Thread safety: forward, backward, the setters and the state methods
+    hold a per-instance lock (``threading.RLock``), so one FakeQuantize may
+    be shared between threads; their calls are serialised.
     """
 
     def __init__(self, observer=None, quant_min=0, quant_max=255, *, symmetric=False,
@@ -129,9 +135,14 @@ class FakeQuantize:
 
     @scale.setter
     def scale(self, value):
-        self._sync_host()
-        self._scale = value
-        self._device = None
+        """Set the qparams' scale: one value, or one per channel; finite,
+        > 0 and with a finite float32 reciprocal (ValueError otherwise)."""
+        s = self._qparam_values(value, "scale")
+        ops.check_scales(s, np.dtype(F32), "FakeQuantize.scale")
+        with self._lock:
+            self._sync_host()
+            self._scale = s.astype(F32)
+            self._device = None
 
     @property
     def zero_point(self):
@@ -140,9 +151,25 @@ class FakeQuantize:
 
     @zero_point.setter
     def zero_point(self, value):
-        self._sync_host()
-        self._zero_point = value
-        self._device = None
+        """Set the zero point: one value, or one per channel; integers in
+        [quant_min, quant_max] (ValueError otherwise)."""
+        z = self._qparam_values(value, "zero_point")
+        ops.check_zero_points(z, self.quant_min, self.quant_max, "FakeQuantize.zero_point")
+        with self._lock:
+            self._sync_host()
+            self._zero_point = z.astype(np.int64)
+            self._device = None
+
+    @staticmethod
+    def _qparam_values(value, name):
+        """A qparam given to a setter: one value, or a 1-D array of one per
+        channel, as a float64 1-D array (TypeError / ValueError otherwise)."""
+        value = A.to_host(value)
+        channels = None if np.ndim(value) == 0 else np.size(value)
+        arr = A.param_array(value, name, f"FakeQuantize.{name}", channels)
+        if arr.size == 0:
+            raise ValueError(f"FakeQuantize.{name}: needs one value or one per channel, got none")
+        return arr
 
     def _sync_host(self):
         """Copy the device-resident statistics and qparams of the GPU path
@@ -156,7 +183,7 @@ class FakeQuantize:
             lo, hi = st.min_val.get(), st.max_val.get()
             obs.min_val = lo.reshape(()) if per_tensor else lo
             obs.max_val = hi.reshape(()) if per_tensor else hi
-            obs.num_batches, obs.nan_batches = (int(v) for v in st.counts.get())
+            obs.num_batches, obs.nonfinite_batches = (int(v) for v in st.counts.get())
         self._scale, self._zero_point = st.scale.get(), st.zero_point.get()
 
     # -- switches ----------------------------------------------------------
@@ -204,8 +231,8 @@ class FakeQuantize:
         with self._lock:
             if self.training and self.observer_enabled:
                 self.observer.update(arr)
-                if self.observer.initialized:
-                    self.scale, self.zero_point = self.calculate_qparams()
+                if self.observer.initialized:  # (the setters would refuse a NaN scale)
+                    self._scale, self._zero_point = self.calculate_qparams()
             delayed = self.training and self.step < self.quant_delay
             if self.training:
                 self.step += 1
@@ -239,11 +266,12 @@ class FakeQuantize:
         fake quant: two passes over x); None when the layout does not allow
         it (then the general path runs).  Same numbers as the general path."""
         c_order = arr.flags.c_contiguous
-        if not (c_order or arr.flags.f_contiguous):
+        if not ((c_order or arr.flags.f_contiguous) and arr.flags.aligned):
             return None
         if out is not None:
             A.check_out(out, arr.shape, arr.dtype, "FakeQuantize.forward")
-            same_layout = out.flags.c_contiguous if c_order else out.flags.f_contiguous
+            same_layout = (out.flags.c_contiguous if c_order else out.flags.f_contiguous) \
+                and out.flags.aligned
             partial_overlap = (np.may_share_memory(out, arr) and out.ctypes.data != arr.ctypes.data)
             if not same_layout or partial_overlap:
                 return None
@@ -277,10 +305,10 @@ class FakeQuantize:
                 xk, yk, mk, state, rule, c, _NAN_POLICY[obs.nan_policy], scale, zp,
                 self.quant_min, self.quant_max, self.eps, self.symmetric, self._sym_zp,
                 quantize, self._mode, 1 if n < PARALLEL_THRESHOLD else get_num_threads())
-            if status == _kernels.NAN_REFUSED:
-                raise ValueError(f"{type(obs).__name__}.update: the batch contains NaN")
-            if status == _kernels.NAN_SKIPPED:
-                obs._note_nan_batch(stacklevel=3)
+            if status == _kernels.NONFINITE_REFUSED:
+                raise ValueError(f"{type(obs).__name__}.update: the batch contains NaN or inf")
+            if status == _kernels.NONFINITE_SKIPPED:
+                obs._note_nonfinite_batch(stacklevel=3)
             elif status == _kernels.OBSERVED:
                 obs.min_val = np.array(state[0], F32)
                 obs.max_val = np.array(state[1], F32)
@@ -318,7 +346,7 @@ class FakeQuantize:
                 if obs.num_batches:
                     st.min_val[...] = xp.asarray(np.broadcast_to(obs.min_val, (C,)))
                     st.max_val[...] = xp.asarray(np.broadcast_to(obs.max_val, (C,)))
-                    st.counts[...] = xp.asarray(np.array([obs.num_batches, obs.nan_batches]))
+                    st.counts[...] = xp.asarray(np.array([obs.num_batches, obs.nonfinite_batches]))
                     st.set_qparams(np.broadcast_to(self._scale, (C,)),
                                    np.broadcast_to(self._zero_point, (C,)))
                 self._device = st
@@ -406,8 +434,9 @@ class FakeQuantize:
                              f"{zp.dtype}{zp.shape}")
         with self._lock:
             self.observer.load_state_dict(state["observer"])
-            self.scale = scale.astype(F32).reshape(-1)
-            self.zero_point = zp.astype(np.int64).reshape(-1)
+            self._sync_host()
+            self._scale = scale.astype(F32).reshape(-1)
+            self._zero_point = zp.astype(np.int64).reshape(-1)
             self._device = None
             for key in ("fake_quant_enabled", "observer_enabled", "training"):
                 if key in state:

@@ -8,14 +8,13 @@ in the class docstring.
 
 Non-finite policy (``nan_policy``), the same for all observers:
 
-- ``"skip"`` (default): a batch holding a NaN (in any channel) does not
-  change the state; a RuntimeWarning is issued and ``nan_batches`` counts
-  it, so one bad batch can never poison later qparams silently.
-- ``"propagate"``: NaN enters the state and stays (frameworks' behaviour).
+- ``"skip"`` (default): a batch holding a NaN or a +-inf (in any channel)
+  does not change the state; a RuntimeWarning is issued and
+  ``nonfinite_batches`` counts it, so one bad batch can never poison later
+  qparams silently (an inf would make a range infinite for good).
+- ``"propagate"``: NaN and +-inf enter the state and stay (frameworks'
+  behaviour: +-inf enters min/max and makes moving averages inf / NaN).
 - ``"raise"``: ValueError.
-
-+-inf values are statistics like any other: they enter min/max (and make
-moving averages inf / NaN, as in the frameworks).
 
 Observers are thread-safe: ``update``, ``merge``, ``reset`` and the state
 methods hold a per-instance lock.
@@ -71,7 +70,7 @@ class ObserverBase:
             self.min_val = np.full(shape, np.inf, dtype=F32)
             self.max_val = np.full(shape, -np.inf, dtype=F32)
             self.num_batches = 0
-            self.nan_batches = 0
+            self.nonfinite_batches = 0
 
     @property
     def initialized(self):
@@ -82,7 +81,7 @@ class ObserverBase:
         """The state as a dict of numpy arrays and Python scalars."""
         with self._lock:
             d = {"min_val": self.min_val.copy(), "max_val": self.max_val.copy(),
-                 "num_batches": int(self.num_batches), "nan_batches": int(self.nan_batches),
+                 "num_batches": int(self.num_batches), "nonfinite_batches": int(self.nonfinite_batches),
                  "axis": -1 if self.axis is None else int(self.axis),
                  "per_channel": self.axis is not None, "nan_policy": self.nan_policy}
             for name in self._FIELDS:
@@ -111,7 +110,7 @@ class ObserverBase:
             self.min_val = mn.astype(F32, copy=True)
             self.max_val = mx.astype(F32, copy=True)
             self.num_batches = int(state.get("num_batches", 1 if np.isfinite(mn).any() else 0))
-            self.nan_batches = int(state.get("nan_batches", 0))
+            self.nonfinite_batches = int(state.get("nonfinite_batches", 0))
             for field in self._FIELDS:
                 if field in state:
                     setattr(self, field, type(getattr(self, field))(state[field]))
@@ -133,20 +132,22 @@ class ObserverBase:
         lo, hi, flags = _minmax_flags(arr, axis, "update")
         if A.is_cupy_array(lo):  # the state lives on the host: one small copy
             lo, hi, flags = A.to_host(lo), A.to_host(hi), A.to_host(flags)
-        has_nan = bool(np.any(np.asarray(flags) & MM_NAN))
-        if has_nan and self.nan_policy != "propagate":
+        # non-finite: a NaN (flag), or +-inf (a raw min / max at infinity)
+        nonfinite = bool(np.any(np.asarray(flags) & MM_NAN)) or \
+            bool(np.isinf(lo).any()) or bool(np.isinf(hi).any())
+        if nonfinite and self.nan_policy != "propagate":
             if self.nan_policy == "raise":
-                raise ValueError(f"{type(self).__name__}.update: the batch contains NaN")
-            self._note_nan_batch(stacklevel=4)
+                raise ValueError(f"{type(self).__name__}.update: the batch contains NaN or inf")
+            self._note_nonfinite_batch(stacklevel=4)
             return None
         lo, hi = _finish_minmax(lo, hi, flags)
         return lo.astype(F32), hi.astype(F32)
 
-    def _note_nan_batch(self, stacklevel):
-        """Count and warn about a skipped NaN batch."""
-        self.nan_batches += 1
-        warnings.warn(f"{type(self).__name__}: a batch containing NaN was skipped "
-                      f"({self.nan_batches} so far)", RuntimeWarning, stacklevel=stacklevel)
+    def _note_nonfinite_batch(self, stacklevel):
+        """Count and warn about a skipped non-finite (NaN or +-inf) batch."""
+        self.nonfinite_batches += 1
+        warnings.warn(f"{type(self).__name__}: a batch containing NaN or inf was skipped "
+                      f"({self.nonfinite_batches} so far)", RuntimeWarning, stacklevel=stacklevel)
 
     @A.interop_method
     def update(self, x):
@@ -183,7 +184,7 @@ class ObserverBase:
                              f"with axis={self.axis}, got {type(other).__name__}")
         with self._lock:
             if other.num_batches == 0:
-                self.nan_batches += other.nan_batches
+                self.nonfinite_batches += other.nonfinite_batches
                 return self
             if self.num_batches and self.min_val.shape != other.min_val.shape:
                 raise ValueError(f"{type(self).__name__}.merge: channel counts differ "
@@ -194,7 +195,7 @@ class ObserverBase:
                 mn, mx = self._combine(other.min_val, other.max_val, False)
                 self.min_val, self.max_val = np.array(mn, dtype=F32), np.array(mx, dtype=F32)
             self.num_batches += other.num_batches
-            self.nan_batches += other.nan_batches
+            self.nonfinite_batches += other.nonfinite_batches
         return self
 
     # -- qparams -----------------------------------------------------------
@@ -313,7 +314,7 @@ class EMAMinMaxObserver(ObserverBase):
             self.min_val = np.broadcast_to(np.asarray(min_init, F32), shape).astype(F32)
             self.max_val = np.broadcast_to(np.asarray(max_init, F32), shape).astype(F32)
             self.num_batches = 0
-            self.nan_batches = 0
+            self.nonfinite_batches = 0
 
     @property
     def initialized(self):
@@ -359,7 +360,7 @@ class MomentumMinMaxObserver(ObserverBase):
             self.min_val = np.zeros(shape, F32)
             self.max_val = np.zeros(shape, F32)
             self.num_batches = 0
-            self.nan_batches = 0
+            self.nonfinite_batches = 0
 
     def _side(self, old, new):
         m = F32(self.momentum)

@@ -222,13 +222,23 @@ def _affine_params(x, scale, zero_point, quant_min, quant_max, axis, zero_point_
     channels = None if axis is None else arr.shape[axis]
     s = A.param_array(scale, "scale", func, channels)
     z = A.param_array(zero_point, "zero_point", func, channels)
+    check_scales(s, work, func)
+    _check_zero_point(z, qmin, qmax, zero_point_add, func)
+    return arr, axis, qmin, qmax, s, z
+
+
+def check_scales(s, work, func):
+    """Scales (float64 array) that are finite and > 0 in the compute dtype
+    ``work``, with a finite reciprocal there."""
     sw = s.astype(work)
-    # scales of the compute dtype that are finite, > 0, with a finite 1/scale
     if not ((sw >= _TINY[work]) & (sw <= np.finfo(work).max)).all():
         A.check_scale(sw, func)
         raise ValueError(f"{func}: scale {s.tolist()} is too small: 1/scale overflows {work}")
-    _check_zero_point(z, qmin, qmax, zero_point_add, func)
-    return arr, axis, qmin, qmax, s, z
+
+
+def check_zero_points(z, qmin, qmax, func):
+    """Integer zero points (added after rounding) in [qmin, qmax]."""
+    _check_zero_point(z, qmin, qmax, "after_rounding", func)
 
 
 def _check_scalar_qparams(scale, zero_point, qmin, qmax, zero_point_add, work, func):

@@ -61,7 +61,7 @@ def _unflatten(flat):
 # ------------------------------------------------------------------ schema
 #: key -> kind, for every key an observer's state_dict() holds
 _OBSERVER_KEYS = {"min_val": "stat", "max_val": "stat", "num_batches": "count",
-                  "nan_batches": "count", "axis": "axis", "per_channel": "bool",
+                  "nonfinite_batches": "count", "axis": "axis", "per_channel": "bool",
                   "nan_policy": "str"}
 _OBSERVER_FIELDS = {
     MinMaxObserver: {},

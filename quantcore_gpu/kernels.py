@@ -486,7 +486,7 @@ class ObserverState:
     Attributes (cupy arrays on the device they were made on):
 
     - ``min_val``, ``max_val``: float32[C] statistics
-    - ``counts``: int64[2] = (num_batches, nan_batches)
+    - ``counts``: int64[2] = (num_batches, nonfinite_batches)
     - ``scale`` (float32[C]), ``zero_point`` (int64[C]): the qparams
     - ``qp``: the compute dtype [scale, 1 / scale, zero_point] x C read by
       :func:`fq_affine_dev`

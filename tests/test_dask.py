@@ -114,7 +114,7 @@ def test_calibrate_follows_the_observers_nan_policy(policy):
             qdask.calibrate(da.from_array(x, chunks=(5, 4)), obs)
             ref(x)
     assert bits_equal(obs.min_val, ref.min_val) and bits_equal(obs.max_val, ref.max_val)
-    assert (obs.num_batches, obs.nan_batches) == (ref.num_batches, ref.nan_batches)
+    assert (obs.num_batches, obs.nonfinite_batches) == (ref.num_batches, ref.nonfinite_batches)
 
 
 def test_empty_and_zero_d_arrays():

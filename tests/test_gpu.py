@@ -504,7 +504,7 @@ def test_fused_observer_fake_quant_matches_cpu(dtype, observer, symmetric, shape
         what = f"batch {i}"
         assert_bits(np.asarray(obs.min_val, np.float32).reshape(-1), state.min_val, what + " min")
         assert_bits(np.asarray(obs.max_val, np.float32).reshape(-1), state.max_val, what + " max")
-        assert cp.asnumpy(state.counts).tolist() == [obs.num_batches, obs.nan_batches], what
+        assert cp.asnumpy(state.counts).tolist() == [obs.num_batches, obs.nonfinite_batches], what
         scale = np.broadcast_to(fq.scale, (C,)).astype(np.float32)
         zp = np.broadcast_to(fq.zero_point, (C,)).astype(np.int64)
         assert_bits(scale, state.scale, what + " scale")

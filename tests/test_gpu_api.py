@@ -81,7 +81,7 @@ def test_fake_quantize_on_device_equals_cpu(axis, symmetric, kind):
     assert bits_equal(gpu.scale, cpu.scale) and np.array_equal(gpu.zero_point, cpu.zero_point)
     assert bits_equal(gpu.observer.min_val, cpu.observer.min_val)
     assert gpu.observer.num_batches == cpu.observer.num_batches
-    assert gpu.observer.nan_batches == cpu.observer.nan_batches
+    assert gpu.observer.nonfinite_batches == cpu.observer.nonfinite_batches
 
 
 class _nullcontext:

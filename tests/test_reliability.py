@@ -362,12 +362,12 @@ def test_a_nan_batch_never_poisons_later_qparams(name, axis):
     for b in clean:
         ref(b)
     obs(clean[0])
-    with pytest.warns(RuntimeWarning, match="batch containing NaN was skipped"):
+    with pytest.warns(RuntimeWarning, match="batch containing NaN or inf was skipped"):
         obs(poisoned)
     for b in clean[1:]:
         obs(b)
     assert bits_equal(obs.min_val, ref.min_val) and bits_equal(obs.max_val, ref.max_val)
-    assert obs.nan_batches == 1 and obs.num_batches == ref.num_batches
+    assert obs.nonfinite_batches == 1 and obs.num_batches == ref.num_batches
     for symmetric in (False, True):
         s, z = obs.calculate_qparams(-128, 127, symmetric=symmetric)
         rs, rz = ref.calculate_qparams(-128, 127, symmetric=symmetric)
@@ -392,23 +392,47 @@ def test_fake_quantize_skips_a_nan_batch(dtype, axis):
     for b in clean:
         ref(b.astype(dtype))
     fq(clean[0].astype(dtype))
-    with pytest.warns(RuntimeWarning, match="NaN was skipped"):
+    with pytest.warns(RuntimeWarning, match="NaN or inf was skipped"):
         y = fq(poisoned.astype(dtype))
     assert np.isnan(y[2, 1]) and np.isfinite(np.delete(y.ravel(), 2 * 4 + 1)).all()
     for b in clean[1:]:
         fq(b.astype(dtype))
     assert bits_equal(fq.scale, ref.scale) and np.array_equal(fq.zero_point, ref.zero_point)
-    assert fq.observer.nan_batches == 1
+    assert fq.observer.nonfinite_batches == 1
     x = clean[2].astype(dtype)
     assert bits_equal(fq.eval()(x), ref.eval()(x))
 
 
-@pytest.mark.xfail(strict=True, reason="observers.py: a batch holding +-inf enters min/max "
-                   "silently and makes every later FakeQuantize output NaN (scale inf); "
-                   "proposed: treat it like NaN under nan_policy='skip' (warn and count)")
-def test_an_inf_batch_is_not_silent():
-    fq = qc.FakeQuantize(qc.MinMaxObserver(), -128, 127)
-    fq(np.array([1, -1], F32))
-    with pytest.warns(RuntimeWarning):
-        fq(np.array([np.inf, 0.5], F32))
-    assert np.isfinite(fq(np.array([0.3, -0.2], F32))).all()
+@pytest.mark.parametrize("make_obs", [qc.MinMaxObserver, qc.MovingAverageMinMaxObserver,
+                                      qc.EMAMinMaxObserver, qc.MomentumMinMaxObserver])
+@pytest.mark.parametrize("axis", [None, 0])
+@pytest.mark.parametrize("bad", [np.inf, -np.inf])
+def test_an_inf_batch_is_skipped_and_counted(make_obs, axis, bad):
+    """Under nan_policy="skip" a batch holding +-inf leaves state and qparams
+    exactly as without it (per tensor float32 runs the fused kernel, per
+    channel the general path), with a warning and a count."""
+    clean = [np.array([[1, -1], [0.5, 2]], F32), np.array([[0.3, -0.2], [4, -3]], F32)]
+    poisoned = clean[0].copy()
+    poisoned[1, 0] = bad
+    kw = {"num_channels": 2} if make_obs is qc.EMAMinMaxObserver and axis is not None else {}
+    fq, ref = (qc.FakeQuantize(make_obs(axis=axis, **kw), -128, 127, axis=axis)
+               for _ in range(2))
+    fq(clean[0])
+    ref(clean[0])
+    with pytest.warns(RuntimeWarning, match="NaN or inf was skipped"):
+        fq(poisoned)
+    out = fq(clean[1])
+    assert np.array_equal(out, ref(clean[1])) and np.isfinite(out).all()
+    assert np.array_equal(fq.scale, ref.scale) and np.array_equal(fq.zero_point, ref.zero_point)
+    assert fq.observer.nonfinite_batches == 1 and fq.observer.num_batches == 2
+
+
+def test_inf_batches_under_propagate_and_raise():
+    obs = qc.MinMaxObserver(nan_policy="propagate")
+    obs(np.array([1.0, np.inf], F32))
+    assert obs.max_val == np.inf and obs.nonfinite_batches == 0
+    obs = qc.MinMaxObserver(nan_policy="raise")
+    obs(np.array([1.0, 2.0], F32))
+    with pytest.raises(ValueError, match="contains NaN or inf"):
+        obs(np.array([-np.inf, 2.0], F32))
+    assert obs.min_val == 1 and obs.max_val == 2

@@ -207,7 +207,7 @@ def test_tampered_fake_quantize_file(saved, tmp_path, case):
 def test_npz_with_wrong_types(tmp_path):
     head = {"__format__": np.array("quantcore-state-1"), "__class__": np.array("MinMaxObserver")}
     good = {"min_val": F32(0), "max_val": F32(1), "num_batches": np.array(1),
-            "nan_batches": np.array(0), "axis": np.array(-1), "per_channel": np.array(False),
+            "nonfinite_batches": np.array(0), "axis": np.array(-1), "per_channel": np.array(False),
             "nan_policy": np.array("skip")}
     path = tmp_path / "s.npz"
     np.savez(path, **head, **good)

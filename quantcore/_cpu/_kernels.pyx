@@ -17,6 +17,7 @@ import numpy as np
 cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t
+from libc.math cimport isinf
 from libc.stdlib cimport free, malloc
 
 ctypedef fused floating:
@@ -688,14 +689,14 @@ def running_minmax(const float[::1] m_lo, const float[::1] m_hi, const float[::1
 
 cdef enum:
     ST_OBSERVED = 0
-    ST_NAN_SKIPPED = 1
-    ST_NAN_REFUSED = 2
+    ST_NONFINITE_SKIPPED = 1
+    ST_NONFINITE_REFUSED = 2
     ST_NOT_OBSERVED = 3
     ST_NO_MEMORY = 4
 
 #: status codes of observe_fake_quant_f32
-OBSERVED, NAN_SKIPPED, NAN_REFUSED, NOT_OBSERVED = (ST_OBSERVED, ST_NAN_SKIPPED,
-                                                    ST_NAN_REFUSED, ST_NOT_OBSERVED)
+OBSERVED, NONFINITE_SKIPPED, NONFINITE_REFUSED, NOT_OBSERVED = (ST_OBSERVED, ST_NONFINITE_SKIPPED,
+                                                    ST_NONFINITE_REFUSED, ST_NOT_OBSERVED)
 
 
 def observe_fake_quant_f32(cnp.ndarray x, cnp.ndarray y, cnp.ndarray mask,
@@ -712,7 +713,7 @@ def observe_fake_quant_f32(cnp.ndarray x, cnp.ndarray y, cnp.ndarray mask,
     state = float32[3] [min, max, batches seen (0 / 1)], qparams_out
     float32[1] (scale), zp_out int64[1].  rule: -1 do not observe, 0 running
     min/max, 1 moving average with c; nan_policy: 0 skip, 1 propagate, 2
-    refuse (return NAN_REFUSED, nothing written).  qparams are recomputed
+    refuse (return NONFINITE_REFUSED, nothing written).  qparams are recomputed
     from the state whenever it is observed and used for the fake quant when
     ``quantize``.  Returns a status code.  (Raw data pointers rather than
     typed memoryviews: this entry point is on the per-step path, where six
@@ -748,9 +749,9 @@ def observe_fake_quant_f32(cnp.ndarray x, cnp.ndarray y, cnp.ndarray mask,
 
 cdef inline int _check_f32(cnp.ndarray a, int64_t n, bint writable) except -1:
     if cnp.PyArray_TYPE(a) != cnp.NPY_FLOAT32 or cnp.PyArray_SIZE(a) < n or \
-            not cnp.PyArray_IS_C_CONTIGUOUS(a) or (writable and not cnp.PyArray_ISWRITEABLE(a)):
-        raise ValueError(f"expected a {'writable ' if writable else ''}contiguous float32 array "
-                         f"of at least {n} elements")
+            not cnp.PyArray_ISCARRAY_RO(a) or (writable and not cnp.PyArray_ISWRITEABLE(a)):
+        raise ValueError(f"expected a {'writable ' if writable else ''}aligned C-contiguous "
+                         f"float32 array of at least {n} elements")
     return 0
 
 
@@ -768,11 +769,11 @@ cdef int _observe_fake_quant(const float* xp, float* yp, unsigned char* mp, int6
             return ST_NO_MEMORY
         qc_minmax_finish_f32(&lo, &hi, flags)
         status = ST_OBSERVED
-        if flags & 1:
+        if (flags & QC_MM_NAN) or isinf(lo) or isinf(hi):  # a non-finite batch
             if nan_policy == 0:
-                status = ST_NAN_SKIPPED
+                status = ST_NONFINITE_SKIPPED
             elif nan_policy == 2:
-                return ST_NAN_REFUSED
+                return ST_NONFINITE_REFUSED
         if status == ST_OBSERVED:
             if state[2] == 0:
                 state[0] = lo

@@ -199,14 +199,11 @@ def _quant_dtype(value):
 
 def _as_input(x):
     """x as a float array: float arrays keep their dtype, the rest float32."""
-    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
-        return A.as_float_array(x, "x", _CLS)
-    A.require_cpu(x, _CLS)
-    try:
-        return np.asarray(x, dtype=F32)
-    except (TypeError, ValueError) as exc:
+    arr = A.as_real_float(x, "x", _CLS)
+    if arr is None:
         raise TypeError(f"For '{_CLS}', the input should be a float tensor, got "
-                        f"{_type_name(x)}") from exc
+                        f"{A.describe(x)}")
+    return arr
 
 
 class FakeQuantWithMinMaxObserver:

@@ -110,13 +110,10 @@ def _check_config(cls, formula, bit, scheme):
 
 def _as_input(x, cls):
     """Float arrays keep their dtype; lists and scalars become float32."""
-    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
-        return A.as_float_array(x, "input", cls)
-    A.require_cpu(x, cls)
-    try:
-        return np.asarray(x, dtype=F32)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{cls}: input must be a float tensor, got {type(x).__name__}") from exc
+    arr = A.as_real_float(x, "input", cls)
+    if arr is None:
+        raise TypeError(f"{cls}: input must be a float tensor, got {A.describe(x)}")
+    return arr
 
 
 class _Module:

@@ -29,7 +29,7 @@
  *   out_lo, out_hi, out_fl    per channel, finished by finish_mode:
  *                             0 raw, 1 finish, 2 finish ignoring NaN
  *   observer state            st_min, st_max (float32[C]),
- *                             st_cnt = {num_batches, nan_batches} (int64)
+ *                             st_cnt = {num_batches, nonfinite_batches} (int64)
  *   qparams                   q_scale (float32[C]), q_zp (int64[C]) and
  *                             qp = [scale, 1 / scale, zp] (T[3C]) for
  *                             qc_fq_affine_dev in fake_quant.cu
@@ -49,7 +49,8 @@
 #define QC_OBS_MINMAX 1     /* running min / max (np.minimum / np.maximum) */
 #define QC_OBS_MOVING_AVG 2 /* m = m + c * (batch - m), first batch m = batch */
 /* obs_mode bit: NaN enters the state ("propagate"); otherwise a batch with a
- * NaN in any channel leaves the state alone and counts in nan_batches */
+ * NaN or +-inf in any channel leaves the state alone and counts in
+ * nonfinite_batches */
 #define QC_OBS_PROPAGATE 4
 
 /* qparams formula (qscheme) */
@@ -230,12 +231,16 @@ __device__ void qc_mm_last_block(T *part_lo, T *part_hi, unsigned char *part_fl,
     }
   }
   __syncthreads();
-  /* phase 2: outputs; a NaN anywhere matters to the observer */
-  int local_nan = 0;
-  for (unsigned long long c = tid; c < C; c += bd) local_nan |= (vfl[c * sc] & QC_MM_NAN);
-  const int any_nan = __syncthreads_or(local_nan);
+  /* phase 2: outputs; a non-finite batch (a NaN, or an infinite min / max,
+   * in any channel) matters to the observer, as on the CPU */
+  int local_bad = 0;
+  for (unsigned long long c = tid; c < C; c += bd) {
+    const T l = vlo[c * sc], h = vhi[c * sc];
+    local_bad |= (vfl[c * sc] & QC_MM_NAN) || isinf(l) || isinf(h);
+  }
+  const int any_bad = __syncthreads_or(local_bad);
   const int obs = a.obs_mode & 3;
-  const bool skip = obs != QC_OBS_NONE && any_nan && !(a.obs_mode & QC_OBS_PROPAGATE);
+  const bool skip = obs != QC_OBS_NONE && any_bad && !(a.obs_mode & QC_OBS_PROPAGATE);
   const long long nb = (obs != QC_OBS_NONE) ? a.st_cnt[0] : 0;
   for (unsigned long long c = tid; c < C; c += bd) {
     T lo = vlo[c * sc], hi = vhi[c * sc];
