@@ -44,7 +44,12 @@ def _from_dlpack(x):
     cannot run here)."""
     device = getattr(x, "__dlpack_device__", lambda: (1, 0))()
     if device[0] in (1, 3):  # kDLCPU, kDLCUDAHost
-        return np.from_dlpack(x)
+        try:
+            return np.from_dlpack(x)
+        except RuntimeError as exc:  # numpy's "Unsupported dtype in DLTensor."
+            raise TypeError(f"quantcore: {type(x).__name__} of dtype "
+                            f"{getattr(x, 'dtype', '?')} has no numpy equivalent ({exc}); "
+                            "convert it to float16, float32 or float64 first") from None
     if device[0] in (2, 13):  # kDLCUDA, kDLCUDAManaged
         gpu_kernels("interop")
         import cupy

@@ -132,3 +132,40 @@ def test_ste_fast_equals_general(dtype, mask_dtype):
          expect)
     packed = np.packbits(mask.astype(bool), bitorder="little")
     same(qc.ste_backward(g, packed), expect)
+
+
+def unaligned(values):
+    """A float32 array whose data starts one byte off alignment (as buffers
+    received from a network or mapped from a file can)."""
+    buf = np.zeros(values.nbytes + 1, np.uint8)
+    arr = np.frombuffer(buf.data, dtype=values.dtype, count=values.size, offset=1)
+    arr = arr.reshape(values.shape)
+    arr[...] = values
+    assert not arr.flags.aligned
+    return arr
+
+
+@pytest.mark.filterwarnings("ignore:.*was skipped:RuntimeWarning")
+def test_unaligned_inputs_and_outputs():
+    from quantcore import calib
+    x = data(np.float32, 70000)
+    ux = unaligned(x)
+    same(qc.minmax(ux)[0], qc.minmax(x)[0])
+    same(qc.minmax(ux.reshape(7, -1), axis=0)[1], qc.minmax(x.reshape(7, -1), axis=0)[1])
+    expect = qc.fake_quant(x, 0.25, 3, -128, 127)
+    same(qc.fake_quant(ux, 0.25, 3, -128, 127), expect)
+    uout = unaligned(np.zeros_like(x))
+    assert qc.fake_quant(x, 0.25, 3, -128, 127, out=uout) is uout
+    same(uout, expect)
+    mask = x > 0
+    same(qc.ste_backward(ux, mask), qc.ste_backward(x, mask))
+    fq_a, fq_u = qc.FakeQuantize(qc.MinMaxObserver()), qc.FakeQuantize(qc.MinMaxObserver())
+    same(fq_u(ux), fq_a(x))
+    ha, hu = calib.HistogramCalibrator(8, None, False), calib.HistogramCalibrator(8, None, False)
+    ha.collect(np.nan_to_num(x, posinf=0, neginf=0, nan=0))
+    hu.collect(unaligned(np.nan_to_num(x, posinf=0, neginf=0, nan=0)))
+    same(hu.hist, ha.hist)
+    ta, tu = calib.TorchHistogram(), calib.TorchHistogram()
+    ta.collect(x[6:])
+    tu.collect(unaligned(x[6:]))
+    same(tu.histogram, ta.histogram)
