@@ -77,7 +77,7 @@ def _tensor(x, op):
             raise TypeError
         return np.asarray(arr, dtype=F32)
     except (TypeError, ValueError):
-        raise TypeError(f"{op}: cannot convert {x!r} to a float32 tensor") from None
+        raise TypeError(f"{op}: cannot convert {A.describe(x)} to a float32 tensor") from None
 
 
 def _num_bits(num_bits):
