@@ -26,7 +26,7 @@ __all__ = [
 ROUND_HALF_EVEN, ROUND_HALF_UP, ROUND_HALF_AWAY = 0, 1, 2
 ZP_BEFORE, DIVIDE, DEQUANT_WIDE = 4, 8, 16
 NF_PROPAGATE, NF_NAN_TO_QMIN, NF_INT64 = 0, 32, 64
-OUTPUT_Q, NO_ZERO_POINT, FMA_ZP, DEQUANT_NARROW = 128, 256, 512, 1024
+OUTPUT_Q, NO_ZERO_POINT, FMA_ZP, DEQUANT_NARROW, ROUND_F32 = 128, 256, 512, 1024, 2048
 NUDGED_DIVIDE, NUDGED_TF = 1, 2
 MM_NAN, MM_NEGZERO, MM_POSZERO = 1, 2, 4
 
@@ -47,9 +47,10 @@ def _choice(table, value, name, func):
 
 def affine_mode(rounding="half_even", zero_point_add="after_rounding", scale_op="mul_inverse",
                 nonfinite="propagate", dequant_wide=False, output_q=False, fma_zero_point=False,
-                dequant_narrow=False, func="fake_quant"):
+                dequant_narrow=False, round_f32=False, func="fake_quant"):
     """The kernel mode word for the affine recipe (see qc_elementwise.h)."""
     return ((FMA_ZP if fma_zero_point else 0) | (DEQUANT_NARROW if dequant_narrow else 0)
+            | (ROUND_F32 if round_f32 else 0)
             | _choice(ROUNDING, rounding, "rounding", func)
             | _choice(ZERO_POINT_ADD, zero_point_add, "zero_point_add", func)
             | _choice(SCALE_OP, scale_op, "scale_op", func)
@@ -152,13 +153,15 @@ def _finish_minmax(lo, hi, flags):
 
 # ------------------------------------------------------------ affine family
 def _affine(x, scale, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
-            mask_out=None, mask_dtype=np.bool_, out_dtype=None, inv=None):
+            mask_out=None, mask_dtype=np.bool_, out_dtype=None, inv=None, exact=False):
     """Unchecked affine fake quant / quantize: the compat layers' entry.
 
     ``scale`` and ``zero_point`` are 1-D float arrays (1 value per tensor,
     C per channel), already validated by the caller.  ``inv`` defaults to
     ``T(1) / T(scale)`` in the compute dtype T; a caller may pass its own
-    (torch's float32 reciprocal for float64 input, for example).
+    (torch's float32 reciprocal for float64 input, for example).  ``exact``
+    selects PyTorch's exact-integer variant (qc_fq_affine_exact: the zero
+    point and the range exact in double, for int32-size ranges; CPU only).
     """
     arr = A.as_float_array(x, "x", func)
     work = A.compute_dtype(arr.dtype)
@@ -172,7 +175,17 @@ def _affine(x, scale, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
     mflat = m.flat if m is not None else None
     nthreads = effective_n_threads(layout.flat.shape[0])
     kernels = A.kernels_for(layout.flat, func)
-    if axis is None:
+    if exact:
+        if kernels is not K:
+            raise NotImplementedError(f"{func}: the exact-integer recipe runs on the CPU only")
+        z_exact = np.asarray(zero_point, dtype=np.float64).reshape(-1)
+        if axis is None:
+            C, inner = 1, layout.flat.shape[0]
+        else:
+            (_, C, inner), (s, inv, z_exact) = _channel_args(layout, axis, s, inv, z_exact)
+        K.fq_affine_exact(layout.flat, o.flat, mflat, C, inner, s, inv, z_exact, float(qmin),
+                          float(qmax), mode, nthreads)
+    elif axis is None:
         kernels.fq_affine(layout.flat, o.flat, mflat, float(s[0]), float(inv[0]), float(z[0]),
                           float(qmin), float(qmax), mode, nthreads)
     else:
@@ -349,7 +362,7 @@ def fake_quant(x, scale, zero_point, quant_min, quant_max, *, axis=None, roundin
         NaN, +inf / -inf clamp to quant_max / quant_min.  "nan_to_qmin": NaN
         becomes quant_min (PyTorch per tensor).  "int64": NaN, +-inf and
         ``|q_f| >= 2**63`` become quant_min (x86 int64 conversion, PyTorch
-        per channel).
+        per channel), and q is an integer: never -0.0.
     out : ndarray, optional
         Output of x's shape and dtype; may be ``x`` itself.
 

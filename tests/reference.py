@@ -73,6 +73,8 @@ def affine(x, scale, zp, qmin, qmax, rounding="half_even", zero_point_add="after
                 qf = np.where((qf > -2.0 ** 63) & (qf < 2.0 ** 63), qf, qmin)
             q = np.where(qf > qmin, qf, qmin)
             q = np.where(q < qmax, q, qmax)
+            if nonfinite == "int64":
+                q = q + 0.0  # an int64 q has no -0.0
         if output_q:
             return q, mask
         out = rnd(q * s) if zero_point_add == "none" else rnd(rnd(q - z) * s)

@@ -86,7 +86,7 @@ def test_python_mode_bits_mirror_the_header():
         "DIVIDE": ops.DIVIDE, "DEQUANT_WIDE": ops.DEQUANT_WIDE,
         "NF_PROPAGATE": ops.NF_PROPAGATE, "NF_NAN_TO_QMIN": ops.NF_NAN_TO_QMIN,
         "NF_INT64": ops.NF_INT64, "OUTPUT_Q": ops.OUTPUT_Q, "NO_ZERO_POINT": ops.NO_ZERO_POINT,
-        "FMA_ZP": ops.FMA_ZP, "DEQUANT_NARROW": ops.DEQUANT_NARROW,
+        "FMA_ZP": ops.FMA_ZP, "DEQUANT_NARROW": ops.DEQUANT_NARROW, "ROUND_F32": ops.ROUND_F32,
         "NUDGED_DIVIDE": ops.NUDGED_DIVIDE, "NUDGED_TF": ops.NUDGED_TF,
         "MM_NAN": ops.MM_NAN, "MM_NEGZERO": ops.MM_NEGZERO, "MM_POSZERO": ops.MM_POSZERO,
     }

@@ -1,13 +1,14 @@
-"""Where quantcore.compat.torch still differs from torch 2.13 because the core
-lacks a kernel mode, with the exact recipe torch follows.
+"""Four places where torch 2.13's fake quantization needs more than the core
+kernel's ordinary modes, with the exact recipe torch follows.  They were
+gaps of quantcore.compat.torch; the core now implements each (the exact-
+integer kernel qc_fq_affine_exact, the QC_ROUND_F32 mode, the integer q of
+QC_NF_INT64, and torch's histc rules).
 
-Each gap has (1) a numpy model of what torch 2.13 CPU computes, checked
-against live torch here (these tests pass), and (2) a strict xfail comparing
-quantcore with torch, which turns into a failure ("XPASS") as soon as the
-core implements the recipe: then remove the xfail and switch the matching
-flag in test_compat_torch_random.py on.
+Each has (1) a numpy model of what torch 2.13 CPU computes, checked against
+live torch here, and (2) a test comparing quantcore with torch; the
+matching flags of test_compat_torch_random.py are on.
 
-Gaps:
+Recipes:
 
 1. int32-size ranges (``INT32_EXACT``): torch clamps q and forms ``q - zp``
    with exact integers (int64 / double); the core holds q, zp and the bounds
@@ -263,9 +264,7 @@ def test_histc_model_matches_torch():
              f"case {case} [{lo}, {hi}] bins={b}")
 
 
-# ========================================== quantcore vs torch (pending core)
-@pytest.mark.xfail(strict=True, reason="core gap 1: int32 ranges need exact integer clamp / "
-                                       "q - zp (see module docstring)")
+# ============================================== quantcore vs torch
 def test_fake_quantize_large_integer_zero_point():
     x = np.array([1e3, -5e3, 7.0], F32)
     zp = -2139548205
@@ -281,8 +280,6 @@ def test_fake_quantize_large_integer_zero_point():
     same(out, npy(to), "per channel")
 
 
-@pytest.mark.xfail(strict=True, reason="core gap 1: per channel, torch clamps q in int64 "
-                                       "against the exact quant_max 2**31 - 1")
 def test_fake_quantize_per_channel_int32_clamp():
     x = np.array([[1e10, 3.0]], F32)
     # zp = 2**31 - 128 is exact in float32, so only the clamp bound differs
@@ -294,8 +291,6 @@ def test_fake_quantize_per_channel_int32_clamp():
         same(out, npy(to), str(zp.dtype))
 
 
-@pytest.mark.xfail(strict=True, reason="core gap 1: per channel the mask compares the int64 "
-                                       "q with the exact quant_max")
 def test_fake_quantize_per_channel_int32_mask():
     # q = 2**31 exactly: torch's int64 mask is False (> 2**31 - 1), float32's True
     x = np.array([[2.0 ** 31]], F32)
@@ -307,7 +302,6 @@ def test_fake_quantize_per_channel_int32_mask():
     same(mask, npy(tm))
 
 
-@pytest.mark.xfail(strict=True, reason="core gap 1: random int32-range cases")
 def test_int32_ranges_random():
     rng = np.random.default_rng(310)
     for case in range(200):
@@ -322,8 +316,6 @@ def test_int32_ranges_random():
         same(mask, rm, f"case {case} per channel mask")
 
 
-@pytest.mark.xfail(strict=True, reason="core gap 2: float64 input with a float zero point "
-                                       "rounds x * inv + zp to float32 before lrintf")
 def test_per_channel_float64_input_float_zero_point():
     x = np.array([[2.25 - 1e-12, 3.25 - 1e-12, 2.25 + 1e-12]], np.float64)
     for zdt in (F32, np.float16):
@@ -334,8 +326,6 @@ def test_per_channel_float64_input_float_zero_point():
         same(out, npy(to), str(zdt))       # torch: [1.75, 3.75, 1.75]
 
 
-@pytest.mark.xfail(strict=True, reason="core gap 3: per channel, a float zero point 0 and x in "
-                                       "(-scale/2, 0) give -0.0 (torch: +0.0, integer q)")
 def test_per_channel_float_zero_point_zero_sign():
     x = np.array([[-0.1, -0.0, 0.3, -0.6]], F32)
     out = T.fake_quantize_per_channel_affine(x, np.array([1.0], F32), np.array([0.0], F32), 0,

@@ -31,11 +31,11 @@ pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
 
 CASES = 1000
 HIST_CASES = int(os.environ.get("QC_HIST_CASES", CASES))
-INT32_EXACT = False
+INT32_EXACT = True
 #: float64 input with a float zero point per channel: torch rounds
 #: ``x * inv + zp`` to float32 before ``lrintf``; the core rounds in float64
 #: (see test_compat_torch_int32.py)
-F64_FLOAT_ZP_EXACT = False
+F64_FLOAT_ZP_EXACT = True
 #: torch.histc widens a single-valued range by at least one float32 ulp and
 #: counts a value whose bin position overflows in bin 0; quantcore.calib
 #: does not yet (see test_compat_torch_int32.py): values stay within 1e6
@@ -46,7 +46,7 @@ HISTOGRAM_WIDE_INPUT = False
 #: per channel with a float zero point equal to 0, torch's integer q gives
 #: +0.0 where the core's float q is -0.0 (x in (-scale/2, 0)): see
 #: test_compat_torch_core_gaps.py; until fixed, such zeros compare by value
-SIGNED_ZERO_Q_EXACT = False
+SIGNED_ZERO_Q_EXACT = True
 COUNTS = Counter()
 
 DTYPES = ["quint8", "qint8", "qint32", "quint4x2", "int8", "uint8", "int16", "uint16", "int32"]
@@ -215,8 +215,10 @@ def _tensor_qparams(rng, qmin, qmax, scale, zp):
         z = np.array([zp + rng.uniform(-0.99, 0.99)], np.float64)
     elif zkind == 5:
         z = np.array([zp + rng.choice([-0.5, 0.5, 0.25])], np.float16)
-    elif zkind == 6:   # not range checked
-        z = np.array([qmax + int(rng.integers(1, 300))], np.int32)
+    elif zkind == 6:   # not range checked: an int32 outside [qmin, qmax] where one exists
+        k = int(rng.integers(1, 300))
+        v = qmax + k if qmax + k < 2 ** 31 else qmin - k
+        z = np.array([v if v >= -2 ** 31 else zp], np.int32)
     else:              # overflows int32: torch raises
         z = np.array([rng.choice([2 ** 31, -2 ** 31 - 1, np.nan, np.inf, 2.5e9])], np.float64)
         if rng.random() < 0.5 and np.isfinite(z[0]):
@@ -326,12 +328,14 @@ def channel_bad(rng, x, scale, zp, axis, qmin, qmax):
         scale, zp = scale[:-1] if scale.size > 1 else np.ones(2, F32), zp
     elif k == 4:
         qmin, qmax = qmax + 1, qmax
-    elif k == 5:
-        zp = np.full(scale.shape, qmax + 1, np.int32)
+    elif k == 5:  # an int32 zero point outside the range (where one exists)
+        zp = np.full(scale.shape, qmax + 1 if qmax < 2 ** 31 - 1 else qmin - 1, np.int32) \
+            if (qmax < 2 ** 31 - 1 or qmin > -2 ** 31) else zp
     elif k == 6:
         scale, zp = scale.reshape(1, -1), zp.reshape(1, -1)
     elif k == 7:
-        x = x.reshape(())[()] if x.size == 1 else x.reshape(-1)[0].reshape(())
+        x = x.reshape(())[()] if x.size == 1 else \
+            (x.reshape(-1)[:1] if x.size else np.ones(1, x.dtype)).reshape(())
     else:
         x = x.astype(np.int32)
     return x, scale, zp, axis, qmin, qmax

@@ -42,6 +42,12 @@ cdef extern from "qc_cpu_loops.h" nogil:
                              float, float, float, float, float, int)
     void qc_affine_block_f64(const double*, double*, unsigned char*, int64_t,
                              double, double, double, double, double, int)
+    void qc_affine_exact_range_f32(const float*, float*, unsigned char*, int64_t, int64_t,
+                                   int64_t, int64_t, const float*, const float*,
+                                   const double*, double, double, int)
+    void qc_affine_exact_range_f64(const double*, double*, unsigned char*, int64_t, int64_t,
+                                   int64_t, int64_t, const double*, const double*,
+                                   const double*, double, double, int)
     void qc_affine_rowvec_f32(const float*, float*, unsigned char*, int64_t, int64_t,
                               const float*, const float*, const float*, float, float, int)
     void qc_affine_rowvec_f64(const double*, double*, unsigned char*, int64_t, int64_t,
@@ -400,6 +406,36 @@ def fq_affine_channels(const floating[::1] x, floating[::1] y, unsigned char[::1
                 qc_affine_rowvec_f64(xp + start * C, yp + start * C,
                                      _off(mp, start * C), cnt, C,
                                      &scale[0], &inv[0], &zp[0], lo, hi, mode)
+
+
+def fq_affine_exact(const floating[::1] x, floating[::1] y, unsigned char[::1] mask,
+                    int64_t C, int64_t inner, const floating[::1] scale,
+                    const floating[::1] inv, const double[::1] zp, double qmin, double qmax,
+                    int mode, int nthreads):
+    """PyTorch's affine fake quant with exact integer zero points and range
+    (qc_fq_affine_exact) over the C-ordered (outer, C, inner) view of x
+    (per tensor: C = 1, inner = x.size); y may alias x."""
+    cdef int64_t n = x.shape[0]
+    cdef int64_t nunits = (n + BLOCK - 1) // BLOCK
+    cdef int64_t u, start, cnt
+    if n == 0:
+        return
+    if C < 1 or inner < 1 or scale.shape[0] < C or inv.shape[0] < C or zp.shape[0] < C:
+        raise ValueError("fq_affine_exact: C and inner must be >= 1, with C parameters each")
+    cdef const floating* xp = &x[0]
+    cdef floating* yp = &y[0]
+    cdef unsigned char* mp = _base(mask)
+    for u in prange(nunits, nogil=True, schedule='static', num_threads=nthreads):
+        start = u * BLOCK
+        cnt = n - start
+        if cnt > BLOCK:
+            cnt = BLOCK
+        if floating is float:
+            qc_affine_exact_range_f32(xp, yp, mp, start, cnt, C, inner, &scale[0], &inv[0],
+                                      &zp[0], qmin, qmax, mode)
+        else:
+            qc_affine_exact_range_f64(xp, yp, mp, start, cnt, C, inner, &scale[0], &inv[0],
+                                      &zp[0], qmin, qmax, mode)
 
 
 # ------------------------------------------------------------ nudged family

@@ -129,21 +129,22 @@ fused_moving_avg_obs_fake_quant
   [test_spec_fused_vectors, test_fused_moving_avg_obs_fake_quant_random,
   test_quirk_fused_float64_only_without_observer]
 
+Exact integer steps and torch.histc
+* int32-size ranges: torch clamps q and forms ``q - zp`` with exact
+  integers (zero points beyond 2**24, ``2**31 - 1``); when a zero point or
+  a range end is not exact in the compute dtype, the exact-integer kernel
+  (``qc_fq_affine_exact``) runs instead of the vectorised one.
+* float64 input, float zero point, per channel: ``x * inv + zp`` in double,
+  rounded to float32 before ``lrintf`` (mode ``QC_ROUND_F32``).
+* Per channel, q is an int64: never -0.0 (a float zero point 0 and x in
+  (-scale/2, 0) give +0.0).
+* ``torch.histc`` (HistogramObserver): a single-valued range widens by at
+  least one float32 step each way; a value whose bin position overflows is
+  counted in bin 0; an overflowing width counts nothing.
+  [tests/test_compat_torch_core_gaps.py, with torch's recipes as models]
+
 Not reproduced (consciously)
 ----------------------------
-* Pending core kernel modes (strict xfails and torch's exact recipes in
-  tests/test_compat_torch_core_gaps.py; the random tests keep clear of
-  them through flags):
-  1. int32-size ranges: torch clamps q and forms ``q - zp`` with exact
-     integers; the core holds q, zp and the bounds in float32 (zero points
-     beyond 2**24, ``2**31 - 1``).
-  2. float64 input, float zero point, per channel: torch rounds
-     ``x * inv + zp`` to float32 before ``lrintf``; the core rounds in float64.
-  3. Per channel, a float zero point equal to 0: torch's integer q gives
-     +0.0 where the core's float q gives -0.0 (x in (-scale/2, 0)).
-  4. ``torch.histc`` (HistogramObserver): a single-valued range widens by at
-     least one float32 ulp, and a value whose bin position overflows is
-     counted in bin 0; quantcore.calib widens by +-1 and raises.
 * Uninitialized memory: the per-row fused op resizes scale / zero_point
   without writing them when fake quant is off; here the new elements repeat
   the first value.
@@ -1145,8 +1146,21 @@ _MODE_CHANNEL_FLOAT = affine_mode(zero_point_add="before_rounding", nonfinite="i
 #: a float16 zero point goes through c10::Half's operator+: no FMA contraction
 _MODE_CHANNEL_HALF = affine_mode(zero_point_add="before_rounding", nonfinite="int64",
                                  dequant_wide=True)
+#: float64 input, float zero point: x * inv + zp in double (no FMA), rounded to
+#: float32, then lrintf
+_MODE_CHANNEL_FLOAT_F64 = affine_mode(zero_point_add="before_rounding", nonfinite="int64",
+                                      dequant_wide=True, round_f32=True)
 #: float64 input per tensor: rounding in double, dequantization in float32
 _MODE_PER_TENSOR_F64 = affine_mode(nonfinite="nan_to_qmin", dequant_narrow=True)
+
+
+def _needs_exact(dtype, zero_points, qmin, qmax):
+    """True when a zero point or a range end is not exact in the compute
+    dtype (int32-size ranges in float32): torch's integer steps then need
+    the exact-integer kernel."""
+    work = A.compute_dtype(np.dtype(dtype)).type
+    values = np.append(np.asarray(zero_points, dtype=np.float64).reshape(-1), (qmin, qmax))
+    return not np.array_equal(values.astype(work).astype(np.float64), values)
 
 
 def _f32_inverse(s):
@@ -1181,11 +1195,13 @@ def _per_tensor(x, scale, zp, qmin, qmax, func):
     arr = _fq_input(x, func)
     s = np.array([F32(scale)], dtype=np.float64)
     z = np.array([zp], dtype=np.float64)
+    exact = _needs_exact(arr.dtype, z, qmin, qmax)
     with np.errstate(all="ignore"):
         if arr.dtype == np.float64:
             return _affine(arr, s, z, qmin, qmax, _MODE_PER_TENSOR_F64, None, None, True, func,
-                           inv=_f32_inverse(s))
-        return _affine(arr, s, z, qmin, qmax, _MODE_PER_TENSOR, None, None, True, func)
+                           inv=_f32_inverse(s), exact=exact)
+        return _affine(arr, s, z, qmin, qmax, _MODE_PER_TENSOR, None, None, True, func,
+                       exact=exact)
 
 
 def fake_quantize_per_tensor_affine_cachemask(x, scale, zero_point, quant_min, quant_max):
@@ -1347,17 +1363,20 @@ def fake_quantize_per_channel_affine_cachemask(x, scale, zero_point, axis, quant
 def _per_channel(arr, s, z, axis, qmin, qmax, func):
     """Per-channel kernel (torch.md 4.2) on validated parameters."""
     mode = (_MODE_CHANNEL_INT if z.dtype.kind in "iu" else
+            _MODE_CHANNEL_FLOAT_F64 if arr.dtype == np.float64 else
             _MODE_CHANNEL_HALF if z.dtype == np.float16 else _MODE_CHANNEL_FLOAT)
     if arr.size == 0:
         return arr.copy(), np.zeros(arr.shape, dtype=np.bool_)
     s64 = s.astype(np.float64)
-    z64 = z.astype(F32).astype(np.float64)
+    z64 = z.astype(np.float64)  # exact (int32, float32 or float16); rounded to T by the kernel
     inv = _f32_inverse(s64)  # torch's float32 reciprocal, widened for float64 input
+    exact = _needs_exact(arr.dtype, z64, qmin, qmax)
     with np.errstate(all="ignore"):
         if arr.ndim == 0:
             return _affine(arr.reshape(1), s64, z64, qmin, qmax, mode, 0, None, True,
-                           func, inv=inv)[0].reshape(()), np.ones((), np.bool_)
-        return _affine(arr, s64, z64, qmin, qmax, mode, int(axis), None, True, func, inv=inv)
+                           func, inv=inv, exact=exact)[0].reshape(()), np.ones((), np.bool_)
+        return _affine(arr, s64, z64, qmin, qmax, mode, int(axis), None, True, func, inv=inv,
+                       exact=exact)
 
 
 def fake_quantize_per_channel_affine(x, scale, zero_point, axis, quant_min, quant_max):

@@ -69,8 +69,9 @@
   /* torch: per channel int zero point (wide), float64 per tensor (narrow) */ \
   case 80: BODY(80); break;                                                    \
   case 1056: BODY(1056); break;                                                \
-  default: /* any other combination (the FMA'd zero point among them): the   \
-              same loop with these bits at run time, not vectorised */         \
+  default: /* any other combination (the FMA'd zero point and the float32   \
+              rounding among them): the same loop with these bits at run   \
+              time, not vectorised */                                          \
     BODY((mode) & QC_STATIC_BITS); break;                                      \
   }
 
@@ -78,7 +79,8 @@
  * placement (after / before / none) and multiply-or-divide stay selects
  * inside the loop body, which vectorise. */
 #define QC_STATIC_BITS                                                         \
-  (QC_ROUND_MASK | QC_NF_MASK | QC_DEQUANT_WIDE | QC_DEQUANT_NARROW | QC_OUTPUT_Q | QC_FMA_ZP)
+  (QC_ROUND_MASK | QC_NF_MASK | QC_DEQUANT_WIDE | QC_DEQUANT_NARROW | QC_OUTPUT_Q | QC_FMA_ZP | \
+   QC_ROUND_F32)
 
 #define QC_DEFINE_LOOPS(T, SFX, UINT, NEGZERO_BITS)                            \
                                                                                \
@@ -103,6 +105,24 @@
                                     int64_t n, T s, T inv, T zp, T qmin,       \
                                     T qmax, int mode) {                        \
     _QC_AFFINE_BLOCK_CASES_##SFX(mode)                                         \
+  }                                                                            \
+                                                                               \
+  /* qc_fq_affine_exact over elements [start, start + n) of a C-ordered      \
+   * (outer, C, inner) view, element i in channel (i / inner) % C (C = 1,     \
+   * inner = size per tensor).  mask may be NULL.  A plain loop: the exact   \
+   * variant serves the rare int32-size ranges. */                            \
+  static void qc_affine_exact_range_##SFX(                                     \
+      const T *x, T *y, unsigned char *mask, int64_t start, int64_t n,         \
+      int64_t C, int64_t inner, const T *s, const T *inv, const double *zp,    \
+      double qmin, double qmax, int mode) {                                    \
+    int64_t i;                                                                 \
+    for (i = start; i < start + n; i++) {                                      \
+      int64_t c = (i / inner) % C;                                             \
+      unsigned char m;                                                         \
+      y[i] = qc_fq_affine_exact_##SFX(x[i], s[c], inv[c], zp[c], qmin, qmax,   \
+                                      mode, &m);                               \
+      if (mask) mask[i] = m;                                                   \
+    }                                                                          \
   }                                                                            \
                                                                                \
   /* Affine fake quant of `rows` rows of C elements; channel c uses           \

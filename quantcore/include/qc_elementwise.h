@@ -61,7 +61,10 @@
 /* dequantise in float32 whatever T is: y = T(f32(f32(q - zp) * f32(scale)))
    (torch per tensor on float64 input) */
 #define QC_DEQUANT_NARROW 1024
-#define QC_AFFINE_MODES 2048 /* number of distinct mode words */
+/* with QC_ZP_BEFORE: round x * inv + zp to float32 before rounding it to an
+   integer (torch per channel, float64 input, float zero point: lrintf) */
+#define QC_ROUND_F32 2048
+#define QC_AFFINE_MODES 4096 /* number of distinct mode words */
 
 /* Mode bits of the nudged recipe (TensorFlow / MindSpore). */
 #define QC_NUDGED_DIVIDE 1 /* t = (xc - nmin) / scale instead of * inv     */
@@ -84,36 +87,45 @@
     return (t > hi) ? hi : t;                                                  \
   }                                                                            \
                                                                                \
-  /* Affine fake quantization of one element.                                 \
+  /* The rounded, zero-point-shifted value q_f of the affine recipe:        \
    *   v   = x * inv            (x / scale with QC_DIVIDE)                     \
    *   q_f = round(v) + zp      (round(v + zp) with QC_ZP_BEFORE, FMA'd with  \
-   *                            QC_FMA_ZP; round(v)                             \
-   *                            with QC_NO_ZERO_POINT)                          \
-   *   q   = clamp(q_f, qmin, qmax), non-finite q_f per QC_NF_*               \
-   *   y   = (q - zp) * scale   (in double with QC_DEQUANT_WIDE; q * scale     \
+   *                            QC_FMA_ZP, the sum rounded to float32 first   \
+   *                            with QC_ROUND_F32; round(v) with              \
+   *                            QC_NO_ZERO_POINT)                               \
+   */                                                                          \
+  QC_HD T qc_affine_qf_##SFX(T x, T scale, T inv, T zp, int mode) {           \
+    T v = (mode & QC_DIVIDE) ? x / scale : x * inv;                            \
+    T w = (mode & QC_FMA_ZP) ? FMA(x, inv, zp) : v + zp;                       \
+    w = (mode & QC_ROUND_F32) ? (T)(float)w : w;                               \
+    return (mode & QC_NO_ZERO_POINT) ? qc_round_##SFX(v, mode & QC_ROUND_MASK)  \
+           : (mode & QC_ZP_BEFORE)   ? qc_round_##SFX(w, mode & QC_ROUND_MASK)  \
+                                     : qc_round_##SFX(v, mode & QC_ROUND_MASK) + zp; \
+  }                                                                            \
+                                                                               \
+  /* Affine fake quantization of one element.                                 \
+   *   q_f  = qc_affine_qf(x, ...)                                             \
+   *   q    = clamp(q_f, qmin, qmax), non-finite q_f per QC_NF_* (QC_NF_INT64: \
+   *          an integer, so never -0.0)                                       \
+   *   y    = (q - zp) * scale  (in double with QC_DEQUANT_WIDE; q * scale     \
    *                             with QC_NO_ZERO_POINT; y = q with QC_OUTPUT_Q) \
    *   mask = qmin <= q_f <= qmax   (false for NaN / inf)                      \
    */                                                                          \
   QC_HD T qc_fq_affine_##SFX(T x, T scale, T inv, T zp, T qmin, T qmax,        \
                              int mode, unsigned char *mask) {                  \
-    T v = (mode & QC_DIVIDE) ? x / scale : x * inv;                            \
-    T qf = (mode & QC_NO_ZERO_POINT)                                           \
-               ? qc_round_##SFX(v, mode & QC_ROUND_MASK)                       \
-           : (mode & QC_ZP_BEFORE)                                             \
-               ? qc_round_##SFX((mode & QC_FMA_ZP) ? FMA(x, inv, zp) : v + zp, \
-                                mode & QC_ROUND_MASK)                          \
-               : qc_round_##SFX(v, mode & QC_ROUND_MASK) + zp;                 \
+    T qf = qc_affine_qf_##SFX(x, scale, inv, zp, mode);                        \
     T q;                                                                       \
     *mask = (unsigned char)((qf >= qmin) & (qf <= qmax));                      \
     if ((mode & QC_NF_MASK) == QC_NF_NAN_TO_QMIN) {                            \
       q = (qf > qmin) ? qf : qmin;                                             \
       q = (q < qmax) ? q : qmax;                                               \
     } else if ((mode & QC_NF_MASK) == QC_NF_INT64) {                           \
-      /* what cvttsd2si gives outside int64, before the clamp */               \
+      /* what cvttsd2si gives outside int64, before the clamp; + 0 makes      \
+       * -0.0 the integer 0 */                                                 \
       q = (qf > (T)-9223372036854775808.0 && qf < (T)9223372036854775808.0)   \
               ? qf : qmin;                                                     \
       q = (q > qmin) ? q : qmin;                                               \
-      q = (q < qmax) ? q : qmax;                                               \
+      q = ((q < qmax) ? q : qmax) + (T)0;                                      \
     } else {                                                                   \
       q = qc_clamp_##SFX(qf, qmin, qmax);                                      \
     }                                                                          \
@@ -127,6 +139,37 @@
     if (mode & QC_DEQUANT_NARROW)                                              \
       return (T)((float)((double)q - (double)zp) * (float)scale);             \
     return (q - zp) * scale;                                                   \
+  }                                                                            \
+                                                                               \
+  /* PyTorch's affine fake quant with its integer steps done exactly: the    \
+   * zero point and the range come as exact integers in double (int32-size   \
+   * ranges, zero points beyond 2**24, which float32 cannot hold).  q_f as in  \
+   * qc_affine_qf with the zero point rounded to T, then                      \
+   *   QC_NF_INT64 (per channel): q_i = int64(q_f) (x86: NaN, inf, out of      \
+   *     range -> INT64_MIN);  mask = qmin <= q_i <= qmax;                     \
+   *     y = T((clamp(q_i) - zp) * double(scale))                              \
+   *   otherwise (per tensor): mask = T(qmin) <= q_f <= T(qmax) (the bounds    \
+   *     rounded to T, as torch);  q = fmin(fmax(double(q_f), qmin), qmax)     \
+   *     (NaN -> qmin);  y = T(f32(f32(q - zp) * f32(scale)))                  \
+   * For zero points and bounds exact in T this gives the bits of             \
+   * qc_fq_affine with torch's modes; it is the slower, exact variant.         \
+   */                                                                          \
+  QC_HD T qc_fq_affine_exact_##SFX(T x, T scale, T inv, double zp, double qmin, \
+                                   double qmax, int mode, unsigned char *mask) { \
+    T qf = qc_affine_qf_##SFX(x, scale, inv, (T)zp, mode);                     \
+    double q;                                                                  \
+    if ((mode & QC_NF_MASK) == QC_NF_INT64) {                                  \
+      q = (qf > (T)-9223372036854775808.0 && qf < (T)9223372036854775808.0)   \
+              ? (double)qf : -9223372036854775808.0;                           \
+      *mask = (unsigned char)((q >= qmin) & (q <= qmax));                      \
+      q = (q > qmin) ? q : qmin;                                               \
+      q = ((q < qmax) ? q : qmax) + 0.0;                                       \
+      return (T)((q - zp) * (double)scale);                                    \
+    }                                                                          \
+    *mask = (unsigned char)((qf >= (T)qmin) & (qf <= (T)qmax));                \
+    q = ((double)qf > qmin) ? (double)qf : qmin;                               \
+    q = (q < qmax) ? q : qmax;                                                 \
+    return (T)((float)(q - zp) * (float)scale);                                \
   }                                                                            \
                                                                                \
   /* Nudged fake quantization (TensorFlow, MindSpore) of one element.         \
