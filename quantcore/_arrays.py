@@ -196,16 +196,20 @@ def stage_cupy(func):
 def stage_cupy_api(namespace, names):
     """Apply :func:`stage_cupy` to the public functions ``names`` of a module
     namespace and to the public methods (and ``__call__``) of its public
-    classes, in place.  Properties, class methods and static methods are
-    left alone."""
+    classes and of their bases defined in the same module, in place.
+    Properties, class methods and static methods are left alone."""
+    module = namespace.get("__name__")
     for name in names:
         obj = namespace.get(name)
         if isinstance(obj, type):
-            for attr, member in list(vars(obj).items()):
-                if (attr == "__call__" or not attr.startswith("_")) and \
-                        type(member) is types.FunctionType and \
-                        not getattr(member, "__quantcore_staged__", False):
-                    setattr(obj, attr, stage_cupy(member))
+            for cls in obj.__mro__:
+                if cls.__module__ != module:
+                    continue
+                for attr, member in list(vars(cls).items()):
+                    if (attr == "__call__" or not attr.startswith("_")) and \
+                            type(member) is types.FunctionType and \
+                            not getattr(member, "__quantcore_staged__", False):
+                        setattr(cls, attr, stage_cupy(member))
         elif type(obj) is types.FunctionType and not getattr(obj, "__quantcore_staged__", False):
             namespace[name] = stage_cupy(obj)
 

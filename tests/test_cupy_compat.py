@@ -189,7 +189,38 @@ def core_calibrators(xp):
     return out
 
 
-SCENARIOS = [core_calibrators, mindspore_fq, tensorflow_functions, oneflow_modules, nvidia_functions,
+def torch_layer(xp):
+    from quantcore.compat import torch as T
+    out = []
+    w = X.reshape(4, -1)
+    s_c, z_c = np.linspace(0.02, 0.1, 4).astype(np.float32), np.arange(4, dtype=np.int32)
+    out += [T.fake_quantize_per_tensor_affine(xp(X), 0.05, 3, 0, 255),
+            T.fake_quantize_per_tensor_affine_cachemask(xp(X), 0.05, 3, 0, 255),
+            T.fake_quantize_per_channel_affine(xp(w), xp(s_c), xp(z_c), 0, -128, 127),
+            T.fake_quantize_per_channel_affine_cachemask(xp(w), xp(s_c), xp(z_c), 0, -128,
+                                                         127)]
+    s1, z1 = np.array([0.05], np.float32), np.array([2.4], np.float32)
+    out += [T.fake_quantize_learnable_per_tensor_affine(xp(X), xp(s1), xp(z1), 0, 255),
+            T.fake_quantize_learnable_per_tensor_affine_backward(xp(G), xp(X), xp(s1), xp(z1),
+                                                                 0, 255)]
+    state = [xp(np.array([np.inf], np.float32)), xp(np.array([-np.inf], np.float32)),
+             xp(np.ones(1, np.float32)), xp(np.zeros(1, np.int32))]
+    for k in range(3):  # the four state arrays are updated in place, on the device
+        out.append(T.fused_moving_avg_obs_fake_quant(
+            xp(X * (k + 1)), xp(np.ones(1, np.int64)), xp(np.ones(1, np.int64)), *state,
+            0.01, 0, 255, 0))
+    out += state
+    for obs in (T.MinMaxObserver(), T.PerChannelMinMaxObserver(ch_axis=1),
+                T.HistogramObserver(bins=64)):
+        out += [obs(xp(X)), obs(xp(X * 2))]
+        out.append(State(*obs.calculate_qparams()))
+    for fq in (T.FakeQuantize(), T.FusedMovingAvgObsFakeQuantize(),
+               T.default_per_channel_weight_fake_quant()):
+        out += [fq(xp(X)), fq(xp(X * 3)), fq.backward(xp(G)), State(fq.scale, fq.zero_point)]
+    return out
+
+
+SCENARIOS = [torch_layer, core_calibrators, mindspore_fq, tensorflow_functions, oneflow_modules, nvidia_functions,
              nvidia_stateful, horizon_modules]
 
 

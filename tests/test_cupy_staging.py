@@ -98,7 +98,7 @@ def test_stage_cupy_api_wraps_public_functions_and_methods(cp):
     def func(x):
         return x * 2
 
-    ns = {"Obs": Obs, "func": func, "_hidden": func}
+    ns = {"Obs": Obs, "func": func, "_hidden": func, "__name__": Obs.__module__}
     A.stage_cupy_api(ns, ["Obs", "func"])
     assert ns["_hidden"] is func and ns["func"] is not func
     x = cp.asarray(np.ones(3))
@@ -108,3 +108,17 @@ def test_stage_cupy_api_wraps_public_functions_and_methods(cp):
     assert obs._private(x) is cp.ndarray and obs.prop == 1
     A.stage_cupy_api(ns, ["Obs", "func"])  # idempotent
     assert obs(x) is x
+
+
+def test_stage_cupy_api_reaches_methods_of_same_module_bases(cp):
+    class _Base:
+        def forward(self, x):
+            return type(x)
+
+    class Public(_Base):
+        pass
+
+    ns = {"Public": Public, "__name__": Public.__module__}
+    A.stage_cupy_api(ns, ["Public"])
+    assert Public().forward(cp.asarray(np.ones(2))) is np.ndarray
+    assert type(Public.forward.__wrapped__) is type(lambda: 0)

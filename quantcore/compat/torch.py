@@ -1869,3 +1869,7 @@ fused_wt_fake_quant_range_neg_127_to_127 = FusedMovingAvgObsFakeQuantize.with_ar
 fused_per_channel_wt_fake_quant_range_neg_127_to_127 = FusedMovingAvgObsFakeQuantize.with_args(
     observer=MovingAveragePerChannelMinMaxObserver, quant_min=-127, quant_max=127,
     dtype="qint8", qscheme="per_channel_symmetric", eps=2 ** -12)
+
+
+# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+A.stage_cupy_api(globals(), __all__)
