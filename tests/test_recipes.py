@@ -1,6 +1,7 @@
 """Every core recipe against the float64 reference in tests/reference.py,
 bit for bit, on hypothesis-generated inputs (ties, out-of-range values, NaN,
-+-inf, -0.0, empty and 0-d arrays, float16/32/64, any channel axis).
++-inf, -0.0, empty and 0-d arrays, float16/32/64, any channel axis, and any
+memory layout: C, Fortran, strided, negative strides, unaligned).
 
 One test per recipe: the affine family once per mode (rounding x where the
 zero point goes x multiply-or-divide) per tensor and per channel, the
@@ -73,7 +74,29 @@ def shapes(draw, min_dims=0):
 def float_arrays(draw, shape, dtype):
     x = draw(arrays(np.float64, shape, elements=values))
     with np.errstate(over="ignore"):
-        return x.astype(dtype)
+        return draw(layouts(x.astype(dtype)))
+
+
+LAYOUTS = ["C", "F", "step2", "reversed", "unaligned"]
+
+
+@st.composite
+def layouts(draw, x):
+    """The same values in another memory layout: C order, Fortran order, a
+    step-2 view, a view with negative strides, or an unaligned buffer."""
+    kind = draw(st.sampled_from(LAYOUTS))
+    if x.ndim == 0 or kind == "C":
+        return x
+    if kind == "F":
+        return np.asfortranarray(x)
+    if kind == "step2":
+        return np.repeat(x, 2, axis=-1)[..., ::2]
+    if kind == "reversed":
+        return np.flip(np.flip(x).copy())
+    buf = np.zeros(x.nbytes + 1, np.uint8)
+    y = np.frombuffer(buf.data, x.dtype, x.size, offset=1).reshape(x.shape)
+    y[...] = x
+    return y
 
 
 def broadcast(param, shape, axis):
