@@ -40,6 +40,21 @@ bench: install
 	$(PY) -m pytest bench -q --benchmark-only --benchmark-json=$(BENCH_JSON) $(PYTEST_ARGS)
 	$(PY) bench/summary.py $(BENCH_JSON)
 
+bench-summary:
+	$(PY) bench/summary.py $(BENCH_JSON)
+
+# On a machine with an NVIDIA GPU and cupy (no registry needed: the system
+# python's numpy, cython, cupy, pytest and pytest-benchmark are used): build
+# in place, run the whole suite (GPU tests included) and the GPU benchmarks.
+GPU_PY   ?= python3
+GPU_JSON ?= bench/results/gpu-latest.json
+gpu-test:
+	$(GPU_PY) -m pip install --no-build-isolation --no-deps -e .
+	$(GPU_PY) -m pytest -q tests bench/test_bench_ops.py --benchmark-disable
+	QC_BENCH_GPU_SIZES=1 $(GPU_PY) -m pytest -q bench/test_bench_gpu.py --benchmark-only \
+	  --benchmark-json=$(GPU_JSON)
+	$(GPU_PY) bench/summary.py $(GPU_JSON)
+
 # kernels under AddressSanitizer: a separate in-place build in build/asan
 ASAN_DIR := build/asan
 asan-test: venv
@@ -52,7 +67,9 @@ asan-test: venv
 	cd $(ASAN_DIR) && LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 QC_HYPOTHESIS_EXAMPLES=300 \
 	  PYTHONPATH=. ../../$(PY) -m pytest -q -p no:cacheprovider tests/test_recipes.py \
-	  tests/test_layout_threads.py tests/test_validation.py tests/test_stateful.py
+	  tests/test_layout_threads.py tests/test_validation.py tests/test_stateful.py \
+	  tests/test_fast_path.py tests/test_histc_kernel.py tests/test_bad_input_matrix.py \
+	  tests/test_state_files.py
 
 clean:
 	rm -rf build *.egg-info quantcore/_cpu/*.so quantcore/_cpu/*.c $(VENV)

@@ -32,26 +32,36 @@ def size_name(n):
     return f"{n >> 20}Mi" if n >= 1 << 20 else f"{n >> 10}Ki"
 
 
+def _first(impls, *keys):
+    """The first of ``keys`` that ``impls`` holds (CPU and GPU runs name
+    quantcore, the copy roofline and torch differently), or None."""
+    return next((k for k in keys if k in impls), None)
+
+
 def table(rows):
-    lines = ["| operation | size | quantcore (all threads) | 1 thread | / np.copyto | "
+    """Markdown table; on a GPU run, 'all threads' is the GPU path, the
+    roofline cupy.copyto and torch torch-cuda."""
+    lines = ["| operation | size | quantcore (all threads) | 1 thread | / copy | "
              "x NumPy | x torch | 2t vs 1t |",
              "|---|---|---|---|---|---|---|---|"]
     for (op, n) in sorted(rows, key=lambda k: (k[0], k[1])):
         impls = rows[(op, n)]
-        best = impls.get("quantcore-all") or impls.get("quantcore")
-        if best is None:
+        main = _first(impls, "quantcore-all", "quantcore", "quantcore-gpu")
+        if main is None:
             continue
+        best = impls[main]
         t = best[0]
         one = impls.get("quantcore-1t", (None,))[0]
 
         def ratio(key, inverse=False):
-            if key not in impls:
+            if key is None or key not in impls:
                 return "-"
             return f"{impls[key][0] / t:.2f}" if not inverse else f"{t / impls[key][0]:.2f}"
         lines.append(
             f"| {op} | {size_name(n)} | {t * 1e6:.1f} us | "
-            f"{'-' if one is None else f'{one * 1e6:.1f} us'} | {ratio('np.copyto', True)} | "
-            f"{ratio('numpy')} | {ratio('torch')} | "
+            f"{'-' if one is None else f'{one * 1e6:.1f} us'} | "
+            f"{ratio(_first(impls, 'np.copyto', 'cupy.copyto'), True)} | "
+            f"{ratio('numpy')} | {ratio(_first(impls, 'torch', 'torch-cuda'))} | "
             f"{'-' if one is None else f'{one / t:.2f}'} |")
     return "\n".join(lines)
 
@@ -175,8 +185,8 @@ def main(argv=None):
     header = (f"Machine: {machine.get('cpu', {}).get('brand_raw', '?')}, "
               f"{machine.get('cpu', {}).get('count', '?')} cores; medians of one run "
               f"({doc.get('datetime', '?')[:10]}, commit "
-              f"{doc.get('commit_info', {}).get('id', '?')[:8]}); '/ np.copyto' = quantcore "
-              "time / time of np.copyto of the same array; 'x NumPy', 'x torch' = speed-up; "
+              f"{doc.get('commit_info', {}).get('id', '?')[:8]}); '/ copy' = quantcore "
+              "time / time of np.copyto (GPU: cupy.copyto) of the same array; 'x NumPy', 'x torch' = speed-up; "
               "'2t vs 1t' = 1-thread time / 2-thread time (below 64 Ki elements both "
               "run on one thread, so it shows run-to-run noise there)")
     text = header + "\n\n" + table(rows) + "\n\nTargets (issue 7):\n\n" + \

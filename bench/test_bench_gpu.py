@@ -1,0 +1,111 @@
+"""quantcore's GPU path against a device-to-device copy and torch CUDA.
+
+Skips without cupy and a usable CUDA device (CI).  On a GPU machine:
+``make gpu-test`` (or ``QC_BENCH_GPU_SIZES=1 pytest bench/test_bench_gpu.py
+--benchmark-only --benchmark-json=...``).  Every timed call ends with a
+device synchronisation, so the wall time covers the kernels.  Operation
+names start with ``gpu_``; the roofline is ``cupy.copyto`` of the same
+array (``bench/summary.py`` reads either roofline).
+"""
+import numpy as np
+import pytest
+
+import quantcore as qc
+from benchutil import MI, annotate, size_id
+
+cp = pytest.importorskip("cupy")
+
+
+def _gpu_or_skip():
+    import quantcore_gpu
+    ok, reason = quantcore_gpu.can_use()
+    if not ok:
+        pytest.skip(reason)
+
+
+GPU_SIZES = [MI, 16 * MI, 256 * MI]
+IMPLS = ["quantcore-gpu", "torch-cuda"]
+SCALE, ZP, QMIN, QMAX = np.float32(0.02), 3, -128, 127
+
+
+def device_input(n, seed=0):
+    return cp.asarray(np.random.default_rng(seed).normal(size=n).astype(np.float32))
+
+
+def synced(f):
+    """f, then a device synchronisation (the timed unit)."""
+    sync = cp.cuda.Device().synchronize
+
+    def call():
+        f()
+        sync()
+    return call
+
+
+def torch_cuda_or_skip():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    return torch
+
+
+@pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)
+@pytest.mark.parametrize("op", ["gpu_fake_quant", "gpu_minmax", "gpu_fake_quantize_forward"])
+def test_gpu_roofline_copy(benchmark, op, n):
+    _gpu_or_skip()
+    x = device_input(n)
+    out = cp.empty_like(x)
+    annotate(benchmark, op, n, "cupy.copyto", 8 * n)
+    benchmark(synced(lambda: cp.copyto(out, x)))
+
+
+@pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_gpu_fake_quant(benchmark, impl, n):
+    _gpu_or_skip()
+    x = device_input(n)
+    annotate(benchmark, "gpu_fake_quant", n, impl, 8 * n)
+    if impl == "torch-cuda":
+        torch = torch_cuda_or_skip()
+        t = torch.from_dlpack(x)
+        benchmark(synced(lambda: torch.fake_quantize_per_tensor_affine(t, float(SCALE), ZP,
+                                                                       QMIN, QMAX)))
+    else:
+        out = cp.empty_like(x)
+        benchmark(synced(lambda: qc.fake_quant(x, SCALE, ZP, QMIN, QMAX, out=out)))
+
+
+@pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_gpu_minmax(benchmark, impl, n):
+    _gpu_or_skip()
+    x = device_input(n)
+    annotate(benchmark, "gpu_minmax", n, impl, 4 * n)
+    if impl == "torch-cuda":
+        torch = torch_cuda_or_skip()
+        t = torch.from_dlpack(x)
+        benchmark(synced(lambda: torch.aminmax(t)))
+    else:
+        benchmark(synced(lambda: qc.minmax(x)))
+
+
+@pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_gpu_fake_quantize_forward(benchmark, impl, n):
+    """Observe + qparams + fake quant: quantcore's two launches with the
+    qparams kept on the device, against torch's CUDA FakeQuantize module."""
+    _gpu_or_skip()
+    x = device_input(n)
+    annotate(benchmark, "gpu_fake_quantize_forward", n, impl, 9 * n)
+    if impl == "torch-cuda":
+        torch = torch_cuda_or_skip()
+        fq = torch.ao.quantization.FakeQuantize().cuda()
+        t = torch.from_dlpack(x)
+
+        def torch_forward():
+            with torch.no_grad():
+                return fq(t)
+        benchmark(synced(torch_forward))
+    else:
+        fq = qc.FakeQuantize()
+        benchmark(synced(lambda: fq(x)))
