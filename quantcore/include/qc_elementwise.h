@@ -95,12 +95,17 @@
    *                            QC_NO_ZERO_POINT)                               \
    */                                                                          \
   QC_HD T qc_affine_qf_##SFX(T x, T scale, T inv, T zp, int mode) {           \
+    /* one rounding whatever the placement: the zero point is added to v     \
+     * (before) or to round(v) (after) through selects of cheap adds, so a   \
+     * vectorised loop never computes the other placements' roundings */     \
+    const int before = (mode & QC_ZP_BEFORE) && !(mode & QC_NO_ZERO_POINT);    \
+    const int after = !(mode & (QC_ZP_BEFORE | QC_NO_ZERO_POINT));             \
     T v = (mode & QC_DIVIDE) ? x / scale : x * inv;                            \
-    T w = (mode & QC_FMA_ZP) ? FMA(x, inv, zp) : v + zp;                       \
-    w = (mode & QC_ROUND_F32) ? (T)(float)w : w;                               \
-    return (mode & QC_NO_ZERO_POINT) ? qc_round_##SFX(v, mode & QC_ROUND_MASK)  \
-           : (mode & QC_ZP_BEFORE)   ? qc_round_##SFX(w, mode & QC_ROUND_MASK)  \
-                                     : qc_round_##SFX(v, mode & QC_ROUND_MASK) + zp; \
+    T w = before ? ((mode & QC_FMA_ZP) ? FMA(x, inv, zp) : v + zp) : v;        \
+    T r;                                                                       \
+    w = (before && (mode & QC_ROUND_F32)) ? (T)(float)w : w;                   \
+    r = qc_round_##SFX(w, mode & QC_ROUND_MASK);                               \
+    return after ? r + zp : r;                                                 \
   }                                                                            \
                                                                                \
   /* Affine fake quantization of one element.                                 \
