@@ -4,7 +4,9 @@ Flags are part of correctness (ARCHITECTURE.md, "Numerical contract"):
 ``-O3 -ffp-contract=off -fno-trapping-math`` always; never ``-ffast-math`` /
 ``-ffinite-math-only`` / ``-march=native`` by default.  On x86-64 the
 baseline is ``-march=x86-64-v2`` (SSE4.1 ``roundps`` vectorises rounding)
-when the compiler accepts it, else the plain baseline.
+when the compiler accepts it, else the plain baseline; the loops are built a
+second time for AVX2 + FMA (``qc_loops_v3.c``), used at run time on CPUs
+that have them (``QUANTCORE_SIMD=baseline`` keeps the baseline).
 
 Environment:
   QUANTCORE_NO_OPENMP=1   force the serial build
@@ -98,6 +100,26 @@ def simd_flags():
     return [], "baseline"
 
 
+V3_PROBE = textwrap.dedent(
+    """
+    #pragma GCC target("avx2,fma")
+    #include <immintrin.h>
+    static float twice(float x) { __m256 v = _mm256_set1_ps(x); return _mm256_cvtss_f32(_mm256_add_ps(v, v)); }
+    int main(void) {
+        __builtin_cpu_init();
+        return (__builtin_cpu_supports("avx2") ? 0 : 0) + (twice(1.0f) == 2.0f ? 0 : 1);
+    }
+    """
+)
+
+
+def simd_v3():
+    """True where the loops can also be built for AVX2 + FMA, chosen at run
+    time (x86-64 with a GCC / Clang that takes the target pragma)."""
+    machine = platform.machine().lower()
+    return machine in ("x86_64", "amd64") and _try_compile(V3_PROBE, [])
+
+
 def build_flags():
     omp = openmp_flags()
     simd, baseline = simd_flags()
@@ -120,7 +142,7 @@ def build_flags():
     return cflags, ldflags, bool(omp), baseline
 
 
-def write_build_config(cflags, ldflags, openmp, baseline):
+def write_build_config(cflags, ldflags, openmp, baseline, v3):
     import Cython
 
     cc = _compiler()
@@ -136,6 +158,7 @@ def write_build_config(cflags, ldflags, openmp, baseline):
         "cflags": cflags,
         "ldflags": ldflags,
         "simd_baseline": baseline,
+        "simd_runtime_variants": ["x86-64-v3 (AVX2 + FMA)"] if v3 else [],
         "cython_version": Cython.__version__,
         "numpy_build_version": numpy.__version__,
     }
@@ -146,21 +169,24 @@ def write_build_config(cflags, ldflags, openmp, baseline):
 
 
 CFLAGS, LDFLAGS, OPENMP, BASELINE = build_flags()
-write_build_config(CFLAGS, LDFLAGS, OPENMP, BASELINE)
+V3 = simd_v3()
+write_build_config(CFLAGS, LDFLAGS, OPENMP, BASELINE, V3)
 
-MODULES = ["_kernels"]
+# _kernels: the Cython module, plus (x86-64) the loops built again for AVX2 +
+# FMA in qc_loops_v3.c, chosen at run time by include/qc_dispatch.h
+V3_SOURCES = [os.path.join("quantcore", "_cpu", "qc_loops_v3.c")] if V3 else []
+V3_MACROS = [("QC_HAVE_V3", "1")] if V3 else []
 extensions = [
     Extension(
-        f"quantcore._cpu.{name}",
-        [os.path.join("quantcore", "_cpu", f"{name}.pyx")],
+        "quantcore._cpu._kernels",
+        [os.path.join("quantcore", "_cpu", "_kernels.pyx")] + V3_SOURCES,
         include_dirs=[INCLUDE, numpy.get_include()],
         # rebuild when a shared header changes (setuptools does not see #includes)
         depends=sorted(glob.glob(os.path.join(INCLUDE, "*.h"))),
         extra_compile_args=CFLAGS,
         extra_link_args=LDFLAGS,
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")] + V3_MACROS,
     )
-    for name in MODULES
 ]
 
 setup(

@@ -33,7 +33,10 @@ def build_info():
     -------
     dict with keys ``openmp`` (bool: compiled with OpenMP), ``compiler``,
     ``compiler_version``, ``cflags``, ``ldflags``, ``simd_baseline``
-    (``"x86-64-v2"`` or ``"baseline"``), ``cython_version``,
+    (``"x86-64-v2"`` or ``"baseline"``), ``simd_runtime_variants`` (the
+    builds of the loops chosen at run time: ``["x86-64-v3 (AVX2 + FMA)"]``
+    on x86-64), ``simd_in_use`` (``"x86-64-v3"`` or ``"baseline"``;
+    ``QUANTCORE_SIMD=baseline`` keeps the baseline), ``cython_version``,
     ``numpy_build_version``, ``max_threads`` and ``parallel_threshold``.
     """
     from ._cpu import BUILD_CONFIG, _kernels
@@ -41,6 +44,7 @@ def build_info():
 
     info = dict(BUILD_CONFIG)
     info["openmp"] = _kernels.openmp_enabled()
+    info["simd_in_use"] = _kernels.simd_variant()
     info["max_threads"] = get_num_threads()
     info["parallel_threshold"] = PARALLEL_THRESHOLD
     return info

@@ -36,53 +36,94 @@ cdef extern from "qc_elementwise.h" nogil:
                                float* scale, int64_t* zp)
     float qc_symmetric_scale_f32(float mn, float mx, int64_t qmin, int64_t qmax, float eps)
 
-cdef extern from "qc_cpu_loops.h" nogil:
+# the loops, through qc_dispatch.h's run-time choice between the baseline and
+# the AVX2 + FMA build of the same source (qcd_* dispatchers)
+cdef extern from "qc_dispatch.h" nogil:
     int QC_MM_NAN
-    void qc_affine_block_f32(const float*, float*, unsigned char*, int64_t,
-                             float, float, float, float, float, int)
-    void qc_affine_block_f64(const double*, double*, unsigned char*, int64_t,
-                             double, double, double, double, double, int)
-    void qc_affine_exact_range_f32(const float*, float*, unsigned char*, int64_t, int64_t,
-                                   int64_t, int64_t, const float*, const float*,
-                                   const double*, double, double, int)
-    void qc_affine_exact_range_f64(const double*, double*, unsigned char*, int64_t, int64_t,
-                                   int64_t, int64_t, const double*, const double*,
-                                   const double*, double, double, int)
-    void qc_affine_rowvec_f32(const float*, float*, unsigned char*, int64_t, int64_t,
-                              const float*, const float*, const float*, float, float, int)
-    void qc_affine_rowvec_f64(const double*, double*, unsigned char*, int64_t, int64_t,
-                              const double*, const double*, const double*, double, double, int)
-    void qc_nudged_block_f32(const float*, float*, unsigned char*, int64_t,
-                             float, float, float, float, float, int)
-    void qc_nudged_block_f64(const double*, double*, unsigned char*, int64_t,
-                             double, double, double, double, double, int)
-    void qc_nudged_rowvec_f32(const float*, float*, unsigned char*, int64_t, int64_t,
-                              const float*, const float*, const float*, const float*,
-                              const float*, int)
-    void qc_nudged_rowvec_f64(const double*, double*, unsigned char*, int64_t, int64_t,
-                              const double*, const double*, const double*, const double*,
-                              const double*, int)
-    void qc_amax_block_f32(const float*, float*, unsigned char*, int64_t,
-                           float, float, float, float, float)
-    void qc_amax_block_f64(const double*, double*, unsigned char*, int64_t,
-                           double, double, double, double, double)
-    void qc_amax_rowvec_f32(const float*, float*, unsigned char*, int64_t, int64_t,
-                            const float*, const float*, float, float, const float*)
-    void qc_amax_rowvec_f64(const double*, double*, unsigned char*, int64_t, int64_t,
-                            const double*, const double*, double, double, const double*)
-    void qc_ste_block_f32(const float*, const unsigned char*, float*, int64_t)
-    void qc_ste_block_f64(const double*, const unsigned char*, double*, int64_t)
-    void qc_minmax_block_f32(const float*, int64_t, float*, float*, unsigned char*)
-    void qc_minmax_block_f64(const double*, int64_t, double*, double*, unsigned char*)
+    int qc_simd_v3
+    int qc_simd_select(int allow)
+    int qc_simd_v3_built()
+    void qc_affine_block_f32 "qcd_qc_affine_block_f32"(
+        const float*, float*, unsigned char*, int64_t, float, float, float, float, float, int)
+    void qc_affine_block_f64 "qcd_qc_affine_block_f64"(
+        const double*, double*, unsigned char*, int64_t, double, double, double, double, double,
+        int)
+    void qc_affine_exact_range_f32 "qcd_qc_affine_exact_range_f32"(
+        const float*, float*, unsigned char*, int64_t, int64_t, int64_t, int64_t, const float*,
+        const float*, const double*, double, double, int)
+    void qc_affine_exact_range_f64 "qcd_qc_affine_exact_range_f64"(
+        const double*, double*, unsigned char*, int64_t, int64_t, int64_t, int64_t, const double*,
+        const double*, const double*, double, double, int)
+    void qc_affine_rowvec_f32 "qcd_qc_affine_rowvec_f32"(
+        const float*, float*, unsigned char*, int64_t, int64_t, const float*, const float*,
+        const float*, float, float, int)
+    void qc_affine_rowvec_f64 "qcd_qc_affine_rowvec_f64"(
+        const double*, double*, unsigned char*, int64_t, int64_t, const double*, const double*,
+        const double*, double, double, int)
+    void qc_nudged_block_f32 "qcd_qc_nudged_block_f32"(
+        const float*, float*, unsigned char*, int64_t, float, float, float, float, float, int)
+    void qc_nudged_block_f64 "qcd_qc_nudged_block_f64"(
+        const double*, double*, unsigned char*, int64_t, double, double, double, double, double,
+        int)
+    void qc_nudged_rowvec_f32 "qcd_qc_nudged_rowvec_f32"(
+        const float*, float*, unsigned char*, int64_t, int64_t, const float*, const float*,
+        const float*, const float*, const float*, int)
+    void qc_nudged_rowvec_f64 "qcd_qc_nudged_rowvec_f64"(
+        const double*, double*, unsigned char*, int64_t, int64_t, const double*, const double*,
+        const double*, const double*, const double*, int)
+    void qc_amax_block_f32 "qcd_qc_amax_block_f32"(
+        const float*, float*, unsigned char*, int64_t, float, float, float, float, float)
+    void qc_amax_block_f64 "qcd_qc_amax_block_f64"(
+        const double*, double*, unsigned char*, int64_t, double, double, double, double, double)
+    void qc_amax_rowvec_f32 "qcd_qc_amax_rowvec_f32"(
+        const float*, float*, unsigned char*, int64_t, int64_t, const float*, const float*, float,
+        float, const float*)
+    void qc_amax_rowvec_f64 "qcd_qc_amax_rowvec_f64"(
+        const double*, double*, unsigned char*, int64_t, int64_t, const double*, const double*,
+        double, double, const double*)
+    void qc_ste_block_f32 "qcd_qc_ste_block_f32"(
+        const float*, const unsigned char*, float*, int64_t)
+    void qc_ste_block_f64 "qcd_qc_ste_block_f64"(
+        const double*, const unsigned char*, double*, int64_t)
+    void qc_minmax_block_f32 "qcd_qc_minmax_block_f32"(
+        const float*, int64_t, float*, float*, unsigned char*)
+    void qc_minmax_block_f64 "qcd_qc_minmax_block_f64"(
+        const double*, int64_t, double*, double*, unsigned char*)
     void qc_minmax_fold_f32(float*, float*, unsigned char*, float, float, unsigned char)
     void qc_minmax_fold_f64(double*, double*, unsigned char*, double, double, unsigned char)
-    void qc_minmax_rowvec_f32(const float*, int64_t, int64_t, float*, float*, unsigned char*)
-    void qc_minmax_rowvec_f64(const double*, int64_t, int64_t, double*, double*, unsigned char*)
+    void qc_minmax_rowvec_f32 "qcd_qc_minmax_rowvec_f32"(
+        const float*, int64_t, int64_t, float*, float*, unsigned char*)
+    void qc_minmax_rowvec_f64 "qcd_qc_minmax_rowvec_f64"(
+        const double*, int64_t, int64_t, double*, double*, unsigned char*)
     void qc_minmax_finish_f32(float*, float*, unsigned char)
     void qc_minmax_finish_f64(double*, double*, unsigned char)
-    void qc_histc_block_f32(const float*, int64_t, float, float, int, int, int, int64_t*)
+    void qc_histc_block_f32 "qcd_qc_histc_block_f32"(
+        const float*, int64_t, float, float, int, int, int, int64_t*)
 
 cnp.import_array()
+
+import os as _os
+
+qc_simd_select(_os.environ.get("QUANTCORE_SIMD", "").strip().lower() != "baseline")
+
+
+def simd_variant():
+    """The build of the loops in use: "x86-64-v3" (AVX2 + FMA, chosen at run
+    time when the CPU has them) or "baseline"."""
+    return "x86-64-v3" if qc_simd_v3 else "baseline"
+
+
+def simd_v3_built():
+    """Whether the AVX2 + FMA build of the loops was compiled in."""
+    return bool(qc_simd_v3_built())
+
+
+def select_simd(bint allow_v3):
+    """Choose the build of the loops (for tests, which compare the two bit
+    for bit; not for use while other threads run kernels).  Returns
+    :func:`simd_variant`."""
+    qc_simd_select(allow_v3)
+    return simd_variant()
 
 cdef float INFINITY_F = float("inf")
 
