@@ -5,6 +5,7 @@ Nothing here computes a quantization formula; see ``ops.py`` and
 ``include/qc_elementwise.h``.
 """
 import functools
+import math
 import numbers
 import types
 
@@ -389,8 +390,8 @@ class Layout:
         shape = self.shape if self.order == "C" else self.shape[::-1]
         if self.order == "F":
             axis = len(shape) - 1 - axis
-        outer = int(np.prod(shape[:axis], dtype=np.int64))
-        inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+        outer = math.prod(shape[:axis])  # Python ints: exact, and no numpy call overhead
+        inner = math.prod(shape[axis + 1:])
         return outer, int(shape[axis]), inner
 
     def empty(self, dtype):
