@@ -25,6 +25,25 @@ def hot_calls(x, g, mask):
             qc.fake_quant_amax(x, 2.0), qc.ste_backward(g, mask)]
 
 
+def run_in_threads(work, n=8):
+    """Run ``work(k)`` for k in range(n) in n Python threads at once; fail
+    with the first exception any of them raised."""
+    errors = []
+
+    def guarded(k):
+        try:
+            work(k)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    pool = [threading.Thread(target=guarded, args=(k,)) for k in range(n)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not errors, errors
+
+
 def test_eight_python_threads_match_serial():
     rng = np.random.default_rng(0)
     inputs = [rng.normal(size=(16, 4096)).astype(F32) for _ in range(8)]
@@ -32,21 +51,12 @@ def test_eight_python_threads_match_serial():
     mask = rng.random(inputs[0].shape) > 0.3
     serial = [hot_calls(x.reshape(-1), g.reshape(-1), mask.reshape(-1)) for x in inputs]
     results = [None] * 8
-    errors = []
 
     def work(k):
-        try:
-            for _ in range(20):
-                results[k] = hot_calls(inputs[k].reshape(-1), g.reshape(-1), mask.reshape(-1))
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for _ in range(20):
+            results[k] = hot_calls(inputs[k].reshape(-1), g.reshape(-1), mask.reshape(-1))
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    run_in_threads(work)
     for got, exp in zip(results, serial):
         assert all(bits_equal(a, b) for a, b in zip(got, exp))
 
@@ -226,21 +236,13 @@ def test_eight_threads_on_shared_inputs_and_separate_outputs(threads):
         return [np.empty_like(x), np.empty_like(x), np.empty(x.shape, bool), np.empty_like(x)]
 
     serial = run(fresh())
-    results, errors = [None] * 8, []
+    results = [None] * 8
 
     def work(k):
-        try:
-            for _ in range(10):
-                results[k] = run(fresh())
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for _ in range(10):
+            results[k] = run(fresh())
 
-    pool = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    assert not errors
+    run_in_threads(work)
     for got in results:
         assert all(bits_equal(a, b) for a, b in zip(got, serial))
 
