@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 SOURCES := setup.py pyproject.toml $(wildcard quantcore/_cpu/*.pyx quantcore/_cpu/*.pxd quantcore/include/*.h)
 PYTEST_ARGS ?=
 
-.PHONY: all venv install demo test bench bench-summary asan-test gpu-test clean
+.PHONY: all venv install demo test bench bench-summary asan-test gpu-test gpu-emu-test clean
 
 all: test
 
@@ -29,9 +29,22 @@ install: $(VENV)/.installed
 demo: install
 	$(PY) -m quantcore demo
 
-# the unit tests, then every benchmark once as a test (no timing)
+# the unit tests, then every benchmark once as a test (no timing), then the
+# tests that take cupy arrays on the CUDA emulator (the real .cu kernels run
+# on the CPU)
 test: install
-	$(PY) -m pytest -q tests bench --benchmark-disable $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not gpu" tests bench --benchmark-disable $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory gpu-emu-test
+
+# Every test that takes cupy input (kernels, public API, stateful layer,
+# compat layers, calibrators, dask with cupy chunks) on tests/cudaemu: a fake
+# cupy with only real CuPy's API that compiles quantcore_gpu/cuda/*.cu with
+# g++ and runs each CUDA thread as a fiber (warp-by-warp thread order, blocks
+# in random order); its own self-tests first.
+GPU_EMU_ENV := PYTHONPATH=tests/cudaemu QC_GPU_EMULATOR=1 CUDAEMU_THREAD_ORDER=warp \
+  CUDAEMU_BLOCK_ORDER=random
+gpu-emu-test: install
+	$(GPU_EMU_ENV) $(PY) -m pytest -q -p no:cacheprovider -m gpu tests $(PYTEST_ARGS)
 
 # full benchmark run: JSON + Markdown summary + PNG plot under bench/results/
 BENCH_JSON ?= bench/results/latest.json

@@ -215,6 +215,26 @@ def stage_cupy_api(namespace, names):
             namespace[name] = stage_cupy(obj)
 
 
+def is_aligned(a):
+    """True when every element of ``a`` lies at a multiple of its item size.
+
+    numpy records this in ``flags.aligned``; cupy's ``flags`` has only
+    ``c_contiguous``, ``f_contiguous`` and ``owndata``, so for a device
+    array the data pointer and strides are checked directly (CuPy's
+    allocations are 256-byte aligned, but a view through ``view(dtype)`` of
+    an offset byte buffer need not be)."""
+    if isinstance(a, np.ndarray):
+        return a.flags.aligned
+    size = a.dtype.itemsize
+    return a.data.ptr % size == 0 and all(s % size == 0 for s in a.strides)
+
+
+def is_writeable(a):
+    """``flags.writeable`` for numpy; device arrays are always writeable
+    (cupy has no read-only arrays)."""
+    return a.flags.writeable if isinstance(a, np.ndarray) else True
+
+
 def array_module(x):
     """numpy, or cupy for a cupy array (imported only then)."""
     if is_cupy_array(x):
@@ -375,10 +395,11 @@ class Layout:
         self.xp = array_module(arr)
         if arr.dtype != dtype:
             arr = arr.astype(dtype, order="K")
-        if arr.flags.c_contiguous and arr.flags.aligned:
+        aligned = is_aligned(arr)
+        if arr.flags.c_contiguous and aligned:
             self.order = "C"
             self.flat = arr.reshape(-1)
-        elif arr.flags.f_contiguous and arr.flags.aligned:
+        elif arr.flags.f_contiguous and aligned:
             self.order = "F"
             self.flat = arr.T.reshape(-1)
         else:  # (an unaligned buffer, from a network or file, is copied too)
@@ -402,7 +423,7 @@ class Layout:
     def flat_of(self, arr):
         """The flat view of ``arr`` in this layout, or None if it has none
         (an unaligned ``arr`` has none: the kernels need aligned data)."""
-        if not arr.flags.aligned:
+        if not is_aligned(arr):
             return None
         if self.order == "C" and arr.flags.c_contiguous:
             return arr.reshape(-1)
@@ -421,7 +442,7 @@ def check_out(out, shape, dtype, func, name="out", xp=np):
         raise ValueError(f"{func}: {name} has shape {out.shape}, expected {tuple(shape)}")
     if out.dtype != dtype:
         raise TypeError(f"{func}: {name} has dtype {out.dtype}, expected {dtype}")
-    if not out.flags.writeable:
+    if not is_writeable(out):
         raise ValueError(f"{func}: {name} is read-only")
 
 

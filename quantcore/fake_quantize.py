@@ -90,7 +90,8 @@ class FakeQuantize:
             raise ValueError(f"{func}: quant_delay must be >= 0, got {delay}")
         self._observer = observer
         self._device = None  # quantcore_gpu ObserverState while cupy inputs run
-        self._host_stale = False
+        self._host_stale = False  # the device state is ahead of the host's
+        self._uploaded = None  # _host_snapshot() of what the device state holds
         self.axis = observer.axis
         self.symmetric = bool(symmetric)
         self.eps = float(eps)
@@ -185,6 +186,18 @@ class FakeQuantize:
             obs.max_val = hi.reshape(()) if per_tensor else hi
             obs.num_batches, obs.nonfinite_batches = (int(v) for v in st.counts.get())
         self._scale, self._zero_point = st.scale.get(), st.zero_point.get()
+        self._uploaded = self._host_snapshot()
+
+    def _host_snapshot(self):
+        """The host state the device copy is built from (observer statistics,
+        batch counts, qparams) as bytes: any change to it, through whatever
+        path (host forwards, setters, the observer's own methods, direct
+        attribute writes), makes the next device forward upload it again."""
+        obs = self._observer
+        return (np.asarray(obs.min_val, F32).tobytes(), np.asarray(obs.max_val, F32).tobytes(),
+                int(obs.num_batches), int(obs.nonfinite_batches),
+                np.asarray(self._scale, F32).tobytes(),
+                np.asarray(self._zero_point, np.int64).tobytes())
 
     # -- switches ----------------------------------------------------------
     def enable_fake_quant(self, enabled=True):
@@ -338,21 +351,13 @@ class FakeQuantize:
         outer, C, inner = (1, 1, int(layout.flat.size)) if axis is None else \
             layout.channels(axis)
         with self._lock:
-            st = self._device
-            if st is None or st.channels != C or st.dtype != work:
-                self._sync_host()
-                st = G.ObserverState(C, work)
-                obs = self._observer
-                if obs.num_batches:
-                    st.min_val[...] = xp.asarray(np.broadcast_to(obs.min_val, (C,)))
-                    st.max_val[...] = xp.asarray(np.broadcast_to(obs.max_val, (C,)))
-                    st.counts[...] = xp.asarray(np.array([obs.num_batches, obs.nonfinite_batches]))
-                    st.set_qparams(np.broadcast_to(self._scale, (C,)),
-                                   np.broadcast_to(self._zero_point, (C,)))
-                self._device = st
             observe = self.training and self.observer_enabled
             quantize = self.fake_quant_enabled and not (self.training and
                                                         self.step < self.quant_delay)
+            st = self._device
+            if st is None or st.channels != C or st.dtype != work or \
+                    (not self._host_stale and self._uploaded != self._host_snapshot()):
+                st = self._upload_state(C, work, xp, observe, quantize, func)
             if self.training:
                 self.step += 1
             if observe:
@@ -381,6 +386,36 @@ class FakeQuantize:
             self._mask = (xp.packbits(mask.reshape(-1), bitorder="little")
                           if self.packed_mask else mask)
             return o.finish(arr.dtype)
+
+    def _upload_state(self, C, work, xp, observe, quantize, func):
+        """A new device state for C channels holding the host state: the
+        observer's statistics and batch counts and the current qparams (set
+        by a forward or through the setters), broadcast from one value when
+        the host holds one.  Channel-count mismatches raise the errors the
+        host path raises for them."""
+        from quantcore_gpu import kernels as G
+        self._sync_host()
+        obs = self._observer
+        n_stats = np.size(obs.min_val) if obs.num_batches else C
+        if observe and n_stats not in (1, C):
+            raise ValueError(f"{type(obs).__name__}.update: the batch has {C} channels, the "
+                             f"observer {n_stats}")
+        n_qparams = np.size(self._scale)
+        if quantize and not observe and n_qparams not in (1, C):
+            raise ValueError(f"{func}: x has {C} channels, the qparams {n_qparams}")
+        st = G.ObserverState(C, work)
+        if obs.num_batches and n_stats in (1, C):
+            for dev, host in ((st.min_val, obs.min_val), (st.max_val, obs.max_val)):
+                dev[...] = xp.asarray(np.broadcast_to(np.asarray(host, F32).reshape(-1), (C,)))
+        st.counts[...] = xp.asarray(np.array([obs.num_batches, obs.nonfinite_batches], np.int64))
+        if n_qparams in (1, C):
+            st.set_qparams(np.broadcast_to(self._scale, (C,)),
+                           np.broadcast_to(self._zero_point, (C,)))
+        self._device = st
+        # a state that could not take the host's values is rebuilt next time
+        self._uploaded = self._host_snapshot() if n_stats in (1, C) and n_qparams in (1, C) \
+            else None
+        return st
 
     __call__ = forward
 

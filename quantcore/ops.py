@@ -142,7 +142,7 @@ def _finish_minmax(lo, hi, flags):
         lo, hi = lo.reshape(-1).copy(), hi.reshape(-1).copy()
         A.gpu_kernels("minmax").minmax_finish(lo, hi, flags)
         return (lo.reshape(()), hi.reshape(())) if per_tensor else (lo, hi)
-    per_tensor = not isinstance(lo, np.ndarray)
+    per_tensor = np.ndim(lo) == 0
     lo = np.array(lo, ndmin=1)
     hi = np.array(hi, ndmin=1)
     K.minmax_finish(lo, hi, np.array(flags, dtype=np.uint8, ndmin=1))
@@ -492,8 +492,8 @@ def dequantize(q, scale, zero_point, *, axis=None, dtype=np.float32):
     else:
         s, z = s[0], z[0]
     res = qa.astype(dtype)
-    np.subtract(res, z, out=res)
-    np.multiply(res, s, out=res)
+    xp.subtract(res, z, out=res)
+    xp.multiply(res, s, out=res)
     return res
 
 

@@ -58,6 +58,7 @@ def _names():
         for i in _INDEX:
             mm.append(f"qc_minmax_rows<{t}, {i}>")
             mm.append(f"qc_minmax_cols<{t}, {i}>")
+            mm.append(f"qc_minmax_chan<{t}, {i}>")
         mm.append(f"qc_minmax_finish<{t}>")
     return {"fake_quant.cu": tuple(fq), "minmax.cu": tuple(mm)}
 
@@ -73,6 +74,10 @@ BASE_OPTIONS = ("--fmad=false", "-std=c++17")
 
 _THREADS = 256        # threads per block of every kernel
 _MM_THREADS = 256     # QC_MM_THREADS in minmax.cu
+#: per-channel reductions with at most this many values per channel (and
+#: inner > 1) use qc_minmax_chan: a thread group per channel instead of a
+#: block (or more) per channel
+_MM_CHAN_WORK = 2048
 _VEC = {np.dtype(np.float32): 4, np.dtype(np.float64): 2}
 _CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
@@ -282,7 +287,17 @@ def _reduce(x, outer, C, inner, last, counter=None):
     target = _sm_count() * 8
     ct, it = _index(n)
     T = _CTYPE[dtype]
-    if inner == 1 and C > 1:
+    if C > 1 and inner > 1 and outer * inner <= _MM_CHAN_WORK:
+        work = outer * inner
+        lanes = 1
+        while lanes < 32 and lanes * 16 < work:   # ~16 values or more per thread
+            lanes *= 2
+        groups = _MM_THREADS // lanes
+        grid = max(1, min(-(-C // groups), target * 4))
+        part = C
+        fn = _function("minmax.cu", f"qc_minmax_chan<{T}, {ct}>")
+        head = (x, it(outer), it(C), it(inner), np.uint32(lanes))
+    elif inner == 1 and C > 1:
         tw = min(C, _MM_THREADS)
         nt = -(-C // tw)
         lanes = _MM_THREADS // tw

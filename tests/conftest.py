@@ -1,9 +1,16 @@
+import os
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
 import quantcore
+
+#: set by ``make gpu-emu-test``: cupy is the CUDA emulator of tests/cudaemu
+#: (first on PYTHONPATH).  Its self-tests are collected only then: they
+#: import the emulated cupy, which must never be seen by the CPU test run.
+GPU_EMULATOR = os.environ.get("QC_GPU_EMULATOR") == "1"
+collect_ignore = [] if GPU_EMULATOR else ["cudaemu"]
 
 
 settings.register_profile(
@@ -17,6 +24,10 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
+    emulator_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cudaemu")
+    for item in items:
+        if str(item.path).startswith(emulator_dir):
+            item.add_marker(pytest.mark.gpu)
     if config.getoption("--runslow"):
         return
     skip_slow = pytest.mark.skip(reason="slow: needs --runslow")

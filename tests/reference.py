@@ -152,9 +152,20 @@ def minmax(x, axis=None, nan_policy="propagate"):
     return lo, hi
 
 
+def to_numpy(a):
+    """A numpy copy of a cupy array (``.get()``: the only way device data
+    reaches the host), anything else through ``numpy.asarray``."""
+    if type(a).__module__.split(".")[0] == "cupy":
+        return a.get()
+    return np.asarray(a)
+
+
 def bits_equal(a, b):
-    """Bit-pattern equality of two float arrays (NaN payloads aside)."""
-    a, b = np.asarray(a), np.asarray(b)
+    """Bit-pattern equality of two arrays (numpy or cupy): raw bits
+    everywhere except NaN lanes, which must be NaN in both (CUDA's float
+    operations return the NaN 0x7fffffff, x86's 0x7fc00000 with an
+    operand-dependent sign: payloads are not part of the contract)."""
+    a, b = to_numpy(a), to_numpy(b)
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     nan_a, nan_b = np.isnan(a), np.isnan(b)
@@ -166,8 +177,9 @@ def bits_equal(a, b):
 
 
 def assert_bits_equal(actual, expected, msg=""):
+    """Fail with the first mismatches unless ``bits_equal(actual, expected)``."""
     if not bits_equal(actual, expected):
-        a, e = np.atleast_1d(actual), np.atleast_1d(expected)
+        a, e = np.atleast_1d(to_numpy(actual)), np.atleast_1d(to_numpy(expected))
         diff = ""
         if a.shape == e.shape:
             ia = a.view(np.dtype(f"u{a.dtype.itemsize}")) if a.dtype == e.dtype else a

@@ -1,20 +1,20 @@
 """Every framework layer takes cupy arrays and gives cupy arrays back, with
-the CPU path's bits (``_arrays.stage_cupy``).  Run here with the stand-in
-cupy of tests/fake_cupy.py, which refuses implicit conversion to numpy, so a
-public entry point that would hand a device array to numpy unstaged fails.
+the CPU path's bits.  Runs on a GPU or on the CUDA emulator (``make
+gpu-emu-test``), whose cupy refuses implicit conversion to numpy like CuPy,
+so a public entry point that would hand a device array to numpy fails.
 
-Each scenario is run twice, once on numpy arrays and once on (fake) cupy
-arrays; the results must agree bit for bit, and every array result of a call
-that was given cupy arrays must be a cupy array.  Object state (attributes
+Each scenario is run twice, once on numpy arrays and once on cupy arrays;
+the results must agree bit for bit, and every array result of a call that
+was given cupy arrays must be a cupy array.  Object state (attributes
 such as ``scale``) and results of calls given no array (``compute_amax()``,
 ``calculate_qparams()``) stay numpy: they are marked ``State`` below.
 """
-import sys
-
 import numpy as np
 import pytest
 
-import fake_cupy
+import quantcore_gpu
+
+pytestmark = pytest.mark.gpu
 
 RNG = np.random.default_rng(11)
 X = (RNG.normal(size=(4, 3, 5)) * 2).astype(np.float32)
@@ -22,19 +22,14 @@ X[0, 0, :3] = [0.5, -0.0, 1.5]
 G = RNG.normal(size=X.shape).astype(np.float32)
 
 
-@pytest.fixture(params=["fake", "cupy"])
-def cp(request, monkeypatch):
-    """The stand-in cupy, and real cupy where a GPU can run it."""
-    if request.param == "cupy":
-        cupy = pytest.importorskip("cupy")
-        import quantcore_gpu
-        ok, reason = quantcore_gpu.can_use()
-        if not ok:
-            pytest.skip(reason)
-        return cupy
-    mod = fake_cupy.module()
-    monkeypatch.setitem(sys.modules, "cupy", mod)
-    return mod
+@pytest.fixture
+def cp():
+    """cupy on a usable device (a GPU, or the CUDA emulator)."""
+    cupy = pytest.importorskip("cupy")
+    ok, reason = quantcore_gpu.can_use()
+    if not ok:
+        pytest.skip(reason)
+    return cupy
 
 
 class State:

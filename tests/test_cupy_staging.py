@@ -1,21 +1,23 @@
-"""``stage_cupy``: how framework layers take cupy arrays through host memory,
-tested with a stand-in cupy (tests/fake_cupy.py) so that it runs without a
-GPU.  The per-layer identity tests are in test_cupy_compat.py."""
-import sys
-
+"""``stage_cupy``: how framework layers take cupy arrays through host memory.
+Runs on a GPU or on the CUDA emulator (``make gpu-emu-test``), whose cupy
+refuses implicit conversion to numpy like CuPy.  The per-layer identity
+tests are in test_cupy_compat.py."""
 import numpy as np
 import pytest
 
 from quantcore import _arrays as A
+import quantcore_gpu
 
-import fake_cupy
+pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture
-def cp(monkeypatch):
-    mod = fake_cupy.module()
-    monkeypatch.setitem(sys.modules, "cupy", mod)
-    return mod
+def cp():
+    cupy = pytest.importorskip("cupy")
+    ok, reason = quantcore_gpu.can_use()
+    if not ok:
+        pytest.skip(reason)
+    return cupy
 
 
 def test_numpy_calls_pass_straight_through(cp):
@@ -58,10 +60,11 @@ def test_in_place_updates_reach_the_callers_device_arrays(cp):
     assert np.array_equal(state.get(), [1.0, 9.0])
 
 
-def test_nan_state_is_compared_by_bits(cp):
+def test_nan_state_is_compared_by_bits(cp, monkeypatch):
     writes = []
     original_copyto = cp.copyto
-    cp.copyto = lambda dst, src: (writes.append(dst), original_copyto(dst, src))
+    monkeypatch.setattr(cp, "copyto", lambda dst, src, *args, **kwargs: (
+        writes.append(dst), original_copyto(dst, src, *args, **kwargs)))
 
     @A.stage_cupy
     def touch(state):
@@ -71,7 +74,7 @@ def test_nan_state_is_compared_by_bits(cp):
     assert writes == []  # NaN == NaN bitwise: nothing was written back
 
 
-def test_unstaged_use_of_fake_cupy_fails_loudly(cp):
+def test_unstaged_use_of_cupy_fails_loudly(cp):
     with pytest.raises(TypeError, match="Implicit conversion"):
         np.asarray(cp.asarray(np.ones(2)))
 

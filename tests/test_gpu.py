@@ -8,7 +8,11 @@ the inner == 1 "rowvec" layout), aligned and unaligned, odd sizes, 32- and
 64-bit indexing, and the fused observer + fake-quant path against the CPU
 FakeQuantize.  Outputs are compared as raw bits.
 
-Needs cupy and a CUDA device: skipped otherwise.
+Needs cupy and a CUDA device, or the CUDA emulator (``make gpu-emu-test``,
+which runs the real kernels on the CPU; there the largest sizes are cut to
+~1e5 elements): skipped otherwise.  NaN lanes are compared as "both NaN"
+(CUDA's float operations return the NaN 0x7fffffff, x86's 0x7fc00000 with
+an operand-dependent sign); every other lane bit for bit.
 """
 import warnings
 
@@ -28,11 +32,16 @@ from quantcore import qparams as Q  # noqa: E402
 from quantcore._cpu import _kernels as K  # noqa: E402
 from quantcore.observers import MinMaxObserver, MovingAverageMinMaxObserver  # noqa: E402
 from quantcore_gpu import kernels as G  # noqa: E402
+from reference import assert_bits_equal  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
+#: the CUDA emulator runs ~15-19 ns per element and ~0.5 ms per block
+EMULATED = cp.__version__.endswith("+cudaemu")
+BIG = 100_003 if EMULATED else 1_000_003
+
 DTYPES = [np.float32, np.float64]
-SIZES = [1, 2, 3, 4, 5, 7, 17, 255, 1000, 65537, 1_000_003]
+SIZES = [1, 2, 3, 4, 5, 7, 17, 255, 1000, 65537, BIG]
 # (shape, axis): per-channel layouts, incl. inner == 1 with C < and > 256
 CHANNEL_CASES = [
     ((7, 5, 33), 0), ((7, 5, 33), 1), ((7, 5, 33), 2),
@@ -59,19 +68,9 @@ def _uint(dtype):
 
 
 def assert_bits(cpu, gpu, what=""):
-    """cpu (numpy) and gpu (cupy or numpy) hold the same bits."""
-    g = cp.asnumpy(gpu) if isinstance(gpu, cp.ndarray) else np.asarray(gpu)
-    c = np.asarray(cpu)
-    assert c.shape == g.shape and c.dtype == g.dtype, (what, c.shape, g.shape, c.dtype, g.dtype)
-    if c.dtype.kind == "f":
-        cb, gb = c.view(_uint(c.dtype)), g.view(_uint(g.dtype))
-    else:
-        cb, gb = c, g
-    bad = np.flatnonzero(cb.reshape(-1) != gb.reshape(-1))
-    if bad.size:
-        i = bad[0]
-        pytest.fail(f"{what}: {bad.size} of {c.size} differ; first at {i}: cpu {c.reshape(-1)[i]!r} "
-                    f"({cb.reshape(-1)[i]:#x}) gpu {g.reshape(-1)[i]!r} ({gb.reshape(-1)[i]:#x})")
+    """cpu (numpy) and gpu (cupy or numpy) hold the same bits (NaN lanes:
+    NaN in both)."""
+    assert_bits_equal(gpu, cpu, what)
 
 
 def make_x(n, dtype, seed, scale=0.0173, spread=200.0):
@@ -201,7 +200,7 @@ def test_fq_affine_sizes_and_alignment(dtype, n, offset, index64):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_fq_affine_in_place(dtype):
-    x = make_x(100_001, dtype, seed=5)
+    x = make_x(BIG, dtype, seed=5)
     args = affine_scalar_params(dtype, 0, (0, 255))
     y = x.copy()
     K.fq_affine(y, y, None, *args, 0, 1)
@@ -243,7 +242,7 @@ def _nudged_params(dtype, C, seed):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode", [0, 1, 2, 3])
-@pytest.mark.parametrize("n", [1, 7, 65537, 1_000_003])
+@pytest.mark.parametrize("n", [1, 7, 65537, BIG])
 def test_fq_nudged(dtype, mode, n, index64):
     x = make_x(n, dtype, seed=mode, scale=0.01, spread=300)
     params = [float(p[0]) for p in _nudged_params(dtype, 1, seed=n)]
@@ -291,7 +290,7 @@ def _amax_params(dtype, C, seed, num_bits=8, unsigned=False, narrow=True):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", [1, 5, 65537, 1_000_003])
+@pytest.mark.parametrize("n", [1, 5, 65537, BIG])
 @pytest.mark.parametrize("bits,unsigned,narrow", [(8, False, True), (8, False, False),
                                                    (4, True, False), (16, False, True)])
 def test_fq_amax(dtype, n, bits, unsigned, narrow, index64):
@@ -372,7 +371,7 @@ def _cpu_finished(lo, hi, fl, dtype, omit=False):
 def _minmax_inputs(dtype):
     T = np.dtype(dtype).type
     cases = {
-        "random": make_x(1_000_003, dtype, seed=1),
+        "random": make_x(BIG, dtype, seed=1),
         "no_nan": np.nan_to_num(make_x(65537, dtype, seed=2), nan=1.0),
         "all_nan": np.full(1001, np.nan, dtype),
         "zeros_neg_pos": np.array([-0.0, 0.0] * 5000, dtype),
@@ -383,7 +382,7 @@ def _minmax_inputs(dtype):
         "neg_with_zero": np.concatenate([-np.arange(1, 70001, dtype=dtype), np.array([0.0], dtype)]),
         "inf": np.array([np.inf, -np.inf, 1.0] * 3333, dtype),
         "one": np.array([T(-2.5)]),
-        "nan_last": np.concatenate([np.ones(300001, dtype), np.array([np.nan], dtype)]),
+        "nan_last": np.concatenate([np.ones(BIG - 2, dtype), np.array([np.nan], dtype)]),
     }
     assert all(v.dtype == dtype for v in cases.values())
     return cases
@@ -439,9 +438,28 @@ def test_minmax_channels(dtype, shape, axis, index64):
         assert_bits(chi, ghi, f"hi {shape} axis={axis}")
 
 
+@pytest.mark.skipif(not EMULATED, reason="counts launched blocks through the emulator")
+@pytest.mark.parametrize("shape,axis", [((100003, 4), 0), ((4, 100003), 1), ((50, 2000, 3), 1),
+                                        ((3, 64, 3000), 1), ((1, 400012), 0)])
+def test_minmax_launch_shape_follows_the_layout(shape, axis):
+    """Many channels of little work each get a thread group per channel, not
+    a block per channel: no launch has more than max(32 blocks per SM, one
+    block per 1024 values)."""
+    mod = G._module("minmax.cu").module
+    outer, C, inner = layout(shape, axis)
+    x = cp.asarray(np.arange(outer * C * inner, dtype=np.float32))
+    before = mod.stats()["blocks"]
+    lo, hi, fl = G.minmax_channels(x, outer, C, inner)
+    blocks = mod.stats()["blocks"] - before
+    assert blocks <= max(32 * G._sm_count(), -(-x.size // 1024)), blocks
+    ref = K.minmax_channels(cp.asnumpy(x), outer, C, inner, 1)
+    assert_bits(ref[0], lo)
+    assert_bits(ref[1], hi)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_minmax_is_deterministic(dtype):
-    x = make_x(3_000_001, dtype, seed=9)
+    x = make_x(3 * BIG, dtype, seed=9)
     x[::7] = -0.0
     x[::11] = 0.0
     xd = cp.asarray(x)
@@ -513,9 +531,12 @@ def test_fused_observer_fake_quant_matches_cpu(dtype, observer, symmetric, shape
         assert_bits(np.asarray(mask).reshape(-1), md, what + " mask")
 
 
-def test_fused_qparams_edge_cases():
-    """affine_qparams corner cases (all-NaN / inf / equal / zero statistics)
-    computed by the last block, against quantcore.qparams."""
+@pytest.mark.parametrize("nan_policy", ["skip", "propagate"])
+def test_fused_qparams_edge_cases(nan_policy):
+    """affine_qparams corner cases (inf / equal / zero statistics) computed
+    by the last block, against quantcore.qparams.  Under the default
+    nan_policy="skip" a batch holding +-inf is skipped: the state and the
+    qparams stay as they were, and the batch is counted."""
     cases = [[0.0, 0.0], [-0.0, -0.0], [1.0, 1.0], [-np.inf, 1.0], [-1.0, np.inf],
              [-3e38, 3e38], [-1e-30, 1e-30], [2.0, 5.0], [-7.0, -2.0]]
     for qmin, qmax in [(0, 255), (-128, 127), (-2 ** 31, 2 ** 31 - 1), (0, 1)]:
@@ -524,19 +545,27 @@ def test_fused_qparams_edge_cases():
                 x = np.array(vals * 3, np.float32)
                 state = G.ObserverState(1, np.float32)
                 G.observe(cp.asarray(x), 1, 1, x.size, state, observer="minmax",
-                          qscheme="symmetric" if sym else "affine", quant_min=qmin,
-                          quant_max=qmax)
-                fn = Q.symmetric_qparams if sym else Q.affine_qparams
-                with np.errstate(all="ignore"):
-                    s, z = fn(np.float32(np.min(x)), np.float32(np.max(x)), qmin, qmax)
-                assert_bits(s.astype(np.float32), state.scale, f"{vals} {qmin} {sym}")
-                assert_bits(z.astype(np.int64), state.zero_point, f"{vals} {qmin} {sym}")
+                          nan_policy=nan_policy, qscheme="symmetric" if sym else "affine",
+                          quant_min=qmin, quant_max=qmax)
+                what = f"{vals} {qmin} {sym} {nan_policy}"
+                if nan_policy == "skip" and not np.isfinite(x).all():
+                    assert cp.asnumpy(state.counts).tolist() == [0, 1], what
+                    s, z = np.ones(1, np.float32), np.zeros(1, np.int64)
+                else:
+                    assert cp.asnumpy(state.counts).tolist() == [1, 0], what
+                    fn = Q.symmetric_qparams if sym else Q.affine_qparams
+                    with np.errstate(all="ignore"):
+                        s, z = fn(np.float32(np.min(x)), np.float32(np.max(x)), qmin, qmax)
+                assert_bits(s.astype(np.float32), state.scale, what)
+                assert_bits(z.astype(np.int64), state.zero_point, what)
 
 
 def test_fused_path_needs_no_host_sync():
-    """observe + fq_affine_dev only enqueue work: they run inside a stream
-    capture (which fails on any synchronising call)."""
-    x = cp.asarray(make_x(100_000, np.float32, seed=3))
+    """observe + fq_affine_dev only enqueue work: on a GPU they run inside a
+    stream capture (which fails on any synchronising call); on the emulator
+    (no stream capture) no byte crosses between host and device."""
+    x = cp.asarray(np.nan_to_num(make_x(BIG, np.float32, seed=3), nan=0.5, posinf=1.0,
+                                 neginf=-1.0))   # finite: no batch is skipped
     y = cp.empty_like(x)
     m = cp.empty(x.size, cp.uint8)
     state = G.ObserverState(1, np.float32)
@@ -546,13 +575,19 @@ def test_fused_path_needs_no_host_sync():
         G.observe(x, 1, 1, x.size, state, observer="moving_average")
         G.fq_affine_dev(x, y, m, 1, 1, x.size, state.qp, 0, 255, 0)
         stream.synchronize()
-        stream.begin_capture()
-        G.observe(x, 1, 1, x.size, state, observer="moving_average")
-        G.fq_affine_dev(x, y, m, 1, 1, x.size, state.qp, 0, 255, 0)
-        graph = stream.end_capture()
-    graph.launch(stream)
-    stream.synchronize()
-    assert int(state.counts[0]) == 2   # the warm-up and the graph launch
+        if EMULATED:
+            before = dict(cp.TRANSFERS)
+            G.observe(x, 1, 1, x.size, state, observer="moving_average")
+            G.fq_affine_dev(x, y, m, 1, 1, x.size, state.qp, 0, 255, 0)
+            assert cp.TRANSFERS == before
+        else:
+            stream.begin_capture()
+            G.observe(x, 1, 1, x.size, state, observer="moving_average")
+            G.fq_affine_dev(x, y, m, 1, 1, x.size, state.qp, 0, 255, 0)
+            graph = stream.end_capture()
+            graph.launch(stream)
+        stream.synchronize()
+    assert int(state.counts[0]) == 2   # the warm-up and the captured step
 
 
 # --------------------------------------------------------- 2**31 elements

@@ -24,6 +24,9 @@
  *   qc_minmax_cols  inner == 1: an (outer, C) matrix; a block reads whole
  *                   row segments (coalesced) for a tile of columns; G row
  *                   groups; partial index g * C + c.
+ *   qc_minmax_chan  inner > 1 with little work per channel (outer * inner
+ *                   <= QC_MM_CHAN_WORK of kernels.py): a group of up to 32
+ *                   threads per channel, one partial per channel.
  *
  * Last-block outputs (any pointer may be NULL):
  *   out_lo, out_hi, out_fl    per channel, finished by finish_mode:
@@ -429,6 +432,51 @@ qc_minmax_cols(const T *__restrict__ x, I rows, I C, unsigned int TW, unsigned i
   const QcMMLast<T> last = QC_MM_LAST_ARGS;
   qc_mm_last_block<T>(part_lo, part_hi, part_fl, G, 1ull, (unsigned long long)C,
                       (unsigned long long)C, last, counter);
+}
+
+/* Channel-group layout, for many channels of little work each (inner > 1,
+ * outer * inner small): a group of LANES threads (a power of two <= 32)
+ * reduces one channel -- its outer * inner values, j = lane, lane + LANES,
+ * ... -- and folds with shuffles within the group; a block holds
+ * QC_MM_THREADS / LANES groups and strides over the channels.  One partial
+ * per channel (part_*[c]), so the last block folds K = 1. */
+template <typename T, typename I>
+__global__ void __launch_bounds__(QC_MM_THREADS)
+qc_minmax_chan(const T *__restrict__ x, I outer, I C, I inner, unsigned int LANES,
+               T *part_lo, T *part_hi, unsigned char *part_fl, unsigned int *counter,
+               QC_MM_LAST_PARAMS) {
+  const unsigned lane = threadIdx.x % LANES, group = threadIdx.x / LANES;
+  const I groups = (I)(QC_MM_THREADS / LANES);
+  const I work = outer * inner;
+  /* the loop bound is uniform across the block: every thread takes part in
+   * every shuffle */
+  for (I base = (I)blockIdx.x * groups; base < C; base += (I)gridDim.x * groups) {
+    const I c = base + (I)group;
+    QcMM<T> acc;
+    acc.init();
+    if (c < C) {
+      for (I j = lane; j < work; j += LANES) {
+        const I o = j / inner, r = j - o * inner;
+        acc.add(x[(o * C + c) * inner + r]);
+      }
+    }
+    for (unsigned off = LANES / 2; off > 0; off >>= 1) {
+      T olo = __shfl_down_sync(0xffffffffu, acc.lo, off, LANES);
+      T ohi = __shfl_down_sync(0xffffffffu, acc.hi, off, LANES);
+      unsigned ofl = __shfl_down_sync(0xffffffffu, acc.fl, off, LANES);
+      acc.fold(olo, ohi, ofl);
+    }
+    if (lane == 0 && c < C) {
+      part_lo[c] = acc.lo;
+      part_hi[c] = acc.hi;
+      part_fl[c] = (unsigned char)acc.fl;
+    }
+  }
+  __syncthreads();
+  if (!qc_mm_is_last(counter)) return;
+  const QcMMLast<T> last = QC_MM_LAST_ARGS;
+  qc_mm_last_block<T>(part_lo, part_hi, part_fl, 1ull, 1ull, 1ull, (unsigned long long)C, last,
+                      counter);
 }
 
 /* In place: qc_minmax_finish on n (lo, hi, flags) triples. */
