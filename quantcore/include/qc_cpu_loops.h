@@ -41,49 +41,66 @@ namespace loops {
 
 /* ------------------------------------------------------------ elementwise */
 
-/* Family Op over n contiguous elements of channel c (mask may be NULL). */
-template <class Op, typename T>
-static inline void ew_block_op(const Op &op_in, const T *x, T *y, unsigned char *mask, qc_i64 n,
-                               const T *params, qc_i64 C, qc_i64 c) {
-  const Op op = op_in; /* a local copy: stores to y cannot alias it */
-  T p[Op::NP];
-  for (int j = 0; j < Op::NP; j++) p[j] = params[j * C + c];
-  Op::dispatch(op.mode, [&](auto cm) {
-    const int m = qc_loop_mode<Op, decltype(cm)::value>(op.mode);
+/* NP parameter values, passed by value (a copy in registers). */
+template <typename T, int NP> struct QcParamValues {
+  T v[NP];
+};
+
+/* The loops below take the Op and the parameters by value and the mode as
+ * a compile-time part CM: locals that no store to y or the mask can alias,
+ * so the compiler keeps them in registers, hoists every test of the mode
+ * out of the loop and vectorises it. */
+template <int CM, class Op, typename T>
+static inline void ew_block_loop(const Op op, const T *x, T *y, unsigned char *mask, qc_i64 n,
+                                 const QcParamValues<T, Op::NP> p) {
+  const int m = qc_loop_mode<Op, CM>(op.mode);
+  if (mask) {
+    QC_SIMD for (qc_i64 i = 0; i < n; i++) y[i] = op(x[i], p.v, 1, m, &mask[i]);
+  } else {
+    QC_SIMD for (qc_i64 i = 0; i < n; i++) {
+      unsigned char k;
+      y[i] = op(x[i], p.v, 1, m, &k);
+    }
+  }
+}
+
+template <int CM, class Op, typename T>
+static inline void ew_rowvec_loop(const Op op, const T *x, T *y, unsigned char *mask,
+                                  qc_i64 rows, qc_i64 C, const T *params) {
+  const int m = qc_loop_mode<Op, CM>(op.mode);
+  for (qc_i64 r = 0; r < rows; r++) {
+    const T *xr = x + r * C;
+    T *yr = y + r * C;
     if (mask) {
-      unsigned char *__restrict__ mk = mask; /* (char pointers may alias anything) */
-      QC_SIMD for (qc_i64 i = 0; i < n; i++) y[i] = op(x[i], p, 1, m, &mk[i]);
+      unsigned char *mr = mask + r * C;
+      QC_SIMD for (qc_i64 c = 0; c < C; c++) yr[c] = op(xr[c], params + c, C, m, &mr[c]);
     } else {
-      QC_SIMD for (qc_i64 i = 0; i < n; i++) {
+      QC_SIMD for (qc_i64 c = 0; c < C; c++) {
         unsigned char k;
-        y[i] = op(x[i], p, 1, m, &k);
+        yr[c] = op(xr[c], params + c, C, m, &k);
       }
     }
+  }
+}
+
+/* Family Op over n contiguous elements of channel c (mask may be NULL). */
+template <class Op, typename T>
+static inline void ew_block_op(const Op op, const T *x, T *y, unsigned char *mask, qc_i64 n,
+                               const T *params, qc_i64 C, qc_i64 c) {
+  QcParamValues<T, Op::NP> p;
+  for (int j = 0; j < Op::NP; j++) p.v[j] = params[j * C + c];
+  Op::dispatch(op.mode, [=](auto cm) {
+    ew_block_loop<decltype(cm)::value>(op, x, y, mask, n, p);
   });
 }
 
 /* Family Op over `rows` rows of C elements; element c of a row uses
  * channel c's parameters. */
 template <class Op, typename T>
-static inline void ew_rowvec_op(const Op &op_in, const T *x, T *y, unsigned char *mask,
+static inline void ew_rowvec_op(const Op op, const T *x, T *y, unsigned char *mask,
                                 qc_i64 rows, qc_i64 C, const T *params) {
-  const Op op = op_in;
-  Op::dispatch(op.mode, [&](auto cm) {
-    const int m = qc_loop_mode<Op, decltype(cm)::value>(op.mode);
-    const T *__restrict__ pc = params;
-    for (qc_i64 r = 0; r < rows; r++) {
-      const T *xr = x + r * C;
-      T *yr = y + r * C;
-      if (mask) {
-        unsigned char *__restrict__ mr = mask + r * C;
-        QC_SIMD for (qc_i64 c = 0; c < C; c++) yr[c] = op(xr[c], pc + c, C, m, &mr[c]);
-      } else {
-        QC_SIMD for (qc_i64 c = 0; c < C; c++) {
-          unsigned char k;
-          yr[c] = op(xr[c], pc + c, C, m, &k);
-        }
-      }
-    }
+  Op::dispatch(op.mode, [=](auto cm) {
+    ew_rowvec_loop<decltype(cm)::value>(op, x, y, mask, rows, C, params);
   });
 }
 
