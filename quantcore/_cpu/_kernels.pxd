@@ -54,3 +54,14 @@ cdef extern from "qc_kernels.h" namespace "qc" nogil:
                           unsigned char* flags)
     void histc_block(const float* x, int64_t n, float lo, float hi, int bins, int absolute,
                      int skip_zeros, int64_t* counts)
+
+
+cdef extern from "qc_qparams.h" nogil:
+    struct QcQpArgs:
+        double qmin, qmax, eps
+        int num_bits, flags
+    int QC_QP_COUNT
+    const char* qc_qp_scheme_names[]
+    const int qc_qp_scheme_nout[]
+    void qc_qparams_run[T](int scheme, const T* a, const T* b, int64_t C, QcQpArgs g,
+                           double* out)
