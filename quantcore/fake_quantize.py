@@ -218,15 +218,19 @@ class FakeQuantize:
         store_into(self, "_scale", np.asarray(scale).reshape(-1), F32)
         store_into(self, "_zero_point", np.asarray(zero_point).reshape(-1), np.int64)
 
-    def _qparams_from_observer(self, skipped_before):
-        """After an observed batch: qparams from the statistics, or NaN scales
-        when that batch was skipped (non-finite) and the observer still holds
-        no batch (nothing to compute qparams from; see the class Notes)."""
+    def _qparams_from_observer(self, skipped_before, channels):
+        """After an observed batch of ``channels`` channels: qparams from the
+        statistics, or NaN scales (one per channel, as the GPU path keeps
+        them) when that batch was skipped (non-finite) and the observer
+        still holds no batch (nothing to compute qparams from; see the class
+        Notes)."""
         obs = self._observer
         if obs.initialized:  # (the setters would refuse a NaN scale)
             self._store_qparams(*self.calculate_qparams())
         elif obs.nonfinite_batches > skipped_before:
-            self._scale[...] = np.nan
+            zp = self._zero_point
+            self._store_qparams(np.full(channels, np.nan, F32),
+                                zp if zp.size == channels else np.broadcast_to(zp[:1], channels))
 
     # -- pickling (the lock cannot be pickled; GPU state goes to the host) --
     def __getstate__(self):
@@ -300,7 +304,9 @@ class FakeQuantize:
             if self.training and self.observer_enabled:
                 skipped_before = self.observer.nonfinite_batches
                 self.observer.update(arr)
-                self._qparams_from_observer(skipped_before)
+                self._qparams_from_observer(skipped_before, 1 if self.axis is None else
+                                            arr.shape[A.normalize_axis(self.axis, arr.ndim,
+                                                                       func)])
             delayed = self.training and self.step < self.quant_delay
             if self.training:
                 self.step += 1
