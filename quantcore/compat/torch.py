@@ -903,7 +903,7 @@ class FixedQParamsObserver(_Module):
     (float32[1]) and ``zero_point`` (int32[1]); forward is the identity."""
 
     _BUFFERS = ("scale", "zero_point")
-    _VERSION = 3
+    _VERSION = 1  # an ObserverBase, not a UniformQuantizationObserverBase (3)
 
     def __init__(self, scale, zero_point, dtype="quint8", qscheme="per_tensor_affine",
                  quant_min=0, quant_max=255, is_dynamic=False):
