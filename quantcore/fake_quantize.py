@@ -370,26 +370,37 @@ class FakeQuantize:
             xk, yk, mk = (arr, y, mask) if c_order else (
                 arr.T, y.T, None if mask is None else mask.T)
             state = np.array((obs.min_val, obs.max_val, 1 if obs.num_batches else 0), F32)
+            # the kernel writes the qparams (only when it observes) into the
+            # qparams arrays themselves: in place, without copies
+            scale, zp = self._scale, self._zero_point
+            direct = scale.shape == zp.shape == (1,) and scale.dtype == F32 and \
+                zp.dtype == np.int64 and scale.flags.writeable and zp.flags.writeable
+            if not direct:
+                scale, zp = np.array(scale[:1], F32), np.array(zp[:1], np.int64)
             # no batch yet: NaN qparams, kept if this batch is skipped (class Notes)
-            scale = np.array(self._scale[:1] if obs.num_batches or not observe else np.nan, F32,
-                             ndmin=1)
-            zp = np.array(self._zero_point[:1], np.int64)
+            nan_first = observe and not obs.num_batches
+            if nan_first:
+                kept, scale[0] = scale[0], np.nan
             rule = _FAST_RULES[type(obs)] if observe else -1
             c = getattr(obs, "averaging_constant", 1.0)
             n = arr.size
-            status = _kernels.observe_fake_quant_f32(
-                xk, yk, mk, state, rule, c, _NAN_POLICY[obs.nan_policy], scale, zp,
-                self.quant_min, self.quant_max, self.eps, self.symmetric, self._sym_zp,
-                quantize, self._mode, 1 if n < PARALLEL_THRESHOLD else get_num_threads())
+            status = None
+            try:
+                status = _kernels.observe_fake_quant_f32(
+                    xk, yk, mk, state, rule, c, _NAN_POLICY[obs.nan_policy], scale, zp,
+                    self.quant_min, self.quant_max, self.eps, self.symmetric, self._sym_zp,
+                    quantize, self._mode, 1 if n < PARALLEL_THRESHOLD else get_num_threads())
+            finally:
+                if nan_first and status not in (_kernels.OBSERVED, _kernels.NONFINITE_SKIPPED):
+                    scale[0] = kept  # nothing observed (empty x) or refused: unchanged
             if status == _kernels.NONFINITE_REFUSED:
                 raise ValueError(f"{type(obs).__name__}.update: the batch contains NaN or inf")
             if status == _kernels.NONFINITE_SKIPPED:
                 obs._note_nonfinite_batch()
-                if not obs.num_batches:
-                    self._store_qparams(scale, zp)
             elif status == _kernels.OBSERVED:
                 obs._store(state[0], state[1])
                 obs.num_batches += 1
+            if not direct and (status == _kernels.OBSERVED or nan_first):
                 self._store_qparams(scale, zp)
             if not quantize:
                 self._mask = None

@@ -250,12 +250,12 @@ def store_into(obj, name, value, dtype):
     a buffer; a new array of ``dtype`` is bound only when ``obj`` has none
     yet, or one of another shape or dtype (a numpy array cannot be resized
     safely while other references to it may exist)."""
-    value = np.asarray(value)
     cur = getattr(obj, name, None)
-    if isinstance(cur, np.ndarray) and cur.shape == value.shape and cur.dtype == dtype and \
+    shape = value.shape if isinstance(value, np.ndarray) else np.shape(value)
+    if type(cur) is np.ndarray and cur.shape == shape and cur.dtype == dtype and \
             cur.flags.writeable:
         if cur is not value:
-            np.copyto(cur, value, casting="unsafe")
+            cur[...] = value  # (unsafe casting, as numpy's setitem; cheaper than copyto)
         return cur
     new = np.array(value, dtype=dtype, copy=True)
     setattr(obj, name, new)

@@ -11,7 +11,6 @@ from torch.ao.quantization import fake_quantize as tfq  # noqa: E402
 from torch.ao.quantization import observer as tob  # noqa: E402
 
 import quantcore.torch as QT  # noqa: E402
-from quantcore.compat import torch as T  # noqa: E402
 
 from reference import assert_bits_equal  # noqa: E402
 

@@ -264,8 +264,9 @@ def test_exceptions_keep_torch_classes():
     cases = [
         (lambda m: m.fake_quantize_per_tensor_affine(x if m is T else tensor(x), 0.1, 0, 5, 3),
          RuntimeError, RuntimeValueError),
-        (lambda m: m.fake_quantize_per_channel_affine(
-            x if m is T else tensor(x), np.ones(4) if m is T else torch.ones(4, dtype=torch.float64),
+        (lambda m: m.fake_quantize_per_channel_affine(  # a float64 scale
+            x if m is T else tensor(x),
+            np.ones(4) if m is T else torch.ones(4, dtype=torch.float64),
             np.zeros(4, np.int32) if m is T else torch.zeros(4, dtype=torch.int32), 0, 0, 255),
          RuntimeError, RuntimeTypeError),
         (lambda m: (T.MinMaxObserver if m is T else tob.MinMaxObserver)(quant_min=1, quant_max=9),
@@ -517,6 +518,20 @@ def test_fake_quantize_defaults_without_observation_are_kept():
     x = np.array([np.nan, 0.4, 1.6, -3.0], F32)
     y = fq(x)
     assert np.isnan(y[0]) and y[1:].tolist() == [0.0, 2.0, 0.0]
+
+
+@pytest.mark.parametrize("dtype", [F32, np.float64])  # fused kernel, general path
+def test_qparams_unchanged_when_nothing_is_observed(dtype):
+    """A refused batch (nan_policy="raise") and an empty one leave the
+    default qparams as they were (the fused kernel gets the qparams arrays
+    themselves, so this is checked on both paths)."""
+    fq = qc.FakeQuantize(qc.MinMaxObserver(nan_policy="raise"))
+    scale = fq.scale
+    with pytest.raises(ValueError, match="contains NaN"):
+        fq(np.array([np.nan, 1.0], dtype))
+    assert fq.scale is scale and float(scale[0]) == 1.0
+    fq(np.empty(0, dtype))
+    assert fq.scale is scale and float(scale[0]) == 1.0 and fq.observer.num_batches == 0
 
 
 @pytest.mark.gpu
