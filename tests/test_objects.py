@@ -511,6 +511,32 @@ def test_fake_quantize_nan_first_batch_gives_nan_like_torch(case):
     assert np.isnan(t(tensor(_nan_first(good).astype(F32))).numpy()).all()
 
 
+@pytest.mark.parametrize("suffix", [".npz", ".json"])
+def test_nan_scales_survive_state_files(tmp_path, suffix):
+    fq = qc.FakeQuantize()
+    with pytest.warns(RuntimeWarning):
+        fq(_nan_first(batches(1)[0]))
+    path = tmp_path / ("fq" + suffix)
+    qc.save_state(fq, path)
+    loaded = qc.load_state(path)
+    assert np.isnan(loaded.scale).all()
+    good = batches(2)[1]
+    assert_bits_equal(loaded(good), fq(good))
+
+
+def test_histogram_observer_load_binds_copies():
+    """torch's HistogramObserver.load_state_dict binds the source's tensors
+    (the two then share their range); here the loaded one binds copies."""
+    a, b = T.HistogramObserver(bins=16), T.HistogramObserver(bins=16)
+    a(np.array([1, 2, 3], F32))
+    b(np.array([0, 5], F32))
+    held = b.min_val
+    b.load_state_dict(a.state_dict())
+    assert float(held) == 0.0 and float(b.min_val) == 1.0  # as torch: the old one is left
+    b(np.array([-7, 9], F32))
+    assert float(a.min_val) == 1.0 and float(b.min_val) == -7.0
+
+
 def test_fake_quantize_defaults_without_observation_are_kept():
     """Observer off from the start: the default qparams (1.0, 0) are used,
     as torch's buffers are."""

@@ -170,6 +170,11 @@ Not reproduced (consciously)
   float_qparams zero point of a zero minimum and its min / max of signed
   zeros depend on its SIMD chunking (16-element blocks vs scalar tail);
   quantcore orders -0.0 < +0.0 and gives +0.0 scales.  Values are equal.
+* Shared storage after ``HistogramObserver.load_state_dict``: torch binds
+  the state dict's ``min_val`` / ``max_val`` tensors, which share the
+  source module's storage, so the two observers then update each other's
+  range; here the loaded module binds copies (old references are not
+  updated, as in torch).
 * Out-of-bounds and partial writes: torch's fused op writes out of bounds
   for empty per-tensor running buffers or fewer per-row running values than
   rows (here ValueError), and some torch ops update part of the state
@@ -890,12 +895,11 @@ class HistogramObserver(_UniformObserver):
                        _as_state_array(state[prefix + "histogram"], "histogram", self), F32)
         for name in ("min_val", "max_val"):
             if prefix + name in state:
-                # torch binds the state dict's own tensors here (setattr), so
-                # references to the old min_val / max_val are not updated
+                # torch binds the state dict's tensors here (setattr): references
+                # to the old min_val / max_val are not updated; a copy is bound
+                # (torch's shares the source module's storage, see the docstring)
                 value = _as_state_array(state[prefix + name], name, self)
-                if value.dtype != F32 or value.shape != ():
-                    value = value.astype(F32).reshape(())
-                setattr(self._hist, name, value)
+                setattr(self._hist, name, np.array(value, dtype=F32).reshape(()))
 
 
 class FixedQParamsObserver(_Module):
