@@ -155,6 +155,9 @@ MODULES = [
                                  quant_max=127, dtype=torch.qint8,
                                  qscheme=torch.per_tensor_symmetric) if m is QT
         else tfq.default_weight_fake_quant)()),
+    ("torch observer partial", lambda m: m.FakeQuantize(
+        observer=tob.MovingAverageMinMaxObserver.with_args(averaging_constant=0.5),
+        quant_min=0, quant_max=127)),
     ("histogram observer (own class)", lambda m: m.FakeQuantize(
         observer=(QT.HistogramObserver if m is QT else tob.HistogramObserver).with_args(bins=64),
         quant_min=0, quant_max=255)),
