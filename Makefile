@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
-SOURCES := setup.py pyproject.toml $(wildcard quantcore/_cpu/*.pyx quantcore/_cpu/*.pxd quantcore/include/*.h)
+SOURCES := setup.py pyproject.toml $(wildcard quantcore/_cpu/*.pyx quantcore/_cpu/*.pxd quantcore/_cpu/qc_*.cpp quantcore/include/*.h)
 PYTEST_ARGS ?=
 
 .PHONY: all venv install demo test bench bench-summary asan-test gpu-test gpu-emu-test clean
@@ -73,7 +73,7 @@ ASAN_DIR := build/asan
 asan-test: venv
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)
 	cp -r setup.py pyproject.toml README.md quantcore quantcore_gpu tests $(ASAN_DIR)/
-	rm -f $(ASAN_DIR)/quantcore/_cpu/*.so $(ASAN_DIR)/quantcore/_cpu/*.c
+	rm -f $(ASAN_DIR)/quantcore/_cpu/*.so $(ASAN_DIR)/quantcore/_cpu/_kernels.cpp
 	$(PIP) install -q pytest hypothesis threadpoolctl
 	cd $(ASAN_DIR) && QUANTCORE_CFLAGS="-fsanitize=address -fno-omit-frame-pointer -g" \
 	  QUANTCORE_LDFLAGS="-fsanitize=address" ../../$(PY) setup.py -q build_ext --inplace
@@ -85,4 +85,4 @@ asan-test: venv
 	  tests/test_state_files.py
 
 clean:
-	rm -rf build *.egg-info quantcore/_cpu/*.so quantcore/_cpu/*.c $(VENV)
+	rm -rf build *.egg-info quantcore/_cpu/*.so quantcore/_cpu/_kernels.cpp $(VENV)

@@ -5,8 +5,13 @@ Flags are part of correctness (ARCHITECTURE.md, "Numerical contract"):
 ``-ffinite-math-only`` / ``-march=native`` by default.  On x86-64 the
 baseline is ``-march=x86-64-v2`` (SSE4.1 ``roundps`` vectorises rounding)
 when the compiler accepts it, else the plain baseline; the loops are built a
-second time for AVX2 + FMA (``qc_loops_v3.c``), used at run time on CPUs
+second time for AVX2 + FMA (``qc_loops_v3.cpp``), used at run time on CPUs
 that have them (``QUANTCORE_SIMD=baseline`` keeps the baseline).
+
+The extension is C++17 (the kernels are templates shared with the CUDA
+sources).  Nothing is probed or written when this file is imported: the
+compiler probes, the build configuration (``quantcore/_cpu/_build_config.py``)
+and the Cython translation happen in the ``build_ext`` command.
 
 Environment:
   QUANTCORE_NO_OPENMP=1   force the serial build
@@ -26,8 +31,8 @@ import textwrap
 import warnings
 
 import numpy
-from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join("quantcore", "include")
@@ -127,7 +132,7 @@ def build_flags():
     # it lets GCC vectorise floor() (roundps) and the branch-free selects.
     # It changes no result (unlike -ffast-math / -ffinite-math-only).
     cflags = ["-O3", "-ffp-contract=off", "-fno-trapping-math", "-fno-strict-aliasing",
-              "-std=gnu99"] + simd
+              "-std=c++17"] + simd
     if omp:
         cflags += omp
     elif _try_compile("int main(void){return 0;}\n", ["-fopenmp-simd"]):
@@ -168,36 +173,52 @@ def write_build_config(cflags, ldflags, openmp, baseline, v3):
         fh.write(f"BUILD_CONFIG = {config!r}\n")
 
 
-CFLAGS, LDFLAGS, OPENMP, BASELINE = build_flags()
-V3 = simd_v3()
-write_build_config(CFLAGS, LDFLAGS, OPENMP, BASELINE, V3)
+CPU = os.path.join("quantcore", "_cpu")
 
-# _kernels: the Cython module, plus (x86-64) the loops built again for AVX2 +
-# FMA in qc_loops_v3.c, chosen at run time by include/qc_dispatch.h
-V3_SOURCES = [os.path.join("quantcore", "_cpu", "qc_loops_v3.c")] if V3 else []
-V3_MACROS = [("QC_HAVE_V3", "1")] if V3 else []
+
+class BuildExt(build_ext):
+    """Translate the Cython sources, probe the compiler, set the flags and
+    write the build configuration, at build time only."""
+
+    def finalize_options(self):
+        from Cython.Build import cythonize
+
+        self.distribution.ext_modules[:] = cythonize(
+            self.distribution.ext_modules,
+            compiler_directives={
+                "language_level": 3,
+                "boundscheck": False,
+                "wraparound": False,
+                "cdivision": True,
+                "initializedcheck": False,
+            },
+        )
+        super().finalize_options()
+
+    def build_extensions(self):
+        cflags, ldflags, openmp, baseline = build_flags()
+        v3 = simd_v3()
+        write_build_config(cflags, ldflags, openmp, baseline, v3)
+        for ext in self.extensions:
+            ext.extra_compile_args = cflags
+            ext.extra_link_args = ldflags
+            if v3:  # the loops again for AVX2 + FMA, chosen at run time (qc_kernels.h)
+                ext.sources.append(os.path.join(CPU, "qc_loops_v3.cpp"))
+                ext.define_macros.append(("QC_HAVE_V3", "1"))
+        super().build_extensions()
+
+
 extensions = [
     Extension(
         "quantcore._cpu._kernels",
-        [os.path.join("quantcore", "_cpu", "_kernels.pyx")] + V3_SOURCES,
+        [os.path.join(CPU, "_kernels.pyx"), os.path.join(CPU, "qc_loops_base.cpp")],
         include_dirs=[INCLUDE, numpy.get_include()],
         # rebuild when a shared header changes (setuptools does not see #includes)
-        depends=sorted(glob.glob(os.path.join(INCLUDE, "*.h"))),
-        extra_compile_args=CFLAGS,
-        extra_link_args=LDFLAGS,
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")] + V3_MACROS,
+        depends=sorted(glob.glob(os.path.join(INCLUDE, "*.h")) +
+                       [os.path.join(CPU, "_kernels.pxd"), os.path.join(CPU, "qc_loops_v3.cpp")]),
+        language="c++",
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
     )
 ]
 
-setup(
-    ext_modules=cythonize(
-        extensions,
-        compiler_directives={
-            "language_level": 3,
-            "boundscheck": False,
-            "wraparound": False,
-            "cdivision": True,
-            "initializedcheck": False,
-        },
-    ),
-)
+setup(ext_modules=extensions, cmdclass={"build_ext": BuildExt})

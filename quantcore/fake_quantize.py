@@ -20,8 +20,10 @@ F32 = np.float32
 
 __all__ = ["FakeQuantize"]
 
-#: observers whose per-tensor update runs inside the fused kernel
-_FAST_RULES = {MinMaxObserver: 0, MovingAverageMinMaxObserver: 1}
+#: observers whose per-tensor update runs inside the fused kernel, and
+#: their rule there (qc_observe_update)
+_FAST_RULES = {MinMaxObserver: _kernels.OBS_MINMAX,
+               MovingAverageMinMaxObserver: _kernels.OBS_MOVING_AVG}
 _NAN_POLICY = {"skip": 0, "propagate": 1, "raise": 2}
 
 
@@ -381,7 +383,7 @@ class FakeQuantize:
             nan_first = observe and not obs.num_batches
             if nan_first:
                 kept, scale[0] = scale[0], np.nan
-            rule = _FAST_RULES[type(obs)] if observe else -1
+            rule = _FAST_RULES[type(obs)] if observe else 0
             c = getattr(obs, "averaging_constant", 1.0)
             n = arr.size
             status = None
@@ -457,8 +459,8 @@ class FakeQuantize:
                 return out
             o = A.Output(layout, arr, out, arr.dtype, work, func)
             m = A.Output(layout, arr, None, np.dtype(np.uint8), np.dtype(np.uint8), func)
-            G.fq_affine_dev(layout.flat, o.flat, m.flat, outer, C, inner, st.qp,
-                            self.quant_min, self.quant_max, self._mode)
+            G.ew(G.FAMILIES["affine"], layout.flat, o.flat, m.flat, outer, C, inner, st.qp,
+                 self.quant_min, self.quant_max, self._mode)
             mask = m.finish(np.dtype(np.uint8))
             self._mask_shape = arr.shape
             self._mask = (xp.packbits(mask.reshape(-1), bitorder="little")

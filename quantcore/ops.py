@@ -152,6 +152,58 @@ def _finish_minmax(lo, hi, flags):
 
 
 # ------------------------------------------------------------ affine family
+def _ew(family, arr, params, u0, u1, mode, axis, out, want_mask, func, mask_out=None,
+        mask_dtype=np.bool_, out_dtype=None):
+    """An elementwise family of qc_families.h over ``arr`` (a validated float
+    array): the layout, ``out`` and mask plumbing of every recipe.
+
+    ``params``: the family's per-channel parameters, each a 1-D array in the
+    compute dtype (one value per tensor, C per channel along ``axis``);
+    ``u0, u1, mode``: its uniform parameters.  Returns the result (in
+    ``out_dtype``, default arr's), and the mask when ``want_mask``.
+    """
+    layout, o, m = _outputs(arr, out, want_mask, mask_out, mask_dtype, out_dtype, func)
+    flat = layout.flat
+    mflat = m.flat if m is not None else None
+    nthreads = effective_n_threads(flat.shape[0])
+    kernels = A.kernels_for(flat, func)
+    fid = _FAMILIES[family]
+    if axis is None:
+        p = [float(v[0]) for v in params] + [0.0] * (5 - len(params))
+        kernels.ew_tensor(fid, flat, o.flat, mflat, *p, u0, u1, mode, nthreads)
+    else:
+        outer, C, inner = layout.channels(axis)
+        work = flat.dtype
+        kernels.ew(fid, flat, o.flat, mflat, outer, C, inner,
+                   np.concatenate([np.asarray(v, work).reshape(-1) for v in params]), u0, u1,
+                   mode, nthreads)
+    return _results(arr, o, m, mask_dtype, out_dtype)
+
+
+def _outputs(arr, out, want_mask, mask_out, mask_dtype, out_dtype, func):
+    """(layout of arr in its compute dtype, the result's Output, the mask's
+    Output or None): where a kernel writes."""
+    work = A.compute_dtype(arr.dtype)
+    layout = A.Layout(arr, work)
+    res_dtype = arr.dtype if out_dtype is None else np.dtype(out_dtype)
+    o = A.Output(layout, arr, out, res_dtype, work, func)
+    m = A.Output(layout, arr, mask_out, np.dtype(mask_dtype), np.dtype(np.uint8), func,
+                 "mask_out") if want_mask else None
+    return layout, o, m
+
+
+def _results(arr, o, m, mask_dtype, out_dtype):
+    """The result (and the mask when one was written) of a kernel call."""
+    result = o.finish(arr.dtype if out_dtype is None else np.dtype(out_dtype))
+    if m is not None:
+        return result, m.finish(np.dtype(mask_dtype))
+    return result
+
+
+#: elementwise family name -> the kernels' id (the same on both back ends)
+_FAMILIES = K.FAMILIES
+
+
 def _affine(x, scale, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
             mask_out=None, mask_dtype=np.bool_, out_dtype=None, inv=None, exact=False):
     """Unchecked affine fake quant / quantize: the compat layers' entry.
@@ -165,37 +217,30 @@ def _affine(x, scale, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
     """
     arr = A.as_float_array(x, "x", func)
     work = A.compute_dtype(arr.dtype)
-    layout = A.Layout(arr, work)
-    res_dtype = arr.dtype if out_dtype is None else np.dtype(out_dtype)
-    o = A.Output(layout, arr, out, res_dtype, work, func)
-    m = A.Output(layout, arr, mask_out, np.dtype(mask_dtype), np.dtype(np.uint8), func,
-                 "mask_out") if want_mask else None
     s, inv_w, z = _scale_inverse(scale, zero_point, work)
     inv = inv_w if inv is None else np.asarray(inv, dtype=np.float64).reshape(-1).astype(work)
-    mflat = m.flat if m is not None else None
-    nthreads = effective_n_threads(layout.flat.shape[0])
-    kernels = A.kernels_for(layout.flat, func)
     if exact:
-        if kernels is not K:
-            raise NotImplementedError(f"{func}: the exact-integer recipe runs on the CPU only")
-        z_exact = np.asarray(zero_point, dtype=np.float64).reshape(-1)
-        if axis is None:
-            C, inner = 1, layout.flat.shape[0]
-        else:
-            (_, C, inner), (s, inv, z_exact) = _channel_args(layout, axis, s, inv, z_exact)
-        K.fq_affine_exact(layout.flat, o.flat, mflat, C, inner, s, inv, z_exact, float(qmin),
-                          float(qmax), mode, nthreads)
-    elif axis is None:
-        kernels.fq_affine(layout.flat, o.flat, mflat, float(s[0]), float(inv[0]), float(z[0]),
-                          float(qmin), float(qmax), mode, nthreads)
+        return _affine_exact(arr, s, inv, zero_point, qmin, qmax, mode, axis, out, want_mask,
+                             func, mask_out, mask_dtype, out_dtype)
+    return _ew("affine", arr, (s, inv, z), float(qmin), float(qmax), mode, axis, out,
+               want_mask, func, mask_out, mask_dtype, out_dtype)
+
+
+def _affine_exact(arr, s, inv, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
+                  mask_out, mask_dtype, out_dtype):
+    """qc_fq_affine_exact (CPU only): the zero point and range exact in double."""
+    if not isinstance(arr, np.ndarray):
+        raise NotImplementedError(f"{func}: the exact-integer recipe runs on the CPU only")
+    layout, o, m = _outputs(arr, out, want_mask, mask_out, mask_dtype, out_dtype, func)
+    z_exact = np.asarray(zero_point, dtype=np.float64).reshape(-1)
+    if axis is None:
+        C, inner = 1, layout.flat.shape[0]
     else:
-        (outer, C, inner), (s, inv, z) = _channel_args(layout, axis, s, inv, z)
-        kernels.fq_affine_channels(layout.flat, o.flat, mflat, outer, C, inner, s, inv, z,
-                                   float(qmin), float(qmax), mode, nthreads)
-    result = o.finish(res_dtype)
-    if want_mask:
-        return result, m.finish(np.dtype(mask_dtype))
-    return result
+        (_, C, inner), (s, inv, z_exact) = _channel_args(layout, axis, s, inv, z_exact)
+    K.fq_affine_exact(layout.flat, o.flat, m.flat if m is not None else None, C, inner, s, inv,
+                      z_exact, float(qmin), float(qmax), mode,
+                      effective_n_threads(layout.flat.shape[0]))
+    return _results(arr, o, m, mask_dtype, out_dtype)
 
 
 def _scale_inverse(scale, zero_point, work):
@@ -288,14 +333,16 @@ def _affine_fast(x, scale, zero_point, quant_min, quant_max, mode, zero_point_ad
     sw = work.type(s)
     inv = work.type(1) / sw  # finite: _check_scalar_qparams bounds the scale
     mask = None if mask_dtype is None else np.empty(x.shape, np.uint8)
-    K.fq_affine(flat, dest[1], None if mask is None else mask.reshape(-1), float(sw),
-                float(inv), z, float(qmin), float(qmax), mode, effective_n_threads(flat.shape[0]))
+    K.ew_tensor(_AFFINE, flat, dest[1], None if mask is None else mask.reshape(-1), float(sw),
+                float(inv), z, 0.0, 0.0, float(qmin), float(qmax), mode,
+                effective_n_threads(flat.shape[0]))
     if mask is None:
         return dest[0]
     return dest[0], mask.view(np.bool_) if mask_dtype == np.bool_ else mask
 
 
 _REALS = (int, float, np.integer, np.floating)
+_AFFINE = K.FAMILIES["affine"]
 _MASK_DTYPES = (np.dtype(np.bool_), np.dtype(np.uint8))
 _TINY_F = {k: float(v) for k, v in _TINY.items()}
 _MAX_F = {np.dtype(np.float32): float(np.finfo(np.float32).max),
@@ -503,24 +550,10 @@ def _nudged(x, nudged_min, nudged_max, scale, inv_scale, quant_zero, mode, axis,
     """Unchecked nudged fake quant; parameters are 1-D arrays."""
     arr = A.as_float_array(x, "x", func)
     work = A.compute_dtype(arr.dtype)
-    layout = A.Layout(arr, work)
-    o = A.Output(layout, arr, out, arr.dtype, work, func)
-    m = A.Output(layout, arr, None, np.dtype(np.uint8), np.dtype(np.uint8), func) if want_mask else None
-    params = [np.asarray(p).astype(work) for p in (nudged_min, nudged_max, scale, inv_scale, quant_zero)]
-    mflat = m.flat if m is not None else None
-    nthreads = effective_n_threads(layout.flat.shape[0])
-    kernels = A.kernels_for(layout.flat, func)
-    if axis is None:
-        kernels.fq_nudged(layout.flat, o.flat, mflat, *[float(p.reshape(-1)[0]) for p in params],
-                    mode, nthreads)
-    else:
-        (outer, C, inner), params = _channel_args(layout, axis, *params)
-        kernels.fq_nudged_channels(layout.flat, o.flat, mflat, outer, C, inner, *params, mode,
-                             nthreads)
-    result = o.finish(arr.dtype)
-    if want_mask:
-        return result, m.finish(np.dtype(mask_dtype))
-    return result
+    params = [np.asarray(p).astype(work).reshape(-1)
+              for p in (nudged_min, nudged_max, scale, inv_scale, quant_zero)]
+    return _ew("nudged", arr, params, 0.0, 0.0, mode, axis, out, want_mask, func,
+               mask_dtype=mask_dtype)
 
 
 @A.interop
@@ -572,26 +605,11 @@ def _amax(x, amax, num_bits, unsigned, narrow_range, axis, out, want_mask, func)
     from .qparams import amax_bounds, amax_multiplier
     arr = A.as_float_array(x, "x", func)
     work = A.compute_dtype(arr.dtype)
-    layout = A.Layout(arr, work)
-    o = A.Output(layout, arr, out, arr.dtype, work, func)
-    m = A.Output(layout, arr, None, np.dtype(np.uint8), np.dtype(np.uint8), func) if want_mask else None
     amax_w = np.asarray(amax).astype(work).reshape(-1)
     mult, div = amax_multiplier(amax_w, num_bits, unsigned)
     lo, hi = amax_bounds(num_bits, unsigned, narrow_range)
-    mflat = m.flat if m is not None else None
-    nthreads = effective_n_threads(layout.flat.shape[0])
-    kernels = A.kernels_for(layout.flat, func)
-    if axis is None:
-        kernels.fq_amax(layout.flat, o.flat, mflat, float(mult[0]), float(div[0]), lo, hi,
-                  float(amax_w[0]), nthreads)
-    else:
-        (outer, C, inner), (mult, div, amax_w) = _channel_args(layout, axis, mult, div, amax_w)
-        kernels.fq_amax_channels(layout.flat, o.flat, mflat, outer, C, inner, mult, div, lo, hi,
-                           amax_w, nthreads)
-    result = o.finish(arr.dtype)
-    if want_mask:
-        return result, m.finish(np.dtype(np.bool_))
-    return result
+    return _ew("amax", arr, (mult, div, amax_w), float(lo), float(hi), 0, axis, out, want_mask,
+               func)
 
 
 @A.interop

@@ -1,8 +1,8 @@
 """GPU twins of ``quantcore/_cpu/_kernels.pyx``: CuPy RawModule launches.
 
 Every function named like a CPU kernel entry point takes the same
-parameters, with C-contiguous 1-D cupy arrays where the CPU takes
-memoryviews (numpy parameter arrays are copied to the device), and computes
+parameters, with C-contiguous 1-D cupy arrays where the CPU takes numpy
+arrays (numpy parameter arrays are copied to the device), and computes
 bit-identical results on the current device and stream.  ``nthreads`` is
 accepted and ignored.  Differences:
 
@@ -11,31 +11,32 @@ accepted and ignored.  Differences:
   arrays.  As on the CPU they are unfinished; ``minmax_finish`` (or
   ``finish=`` of :func:`minmax_device`) applies the NaN / signed-zero rule,
   after which the results equal the CPU's bit for bit.
-- :func:`observe` + :func:`fq_affine_dev` are the fused FakeQuantize
-  forward: the reduction's last block updates the observer state and writes
-  scale / zero point to device memory, and the fake-quant kernel reads them
-  there.  Two launches, no host synchronisation.
+- :func:`observe` + :func:`ew` with the state's ``qp`` are the fused
+  FakeQuantize forward: the reduction's last block updates the observer
+  state and writes scale / zero point to device memory, and the fake-quant
+  kernel reads them there.  Two launches, no host synchronisation.
 
-Sources are ``cuda/*.cu`` beside this module; they ``#include``
-``quantcore/include/qc_elementwise.h``.  Each is compiled once per device
-(memoized) with ``--fmad=false`` (never ``--use_fast_math``).  Launch
-arguments are numpy scalars of the kernel's parameter types.
+Sources are ``cuda/*.cu`` beside this module; they ``#include`` the headers
+of ``quantcore/include`` (``qc_families.h``: the elementwise families,
+whose list this module reads to instantiate the generic kernel for each).
+Each is compiled once per device (memoized) with ``--fmad=false`` (never
+``--use_fast_math``).  Launch arguments are numpy scalars of the kernel's
+parameter types.
 
 Importing this module does not import cupy.
 """
 import hashlib
 import importlib.util
 import os
+import re
 import threading
 
 import numpy as np
 
 __all__ = [
-    "SOURCES", "compile_options", "include_dir", "cuda_dir",
+    "SOURCES", "FAMILIES", "FAMILY_PARAMS", "compile_options", "include_dir", "cuda_dir",
     "minmax", "minmax_channels", "minmax_finish", "minmax_device",
-    "fq_affine", "fq_affine_channels", "fq_nudged", "fq_nudged_channels",
-    "fq_amax", "fq_amax_channels", "ste",
-    "ObserverState", "observe", "fq_affine_dev",
+    "ew", "ew_tensor", "ste", "histc_f32", "ObserverState", "observe",
 ]
 
 # --------------------------------------------------------------- sources
@@ -44,27 +45,37 @@ _FLOATS = ("float", "double")
 _INDEX = ("unsigned int", "unsigned long long")
 
 
-def _names():
+def _families():
+    """[(name, Op struct, NP)] of the elementwise families, in id order, as
+    listed by QC_EW_FAMILIES in qc_families.h (the one declaration)."""
+    with open(os.path.join(include_dir(), "qc_families.h"), encoding="utf-8") as fh:
+        text = fh.read()
+    block = text[text.index("#define QC_EW_FAMILIES(X)"):]
+    block = block[:block.index("\n\n")]
+    entries = re.findall(r"X\((\w+), (\w+)\)", block)
+    nps = dict(re.findall(r"struct (\w+) \{\s*enum \{ NP = (\d+)", text))
+    return [(name, op, int(nps[op])) for name, op in entries]
+
+
+def _names(families):
+    ops = [op for _, op, _ in families]
     fq = []
     for t in _FLOATS:
         for i in _INDEX:
-            for k in ("qc_fq_affine_t", "qc_fq_affine_c", "qc_fq_nudged_t", "qc_fq_nudged_c",
-                      "qc_fq_amax_t", "qc_fq_amax_c", "qc_ste"):
-                fq.append(f"{k}<{t}, {i}>")
-            for pc in ("false", "true"):
-                fq.append(f"qc_fq_affine_dev<{t}, {i}, {pc}>")
+            for op in ops:
+                for pc in ("false", "true"):
+                    fq.append(f"qc_ew<{op}, {t}, {i}, {pc}>")
+            fq.append(f"qc_ste<{t}, {i}>")
     mm = []
     for t in _FLOATS:
         for i in _INDEX:
             mm.append(f"qc_minmax_rows<{t}, {i}>")
             mm.append(f"qc_minmax_cols<{t}, {i}>")
             mm.append(f"qc_minmax_chan<{t}, {i}>")
-        mm.append(f"qc_minmax_finish<{t}>")
-    return {"fake_quant.cu": tuple(fq), "minmax.cu": tuple(mm)}
+        mm.append(f"qc_minmax_finish_all<{t}>")
+    hist = tuple(f"qc_histc<{i}>" for i in _INDEX)
+    return {"fake_quant.cu": tuple(fq), "minmax.cu": tuple(mm), "histogram.cu": hist}
 
-
-#: every .cu source and the template instantiations (name expressions) used
-SOURCES = _names()
 
 #: NVRTC options besides the include directory; the numerical contract
 #: needs --fmad=false (no contraction of a * b + c); IEEE division and
@@ -103,6 +114,15 @@ def include_dir():
 def read_source(name):
     with open(os.path.join(cuda_dir(), name), encoding="utf-8") as fh:
         return fh.read()
+
+
+_FAMILY_LIST = _families()
+#: every .cu source and the template instantiations (name expressions) used
+SOURCES = _names(_FAMILY_LIST)
+#: elementwise family name -> id (the CPU extension's ids: the same list)
+FAMILIES = {name: i for i, (name, _, _) in enumerate(_FAMILY_LIST)}
+#: family name -> number of per-channel parameters
+FAMILY_PARAMS = {name: n for name, _, n in _FAMILY_LIST}
 
 
 def _header_digest():
@@ -217,7 +237,8 @@ def _check(x, name="x"):
 
 
 def _param(p, dtype):
-    """A per-channel parameter as a contiguous device array of dtype."""
+    """Parameters as a contiguous device array of dtype (host arrays are
+    copied to the device; device arrays of dtype are used in place)."""
     cp = _cupy()
     return cp.ascontiguousarray(cp.asarray(p, dtype=dtype)).reshape(-1)
 
@@ -229,17 +250,9 @@ def _mask_arg(mask):
     return _check(mask, "mask")
 
 
-def _cpu_mode(mode):
-    """The affine mode word as the CPU's QC_AFFINE_DISPATCH resolves it: an
-    invalid rounding / non-finite combination behaves as case 66."""
-    mode = int(mode)
-    cm = mode & (3 | 96)
-    if cm not in (0, 1, 2, 32, 33, 34, 64, 65, 66):
-        cm = 66
-    return (mode & ~(3 | 96)) | cm
-
-
 def _launch_ew(kernel, dtype, n, args):
+    """A grid-stride launch of `kernel` (a template over <T, I>) on n
+    elements; _Idx arguments become the index type."""
     ct, it = _index(n)
     fn = _function("fake_quant.cu", f"{kernel}<{_CTYPE[dtype]}, {ct}>")
     fn((_ew_grid(n, dtype),), (_THREADS,), tuple(it(a) if isinstance(a, _Idx) else a
@@ -377,102 +390,50 @@ def minmax_finish(lo, hi, flags):
     n = int(lo.size)
     if n == 0:
         return
-    fn = _function("minmax.cu", f"qc_minmax_finish<{_CTYPE[_dt(lo)]}>")
+    fn = _function("minmax.cu", f"qc_minmax_finish_all<{_CTYPE[_dt(lo)]}>")
     fn((max(1, min(-(-n // _THREADS), 1024)),), (_THREADS,), (lo, hi, fl, np.uint64(n)))
 
 
-# ------------------------------------------------------------ affine family
+# -------------------------------------------------------------- elementwise
 
-def fq_affine(x, y, mask, scale, inv, zp, qmin, qmax, mode, nthreads=None):
-    """Per-tensor affine fake quant (qc_fq_affine) of x into y (may alias)."""
+def _ew_launch(family, x, y, mask, C, inner, params, p, u0, u1, mode):
     _check(x)
     _check(y, "y")
     n = int(x.size)
     if n == 0:
         return
+    if not 0 <= int(family) < len(_FAMILY_LIST):
+        raise ValueError(f"ew: unknown family {family}")
     dtype = _dt(x)
     T = dtype.type
-    _launch_ew("qc_fq_affine_t", dtype, n,
-               (x, y, _mask_arg(mask), _Idx(n), T(scale), T(inv), T(zp), T(qmin), T(qmax),
-                np.int32(_cpu_mode(mode))))
+    op = _FAMILY_LIST[int(family)][1]
+    C = int(C)
+    ct, it = _index(n)
+    pc = "true" if C > 1 else "false"
+    fn = _function("fake_quant.cu", f"qc_ew<{op}, {_CTYPE[dtype]}, {ct}, {pc}>")
+    fn((_ew_grid(n, dtype),), (_THREADS,),
+       (x, y, _mask_arg(mask), it(n), it(C), it(inner), params, *(T(v) for v in p), T(u0), T(u1),
+        np.int32(mode)))
 
 
-def fq_affine_channels(x, y, mask, outer, C, inner, scale, inv, zp, qmin, qmax, mode,
-                       nthreads=None):
-    """Per-channel affine fake quant of the (outer, C, inner) view."""
-    _check(x)
-    _check(y, "y")
-    n = int(x.size)
-    if n == 0:
-        return
-    dtype = _dt(x)
-    T = dtype.type
-    _launch_ew("qc_fq_affine_c", dtype, n,
-               (x, y, _mask_arg(mask), _Idx(n), _Idx(C), _Idx(inner),
-                _param(scale, dtype), _param(inv, dtype),
-                _param(zp, dtype), T(qmin), T(qmax), np.int32(_cpu_mode(mode))))
+def ew(family, x, y, mask, outer, C, inner, params, u0, u1, mode, nthreads=None):
+    """Elementwise family ``family`` (``FAMILIES``) over the (outer, C,
+    inner) view of x into y (may alias x), as the CPU's ``ew``: params holds
+    the family's NP parameters as NP arrays of C values (``params[j * C +
+    c]``), a device array (read there: e.g. ``ObserverState.qp``, written by
+    :func:`observe`) or a host array (copied to the device)."""
+    nparams = _FAMILY_LIST[int(family)][2] * int(C) if 0 <= int(family) < len(_FAMILY_LIST) \
+        else 0
+    params = _param(params, _dt(x))
+    if params.size < nparams:
+        raise ValueError(f"ew: expected {nparams} parameters, got {params.size}")
+    _ew_launch(family, x, y, mask, C, inner, params, (0.0,) * 5, u0, u1, mode)
 
 
-# ------------------------------------------------------------ nudged family
-
-def fq_nudged(x, y, mask, nmin, nmax, scale, inv, qz, mode, nthreads=None):
-    """Per-tensor nudged fake quant (qc_fq_nudged)."""
-    _check(x)
-    _check(y, "y")
-    n = int(x.size)
-    if n == 0:
-        return
-    dtype = _dt(x)
-    T = dtype.type
-    _launch_ew("qc_fq_nudged_t", dtype, n,
-               (x, y, _mask_arg(mask), _Idx(n), T(nmin), T(nmax), T(scale), T(inv), T(qz),
-                np.int32(int(mode) & 3)))
-
-
-def fq_nudged_channels(x, y, mask, outer, C, inner, nmin, nmax, scale, inv, qz, mode,
-                       nthreads=None):
-    """Per-channel nudged fake quant of the (outer, C, inner) view."""
-    _check(x)
-    _check(y, "y")
-    n = int(x.size)
-    if n == 0:
-        return
-    dtype = _dt(x)
-    _launch_ew("qc_fq_nudged_c", dtype, n,
-               (x, y, _mask_arg(mask), _Idx(n), _Idx(C), _Idx(inner),
-                _param(nmin, dtype), _param(nmax, dtype),
-                _param(scale, dtype), _param(inv, dtype),
-                _param(qz, dtype), np.int32(int(mode) & 3)))
-
-
-# -------------------------------------------------------------- amax family
-
-def fq_amax(x, y, mask, mult, div, lo, hi, amax, nthreads=None):
-    """Per-tensor amax fake quant (qc_fq_amax)."""
-    _check(x)
-    _check(y, "y")
-    n = int(x.size)
-    if n == 0:
-        return
-    dtype = _dt(x)
-    T = dtype.type
-    _launch_ew("qc_fq_amax_t", dtype, n,
-               (x, y, _mask_arg(mask), _Idx(n), T(mult), T(div), T(lo), T(hi), T(amax)))
-
-
-def fq_amax_channels(x, y, mask, outer, C, inner, mult, div, lo, hi, amax, nthreads=None):
-    """Per-channel amax fake quant of the (outer, C, inner) view."""
-    _check(x)
-    _check(y, "y")
-    n = int(x.size)
-    if n == 0:
-        return
-    dtype = _dt(x)
-    T = dtype.type
-    _launch_ew("qc_fq_amax_c", dtype, n,
-               (x, y, _mask_arg(mask), _Idx(n), _Idx(C), _Idx(inner),
-                _param(mult, dtype), _param(div, dtype), T(lo), T(hi),
-                _param(amax, dtype)))
+def ew_tensor(family, x, y, mask, p0, p1, p2, p3, p4, u0, u1, mode, nthreads=None):
+    """:func:`ew` per tensor with the parameters as launch arguments (no
+    copy to the device)."""
+    _ew_launch(family, x, y, mask, 1, int(x.size), None, (p0, p1, p2, p3, p4), u0, u1, mode)
 
 
 # ----------------------------------------------------------------- backward
@@ -487,6 +448,38 @@ def ste(grad, mask, y, nthreads=None):
         return
     dtype = _dt(grad)
     _launch_ew("qc_ste", dtype, n, (grad, mask, y, _Idx(n)))
+
+
+# ---------------------------------------------------------------- histogram
+
+_HIST_THREADS = 256   # QC_HIST_THREADS in histogram.cu
+
+
+def histc_f32(x, bins, lo, hi, absolute, skip_zeros, nthreads=None):
+    """``torch.histc`` counts (int64[bins], on the device) of a C-contiguous
+    float32 device array over [lo, hi] (chosen by the caller as torch
+    chooses them), as the CPU's ``histc_f32``: qc_histc_bin_f32 per value,
+    |x| when ``absolute``, zeros skipped when ``skip_zeros``."""
+    cp = _cupy()
+    _check(x)
+    if x.dtype != np.float32:
+        raise ValueError(f"histc_f32: expected a float32 array, got {x.dtype}")
+    bins = int(bins)
+    if bins < 1:
+        raise ValueError(f"histc_f32: bins must be >= 1, got {bins}")
+    if not lo <= hi:
+        raise ValueError(f"histc_f32: need lo <= hi, got [{lo}, {hi}]")
+    counts = cp.zeros(bins, dtype=np.uint64)
+    n = int(x.size)
+    if n:
+        ct, it = _index(n)
+        # enough blocks to fill the device; each block's shared counts stay < 2**31
+        grid = max(1, min(-(-n // _HIST_THREADS), _sm_count() * 8), -(-n // 2 ** 31))
+        fn = _function("histogram.cu", f"qc_histc<{ct}>")
+        fn((grid,), (_HIST_THREADS,), (x, it(n), np.float32(lo), np.float32(hi), np.int32(bins),
+                                       np.int32(bool(absolute)), np.int32(bool(skip_zeros)),
+                                       counts))
+    return counts.view(np.int64)
 
 
 # ---------------------------------------------- fused observer + qparams
@@ -504,7 +497,7 @@ class ObserverState:
     - ``counts``: int64[2] = (num_batches, nonfinite_batches)
     - ``scale`` (float32[C]), ``zero_point`` (int64[C]): the qparams
     - ``qp``: the compute dtype [scale, 1 / scale, zero_point] x C read by
-      :func:`fq_affine_dev`
+      :func:`ew` (family "affine")
     - ``counter``: the reduction's uint32 counter (0 between launches)
 
     Per tensor C = 1.  Use one state from one stream at a time.
@@ -587,24 +580,3 @@ def observe(x, outer, C, inner, state, *, observer="moving_average", averaging_c
     if qscheme is not None:
         last.q_scale, last.q_zp, last.qp = state.scale, state.zero_point, state.qp
     _reduce(x, int(outer), int(C), int(inner), last, counter=state.counter)
-
-
-def fq_affine_dev(x, y, mask, outer, C, inner, qp, qmin, qmax, mode, nthreads=None):
-    """Affine fake quant with [scale, inv, zp] read from device array ``qp``
-    (``ObserverState.qp``); per tensor when C == 1 and qp has 3 values."""
-    _check(x)
-    _check(y, "y")
-    n = int(x.size)
-    if n == 0:
-        return
-    dtype = _dt(x)
-    if qp.dtype != dtype or qp.size != 3 * int(C):
-        raise ValueError(f"fq_affine_dev: qp must be {dtype}[{3 * int(C)}], got "
-                         f"{qp.dtype}[{qp.size}]")
-    T = dtype.type
-    ct, it = _index(n)
-    pc = "true" if int(C) > 1 else "false"
-    fn = _function("fake_quant.cu", f"qc_fq_affine_dev<{_CTYPE[dtype]}, {ct}, {pc}>")
-    fn((_ew_grid(n, dtype),), (_THREADS,),
-       (x, y, _mask_arg(mask), it(n), it(C), it(inner), qp, T(qmin), T(qmax),
-        np.int32(_cpu_mode(mode))))

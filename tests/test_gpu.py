@@ -63,6 +63,23 @@ def index64(request, monkeypatch):
 
 # ------------------------------------------------------------------ helpers
 
+assert G.FAMILIES == K.FAMILIES  # one list (qc_families.h), the same ids
+
+
+def fq_tensor(mod, family, x, y, mask, params, u0, u1, mode):
+    """Per-tensor family `family` with scalar parameters, on either back end."""
+    p = [float(v) for v in params] + [0.0] * (5 - len(params))
+    mod.ew_tensor(K.FAMILIES[family], x, y, mask, *p, float(u0), float(u1), int(mode), 1)
+
+
+def fq_channels(mod, family, x, y, mask, outer, C, inner, params, u0, u1, mode):
+    """Per-channel family `family`: params are the NP per-channel arrays."""
+    xp = cp if mod is G else np
+    flat = np.concatenate([np.asarray(p, dtype=x.dtype).reshape(-1) for p in params])
+    mod.ew(K.FAMILIES[family], x, y, mask, outer, C, inner, xp.asarray(flat), float(u0),
+           float(u1), int(mode), 1)
+
+
 def _uint(dtype):
     return {2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dtype).itemsize]
 
@@ -170,11 +187,11 @@ def test_fq_affine_every_mode(dtype, mode, with_mask):
         args = affine_scalar_params(dtype, mode, qrange)
         y = np.empty_like(x)
         m = np.empty(n, np.uint8) if with_mask else None
-        K.fq_affine(x, y, m, *args, mode, 1)
+        fq_tensor(K, "affine", x, y, m, args[:3], *args[3:], mode)
         xd = cp.asarray(x)
         yd = cp.empty_like(xd)
         md = cp.empty(n, cp.uint8) if with_mask else None
-        G.fq_affine(xd, yd, md, *args, mode, 1)
+        fq_tensor(G, "affine", xd, yd, md, args[:3], *args[3:], mode)
         assert_bits(y, yd, f"y mode={mode} {qrange}")
         if with_mask:
             assert_bits(m, md, f"mask mode={mode}")
@@ -189,11 +206,11 @@ def test_fq_affine_sizes_and_alignment(dtype, n, offset, index64):
         args = affine_scalar_params(dtype, mode, (-128, 127))
         y = np.empty_like(x)
         m = np.empty(n, np.uint8)
-        K.fq_affine(x, y, m, *args, mode, 1)
+        fq_tensor(K, "affine", x, y, m, args[:3], *args[3:], mode)
         xd = place(x, offset)
         yd = empty_dev(n, dtype, offset)
         md = cp.empty(n + offset, cp.uint8)[offset:]
-        G.fq_affine(xd, yd, md, *args, mode, 1)
+        fq_tensor(G, "affine", xd, yd, md, args[:3], *args[3:], mode)
         assert_bits(y, yd, f"y n={n} mode={mode}")
         assert_bits(m, md, "mask")
 
@@ -203,9 +220,9 @@ def test_fq_affine_in_place(dtype):
     x = make_x(BIG, dtype, seed=5)
     args = affine_scalar_params(dtype, 0, (0, 255))
     y = x.copy()
-    K.fq_affine(y, y, None, *args, 0, 1)
+    fq_tensor(K, "affine", y, y, None, args[:3], *args[3:], 0)
     xd = cp.asarray(x)
-    G.fq_affine(xd, xd, None, *args, 0, 1)
+    fq_tensor(G, "affine", xd, xd, None, args[:3], *args[3:], 0)
     assert_bits(y, xd, "in place")
 
 
@@ -219,13 +236,13 @@ def test_fq_affine_channels(dtype, shape, axis, index64):
         s, inv, zp = affine_channel_params(dtype, C, mode, (-128, 127), seed=i)
         y = np.empty_like(x)
         m = np.empty(n, np.uint8)
-        K.fq_affine_channels(x, y, m, outer, C, inner, s, inv, zp, -128.0, 127.0, mode, 1)
+        fq_channels(K, "affine", x, y, m, outer, C, inner, (s, inv, zp), -128, 127, mode)
         for offset in (0, 1):
             xd = place(x, offset)
             yd = empty_dev(n, dtype, offset)
             md = cp.empty(n + offset, cp.uint8)[offset:]
-            G.fq_affine_channels(xd, yd, md, outer, C, inner, cp.asarray(s), cp.asarray(inv),
-                                 cp.asarray(zp), -128.0, 127.0, mode, 1)
+            fq_channels(G, "affine", xd, yd, md, outer, C, inner, (s, inv, zp), -128, 127,
+                        mode)
             assert_bits(y, yd, f"y {shape} axis={axis} mode={mode} offset={offset}")
             assert_bits(m, md, "mask")
 
@@ -248,12 +265,12 @@ def test_fq_nudged(dtype, mode, n, index64):
     params = [float(p[0]) for p in _nudged_params(dtype, 1, seed=n)]
     y = np.empty_like(x)
     m = np.empty(n, np.uint8)
-    K.fq_nudged(x, y, m, *params, mode, 1)
+    fq_tensor(K, "nudged", x, y, m, params, 0, 0, mode)
     for offset in (0, 1):
         xd = place(x, offset)
         yd = empty_dev(n, dtype, offset)
         md = cp.empty(n + offset, cp.uint8)[offset:]
-        G.fq_nudged(xd, yd, md, *params, mode, 1)
+        fq_tensor(G, "nudged", xd, yd, md, params, 0, 0, mode)
         assert_bits(y, yd, f"y mode={mode}")
         assert_bits(m, md, "mask")
 
@@ -268,11 +285,11 @@ def test_fq_nudged_channels(dtype, mode, shape, axis):
     params = _nudged_params(dtype, C, seed=C)
     y = np.empty_like(x)
     m = np.empty(n, np.uint8)
-    K.fq_nudged_channels(x, y, m, outer, C, inner, *params, mode, 1)
+    fq_channels(K, "nudged", x, y, m, outer, C, inner, params, 0, 0, mode)
     xd = cp.asarray(x)
     yd = cp.empty_like(xd)
     md = cp.empty(n, cp.uint8)
-    G.fq_nudged_channels(xd, yd, md, outer, C, inner, *[cp.asarray(p) for p in params], mode, 1)
+    fq_channels(G, "nudged", xd, yd, md, outer, C, inner, params, 0, 0, mode)
     assert_bits(y, yd, f"y {shape} axis={axis}")
     assert_bits(m, md, "mask")
 
@@ -304,12 +321,12 @@ def test_fq_amax(dtype, n, bits, unsigned, narrow, index64):
         args = (float(mult[k]), float(div[k]), lo, hi, float(amax[k]))
         y = np.empty_like(x)
         m = np.empty(n, np.uint8)
-        K.fq_amax(x, y, m, *args, 1)
+        fq_tensor(K, "amax", x, y, m, (args[0], args[1], args[4]), args[2], args[3], 0)
         for offset in (0, 1):
             xd = place(x, offset)
             yd = empty_dev(n, dtype, offset)
             md = cp.empty(n + offset, cp.uint8)[offset:]
-            G.fq_amax(xd, yd, md, *args, 1)
+            fq_tensor(G, "amax", xd, yd, md, (args[0], args[1], args[4]), args[2], args[3], 0)
             assert_bits(y, yd, f"y amax={args[-1]}")
             assert_bits(m, md, "mask")
 
@@ -323,12 +340,11 @@ def test_fq_amax_channels(dtype, shape, axis):
     mult, div, lo, hi, amax = _amax_params(dtype, C, seed=C)
     y = np.empty_like(x)
     m = np.empty(n, np.uint8)
-    K.fq_amax_channels(x, y, m, outer, C, inner, mult, div, lo, hi, amax, 1)
+    fq_channels(K, "amax", x, y, m, outer, C, inner, (mult, div, amax), lo, hi, 0)
     xd = cp.asarray(x)
     yd = cp.empty_like(xd)
     md = cp.empty(n, cp.uint8)
-    G.fq_amax_channels(xd, yd, md, outer, C, inner, cp.asarray(mult), cp.asarray(div), lo, hi,
-                       cp.asarray(amax), 1)
+    fq_channels(G, "amax", xd, yd, md, outer, C, inner, (mult, div, amax), lo, hi, 0)
     assert_bits(y, yd, f"y {shape} axis={axis}")
     assert_bits(m, md, "mask")
 
@@ -518,7 +534,7 @@ def test_fused_observer_fake_quant_matches_cpu(dtype, observer, symmetric, shape
         G.observe(xd, outer, C, inner, state, observer=observer, averaging_constant=0.25,
                   nan_policy="skip", qscheme="symmetric" if symmetric else "affine",
                   quant_min=qmin, quant_max=qmax, eps=fq.eps)
-        G.fq_affine_dev(xd, yd, md, outer, C, inner, state.qp, qmin, qmax, fq._mode)
+        G.ew(G.FAMILIES["affine"], xd, yd, md, outer, C, inner, state.qp, qmin, qmax, fq._mode)
         what = f"batch {i}"
         assert_bits(np.asarray(obs.min_val, np.float32).reshape(-1), state.min_val, what + " min")
         assert_bits(np.asarray(obs.max_val, np.float32).reshape(-1), state.max_val, what + " max")
@@ -561,7 +577,7 @@ def test_fused_qparams_edge_cases(nan_policy):
 
 
 def test_fused_path_needs_no_host_sync():
-    """observe + fq_affine_dev only enqueue work: on a GPU they run inside a
+    """observe + ew (reading the state's qparams) only enqueue work: on a GPU they run inside a
     stream capture (which fails on any synchronising call); on the emulator
     (no stream capture) no byte crosses between host and device."""
     x = cp.asarray(np.nan_to_num(make_x(BIG, np.float32, seed=3), nan=0.5, posinf=1.0,
@@ -573,17 +589,17 @@ def test_fused_path_needs_no_host_sync():
     with stream:
         # compile, and fill this stream's memory pool, before the capture
         G.observe(x, 1, 1, x.size, state, observer="moving_average")
-        G.fq_affine_dev(x, y, m, 1, 1, x.size, state.qp, 0, 255, 0)
+        G.ew(G.FAMILIES["affine"], x, y, m, 1, 1, x.size, state.qp, 0, 255, 0)
         stream.synchronize()
         if EMULATED:
             before = dict(cp.TRANSFERS)
             G.observe(x, 1, 1, x.size, state, observer="moving_average")
-            G.fq_affine_dev(x, y, m, 1, 1, x.size, state.qp, 0, 255, 0)
+            G.ew(G.FAMILIES["affine"], x, y, m, 1, 1, x.size, state.qp, 0, 255, 0)
             assert cp.TRANSFERS == before
         else:
             stream.begin_capture()
             G.observe(x, 1, 1, x.size, state, observer="moving_average")
-            G.fq_affine_dev(x, y, m, 1, 1, x.size, state.qp, 0, 255, 0)
+            G.ew(G.FAMILIES["affine"], x, y, m, 1, 1, x.size, state.qp, 0, 255, 0)
             graph = stream.end_capture()
             graph.launch(stream)
         stream.synchronize()
@@ -608,10 +624,10 @@ def test_fq_affine_and_minmax_past_2_31_elements():
     args = affine_scalar_params(np.float32, 0, (-128, 127))
     yd = cp.empty_like(xd)
     md = cp.empty(n, cp.uint8)
-    G.fq_affine(xd, yd, md, *args, 0, 1)
+    fq_tensor(G, "affine", xd, yd, md, args[:3], *args[3:], 0)
     y = np.empty_like(tail)
     m = np.empty(tail.size, np.uint8)
-    K.fq_affine(tail, y, m, *args, 0, 1)
+    fq_tensor(K, "affine", tail, y, m, args[:3], *args[3:], 0)
     assert_bits(y, yd[-tail.size:], "tail y")
     assert_bits(m, md[-tail.size:], "tail mask")
     del yd, md
@@ -619,3 +635,21 @@ def test_fq_affine_and_minmax_past_2_31_elements():
     assert float(lo) == min(float(np.min(tail)), 0.0)
     assert float(hi) == max(float(np.max(tail)), 0.0)
     assert int(fl) == int(K.minmax(tail, 1)[2]) | ops.MM_POSZERO
+
+
+# ------------------------------------------------------------ histograms
+
+@pytest.mark.parametrize("bins", [1, 7, 2048, 4096, 5000])
+@pytest.mark.parametrize("absolute,skip_zeros", [(False, False), (True, False), (True, True)])
+def test_histc_matches_cpu(bins, absolute, skip_zeros, index64):
+    """torch.histc counts on the device equal the CPU kernel's, with the
+    out-of-range, NaN, edge and overflow cases (shared-memory bins and, past
+    4096 bins, global ones)."""
+    x = make_x(BIG, np.float32, seed=bins)
+    x[::101] = 0.0
+    x[5::103] = -0.0
+    xd = cp.asarray(x)
+    for lo, hi in ((-3.0, 3.0), (0.0, 1.0), (-3e38, 3e38), (0.5, 0.5000001), (-1e-30, 2.0)):
+        cpu = K.histc_f32(x, bins, lo, hi, absolute, skip_zeros, 1)
+        gpu = G.histc_f32(xd, bins, lo, hi, absolute, skip_zeros)
+        assert gpu.dtype == np.int64 and np.array_equal(cpu, cp.asnumpy(gpu)), (lo, hi)

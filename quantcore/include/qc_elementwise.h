@@ -1,33 +1,18 @@
 /*
- * qc_elementwise.h -- the one scalar definition of every per-element formula.
+ * qc_elementwise.h -- the one definition of every per-element formula.
  *
- * This header is compiled into the Cython CPU extension and #included by the
- * CUDA sources of quantcore_gpu, so both back ends compute the same bits by
- * construction.  It must stay plain C99 that also compiles as CUDA C++:
- * static inline functions, no globals, no libc beyond <math.h>.
+ * Included by the CPU extension (C++) and by the CUDA sources of
+ * quantcore_gpu, so both back ends compute the same bits by construction.
+ * Each formula is a function template over the compute type T (float or
+ * double): one body, instantiated wherever it is used.
  *
- * Numerical contract (see ARCHITECTURE.md): every operation rounds once, in
- * the order written; the build uses -ffp-contract=off (CPU) and --fmad=false
- * (GPU) so that `a * b + c` is never fused into an FMA.
- *
- * Each formula exists in two precisions, generated from one macro body:
- * suffix _f32 computes in float, suffix _f64 in double.
+ * Numerical contract (docs/ARCHITECTURE.md): every operation rounds once,
+ * in the order written; no contraction into FMAs (see qc_core.h).
  */
 #ifndef QC_ELEMENTWISE_H
 #define QC_ELEMENTWISE_H
 
-#ifdef __CUDACC__
-#define QC_HD __host__ __device__ __forceinline__
-#else
-#include <math.h>
-/* always_inline: in a large Cython translation unit GCC's unit-growth
- * limits would otherwise leave a call per element and no vectorisation. */
-#if defined(__GNUC__)
-#define QC_HD static inline __attribute__((always_inline))
-#else
-#define QC_HD static inline
-#endif
-#endif
+#include "qc_core.h"
 
 /* ------------------------------------------------------------------------
  * Mode bits of the affine recipe (qc_fq_affine_*).  The Python layer builds
@@ -72,159 +57,139 @@
                               else y = floor(t + 0.5) * scale + nmin (MS)  */
 #define QC_NUDGED_MODES 4
 
-#define QC_DEFINE_ELEMENTWISE(T, SFX, FLOOR, RINT, ROUND, FMA)                  \
-                                                                               \
-  /* Round v by rule `rounding` (QC_ROUND_*). */                               \
-  QC_HD T qc_round_##SFX(T v, int rounding) {                                  \
-    if (rounding == QC_ROUND_HALF_UP) return FLOOR(v + (T)0.5);               \
-    if (rounding == QC_ROUND_HALF_AWAY) return ROUND(v);                      \
-    return RINT(v);                                                            \
-  }                                                                            \
-                                                                               \
-  /* Clamp with comparisons; NaN passes through unchanged. */                  \
-  QC_HD T qc_clamp_##SFX(T v, T lo, T hi) {                                    \
-    T t = (v < lo) ? lo : v;                                                   \
-    return (t > hi) ? hi : t;                                                  \
-  }                                                                            \
-                                                                               \
-  /* The rounded, zero-point-shifted value q_f of the affine recipe:        \
-   *   v   = x * inv            (x / scale with QC_DIVIDE)                     \
-   *   q_f = round(v) + zp      (round(v + zp) with QC_ZP_BEFORE, FMA'd with  \
-   *                            QC_FMA_ZP, the sum rounded to float32 first   \
-   *                            with QC_ROUND_F32; round(v) with              \
-   *                            QC_NO_ZERO_POINT)                               \
-   */                                                                          \
-  QC_HD T qc_affine_qf_##SFX(T x, T scale, T inv, T zp, int mode) {           \
-    /* one rounding whatever the placement: the zero point is added to v     \
-     * (before) or to round(v) (after) through selects of cheap adds, so a   \
-     * vectorised loop never computes the other placements' roundings */     \
-    const int before = (mode & QC_ZP_BEFORE) && !(mode & QC_NO_ZERO_POINT);    \
-    const int after = !(mode & (QC_ZP_BEFORE | QC_NO_ZERO_POINT));             \
-    T v = (mode & QC_DIVIDE) ? x / scale : x * inv;                            \
-    T w = before ? ((mode & QC_FMA_ZP) ? FMA(x, inv, zp) : v + zp) : v;        \
-    T r;                                                                       \
-    w = (before && (mode & QC_ROUND_F32)) ? (T)(float)w : w;                   \
-    r = qc_round_##SFX(w, mode & QC_ROUND_MASK);                               \
-    return after ? r + zp : r;                                                 \
-  }                                                                            \
-                                                                               \
-  /* Affine fake quantization of one element.                                 \
-   *   q_f  = qc_affine_qf(x, ...)                                             \
-   *   q    = clamp(q_f, qmin, qmax), non-finite q_f per QC_NF_* (QC_NF_INT64: \
-   *          an integer, so never -0.0)                                       \
-   *   y    = (q - zp) * scale  (in double with QC_DEQUANT_WIDE; q * scale     \
-   *                             with QC_NO_ZERO_POINT; y = q with QC_OUTPUT_Q) \
-   *   mask = qmin <= q_f <= qmax   (false for NaN / inf)                      \
-   */                                                                          \
-  QC_HD T qc_fq_affine_##SFX(T x, T scale, T inv, T zp, T qmin, T qmax,        \
-                             int mode, unsigned char *mask) {                  \
-    T qf = qc_affine_qf_##SFX(x, scale, inv, zp, mode);                        \
-    T q;                                                                       \
-    *mask = (unsigned char)((qf >= qmin) & (qf <= qmax));                      \
-    if ((mode & QC_NF_MASK) == QC_NF_NAN_TO_QMIN) {                            \
-      q = (qf > qmin) ? qf : qmin;                                             \
-      q = (q < qmax) ? q : qmax;                                               \
-    } else if ((mode & QC_NF_MASK) == QC_NF_INT64) {                           \
-      /* what cvttsd2si gives outside int64, before the clamp; + 0 makes      \
-       * -0.0 the integer 0 */                                                 \
-      q = (qf > (T)-9223372036854775808.0 && qf < (T)9223372036854775808.0)   \
-              ? qf : qmin;                                                     \
-      q = (q > qmin) ? q : qmin;                                               \
-      q = ((q < qmax) ? q : qmax) + (T)0;                                      \
-    } else {                                                                   \
-      q = qc_clamp_##SFX(qf, qmin, qmax);                                      \
-    }                                                                          \
-    if (mode & QC_OUTPUT_Q) return q;                                          \
-    if (mode & QC_NO_ZERO_POINT) {                                             \
-      if (mode & QC_DEQUANT_WIDE) return (T)((double)q * (double)scale);      \
-      return q * scale;                                                        \
-    }                                                                          \
-    if (mode & QC_DEQUANT_WIDE)                                                \
-      return (T)(((double)q - (double)zp) * (double)scale);                   \
-    if (mode & QC_DEQUANT_NARROW)                                              \
-      return (T)((float)((double)q - (double)zp) * (float)scale);             \
-    return (q - zp) * scale;                                                   \
-  }                                                                            \
-                                                                               \
-  /* PyTorch's affine fake quant with its integer steps done exactly: the    \
-   * zero point and the range come as exact integers in double (int32-size   \
-   * ranges, zero points beyond 2**24, which float32 cannot hold).  q_f as in  \
-   * qc_affine_qf with the zero point rounded to T, then                      \
-   *   QC_NF_INT64 (per channel): q_i = int64(q_f) (x86: NaN, inf, out of      \
-   *     range -> INT64_MIN);  mask = qmin <= q_i <= qmax;                     \
-   *     y = T((clamp(q_i) - zp) * double(scale))                              \
-   *   otherwise (per tensor): mask = T(qmin) <= q_f <= T(qmax) (the bounds    \
-   *     rounded to T, as torch);  q = fmin(fmax(double(q_f), qmin), qmax)     \
-   *     (NaN -> qmin);  y = T(f32(f32(q - zp) * f32(scale)))                  \
-   * For zero points and bounds exact in T this gives the bits of             \
-   * qc_fq_affine with torch's modes; it is the slower, exact variant.         \
-   */                                                                          \
-  QC_HD T qc_fq_affine_exact_##SFX(T x, T scale, T inv, double zp, double qmin, \
-                                   double qmax, int mode, unsigned char *mask) { \
-    T qf = qc_affine_qf_##SFX(x, scale, inv, (T)zp, mode);                     \
-    double q;                                                                  \
-    if ((mode & QC_NF_MASK) == QC_NF_INT64) {                                  \
-      q = (qf > (T)-9223372036854775808.0 && qf < (T)9223372036854775808.0)   \
-              ? (double)qf : -9223372036854775808.0;                           \
-      *mask = (unsigned char)((q >= qmin) & (q <= qmax));                      \
-      q = (q > qmin) ? q : qmin;                                               \
-      q = ((q < qmax) ? q : qmax) + 0.0;                                       \
-      return (T)((q - zp) * (double)scale);                                    \
-    }                                                                          \
-    *mask = (unsigned char)((qf >= (T)qmin) & (qf <= (T)qmax));                \
-    q = ((double)qf > qmin) ? (double)qf : qmin;                               \
-    q = (q < qmax) ? q : qmax;                                                 \
-    return (T)((float)(q - zp) * (float)scale);                                \
-  }                                                                            \
-                                                                               \
-  /* Nudged fake quantization (TensorFlow, MindSpore) of one element.         \
-   *   xc = min(max...) : clamp x to [nmin, nmax] (NaN passes)                 \
-   *   t  = (xc - nmin) * inv   ((xc - nmin) / scale with QC_NUDGED_DIVIDE)    \
-   *   TF: y = floor((t - qz) + 0.5) * scale                                   \
-   *   MS: y = floor(t + 0.5) * scale + nmin                                   \
-   *   mask = nmin <= x <= nmax                                                \
-   */                                                                          \
-  QC_HD T qc_fq_nudged_##SFX(T x, T nmin, T nmax, T scale, T inv, T qz,        \
-                             int mode, unsigned char *mask) {                  \
-    T xc = (nmax < x) ? nmax : x;                                              \
-    T cs, t;                                                                   \
-    xc = (xc < nmin) ? nmin : xc;                                              \
-    *mask = (unsigned char)((x >= nmin) & (x <= nmax));                        \
-    cs = xc - nmin;                                                            \
-    t = (mode & QC_NUDGED_DIVIDE) ? cs / scale : cs * inv;                     \
-    if (mode & QC_NUDGED_TF) return FLOOR((t - qz) + (T)0.5) * scale;         \
-    return FLOOR(t + (T)0.5) * scale + nmin;                                   \
-  }                                                                            \
-                                                                               \
-  /* amax fake quantization (NVIDIA) of one element.                          \
-   *   q = clamp(rint(x * mult), lo, hi)  (NaN passes),  y = q / div           \
-   *   mult = max_bound / amax and div = mult, or mult = 0 and div = 1 when    \
-   *   amax <= 2**-24 (the caller decides);  mask = |x| <= amax               \
-   */                                                                          \
-  QC_HD T qc_fq_amax_##SFX(T x, T mult, T div, T lo, T hi, T amax,             \
-                           unsigned char *mask) {                              \
-    T q = qc_clamp_##SFX(RINT(x * mult), lo, hi);                              \
-    *mask = (unsigned char)((x >= -amax) & (x <= amax));                       \
-    return q / div;                                                            \
-  }                                                                            \
-                                                                               \
-  /* Straight-through estimator: grad * mask (NaN * 0 stays NaN). */           \
-  QC_HD T qc_ste_##SFX(T grad, unsigned char mask) { return grad * (T)mask; }
+/* Round v by rule `rounding` (QC_ROUND_*). */
+template <typename T> QC_HD T qc_round_by(T v, int rounding) {
+  if (rounding == QC_ROUND_HALF_UP) return qc_floor(v + (T)0.5);
+  if (rounding == QC_ROUND_HALF_AWAY) return qc_round(v);
+  return qc_rint(v);
+}
 
-QC_DEFINE_ELEMENTWISE(float, f32, floorf, rintf, roundf, fmaf)
-QC_DEFINE_ELEMENTWISE(double, f64, floor, rint, round, fma)
+/* Clamp with comparisons; NaN passes through unchanged. */
+template <typename T> QC_HD T qc_clamp(T v, T lo, T hi) {
+  T t = (v < lo) ? lo : v;
+  return (t > hi) ? hi : t;
+}
+
+/* The rounded, zero-point-shifted value q_f of the affine recipe:
+ *   v   = x * inv            (x / scale with QC_DIVIDE)
+ *   q_f = round(v) + zp      (round(v + zp) with QC_ZP_BEFORE, FMA'd with
+ *                            QC_FMA_ZP, the sum rounded to float32 first
+ *                            with QC_ROUND_F32; round(v) with
+ *                            QC_NO_ZERO_POINT)
+ * One rounding whatever the placement: the zero point is added to v
+ * (before) or to round(v) (after) through selects of cheap adds, so a
+ * vectorised loop never computes the other placements' roundings. */
+template <typename T> QC_HD T qc_affine_qf(T x, T scale, T inv, T zp, int mode) {
+  const int before = (mode & QC_ZP_BEFORE) && !(mode & QC_NO_ZERO_POINT);
+  const int after = !(mode & (QC_ZP_BEFORE | QC_NO_ZERO_POINT));
+  T v = (mode & QC_DIVIDE) ? x / scale : x * inv;
+  T w = before ? ((mode & QC_FMA_ZP) ? qc_fma(x, inv, zp) : v + zp) : v;
+  w = (before && (mode & QC_ROUND_F32)) ? (T)(float)w : w;
+  const T r = qc_round_by(w, mode & QC_ROUND_MASK);
+  return after ? r + zp : r;
+}
+
+/* Affine fake quantization of one element.
+ *   q_f  = qc_affine_qf(x, ...)
+ *   q    = clamp(q_f, qmin, qmax), non-finite q_f per QC_NF_* (QC_NF_INT64:
+ *          an integer, so never -0.0)
+ *   y    = (q - zp) * scale  (in double with QC_DEQUANT_WIDE; q * scale
+ *                             with QC_NO_ZERO_POINT; y = q with QC_OUTPUT_Q)
+ *   mask = qmin <= q_f <= qmax   (false for NaN / inf) */
+template <typename T>
+QC_HD T qc_fq_affine(T x, T scale, T inv, T zp, T qmin, T qmax, int mode, unsigned char *mask) {
+  const T qf = qc_affine_qf(x, scale, inv, zp, mode);
+  T q;
+  *mask = (unsigned char)((qf >= qmin) & (qf <= qmax));
+  if ((mode & QC_NF_MASK) == QC_NF_NAN_TO_QMIN) {
+    q = (qf > qmin) ? qf : qmin;
+    q = (q < qmax) ? q : qmax;
+  } else if ((mode & QC_NF_MASK) == QC_NF_INT64) {
+    /* what cvttsd2si gives outside int64, before the clamp; + 0 makes -0.0
+     * the integer 0 */
+    q = (qf > (T)-9223372036854775808.0 && qf < (T)9223372036854775808.0) ? qf : qmin;
+    q = (q > qmin) ? q : qmin;
+    q = ((q < qmax) ? q : qmax) + (T)0;
+  } else {
+    q = qc_clamp(qf, qmin, qmax);
+  }
+  if (mode & QC_OUTPUT_Q) return q;
+  if (mode & QC_NO_ZERO_POINT) {
+    if (mode & QC_DEQUANT_WIDE) return (T)((double)q * (double)scale);
+    return q * scale;
+  }
+  if (mode & QC_DEQUANT_WIDE) return (T)(((double)q - (double)zp) * (double)scale);
+  if (mode & QC_DEQUANT_NARROW) return (T)((float)((double)q - (double)zp) * (float)scale);
+  return (q - zp) * scale;
+}
+
+/* PyTorch's affine fake quant with its integer steps done exactly: the zero
+ * point and the range come as exact integers in double (int32-size ranges,
+ * zero points beyond 2**24, which float32 cannot hold).  q_f as in
+ * qc_affine_qf with the zero point rounded to T, then
+ *   QC_NF_INT64 (per channel): q_i = int64(q_f) (x86: NaN, inf, out of
+ *     range -> INT64_MIN);  mask = qmin <= q_i <= qmax;
+ *     y = T((clamp(q_i) - zp) * double(scale))
+ *   otherwise (per tensor): mask = T(qmin) <= q_f <= T(qmax) (the bounds
+ *     rounded to T, as torch);  q = fmin(fmax(double(q_f), qmin), qmax)
+ *     (NaN -> qmin);  y = T(f32(f32(q - zp) * f32(scale)))
+ * For zero points and bounds exact in T this gives the bits of
+ * qc_fq_affine with torch's modes; it is the slower, exact variant. */
+template <typename T>
+QC_HD T qc_fq_affine_exact(T x, T scale, T inv, double zp, double qmin, double qmax, int mode,
+                           unsigned char *mask) {
+  const T qf = qc_affine_qf(x, scale, inv, (T)zp, mode);
+  double q;
+  if ((mode & QC_NF_MASK) == QC_NF_INT64) {
+    q = (qf > (T)-9223372036854775808.0 && qf < (T)9223372036854775808.0)
+            ? (double)qf : -9223372036854775808.0;
+    *mask = (unsigned char)((q >= qmin) & (q <= qmax));
+    q = (q > qmin) ? q : qmin;
+    q = ((q < qmax) ? q : qmax) + 0.0;
+    return (T)((q - zp) * (double)scale);
+  }
+  *mask = (unsigned char)((qf >= (T)qmin) & (qf <= (T)qmax));
+  q = ((double)qf > qmin) ? (double)qf : qmin;
+  q = (q < qmax) ? q : qmax;
+  return (T)((float)(q - zp) * (float)scale);
+}
+
+/* Nudged fake quantization (TensorFlow, MindSpore) of one element.
+ *   xc = clamp x to [nmin, nmax] (NaN passes)
+ *   t  = (xc - nmin) * inv   ((xc - nmin) / scale with QC_NUDGED_DIVIDE)
+ *   TF: y = floor((t - qz) + 0.5) * scale
+ *   MS: y = floor(t + 0.5) * scale + nmin
+ *   mask = nmin <= x <= nmax */
+template <typename T>
+QC_HD T qc_fq_nudged(T x, T nmin, T nmax, T scale, T inv, T qz, int mode, unsigned char *mask) {
+  T xc = (nmax < x) ? nmax : x;
+  xc = (xc < nmin) ? nmin : xc;
+  *mask = (unsigned char)((x >= nmin) & (x <= nmax));
+  const T cs = xc - nmin;
+  const T t = (mode & QC_NUDGED_DIVIDE) ? cs / scale : cs * inv;
+  if (mode & QC_NUDGED_TF) return qc_floor((t - qz) + (T)0.5) * scale;
+  return qc_floor(t + (T)0.5) * scale + nmin;
+}
+
+/* amax fake quantization (NVIDIA) of one element.
+ *   q = clamp(rint(x * mult), lo, hi)  (NaN passes),  y = q / div
+ *   mult = max_bound / amax and div = mult, or mult = 0 and div = 1 when
+ *   amax <= 2**-24 (the caller decides);  mask = |x| <= amax */
+template <typename T>
+QC_HD T qc_fq_amax(T x, T mult, T div, T lo, T hi, T amax, unsigned char *mask) {
+  const T q = qc_clamp(qc_rint(x * mult), lo, hi);
+  *mask = (unsigned char)((x >= -amax) & (x <= amax));
+  return q / div;
+}
+
+/* Straight-through estimator: grad * mask (NaN * 0 stays NaN). */
+template <typename T> QC_HD T qc_ste(T grad, unsigned char mask) { return grad * (T)mask; }
 
 
 /* ------------------------------------------------------------------------
  * Scalar statistics -> qparams formulas (float32), shared by the CPU kernels,
  * quantcore.qparams and the GPU's last-block computation.
  * ---------------------------------------------------------------------- */
-#ifdef __CUDACC__
-typedef long long qc_i64;
-#else
-#include <stdint.h>
-typedef int64_t qc_i64;
-#endif
 
 /* Moving average in PyTorch's form: m + c * (x - m), one rounding each. */
 QC_HD float qc_ma_update_f32(float m, float x, float c) { return m + c * (x - m); }

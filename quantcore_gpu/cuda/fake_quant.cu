@@ -1,12 +1,12 @@
 /*
- * fake_quant.cu -- elementwise GPU kernels of quantcore: affine, nudged and
- * amax fake quantization (per tensor and per channel) and the
- * straight-through backward.
+ * fake_quant.cu -- the elementwise GPU kernels of quantcore: every family of
+ * qc_families.h (affine, nudged, amax, ...) through one generic kernel,
+ * and the straight-through backward.
  *
  * No formula lives here: every element goes through the one definition in
- * qc_elementwise.h (the CPU extension uses the same header), compiled with
- * --fmad=false so that no multiply-add is contracted.  The kernels only
- * decide which element gets which parameters.
+ * qc_elementwise.h by its family's Op (the CPU extension uses the same
+ * headers), compiled with --fmad=false so that no multiply-add is
+ * contracted.  The kernels only decide which element gets which parameters.
  *
  * Layout: x, y (and the optional uint8 mask) are C-contiguous 1-D arrays of
  * n elements.  Per-channel kernels see them as the C-ordered view
@@ -14,18 +14,19 @@
  * thread tracks (e % inner, channel) incrementally, so the grid-stride loop
  * does no division per element.
  *
- * Template parameters:
- *   T  float | double                 the compute dtype
- *   I  unsigned int | unsigned long long
+ * Template parameters of qc_ew:
+ *   Op  a family of qc_families.h (QcAffineOp, ...)
+ *   T   float | double                 the compute dtype
+ *   I   unsigned int | unsigned long long
  *        the index type; the host picks 64 bits when n >= 2**31
- *   PC (qc_fq_affine_dev only) per channel (true) or per tensor (false)
+ *   PC  per channel (true) or per tensor (false)
  *
  * Grid-stride loops; 16-byte vector loads / stores (float4, double2) when x
  * and y are 16-byte aligned and the mask is aligned to the vector width,
  * with a scalar loop for the tail (or the whole array when unaligned).
  * y may alias x.
  */
-#include "qc_elementwise.h"
+#include "qc_families.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -40,36 +41,6 @@ template <> struct QcVec<double> {
   typedef unsigned short mtype;
   enum { V = 2 };
 };
-
-/* Overloads that pick the _f32 / _f64 formula by the argument type. */
-__device__ __forceinline__ float qc_affine(float x, float s, float inv, float zp, float qmin,
-                                           float qmax, int mode, unsigned char *m) {
-  return qc_fq_affine_f32(x, s, inv, zp, qmin, qmax, mode, m);
-}
-__device__ __forceinline__ double qc_affine(double x, double s, double inv, double zp,
-                                            double qmin, double qmax, int mode,
-                                            unsigned char *m) {
-  return qc_fq_affine_f64(x, s, inv, zp, qmin, qmax, mode, m);
-}
-__device__ __forceinline__ float qc_nudged(float x, float nmin, float nmax, float s, float inv,
-                                           float qz, int mode, unsigned char *m) {
-  return qc_fq_nudged_f32(x, nmin, nmax, s, inv, qz, mode, m);
-}
-__device__ __forceinline__ double qc_nudged(double x, double nmin, double nmax, double s,
-                                            double inv, double qz, int mode,
-                                            unsigned char *m) {
-  return qc_fq_nudged_f64(x, nmin, nmax, s, inv, qz, mode, m);
-}
-__device__ __forceinline__ float qc_amax(float x, float mult, float div, float lo, float hi,
-                                         float amax, unsigned char *m) {
-  return qc_fq_amax_f32(x, mult, div, lo, hi, amax, m);
-}
-__device__ __forceinline__ double qc_amax(double x, double mult, double div, double lo,
-                                          double hi, double amax, unsigned char *m) {
-  return qc_fq_amax_f64(x, mult, div, lo, hi, amax, m);
-}
-__device__ __forceinline__ float qc_ste(float g, unsigned char m) { return qc_ste_f32(g, m); }
-__device__ __forceinline__ double qc_ste(double g, unsigned char m) { return qc_ste_f64(g, m); }
 
 /* Position of element e in the (outer, C, inner) view: r = e % inner and
  * c = (e / inner) % C, advanced without division. */
@@ -149,148 +120,58 @@ __device__ __forceinline__ void qc_ew_drive(const T *x, T *y, unsigned char *mas
   }
 }
 
-/* ------------------------------------------------------------ functors */
+/* ------------------------------------------------------------- kernels */
 
-/* The affine mode word, hidden from the optimiser at each use: otherwise
- * NVVM unswitches the loops on every mode bit and emits 2**k copies of
- * them (over 200 KB of PTX per kernel).  The branches on the mode are
- * uniform across the grid, so they cost a few instructions per element
- * and no divergence. */
+/* The mode word, hidden from the optimiser at each use: otherwise NVVM
+ * unswitches the loops on every mode bit and emits 2**k copies of them
+ * (over 200 KB of PTX per kernel).  The branches on the mode are uniform
+ * across the grid, so they cost a few instructions per element and no
+ * divergence. */
 __device__ __forceinline__ int qc_opaque(int v) {
   asm volatile("" : "+r"(v));
   return v;
 }
 
-template <typename T> struct QcAffineT {
-  T s, inv, zp, qmin, qmax;
-  int mode;
-  template <typename I>
-  __device__ __forceinline__ T operator()(T x, I, unsigned char *m) const {
-    return qc_affine(x, s, inv, zp, qmin, qmax, qc_opaque(mode), m);
-  }
-};
-
-template <typename T> struct QcAffineC {
-  const T *__restrict__ s;
-  const T *__restrict__ inv;
-  const T *__restrict__ zp;
-  T qmin, qmax;
-  int mode;
+/* Per channel: channel c's parameters at params[j * C + c]. */
+template <class OpT, typename T> struct QcEwChannels {
+  OpT op;
+  const T *__restrict__ params;
+  qc_i64 C;
   template <typename I>
   __device__ __forceinline__ T operator()(T x, I c, unsigned char *m) const {
-    return qc_affine(x, s[c], inv[c], zp[c], qmin, qmax, qc_opaque(mode), m);
+    return op(x, params + c, C, qc_opaque(op.mode), m);
   }
 };
 
-template <typename T> struct QcNudgedT {
-  T nmin, nmax, s, inv, qz;
-  int mode;
+/* Per tensor: the parameters in registers. */
+template <class OpT, typename T> struct QcEwTensor {
+  OpT op;
+  T p[5];
   template <typename I>
   __device__ __forceinline__ T operator()(T x, I, unsigned char *m) const {
-    return qc_nudged(x, nmin, nmax, s, inv, qz, mode, m);
+    return op(x, p, 1, qc_opaque(op.mode), m);
   }
 };
 
-template <typename T> struct QcNudgedC {
-  const T *__restrict__ nmin;
-  const T *__restrict__ nmax;
-  const T *__restrict__ s;
-  const T *__restrict__ inv;
-  const T *__restrict__ qz;
-  int mode;
-  template <typename I>
-  __device__ __forceinline__ T operator()(T x, I c, unsigned char *m) const {
-    return qc_nudged(x, nmin[c], nmax[c], s[c], inv[c], qz[c], mode, m);
-  }
-};
-
-template <typename T> struct QcAmaxT {
-  T mult, div, lo, hi, amax;
-  template <typename I>
-  __device__ __forceinline__ T operator()(T x, I, unsigned char *m) const {
-    return qc_amax(x, mult, div, lo, hi, amax, m);
-  }
-};
-
-template <typename T> struct QcAmaxC {
-  const T *__restrict__ mult;
-  const T *__restrict__ div;
-  const T *__restrict__ amax;
-  T lo, hi;
-  template <typename I>
-  __device__ __forceinline__ T operator()(T x, I c, unsigned char *m) const {
-    return qc_amax(x, mult[c], div[c], lo, hi, amax[c], m);
-  }
-};
-
-/* ------------------------------------------------------------- kernels */
-
-/* Per-tensor affine fake quant (qc_fq_affine); mask may be NULL. */
-template <typename T, typename I>
-__global__ void qc_fq_affine_t(const T *x, T *y, unsigned char *mask, I n, T s, T inv, T zp,
-                               T qmin, T qmax, int mode) {
-  QcAffineT<T> f = {s, inv, zp, qmin, qmax, mode};
-  qc_ew_drive<T, I, false>(x, y, mask, n, (I)1, n, f);
-}
-
-/* Per-channel affine fake quant of the (n / (C * inner), C, inner) view. */
-template <typename T, typename I>
-__global__ void qc_fq_affine_c(const T *x, T *y, unsigned char *mask, I n, I C, I inner,
-                               const T *__restrict__ s, const T *__restrict__ inv,
-                               const T *__restrict__ zp, T qmin, T qmax, int mode) {
-  QcAffineC<T> f = {s, inv, zp, qmin, qmax, mode};
-  qc_ew_drive<T, I, true>(x, y, mask, n, C, inner, f);
-}
-
-/* Affine fake quant with the qparams read from device memory, as written by
- * the fused observer (minmax.cu, qc_minmax_rows / qc_minmax_cols):
- * qp = [scale[C], inv[C], zero_point[C]] in T; C = 1 per tensor (PC false).
- * No host synchronisation between the observer and this kernel. */
-template <typename T, typename I, bool PC>
-__global__ void qc_fq_affine_dev(const T *x, T *y, unsigned char *mask, I n, I C, I inner,
-                                 const T *__restrict__ qp, T qmin, T qmax, int mode) {
+/* Family Op over x into y (and the mask): per channel (PC) with the
+ * parameters in device memory, params[j * C + c]; per tensor with them in
+ * device memory (params[j], as written by the fused observer of minmax.cu:
+ * no host synchronisation between the two) or, when params is NULL, as the
+ * arguments p0..p4.  (u0, u1, mode): the family's uniform parameters. */
+template <template <typename> class Op, typename T, typename I, bool PC>
+__global__ void qc_ew(const T *x, T *y, unsigned char *mask, I n, I C, I inner,
+                      const T *__restrict__ params, T p0, T p1, T p2, T p3, T p4, T u0, T u1,
+                      int mode) {
+  const Op<T> op = {u0, u1, mode};
   if (PC) {
-    QcAffineC<T> f = {qp, qp + C, qp + 2 * C, qmin, qmax, mode};
+    const QcEwChannels<Op<T>, T> f = {op, params, (qc_i64)C};
     qc_ew_drive<T, I, true>(x, y, mask, n, C, inner, f);
   } else {
-    QcAffineT<T> f = {qp[0], qp[1], qp[2], qmin, qmax, mode};
+    QcEwTensor<Op<T>, T> f = {op, {p0, p1, p2, p3, p4}};
+    if (params)
+      for (int j = 0; j < (int)Op<T>::NP; j++) f.p[j] = params[j];
     qc_ew_drive<T, I, false>(x, y, mask, n, (I)1, n, f);
   }
-}
-
-/* Per-tensor nudged fake quant (qc_fq_nudged). */
-template <typename T, typename I>
-__global__ void qc_fq_nudged_t(const T *x, T *y, unsigned char *mask, I n, T nmin, T nmax,
-                               T s, T inv, T qz, int mode) {
-  QcNudgedT<T> f = {nmin, nmax, s, inv, qz, mode};
-  qc_ew_drive<T, I, false>(x, y, mask, n, (I)1, n, f);
-}
-
-/* Per-channel nudged fake quant. */
-template <typename T, typename I>
-__global__ void qc_fq_nudged_c(const T *x, T *y, unsigned char *mask, I n, I C, I inner,
-                               const T *__restrict__ nmin, const T *__restrict__ nmax,
-                               const T *__restrict__ s, const T *__restrict__ inv,
-                               const T *__restrict__ qz, int mode) {
-  QcNudgedC<T> f = {nmin, nmax, s, inv, qz, mode};
-  qc_ew_drive<T, I, true>(x, y, mask, n, C, inner, f);
-}
-
-/* Per-tensor amax fake quant (qc_fq_amax). */
-template <typename T, typename I>
-__global__ void qc_fq_amax_t(const T *x, T *y, unsigned char *mask, I n, T mult, T div, T lo,
-                             T hi, T amax) {
-  QcAmaxT<T> f = {mult, div, lo, hi, amax};
-  qc_ew_drive<T, I, false>(x, y, mask, n, (I)1, n, f);
-}
-
-/* Per-channel amax fake quant. */
-template <typename T, typename I>
-__global__ void qc_fq_amax_c(const T *x, T *y, unsigned char *mask, I n, I C, I inner,
-                             const T *__restrict__ mult, const T *__restrict__ div, T lo, T hi,
-                             const T *__restrict__ amax) {
-  QcAmaxC<T> f = {mult, div, amax, lo, hi};
-  qc_ew_drive<T, I, true>(x, y, mask, n, C, inner, f);
 }
 
 /* Straight-through backward y = grad * mask (qc_ste); y may alias grad. */

@@ -9,13 +9,12 @@
  * partials of each channel, writes the results and resets the counter to 0
  * so that the next launch on the stream can use it without a memset.
  *
- * The reduction is the CPU's: lo / hi skip NaN (comparisons are false for
- * NaN), and the flags record NaN, -0.0 and +0.0 (QC_MM_*).  The finish rule
- * (qc_mm_finish, = qc_minmax_finish in qc_cpu_loops.h) makes a NaN result
- * when a NaN was seen and fixes the sign of a zero result from the flags,
- * so the finished result does not depend on the order of the reduction:
- * it is bit-identical to the CPU's and deterministic.  The unfinished lo /
- * hi may hold either zero when both occur (the CPU's may too).
+ * The reduction, its flags, the finish rule, the observer update and the
+ * qparams are those of qc_minmax.h, which the CPU uses too: lo / hi skip
+ * NaN, the flags record NaN, -0.0 and +0.0, and the finished result does
+ * not depend on the order of the reduction, so it is bit-identical to the
+ * CPU's and deterministic.  The unfinished lo / hi may hold either zero
+ * when both occur (the CPU's may too).
  *
  * Layouts of the C-contiguous input, per channel the C-ordered
  * (outer, C, inner) view (per tensor: outer = 1, C = 1, inner = n):
@@ -36,99 +35,30 @@
  *   qparams                   q_scale (float32[C]), q_zp (int64[C]) and
  *                             qp = [scale, 1 / scale, zp] (T[3C]) for
  *                             qc_fq_affine_dev in fake_quant.cu
- * See QC_OBS_* and QC_QS_* below for the observer and qparams rules; they
- * are those of quantcore/observers.py and quantcore/qparams.py in float32.
+ * See QC_OBS_* and QC_QS_* in qc_minmax.h for the observer and qparams
+ * rules; they are those of quantcore/observers.py and quantcore/qparams.py
+ * in float32.
  */
-#include "qc_elementwise.h"
+#include "qc_minmax.h"
 
-#ifndef QC_MM_NAN
-#define QC_MM_NAN 1     /* a NaN was seen */
-#define QC_MM_NEGZERO 2 /* -0.0 was seen  */
-#define QC_MM_POSZERO 4 /* +0.0 was seen  */
-#endif
-
-/* observer rule (obs_mode & 3) */
-#define QC_OBS_NONE 0
-#define QC_OBS_MINMAX 1     /* running min / max (np.minimum / np.maximum) */
-#define QC_OBS_MOVING_AVG 2 /* m = m + c * (batch - m), first batch m = batch */
-/* obs_mode bit: NaN enters the state ("propagate"); otherwise a batch with a
- * NaN or +-inf in any channel leaves the state alone and counts in
- * nonfinite_batches */
-#define QC_OBS_PROPAGATE 4
-
-/* qparams formula (qscheme) */
-#define QC_QS_NONE 0
-#define QC_QS_AFFINE 1    /* qparams.affine_qparams */
-#define QC_QS_SYMMETRIC 2 /* qparams.symmetric_qparams */
-
-#define QC_MM_THREADS 256 /* blockDim.x of both reduction kernels */
+#define QC_MM_THREADS 256 /* blockDim.x of the reduction kernels */
 
 /* ------------------------------------------------------------ helpers */
 
-template <typename T> struct QcMMT;
-template <> struct QcMMT<float> {
-  typedef float4 vec;
+/* 16-byte vector loads of T. */
+template <typename T> struct QcMMVec;
+template <> struct QcMMVec<float> {
+  typedef float4 type;
   enum { V = 4 };
-  static __device__ __forceinline__ float inf() { return __int_as_float(0x7f800000); }
-  static __device__ __forceinline__ float nan() { return __int_as_float(0x7fc00000); }
-  static __device__ __forceinline__ unsigned flags(float v) {
-    unsigned b = __float_as_uint(v);
-    return (v != v ? (unsigned)QC_MM_NAN : 0u) | (b == 0x80000000u ? (unsigned)QC_MM_NEGZERO : 0u) |
-           (b == 0u ? (unsigned)QC_MM_POSZERO : 0u);
-  }
 };
-template <> struct QcMMT<double> {
-  typedef double2 vec;
+template <> struct QcMMVec<double> {
+  typedef double2 type;
   enum { V = 2 };
-  static __device__ __forceinline__ double inf() {
-    return __longlong_as_double(0x7ff0000000000000ll);
-  }
-  static __device__ __forceinline__ double nan() {
-    return __longlong_as_double(0x7ff8000000000000ll);
-  }
-  static __device__ __forceinline__ unsigned flags(double v) {
-    unsigned long long b = (unsigned long long)__double_as_longlong(v);
-    return (v != v ? (unsigned)QC_MM_NAN : 0u) |
-           (b == 0x8000000000000000ull ? (unsigned)QC_MM_NEGZERO : 0u) |
-           (b == 0ull ? (unsigned)QC_MM_POSZERO : 0u);
-  }
 };
-
-/* A partial result. */
-template <typename T> struct QcMM {
-  T lo, hi;
-  unsigned fl;
-  __device__ __forceinline__ void init() {
-    lo = QcMMT<T>::inf();
-    hi = -QcMMT<T>::inf();
-    fl = 0u;
-  }
-  __device__ __forceinline__ void add(T v) {
-    lo = (v < lo) ? v : lo;
-    hi = (v > hi) ? v : hi;
-    fl |= QcMMT<T>::flags(v);
-  }
-  __device__ __forceinline__ void fold(T plo, T phi, unsigned pfl) {
-    lo = (plo < lo) ? plo : lo;
-    hi = (phi > hi) ? phi : hi;
-    fl |= pfl;
-  }
-};
-
-/* qc_minmax_finish of qc_cpu_loops.h */
-template <typename T> __device__ __forceinline__ void qc_mm_finish(T &lo, T &hi, unsigned fl) {
-  if (fl & QC_MM_NAN) {
-    lo = QcMMT<T>::nan();
-    hi = QcMMT<T>::nan();
-    return;
-  }
-  if (lo == (T)0) lo = (fl & QC_MM_NEGZERO) ? (T)-0.0 : (T)0.0;
-  if (hi == (T)0) hi = (fl & QC_MM_POSZERO) ? (T)0.0 : (T)-0.0;
-}
 
 /* Block-wide fold; the result is valid in thread 0.  All threads of the
  * block must call it (it synchronises). */
-template <typename T> __device__ __forceinline__ QcMM<T> qc_mm_block_reduce(QcMM<T> a) {
+template <typename T> __device__ __forceinline__ QcMinMax<T> qc_mm_block_reduce(QcMinMax<T> a) {
   __shared__ T s_lo[32];
   __shared__ T s_hi[32];
   __shared__ unsigned s_fl[32];
@@ -148,7 +78,7 @@ template <typename T> __device__ __forceinline__ QcMM<T> qc_mm_block_reduce(QcMM
   }
   __syncthreads();
   if (warp == 0) {
-    QcMM<T> b;
+    QcMinMax<T> b;
     b.init();
     if (lane < nwarps) b.fold(s_lo[lane], s_hi[lane], s_fl[lane]);
 #pragma unroll
@@ -183,19 +113,6 @@ template <typename T> struct QcMMLast {
   T *qp;
 };
 
-/* qparams.affine_qparams / symmetric_qparams of one channel, float32: the
- * header's formulas, shared with the CPU. */
-__device__ __forceinline__ void qc_qparams(float mn, float mx, int qscheme, float eps,
-                                           long long qmin, long long qmax, long long sym_zp,
-                                           float *scale_out, long long *zp_out) {
-  if (qscheme == QC_QS_SYMMETRIC) {
-    *scale_out = qc_symmetric_scale_f32(mn, mx, qmin, qmax, eps);
-    *zp_out = sym_zp;
-    return;
-  }
-  qc_affine_qparams_f32(mn, mx, qmin, qmax, eps, scale_out, zp_out);
-}
-
 /* The last block: fold the K partials of each channel c (at
  * part[c * sc + k * sk]), then write the outputs of QcMMLast. */
 template <typename T>
@@ -211,7 +128,7 @@ __device__ void qc_mm_last_block(T *part_lo, T *part_hi, unsigned char *part_fl,
   if (C <= 4) {
     /* few channels: the whole block folds one channel at a time */
     for (unsigned long long c = 0; c < C; c++) {
-      QcMM<T> acc;
+      QcMinMax<T> acc;
       acc.init();
       for (unsigned long long k = tid; k < K; k += bd)
         acc.fold(vlo[c * sc + k * sk], vhi[c * sc + k * sk], vfl[c * sc + k * sk]);
@@ -224,7 +141,7 @@ __device__ void qc_mm_last_block(T *part_lo, T *part_hi, unsigned char *part_fl,
     }
   } else {
     for (unsigned long long c = tid; c < C; c += bd) {
-      QcMM<T> acc;
+      QcMinMax<T> acc;
       acc.init();
       for (unsigned long long k = 0; k < K; k++)
         acc.fold(vlo[c * sc + k * sk], vhi[c * sc + k * sk], vfl[c * sc + k * sk]);
@@ -237,10 +154,8 @@ __device__ void qc_mm_last_block(T *part_lo, T *part_hi, unsigned char *part_fl,
   /* phase 2: outputs; a non-finite batch (a NaN, or an infinite min / max,
    * in any channel) matters to the observer, as on the CPU */
   int local_bad = 0;
-  for (unsigned long long c = tid; c < C; c += bd) {
-    const T l = vlo[c * sc], h = vhi[c * sc];
-    local_bad |= (vfl[c * sc] & QC_MM_NAN) || isinf(l) || isinf(h);
-  }
+  for (unsigned long long c = tid; c < C; c += bd)
+    local_bad |= qc_mm_nonfinite((T)vlo[c * sc], (T)vhi[c * sc], vfl[c * sc]);
   const int any_bad = __syncthreads_or(local_bad);
   const int obs = a.obs_mode & 3;
   const bool skip = obs != QC_OBS_NONE && any_bad && !(a.obs_mode & QC_OBS_PROPAGATE);
@@ -250,7 +165,8 @@ __device__ void qc_mm_last_block(T *part_lo, T *part_hi, unsigned char *part_fl,
     const unsigned fl = vfl[c * sc];
     if (a.out_lo) {
       T rlo = lo, rhi = hi;
-      if (a.finish_mode) qc_mm_finish(rlo, rhi, a.finish_mode == 2 ? (fl & ~(unsigned)QC_MM_NAN) : fl);
+      if (a.finish_mode)
+        qc_minmax_finish(&rlo, &rhi, a.finish_mode == 2 ? (fl & ~(unsigned)QC_MM_NAN) : fl);
       a.out_lo[c] = rlo;
       a.out_hi[c] = rhi;
       if (a.out_fl) a.out_fl[c] = (unsigned char)fl;
@@ -259,19 +175,10 @@ __device__ void qc_mm_last_block(T *part_lo, T *part_hi, unsigned char *part_fl,
     float smin, smax;
     if (!skip) {
       T flo = lo, fhi = hi;
-      qc_mm_finish(flo, fhi, fl);
-      const float blo = (float)flo, bhi = (float)fhi;
-      if (nb == 0) {
-        smin = blo;
-        smax = bhi;
-      } else if (obs == QC_OBS_MINMAX) {
-        smin = qc_running_min_f32(a.st_min[c], blo);
-        smax = qc_running_max_f32(a.st_max[c], bhi);
-      } else {
-        const float m0 = a.st_min[c], m1 = a.st_max[c];
-        smin = m0 + a.avg_c * (blo - m0);
-        smax = m1 + a.avg_c * (bhi - m1);
-      }
+      qc_minmax_finish(&flo, &fhi, fl);
+      smin = a.st_min[c];
+      smax = a.st_max[c];
+      qc_observe_update(obs, nb == 0, a.avg_c, (float)flo, (float)fhi, &smin, &smax);
       a.st_min[c] = smin;
       a.st_max[c] = smax;
     } else {
@@ -337,12 +244,12 @@ __global__ void __launch_bounds__(QC_MM_THREADS)
 qc_minmax_rows(const T *__restrict__ x, I outer, I C, I inner, unsigned int P, T *part_lo,
                T *part_hi, unsigned char *part_fl, unsigned int *counter,
                QC_MM_LAST_PARAMS) {
-  typedef typename QcMMT<T>::vec VT;
-  const int V = QcMMT<T>::V;
+  typedef typename QcMMVec<T>::type VT;
+  const int V = QcMMVec<T>::V;
   const I c = (I)(blockIdx.x / P), p = (I)(blockIdx.x % P);
   const I tid = (I)threadIdx.x, bd = (I)blockDim.x;
   const I step = (I)P * bd;
-  QcMM<T> acc;
+  QcMinMax<T> acc;
   acc.init();
   if (outer == 1) {
     /* one contiguous segment per channel */
@@ -408,7 +315,7 @@ qc_minmax_cols(const T *__restrict__ x, I rows, I C, unsigned int TW, unsigned i
   const unsigned L = QC_MM_THREADS / TW;
   const unsigned lane = threadIdx.x / TW, colin = threadIdx.x - lane * TW;
   const I col = (I)tile * (I)TW + (I)colin;
-  QcMM<T> acc;
+  QcMinMax<T> acc;
   acc.init();
   if (lane < L && col < C) {
     const I rstep = (I)G * (I)L;
@@ -452,7 +359,7 @@ qc_minmax_chan(const T *__restrict__ x, I outer, I C, I inner, unsigned int LANE
    * every shuffle */
   for (I base = (I)blockIdx.x * groups; base < C; base += (I)gridDim.x * groups) {
     const I c = base + (I)group;
-    QcMM<T> acc;
+    QcMinMax<T> acc;
     acc.init();
     if (c < C) {
       for (I j = lane; j < work; j += LANES) {
@@ -481,12 +388,12 @@ qc_minmax_chan(const T *__restrict__ x, I outer, I C, I inner, unsigned int LANE
 
 /* In place: qc_minmax_finish on n (lo, hi, flags) triples. */
 template <typename T>
-__global__ void qc_minmax_finish(T *lo, T *hi, const unsigned char *__restrict__ fl,
+__global__ void qc_minmax_finish_all(T *lo, T *hi, const unsigned char *__restrict__ fl,
                                  unsigned long long n) {
   for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (unsigned long long)gridDim.x * blockDim.x) {
     T a = lo[i], b = hi[i];
-    qc_mm_finish(a, b, fl[i]);
+    qc_minmax_finish(&a, &b, fl[i]);
     lo[i] = a;
     hi[i] = b;
   }

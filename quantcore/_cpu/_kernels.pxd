@@ -1,0 +1,56 @@
+# The C++ side of the CPU extension, declared once (Cython reads this file
+# with _kernels.pyx).  The entry points are templates over the compute type,
+# deduced from the arguments: float or double.
+from libc.stdint cimport int64_t
+
+
+cdef extern from "qc_omp.h" nogil:
+    int qc_openmp_enabled()
+    int qc_omp_max_threads()
+
+
+cdef extern from "qc_minmax.h" nogil:
+    int QC_MM_NAN, QC_MM_NEGZERO, QC_MM_POSZERO
+    int QC_OBS_NONE, QC_OBS_MINMAX, QC_OBS_MOVING_AVG, QC_OBS_PROPAGATE
+    int QC_QS_NONE, QC_QS_AFFINE, QC_QS_SYMMETRIC
+    float qc_ma_update_f32(float m, float x, float c)
+    float qc_running_min_f32(float m, float v)
+    float qc_running_max_f32(float m, float v)
+    void qc_affine_qparams_f32(float mn, float mx, int64_t qmin, int64_t qmax, float eps,
+                               float* scale, int64_t* zp)
+    float qc_symmetric_scale_f32(float mn, float mx, int64_t qmin, int64_t qmax, float eps)
+    void qc_minmax_finish[T](T* lo, T* hi, unsigned flags)
+    bint qc_mm_nonfinite[T](T lo, T hi, unsigned flags)
+    void qc_mm_fold[T](T* lo, T* hi, unsigned char* flags, T plo, T phi, unsigned char pfl)
+    void qc_observe_update(int rule, bint first, float avg_c, float blo, float bhi,
+                           float* smin, float* smax)
+    void qc_qparams(float mn, float mx, int qscheme, float eps, int64_t qmin, int64_t qmax,
+                    int64_t sym_zp, float* scale_out, int64_t* zp_out)
+
+
+cdef extern from "qc_families.h" nogil:
+    int QC_EW_COUNT
+    const char* qc_ew_family_names[]
+    const int qc_ew_family_np[]
+
+
+cdef extern from "qc_kernels.h" nogil:
+    int qc_simd_v3 "qc::simd_v3"
+    int qc_select_simd "qc::select_simd"(int allow)
+    int qc_simd_v3_built "qc::simd_v3_built"()
+
+
+cdef extern from "qc_kernels.h" namespace "qc" nogil:
+    void ew_block[T](int family, const T* x, T* y, unsigned char* mask, int64_t n,
+                     const T* params, int64_t C, int64_t c, T u0, T u1, int mode)
+    void ew_rowvec[T](int family, const T* x, T* y, unsigned char* mask, int64_t rows,
+                      int64_t C, const T* params, T u0, T u1, int mode)
+    void affine_exact_range[T](const T* x, T* y, unsigned char* mask, int64_t start, int64_t n,
+                               int64_t C, int64_t inner, const T* s, const T* inv,
+                               const double* zp, double qmin, double qmax, int mode)
+    void ste_block[T](const T* g, const unsigned char* mask, T* y, int64_t n)
+    void minmax_block[T](const T* x, int64_t n, T* lo, T* hi, unsigned char* flags)
+    void minmax_rowvec[T](const T* x, int64_t rows, int64_t C, T* lo, T* hi,
+                          unsigned char* flags)
+    void histc_block(const float* x, int64_t n, float lo, float hi, int bins, int absolute,
+                     int skip_zeros, int64_t* counts)

@@ -1,0 +1,101 @@
+/*
+ * qc_core.h -- what every quantcore header needs, on the CPU (C++ compiled
+ * into the Cython extension) and on the GPU (CUDA C++, NVRTC or the CUDA
+ * emulator of tests/cudaemu):
+ *
+ *   QC_HD          the qualifiers of a formula callable on both (host: static,
+ *                  always inlined, so that a loop over it vectorises; device:
+ *                  __host__ __device__ __forceinline__); QC_HDM the same for
+ *                  member functions
+ *   qc_i64, qc_u64 64-bit integers
+ *   qc_floor, qc_rint, qc_round, qc_fma   float / double overloads of the
+ *                  libm functions, so that a formula is written once for T
+ *   qc_bits        the bit pattern of a float / double
+ *
+ * Numerical contract (docs/ARCHITECTURE.md): no -ffast-math; the CPU build
+ * uses -ffp-contract=off and the GPU build --fmad=false, so `a * b + c` is
+ * never fused into an FMA; an explicit qc_fma is the correctly rounded fma.
+ */
+#ifndef QC_CORE_H
+#define QC_CORE_H
+
+#ifdef __CUDACC__
+#define QC_HD __host__ __device__ __forceinline__
+#define QC_HDM __host__ __device__ __forceinline__
+typedef long long qc_i64;
+typedef unsigned long long qc_u64;
+#else
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#define QC_HD static inline __attribute__((always_inline))
+#define QC_HDM inline __attribute__((always_inline))
+typedef int64_t qc_i64;
+typedef uint64_t qc_u64;
+#endif
+
+QC_HD float qc_floor(float v) { return floorf(v); }
+QC_HD double qc_floor(double v) { return floor(v); }
+QC_HD float qc_rint(float v) { return rintf(v); }  /* ties to even (FE_TONEAREST) */
+QC_HD double qc_rint(double v) { return rint(v); }
+QC_HD float qc_round(float v) { return roundf(v); } /* ties away from zero */
+QC_HD double qc_round(double v) { return round(v); }
+QC_HD float qc_fma(float a, float b, float c) { return fmaf(a, b, c); }
+QC_HD double qc_fma(double a, double b, double c) { return fma(a, b, c); }
+
+QC_HD unsigned qc_bits(float v) {
+#ifdef __CUDACC__
+  return __float_as_uint(v);
+#else
+  unsigned u;
+  memcpy(&u, &v, sizeof u);
+  return u;
+#endif
+}
+QC_HD qc_u64 qc_bits(double v) {
+#ifdef __CUDACC__
+  return (qc_u64)__double_as_longlong(v);
+#else
+  qc_u64 u;
+  memcpy(&u, &v, sizeof u);
+  return u;
+#endif
+}
+
+/* +inf and the quiet NaN 0x7fc00000 / 0x7ff8000000000000 of T (by overload:
+ * qc_inf(T())); NVRTC has no <math.h> macros. */
+QC_HD float qc_inf(float) {
+#ifdef __CUDACC__
+  return __int_as_float(0x7f800000);
+#else
+  return __builtin_inff();
+#endif
+}
+QC_HD double qc_inf(double) {
+#ifdef __CUDACC__
+  return __longlong_as_double(0x7ff0000000000000ll);
+#else
+  return __builtin_inf();
+#endif
+}
+QC_HD float qc_nan(float) {
+#ifdef __CUDACC__
+  return __int_as_float(0x7fc00000);
+#else
+  return __builtin_nanf("");
+#endif
+}
+QC_HD double qc_nan(double) {
+#ifdef __CUDACC__
+  return __longlong_as_double(0x7ff8000000000000ll);
+#else
+  return __builtin_nan("");
+#endif
+}
+
+/* The bit pattern of -0.0 in T's width. */
+template <typename T> struct QcNegZero;
+template <> struct QcNegZero<float> { static const unsigned bits = 0x80000000u; };
+template <> struct QcNegZero<double> { static const qc_u64 bits = 0x8000000000000000ull; };
+
+#endif /* QC_CORE_H */

@@ -1,0 +1,139 @@
+/*
+ * qc_families.h -- the elementwise kernel families, each declared once.
+ *
+ * A family maps every element x of a tensor to (y, mask) through a formula
+ * of qc_elementwise.h with its channel's parameters.  The CPU loops
+ * (qc_cpu_loops.h) and the GPU kernel (quantcore_gpu/cuda/fake_quant.cu)
+ * are generic over the family's Op:
+ *
+ *   template <typename T> struct Op {
+ *     enum { NP = k };         k per-channel parameters, laid out as NP
+ *                              arrays of C values: params[j * C + c]
+ *     enum { STATIC_BITS = b }; the mode bits the CPU loops make
+ *                              compile-time constants
+ *     T u0, u1; int mode;      the uniform parameters (aggregate order)
+ *     T operator()(T x, const T *p, qc_i64 ps, int mode, unsigned char *mask)
+ *                              y and *mask of x, with parameter j at p[j * ps]
+ *     template <class F> static void dispatch(int mode, F f);   (host only)
+ *                              calls f(QcInt<CM>()) with CM = mode &
+ *                              STATIC_BITS when a loop exists for it, else
+ *                              f(QcInt<-1>()) (every bit at run time)
+ *   };
+ *
+ * QC_EW_FAMILIES lists them: adding a family is its formula (in
+ * qc_elementwise.h), its Op here with one line in the list, and the Python
+ * call that validates the arguments and passes the parameters.  The
+ * extension (family ids, CPU entry points) and quantcore_gpu.kernels (the
+ * CUDA instantiations, read from this file) follow from the list.
+ */
+#ifndef QC_FAMILIES_H
+#define QC_FAMILIES_H
+
+#include "qc_elementwise.h"
+
+/* A compile-time int (what the CPU loops specialise on). */
+template <int V> struct QcInt {
+  static const int value = V;
+};
+
+/* The affine mode bits the CPU loops make compile-time constants; the
+ * zero-point placement (after / before / none) and multiply-or-divide stay
+ * selects inside the loop body, which vectorise. */
+#define QC_AFFINE_STATIC_BITS                                                                  \
+  (QC_ROUND_MASK | QC_NF_MASK | QC_DEQUANT_WIDE | QC_DEQUANT_NARROW | QC_OUTPUT_Q | QC_FMA_ZP | \
+   QC_ROUND_F32)
+
+/* affine: p = {scale, 1 / scale, zero point}; u0, u1 = qmin, qmax */
+template <typename T> struct QcAffineOp {
+  enum { NP = 3, STATIC_BITS = QC_AFFINE_STATIC_BITS };
+  T qmin, qmax;
+  int mode;
+  QC_HDM T operator()(T x, const T *p, qc_i64 ps, int m, unsigned char *mask) const {
+    return qc_fq_affine(x, p[0], p[ps], p[2 * ps], qmin, qmax, m, mask);
+  }
+#ifndef __CUDACC__ /* (the CPU loops only) */
+  /* the combinations in use get a loop each (fake quant: rounding x
+   * non-finite policy; quantize; torch's wide / narrow dequantisation);
+   * any other runs the same loop with these bits at run time */
+  template <class F> static void dispatch(int mode, F f) {
+    switch (mode & QC_AFFINE_STATIC_BITS) {
+    case 0: f(QcInt<0>()); break;
+    case 1: f(QcInt<1>()); break;
+    case 2: f(QcInt<2>()); break;
+    case 32: f(QcInt<32>()); break;
+    case 33: f(QcInt<33>()); break;
+    case 34: f(QcInt<34>()); break;
+    case 64: f(QcInt<64>()); break;
+    case 65: f(QcInt<65>()); break;
+    case 66: f(QcInt<66>()); break;
+    case 128: f(QcInt<128>()); break;
+    case 160: f(QcInt<160>()); break;
+    case 161: f(QcInt<161>()); break;
+    case 162: f(QcInt<162>()); break;
+    case 192: f(QcInt<192>()); break;
+    case 80: f(QcInt<80>()); break;
+    case 1056: f(QcInt<1056>()); break;
+    default: f(QcInt<-1>()); break; /* -1: every bit at run time */
+    }
+  }
+#endif
+};
+
+/* nudged (TensorFlow / MindSpore): p = {nmin, nmax, scale, 1 / scale, qz} */
+template <typename T> struct QcNudgedOp {
+  enum { NP = 5, STATIC_BITS = QC_NUDGED_MODES - 1 };
+  T unused0, unused1;
+  int mode;
+  QC_HDM T operator()(T x, const T *p, qc_i64 ps, int m, unsigned char *mask) const {
+    return qc_fq_nudged(x, p[0], p[ps], p[2 * ps], p[3 * ps], p[4 * ps], m, mask);
+  }
+#ifndef __CUDACC__
+  template <class F> static void dispatch(int mode, F f) {
+    switch (mode & STATIC_BITS) {
+    case 0: f(QcInt<0>()); break;
+    case 1: f(QcInt<1>()); break;
+    case 2: f(QcInt<2>()); break;
+    default: f(QcInt<3>()); break;
+    }
+  }
+#endif
+};
+
+/* amax (NVIDIA): p = {mult, div, amax}; u0, u1 = lo, hi */
+template <typename T> struct QcAmaxOp {
+  enum { NP = 3, STATIC_BITS = 0 };
+  T lo, hi;
+  int mode;
+  QC_HDM T operator()(T x, const T *p, qc_i64 ps, int, unsigned char *mask) const {
+    return qc_fq_amax(x, p[0], p[ps], lo, hi, p[2 * ps], mask);
+  }
+#ifndef __CUDACC__
+  template <class F> static void dispatch(int, F f) { f(QcInt<0>()); }
+#endif
+};
+
+/* The mode a loop specialised on CM passes to the Op: CM's bits as
+ * constants, the rest of `mode` at run time (CM = -1: all at run time). */
+template <class Op, int CM> QC_HD int qc_loop_mode(int mode) {
+  return CM < 0 ? mode : ((mode & ~(int)Op::STATIC_BITS) | CM);
+}
+
+/* X(name, Op) for every elementwise family.  (quantcore_gpu/kernels.py
+ * reads the X(...) lines: keep one entry per line.) */
+#define QC_EW_FAMILIES(X)                                                      \
+  X(affine, QcAffineOp)                                                        \
+  X(nudged, QcNudgedOp)                                                        \
+  X(amax, QcAmaxOp)
+
+/* family ids: QC_EW_affine, ... (QC_EW_COUNT of them), and their names */
+#define QC_EW_ID(name, Op) QC_EW_##name,
+enum { QC_EW_FAMILIES(QC_EW_ID) QC_EW_COUNT };
+#undef QC_EW_ID
+#define QC_EW_NAME(name, Op) #name,
+static const char *const qc_ew_family_names[] = {QC_EW_FAMILIES(QC_EW_NAME)};
+#undef QC_EW_NAME
+#define QC_EW_NP(name, Op) (int)Op<float>::NP,
+static const int qc_ew_family_np[] = {QC_EW_FAMILIES(QC_EW_NP)};
+#undef QC_EW_NP
+
+#endif /* QC_FAMILIES_H */

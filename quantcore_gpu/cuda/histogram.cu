@@ -1,0 +1,43 @@
+/*
+ * histogram.cu -- torch.histc counts on the GPU: the bin of every value by
+ * qc_histc_bin_f32 (qc_elementwise.h, the CPU kernel's formula), counted
+ * with integer atomics, so the counts are exact and do not depend on the
+ * launch shape or the order of the atomics.
+ *
+ * Each block counts into a histogram in shared memory when the bins fit
+ * (QC_HIST_SMEM of them), then adds it to the global int64 counts; more
+ * bins are counted in global memory directly.  |x| is binned when
+ * `absolute`, zeros are left out when `skip_zeros`, NaN and values outside
+ * [lo, hi] are not counted.  The range itself (torch's choice and widening
+ * rules) is chosen on the host, as on the CPU path.
+ */
+#include "qc_elementwise.h"
+
+#define QC_HIST_THREADS 256
+#define QC_HIST_SMEM 4096 /* bins counted in shared memory */
+
+template <typename I>
+__global__ void __launch_bounds__(QC_HIST_THREADS)
+qc_histc(const float *__restrict__ x, I n, float lo, float hi, int bins, int absolute,
+         int skip_zeros, unsigned long long *counts) {
+  __shared__ unsigned int s_counts[QC_HIST_SMEM];
+  const bool in_shared = bins <= QC_HIST_SMEM;
+  if (in_shared)
+    for (int b = threadIdx.x; b < bins; b += blockDim.x) s_counts[b] = 0u;
+  __syncthreads();
+  const float fbins = (float)bins;
+  const I step = (I)gridDim.x * (I)blockDim.x;
+  for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
+    const float v = absolute ? fabsf(x[i]) : x[i];
+    const int b = (skip_zeros && v == 0.0f) ? -1 : qc_histc_bin_f32(v, lo, hi, fbins, bins);
+    if (b < 0) continue;
+    if (in_shared)
+      atomicAdd(&s_counts[b], 1u);
+    else
+      atomicAdd(&counts[b], 1ull);
+  }
+  __syncthreads();
+  if (in_shared)
+    for (int b = threadIdx.x; b < bins; b += blockDim.x)
+      if (s_counts[b]) atomicAdd(&counts[b], (unsigned long long)s_counts[b]);
+}
