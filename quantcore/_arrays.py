@@ -208,8 +208,8 @@ def stage_cupy_api(namespace, names):
         obj = namespace.get(name)
         if isinstance(obj, type):
             for cls in obj.__mro__:
-                if cls.__module__ != module:
-                    continue
+                if cls.__module__ != module and not cls.__module__.startswith(module + "."):
+                    continue  # (classes of the module, or of its package's modules)
                 for attr, member in list(vars(cls).items()):
                     if (attr == "__call__" or not attr.startswith("_")) and \
                             type(member) is types.FunctionType and \

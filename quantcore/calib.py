@@ -18,29 +18,8 @@ Python scalars only, ``load_state_dict()`` restores it exactly, and ``merge``
 combines two calibrators that saw different data (exactly, where the
 statistic allows it).
 
-Float32 models of PyTorch CPU primitives (torch 2.13, x86-64), used here and
-checked against torch in tests/test_calib.py:
-
-``histc(x, nb, lo, hi)``
-    ``lo == hi`` is replaced by the data's min / max, and if still equal by
-    ``lo - 1, hi + 1`` (in double).  With ``l = f32(lo)``, ``h = f32(hi)``:
-    ``b = trunc(f32(f32(f32(x - l) * nb) / f32(h - l)))``, ``b == nb`` counts
-    in bin ``nb - 1``; values outside ``[l, h]`` and NaN are dropped.
-``linspace(a, b, n)``
-    ``step = f32(f32(b - a) / (n - 1))``; ``e_i = f32(a + step * i)`` for
-    ``i < n // 2`` and ``e_i = f32(b - step * (n - 1 - i))`` otherwise, each
-    rounded once (the kernel is compiled with FMA contraction).
-``arange(0, end, w)``
-    ``n = ceil(end / w)`` in double; in blocks of 16 (two 8-lane vectors):
-    ``base = f32(w * i0)`` and lane ``k`` is ``f32(base + k * w)`` in double;
-    the tail (``n % 16`` values) is ``f32(w * i)``.  Exact while
-    ``n <= 32768`` (above that torch splits the work across threads and the
-    block alignment depends on its thread count).
-``sum`` (float32)
-    torch's cascade sum: 8-lane float32 vectors, 4 interleaved accumulators,
-    4 levels of chunked partial sums (see :func:`_torch_sum_f32`).
-``cumsum`` (float32)
-    accumulated in double, each prefix rounded to float32.
+The float32 models of PyTorch CPU primitives these use (histc, linspace,
+arange, the cascade sum) are in :mod:`quantcore.torch_numerics`.
 """
 import bisect
 import math
@@ -50,6 +29,7 @@ import numpy as np
 
 from . import _arrays as A
 from . import qparams as Q
+from . import torch_numerics as TN
 from ._cpu import _kernels as K
 from ._cpu.threads import effective_n_threads
 from ._warn import warn
@@ -81,165 +61,6 @@ def _as_f32_input(x, func):
     """x as a float32 numpy array (float16 / float64 are converted)."""
     arr = A.as_float_array(x, "x", func)
     return np.require(arr, _f32, ["C", "A"])  # (aligned: the kernels need it)
-
-
-def _round_f32(hi, lo):
-    """float32 rounding of the exact value ``hi + lo`` (float64 arrays, ``lo``
-    the error term of a TwoSum), correctly rounded: round to odd in double,
-    then to float32."""
-    hi = np.asarray(hi, dtype=np.float64)
-    lo = np.asarray(lo, dtype=np.float64)
-    bits = hi.view(np.int64)
-    fix = (lo != 0) & ((bits & 1) == 0) & np.isfinite(hi)
-    if fix.any():
-        hi = hi.copy()
-        hi[fix] = np.nextafter(hi[fix], np.where(lo[fix] > 0, np.inf, -np.inf))
-    return hi.astype(_f32)
-
-
-def _fma_f32(a, b, c):
-    """``f32(a * b + c)`` rounded once, for float32-representable inputs.
-
-    ``a * b`` is exact in double (24 + 24 bits); the sum's rounding error is
-    recovered with TwoSum, so the result is the correctly rounded FMA.
-    """
-    p = np.asarray(a, dtype=np.float64) * np.asarray(b, dtype=np.float64)
-    c = np.asarray(c, dtype=np.float64)
-    s = p + c
-    bb = s - p
-    err = (p - (s - bb)) + (c - bb)
-    return _round_f32(s, err)
-
-
-def torch_linspace_f32(start, end, steps):
-    """``torch.linspace(start, end, steps)`` in float32, as torch CPU computes
-    it (see the module docstring)."""
-    a, b = _f32(start), _f32(end)
-    if steps == 1:
-        return np.array([a], dtype=_f32)
-    step = _f32(_f32(b - a) / _f32(steps - 1))
-    i = np.arange(steps, dtype=np.float64)
-    half = steps // 2
-    first = _fma_f32(step, i[:half], a)
-    second = _fma_f32(-step, (steps - 1) - i[half:], b)
-    return np.concatenate([first, second]).astype(_f32)
-
-
-def torch_arange_f32(end, step):
-    """``torch.arange(0, end, step)`` in float32 (``end``, ``step`` > 0 read
-    as doubles), with torch CPU's block-of-16 rule (module docstring)."""
-    end, step = float(end), float(step)
-    n = int(math.ceil(end / step))
-    out = np.empty(n, dtype=_f32)
-    nblk = (n // 16) * 16
-    if nblk:
-        i0 = np.arange(0, nblk, 8, dtype=np.float64)
-        base = (step * i0).astype(_f32).astype(np.float64)       # exact product
-        lanes = base[:, None] + np.arange(8, dtype=np.float64)[None, :] * step
-        out[:nblk] = lanes.astype(_f32).reshape(-1)               # exact sums
-    out[nblk:] = (step * np.arange(nblk, n, dtype=np.float64)).astype(_f32)
-    return out
-
-
-def torch_histc_f32(x, bins, lo, hi, *, absolute=False, skip_zeros=False):
-    """``torch.histc(v, bins, min=lo, max=hi)`` of the float32 values ``v``
-    of ``x`` (``|x|`` when ``absolute``, zeros left out when ``skip_zeros``):
-    float32 counts, in one pass of the C kernel (see the module docstring
-    for the binning rule).
-
-    The range as torch chooses it: ``lo == hi`` takes v's min and max; if
-    those are equal too, the range is widened to at least one float32 step
-    each way (``lo = min(f32 step down, lo - 1)``, ``hi`` alike).
-    """
-    lo, hi = float(lo), float(hi)
-    if lo == hi and x.size:
-        v = np.abs(x) if absolute else x
-        v = v[v != 0] if skip_zeros else v
-        if v.size:
-            lo, hi = float(np.min(v)), float(np.max(v))
-    if lo == hi:
-        lo = min(float(np.nextafter(_f32(lo), _F32_LOWEST)), lo - 1.0)
-        hi = max(float(np.nextafter(_f32(hi), _F32_HIGHEST)), hi + 1.0)
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise ValueError(f"histc: range of [{lo}, {hi}] is not finite")
-    if not lo < hi:
-        raise ValueError(f"histc: max must be larger than min, got [{lo}, {hi}]")
-    l32, h32 = _f32(lo), _f32(hi)
-    x = np.require(x, _f32, ["C", "A"]).reshape(-1)
-    counts = K.histc_f32(x, int(bins), float(l32), float(h32), bool(absolute),
-                         bool(skip_zeros), effective_n_threads(x.shape[0]))
-    return counts.astype(_f32)
-
-
-_F32_LOWEST, _F32_HIGHEST = _f32(np.finfo(_f32).min), _f32(np.finfo(_f32).max)
-
-
-def _ceil_log2(x):
-    return 1 if x <= 2 else int(x - 1).bit_length()
-
-
-def _multi_row_sum(rows):
-    """torch's multi_row_sum over axis 0 of ``rows`` (float32, any trailing
-    shape): 4 levels of chunked partial sums."""
-    size = rows.shape[0]
-    num_levels = 4
-    level_power = max(4, _ceil_log2(size) // num_levels) if size else 4
-    level_step = 1 << level_power
-    level_mask = level_step - 1
-    acc = np.zeros((num_levels,) + rows.shape[1:], dtype=_f32)
-    i = 0
-    while i + level_step <= size:
-        for _ in range(level_step):
-            acc[0] = acc[0] + rows[i]
-            i += 1
-        for j in range(1, num_levels):
-            acc[j] = acc[j] + acc[j - 1]
-            acc[j - 1] = 0
-            if i & (level_mask << (j * level_power)):
-                break
-    while i < size:
-        acc[0] = acc[0] + rows[i]
-        i += 1
-    for j in range(1, num_levels):
-        acc[0] = acc[0] + acc[j]
-    return acc[0]
-
-
-def _row_sum(data):
-    """torch's row_sum: 4 interleaved accumulators, then the tail, then the
-    partials in order.  ``data`` has shape (n, ...) float32."""
-    n = data.shape[0]
-    n_ilp = n // 4
-    partial = _multi_row_sum(data[:n_ilp * 4].reshape((n_ilp, 4) + data.shape[1:]))
-    partial = partial.copy()
-    for i in range(n_ilp * 4, n):
-        partial[0] = partial[0] + data[i]
-    for k in range(1, 4):
-        partial[0] = partial[0] + partial[k]
-    return partial[0]
-
-
-def _torch_sum_f32(x, vec=8):
-    """``torch.sum`` of a contiguous 1-D float32 array on x86-64 AVX2
-    (torch's ``cascade_sum``; exact model of the summation order for arrays
-    small enough not to be split across threads, i.e. < 32768 values)."""
-    x = np.ascontiguousarray(x, dtype=_f32).reshape(-1)
-    n = x.shape[0]
-    if n < vec:
-        return _f32(_row_sum(x)) if n else _f32(0)
-    nvec = n // vec
-    lanes = _row_sum(x[:nvec * vec].reshape(nvec, vec))
-    acc = _f32(0)
-    for v in x[nvec * vec:]:
-        acc = _f32(acc + v)
-    for v in lanes:
-        acc = _f32(acc + v)
-    return acc
-
-
-def _torch_cumsum_f32(x):
-    """``torch.cumsum`` of float32 on CPU: double accumulator, float32 out."""
-    return np.cumsum(np.asarray(x, dtype=np.float64)).astype(_f32)
 
 
 # ------------------------------------------------------------ MaxCalibrator
@@ -514,8 +335,8 @@ class HistogramCalibrator:
         """Bin |x| (``absolute``: x has negative values), x's max |x| = xm."""
         kw = dict(absolute=absolute, skip_zeros=self._skip_zeros)
         if self._hist is None:
-            self._hist = torch_histc_f32(x, self._num_bins, 0.0, float(xm), **kw)
-            self._edges = torch_linspace_f32(0.0, xm, self._num_bins + 1)
+            self._hist = TN.histc_f32(x, self._num_bins, 0.0, float(xm), **kw)
+            self._edges = TN.linspace_f32(0.0, xm, self._num_bins + 1)
             return
         edges, num_bins = self._edges, self._num_bins
         if xm > edges[-1]:
@@ -524,8 +345,8 @@ class HistogramCalibrator:
                 raise ValueError(f"{func}: cannot grow a histogram whose bin width is 0 "
                                  "(the first batch was all zeros)")
             num_bins = int(math.ceil(_f32(xm / w)))
-            edges = torch_arange_f32(_f32(xm + w), w)
-        h = torch_histc_f32(x, num_bins, 0.0, float(edges[-1]), **kw)
+            edges = TN.arange_f32(_f32(xm + w), w)
+        h = TN.histc_f32(x, num_bins, 0.0, float(edges[-1]), **kw)
         n = min(len(self._hist), len(h))
         h[:n] = (h[:n] + self._hist[:n]).astype(_f32)
         self._hist, self._edges, self._num_bins = h, edges, num_bins
@@ -679,7 +500,7 @@ class HistogramCalibrator:
                                  narrow_range=True)
             d = (qc - centers).astype(_f32)
             err = ((d * d).astype(_f32) * counts).astype(_f32)
-            mses.append(_f32(_torch_sum_f32(err) / n))
+            mses.append(_f32(TN.sum_f32(err) / n))
         best = candidates[int(np.argmin(np.array(mses, dtype=_f32)))]
         return np.asarray(centers[best], dtype=_f32)
 
@@ -830,17 +651,17 @@ class TorchHistogram:
             x_min, x_max = arr.min(), arr.max()
         x_min, x_max = _f32(x_min), _f32(x_max)
         if not self.initialized:
-            self._store(torch_histc_f32(arr, self.bins, float(x_min), float(x_max)), x_min, x_max)
+            self._store(TN.histc_f32(arr, self.bins, float(x_min), float(x_max)), x_min, x_max)
             return x
         cur_min, cur_max = _f32(self.min_val), _f32(self.max_val)
         new_min, new_max = min(cur_min, x_min), max(cur_max, x_max)
-        update = torch_histc_f32(arr, self.bins, float(new_min), float(new_max))
+        update = TN.histc_f32(arr, self.bins, float(new_min), float(new_max))
         if new_min == cur_min and new_max == cur_max:
             self._store(self.histogram + update)
             return x
         if cur_min == cur_max:
-            mass = _torch_sum_f32(self.histogram)
-            old = (torch_histc_f32(np.array([cur_min], _f32), self.bins, float(new_min),
+            mass = TN.sum_f32(self.histogram)
+            old = (TN.histc_f32(np.array([cur_min], _f32), self.bins, float(new_min),
                                    float(new_max)) * mass).astype(_f32)
         else:
             old = self._upscale(self.histogram, cur_min, cur_max, new_min, new_max)
@@ -852,9 +673,9 @@ class TorchHistogram:
         n_fine = self.bins * rate
         fine = (np.repeat(hist, rate) / _f32(rate)).astype(_f32)
         bin_size = _f32(_f32(orig_max - orig_min) / _f32(n_fine))
-        mids = (torch_linspace_f32(orig_min, orig_max, n_fine + 1)[:-1]
+        mids = (TN.linspace_f32(orig_min, orig_max, n_fine + 1)[:-1]
                 + _f32(_f32(0.5) * bin_size)).astype(_f32)
-        bounds = torch_linspace_f32(new_min, new_max, self.bins + 1)
+        bounds = TN.linspace_f32(new_min, new_max, self.bins + 1)
         idx = np.searchsorted(bounds, mids, side="right") - 1
         np.clip(idx, 0, self.bins - 1, out=idx)
         out = np.zeros(self.bins, dtype=_f32)
@@ -902,7 +723,7 @@ class TorchHistogram:
         doe_center = ((doe * dw32).astype(_f32) + half32).astype(_f32)
         delta_end = (end_ - doe_center).astype(_f32)
         norm = (norm + l2(_f32(-dst_w / 2), delta_end, density)).astype(_f32)
-        return float(_torch_sum_f32(norm))
+        return float(TN.sum_f32(norm))
 
     def non_linear_param_search(self, dst_nbins=256):
         """Greedy L2 search for the clipping range (caffe2 NormMinimization).
@@ -931,8 +752,8 @@ class TorchHistogram:
         nb = self.bins
         with np.errstate(all="ignore"):  # (see _quantization_error)
             bw32 = _f32(_f32(self.max_val - self.min_val) / _f32(nb))
-        total = float(_torch_sum_f32(self.histogram))
-        csum = _torch_cumsum_f32(self.histogram).tolist()    # exact float32 values
+        total = float(TN.sum_f32(self.histogram))
+        csum = TN.cumsum_f32(self.histogram).tolist()    # exact float32 values
         stepsize = 1e-5
         alpha, beta = 0.0, 1.0
         start, end = 0, nb - 1

@@ -14,6 +14,7 @@ from . import ops
 from . import qparams as Q
 from ._cpu import _kernels
 from ._cpu.threads import PARALLEL_THRESHOLD, get_num_threads
+from ._switches import Switches
 from .observers import MinMaxObserver, MovingAverageMinMaxObserver, ObserverBase, store_into
 
 F32 = np.float32
@@ -27,7 +28,7 @@ _FAST_RULES = {MinMaxObserver: _kernels.OBS_MINMAX,
 _NAN_POLICY = {"skip": 0, "propagate": 1, "raise": 2}
 
 
-class FakeQuantize:
+class FakeQuantize(Switches):
     """Observe, compute qparams, fake quantize; backward by the STE mask.
 
     Forward, with ``(scale, zero_point)`` from the observer's statistics
@@ -259,28 +260,6 @@ class FakeQuantize:
                 int(obs.num_batches), int(obs.nonfinite_batches),
                 np.asarray(self._scale, F32).tobytes(),
                 np.asarray(self._zero_point, np.int64).tobytes())
-
-    # -- switches ----------------------------------------------------------
-    def enable_fake_quant(self, enabled=True):
-        self.fake_quant_enabled = bool(enabled)
-        return self
-
-    def disable_fake_quant(self):
-        return self.enable_fake_quant(False)
-
-    def enable_observer(self, enabled=True):
-        self.observer_enabled = bool(enabled)
-        return self
-
-    def disable_observer(self):
-        return self.enable_observer(False)
-
-    def train(self, mode=True):
-        self.training = bool(mode)
-        return self
-
-    def eval(self):
-        return self.train(False)
 
     # -- qparams -----------------------------------------------------------
     def calculate_qparams(self):

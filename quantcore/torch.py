@@ -53,7 +53,9 @@ from torch.ao.quantization.fake_quantize import FakeQuantizeBase
 
 from . import _arrays as A
 from . import ops
+from .compat import _partial
 from .compat import torch as T
+from .compat.torch import lsq as _Tlsq
 
 __all__ = [
     "fake_quantize_per_tensor_affine", "fake_quantize_per_channel_affine",
@@ -147,8 +149,8 @@ def fake_quantize_per_channel_affine(input, scale, zero_point, axis, quant_min, 
 
 
 # ----------------------------------------------------------- LSQ functions
-_lsq_terms_per_tensor = A.stage_cupy(T._lsq_terms_per_tensor)
-_lsq_terms_per_channel = A.stage_cupy(T._lsq_terms_per_channel)
+_lsq_terms_per_tensor = A.stage_cupy(_Tlsq._lsq_terms_per_tensor)
+_lsq_terms_per_channel = A.stage_cupy(_Tlsq._lsq_terms_per_channel)
 
 
 class _LearnablePerTensor(torch.autograd.Function):
@@ -189,7 +191,7 @@ class _LearnablePerChannel(torch.autograd.Function):
         if summed:
             return _tensor(dx), _tensor(ds), _tensor(dz), None, None, None, None
         # dScale_vec.sum(every dim but axis), as torch's backward (a 1-D x sums all)
-        dims = list(T._lsq_sum_axes(x.ndim, ctx.args[0]))
+        dims = list(_Tlsq._lsq_sum_axes(x.ndim, ctx.args[0]))
         return (_tensor(dx), _like(ds, x).sum(dims), _like(dz, x).sum(dims),
                 None, None, None, None)
 
@@ -270,8 +272,8 @@ class _ObserverModule(_Wrapped, torch.nn.Module):
     """An observer of :mod:`quantcore.compat.torch` as an ``nn.Module``."""
 
     _COMPAT = None
-    with_args = classmethod(T._with_args)
-    with_callable_args = classmethod(T._with_callable_args)
+    with_args = classmethod(_partial._with_args)
+    with_callable_args = classmethod(_partial._with_callable_args)
 
     def __init__(self, *args, **kwargs):
         super().__init__()
@@ -336,7 +338,7 @@ def _compat_observer(observer):
     or torch's own observer class or partial (mapped by class name)."""
     partial = getattr(observer, "p", None)
     if isinstance(partial, functools.partial):
-        wrapper = T._PartialWrapper(functools.partial(_compat_observer(partial.func),
+        wrapper = _partial._PartialWrapper(functools.partial(_compat_observer(partial.func),
                                                       *partial.args, **partial.keywords))
         wrapper.callable_args = dict(getattr(observer, "callable_args", {}))
         return wrapper

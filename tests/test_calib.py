@@ -13,8 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from quantcore.calib import (HistogramCalibrator, MaxCalibrator, TorchHistogram,
-                             torch_arange_f32, torch_histc_f32, torch_linspace_f32)
+from quantcore.calib import HistogramCalibrator, MaxCalibrator, TorchHistogram
+from quantcore.torch_numerics import arange_f32 as torch_arange_f32
+from quantcore.torch_numerics import histc_f32 as torch_histc_f32
+from quantcore.torch_numerics import linspace_f32 as torch_linspace_f32
 
 f32 = np.float32
 
@@ -457,7 +459,7 @@ def test_torch_search_synthetic_histograms(torch, scale, bins):
 
 
 def test_torch_sum_model(torch):
-    from quantcore.calib import _torch_sum_f32
+    from quantcore.torch_numerics import sum_f32 as _torch_sum_f32
     rng = np.random.default_rng(10)
     for n in (1, 5, 8, 100, 2047, 2048, 4099):
         x = (rng.random(n) * rng.choice([1, 1e-6, 1e6]) * (rng.random(n) < 0.6)).astype(f32)

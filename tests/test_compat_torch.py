@@ -15,6 +15,7 @@ from torch.ao.quantization import observer as tob  # noqa: E402
 
 import reference as ref  # noqa: E402
 from quantcore.compat import torch as T  # noqa: E402
+from quantcore.compat.torch import _common  # noqa: E402
 
 F32 = np.float32
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
@@ -79,7 +80,7 @@ def sprinkle(rng, x, p=0.01):
 
 def range_for(dtype, rng):
     """(quant_min, quant_max) choices: default or a custom range for dtype."""
-    lo, hi, _ = T._IINFO[dtype]
+    lo, hi, _ = _common._IINFO[dtype]
     opts = [(None, None)]
     if dtype in ("qint8", "int8"):
         opts += [(-127, 127), (-8, 7), (-128, 127)]

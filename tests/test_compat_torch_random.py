@@ -24,6 +24,7 @@ from torch.ao.quantization import fake_quantize as tfq  # noqa: E402
 from torch.ao.quantization import observer as tob  # noqa: E402
 
 from quantcore.compat import torch as T  # noqa: E402
+from quantcore.compat.torch import _common  # noqa: E402
 from test_compat_torch import F32, npy, same, same_value, tt  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
@@ -735,7 +736,7 @@ def state_roundtrip(rng, ours, theirs, make_ours, make_theirs, p=0.15):
     o2, t2 = make_ours(), make_theirs()
     sd = theirs.state_dict()
     if r < p / 3:      # torch's state dict with its metadata -> both keep eps
-        plain = T._StateDict({k: npy(v) for k, v in sd.items()})
+        plain = _common._StateDict({k: npy(v) for k, v in sd.items()})
         plain._metadata = {k: dict(v) for k, v in sd._metadata.items()}
         o2.load_state_dict(plain)
         t2.load_state_dict(sd)

@@ -74,7 +74,7 @@ def test_histc_bad_arguments():
 def test_degenerate_range_widened_as_torch(value):
     """A constant input: torch widens min == max by at least one float32
     step each way (plain +-1 vanishes for |v| >= 2**24)."""
-    from quantcore.calib import torch_histc_f32
+    from quantcore.torch_numerics import histc_f32 as torch_histc_f32
     x = np.full(10, value, np.float32)
     for lo_hi in ((0.0, 0.0), (value, value)):
         expect = torch_counts(x, 8, *lo_hi)

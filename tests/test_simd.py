@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import quantcore as qc
-from quantcore import calib, ops
+from quantcore import ops, torch_numerics
 from quantcore._cpu import _kernels as K
 from quantcore.compat import torch as T
 
@@ -147,7 +147,7 @@ def test_histograms_and_fused_step(both):
     x = np.where(np.isfinite(x), x, 1.0).astype(np.float32)
     for lo, hi, bins in ((0.0, 30.0, 2048), (0.0, 3e38, 7), (0.5, 0.5000001, 16)):
         same(*both(lambda: K.histc_f32(x, bins, lo, hi, False, False, 2)))
-    same(*both(lambda: calib.torch_histc_f32(x - 15, 2048, 0.0, 0.0, absolute=True,
+    same(*both(lambda: torch_numerics.histc_f32(x - 15, 2048, 0.0, 0.0, absolute=True,
                                              skip_zeros=True)))
 
     def steps():

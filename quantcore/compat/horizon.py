@@ -80,16 +80,16 @@ Further behaviour choices
   ``"mismatched shape when set scale ..., please check channel_len"``.  The
   zero point is stored but, as in Horizon, never used by the fake quant.
 """
-import functools
-import numbers
 
 import numpy as np
 
 from .. import _arrays as A
 from .. import observers as _obs
 from .. import qparams as Q
+from .._switches import Switches
 from ..fake_quantize import FakeQuantize as _CoreFakeQuantize
 from ..ops import _affine, affine_mode, ste_backward
+from ._partial import _with_args
 
 __all__ = [
     "QuantRoundMode", "set_march", "get_march",
@@ -199,27 +199,6 @@ def _range(dtype, quant_min, quant_max, func):
     return qmin, qmax
 
 
-class _PartialWrapper:
-    """A chainable constructor with fixed keyword arguments (torch's
-    ``_PartialWrapper``); each call builds a fresh instance."""
-
-    def __init__(self, p):
-        self.p = p
-
-    def __call__(self, *args, **kwargs):
-        return self.p(*args, **kwargs)
-
-    def with_args(self, **kwargs):
-        return _PartialWrapper(functools.partial(self.p, **kwargs))
-
-    def __repr__(self):
-        return f"_PartialWrapper({self.p!r})"
-
-
-def _with_args(cls, **kwargs):
-    return _PartialWrapper(functools.partial(cls, **kwargs))
-
-
 # ------------------------------------------------------------ observers
 class MovingAverageMinMaxObserver:
     """Horizon's per-tensor moving-average observer (v1)::
@@ -306,7 +285,7 @@ class MovingAveragePerChannelMinMaxObserver(MovingAverageMinMaxObserver):
 
 
 # --------------------------------------------------------- FakeQuantize
-class FakeQuantize:
+class FakeQuantize(Switches):
     """Horizon's ``FakeQuantize``: observe, scale, fake quantize::
 
         out  = clamp(round(x / scale), quant_min, quant_max) * scale
@@ -372,28 +351,6 @@ class FakeQuantize:
         self._fused = None
 
     with_args = classmethod(_with_args)
-
-    # -------------------------------------------------------------- switches
-    def enable_fake_quant(self, enabled=True):
-        self.fake_quant_enabled[0] = 1 if enabled else 0
-        return self
-
-    def disable_fake_quant(self):
-        return self.enable_fake_quant(False)
-
-    def enable_observer(self, enabled=True):
-        self.observer_enabled[0] = 1 if enabled else 0
-        return self
-
-    def disable_observer(self):
-        return self.enable_observer(False)
-
-    def train(self, mode=True):
-        self.training = bool(mode)
-        return self
-
-    def eval(self):
-        return self.train(False)
 
     # ------------------------------------------------------------- qparams
     def calculate_qparams(self):

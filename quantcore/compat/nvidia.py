@@ -104,7 +104,6 @@ Further behaviour choices
   weights ``axis=(1)`` (PQ before TRT 10.9 and modelopt used 0).
 """
 import logging
-import numbers
 
 import numpy as np
 

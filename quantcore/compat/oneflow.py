@@ -85,7 +85,7 @@ import numpy as np
 from .. import _arrays as A
 from .. import qparams as Q
 from ..observers import MomentumMinMaxObserver
-from ..ops import affine_mode, _affine, minmax
+from ..ops import _affine, affine_mode, minmax
 
 __all__ = ["MinMaxObserver", "MovingAverageMinMaxObserver", "FakeQuantization", "Quantization"]
 

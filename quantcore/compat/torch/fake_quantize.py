@@ -1,0 +1,263 @@
+"""The fake-quantize modules of ``torch.ao.quantization.fake_quantize``
+and the module-wide switches."""
+
+import numpy as np
+
+from ... import _arrays as A
+from ... import ops as _ops
+from ..._switches import Switches
+from ...observers import store_into
+from .._errors import AssertionValueError, RuntimeValueError
+from ._common import (
+    _IINFO,
+    _IINFO_MSG,
+    _as_state_array,
+    _copy_into,
+    _is_per_channel,
+    _is_per_tensor,
+    _is_symmetric,
+    _load_into,
+    _Module,
+    _name,
+)
+from .functional import _per_tensor_tensor_qparams, fake_quantize_per_channel_affine_cachemask
+from .fused import _fused
+from .observer import (
+    FixedQParamsObserver,
+    MovingAverageMinMaxObserver,
+    MovingAveragePerChannelMinMaxObserver,
+)
+
+F32 = np.float32
+
+
+def _is_float_qparams(q):
+    return q == "per_channel_affine_float_qparams"
+
+
+class _FakeQuantizeBase(Switches, _Module):
+    _FLAG_DTYPE = np.uint8
+    _SWITCHES_RETURN_SELF = False  # torch's switches return None
+
+    def _init_flags(self):
+        self.fake_quant_enabled = np.array([1], dtype=self._FLAG_DTYPE)
+        self.observer_enabled = np.array([1], dtype=self._FLAG_DTYPE)
+
+
+    def backward(self, grad_output):
+        """Input gradient of the last forward: ``grad * mask`` (straight-through
+        estimator), or ``grad`` itself where fake quant was off."""
+        name = type(self).__name__
+        if not hasattr(self, "_last_mask"):
+            raise RuntimeError(f"{name}.backward: call forward first")
+        g = A.as_float_array(grad_output, "grad_output", f"{name}.backward")
+        mask = self._last_mask
+        if mask is None:
+            if g.shape != self._last_shape:
+                raise RuntimeValueError(
+                    f"{name}.backward: grad_output has shape {g.shape}, the last "
+                    f"forward's input {self._last_shape}")
+            return g.copy()
+        if g.shape != mask.shape:
+            raise RuntimeValueError(
+                f"{name}.backward: grad_output has shape {g.shape}, the last "
+                f"forward's input {mask.shape}")
+        if g.size == 0:
+            return g
+        return _ops.ste_backward(g, mask)
+
+
+class FakeQuantize(_FakeQuantizeBase):
+    """``torch.ao.quantization.FakeQuantize``: observer + qparams + fake quant.
+
+    Buffers ``fake_quant_enabled`` / ``observer_enabled`` (uint8[1]),
+    ``scale`` (float32[1], [C] per channel after a forward), ``zero_point``
+    (int32, float32 for float_qparams); ``activation_post_process`` is the
+    observer.
+    """
+
+    def __init__(self, observer=MovingAverageMinMaxObserver, quant_min=None, quant_max=None,
+                 is_dynamic=False, **observer_kwargs):
+        self._init_flags()
+        if quant_min is not None and quant_max is not None:
+            if quant_min > quant_max:
+                raise AssertionValueError("quant_min must be less than or equal to quant_max")
+            dtype = observer_kwargs.get("dtype", "quint8")
+            if hasattr(observer, "p"):
+                dtype = getattr(getattr(observer, "p", {}), "keywords", {}).get("dtype", dtype)
+            dname = _name(dtype, "dtype")
+            if dname not in _IINFO:
+                raise TypeError(_IINFO_MSG)
+            lo, hi, _ = _IINFO[dname]
+            if lo > quant_min:
+                raise AssertionValueError("quant_min out of bound")
+            if quant_max > hi:
+                raise AssertionValueError("quant_max out of bound")
+            observer_kwargs.update({"quant_min": quant_min, "quant_max": quant_max})
+        observer_kwargs["is_dynamic"] = is_dynamic
+        self.activation_post_process = observer(**observer_kwargs)
+        app = self.activation_post_process
+        self.quant_min = app.quant_min
+        self.quant_max = app.quant_max
+        self.is_dynamic = app.is_dynamic
+        zp_dtype = F32 if _is_float_qparams(app.qscheme) else np.int32
+        self.scale = np.array([1.0], dtype=F32)
+        self.zero_point = np.array([0], dtype=zp_dtype)
+        self.dtype = app.dtype
+        self.qscheme = app.qscheme
+        self.ch_axis = app.ch_axis if hasattr(app, "ch_axis") else -1
+        if not (_is_per_channel(self.qscheme) or _is_per_tensor(self.qscheme)):
+            raise AssertionValueError(
+                "Only per channel and per tensor quantization are supported in "
+                f"fake quantize got qscheme: torch.{self.qscheme}")
+        self.is_per_channel = _is_per_channel(self.qscheme)
+
+    def calculate_qparams(self):
+        return self.activation_post_process.calculate_qparams()
+
+    def _store_qparams(self, scale, zero_point):
+        """``self.scale.resize_(...).copy_(...)`` as torch: in place (a new
+        array where the shape changes, see the module docstring)."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            store_into(self, "scale", scale, F32)
+            store_into(self, "zero_point", zero_point, self.zero_point.dtype)
+
+    def forward(self, X):
+        """Observe (if enabled), update scale / zero_point, fake-quantize (if enabled)."""
+        if self.observer_enabled[0] == 1:
+            self.activation_post_process(X)
+            self._store_qparams(*self.calculate_qparams())
+        self._last_shape = np.shape(X)
+        self._last_mask = None
+        if self.fake_quant_enabled[0] == 1:
+            app = self.activation_post_process
+            if self.is_per_channel:
+                X, self._last_mask = fake_quantize_per_channel_affine_cachemask(
+                    X, self.scale, self.zero_point, self.ch_axis, app.quant_min, app.quant_max)
+            else:
+                X, self._last_mask = _per_tensor_tensor_qparams(
+                    X, self.scale, self.zero_point, app.quant_min, app.quant_max)
+        return X
+
+    def _save(self, dest, prefix):
+        for name in ("fake_quant_enabled", "observer_enabled", "scale", "zero_point"):
+            dest[prefix + name] = getattr(self, name)  # shared, as in torch
+        self.activation_post_process._save(dest, prefix + "activation_post_process.")
+
+    def _metadata(self, dest, prefix):
+        super()._metadata(dest, prefix)
+        self.activation_post_process._metadata(dest, prefix + "activation_post_process.")
+
+    def _prepare(self, state, prefix, metadata):
+        self.activation_post_process._prepare(state, prefix + "activation_post_process.",
+                                              metadata)
+
+    def _state_keys(self, prefix=""):
+        return ([prefix + k for k in ("fake_quant_enabled", "observer_enabled", "scale",
+                                      "zero_point")]
+                + self.activation_post_process._state_keys(prefix + "activation_post_process."))
+
+    def _load(self, state, prefix):
+        for name in ("fake_quant_enabled", "observer_enabled"):
+            if prefix + name in state:
+                _load_into(self, name, state[prefix + name])
+        # torch resizes scale / zero_point to the checkpoint's shape, then copies
+        for name in ("scale", "zero_point"):
+            if prefix + name in state:
+                val = _as_state_array(state[prefix + name], name, self)
+                _load_into(self, name, val, shape=val.shape)
+        self.activation_post_process._load(state, prefix + "activation_post_process.")
+
+    def extra_repr(self):
+        return (f"fake_quant_enabled={self.fake_quant_enabled}, "
+                f"observer_enabled={self.observer_enabled}, quant_min={self.quant_min}, "
+                f"quant_max={self.quant_max}, dtype={self.dtype}, qscheme={self.qscheme}, "
+                f"ch_axis={self.ch_axis}, scale={self.scale}, zero_point={self.zero_point}")
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.extra_repr()})"
+
+
+class FixedQParamsFakeQuantize(FakeQuantize):
+    """``torch.ao.quantization.FixedQParamsFakeQuantize``: shares the
+    FixedQParamsObserver's scale / zero_point arrays."""
+
+    def __init__(self, observer):
+        super().__init__(observer=observer)
+        if type(self.activation_post_process) is not FixedQParamsObserver:
+            raise AssertionValueError(f"{type(self).__name__}'s observer must be a "
+                                      "FixedQParamsObserver")
+        self._observer_ctr = observer
+        self.scale = self.activation_post_process.scale
+        self.zero_point = self.activation_post_process.zero_point
+        if not _is_per_tensor(self.qscheme):
+            raise AssertionValueError(
+                "Only per tensor quantization is supported FixedQParamsFakeQuantize "
+                f"module, got qscheme:torch.{self.qscheme}")
+
+    def calculate_qparams(self):
+        return self.scale, self.zero_point
+
+    def _load(self, state, prefix):
+        for name in ("fake_quant_enabled", "observer_enabled", "scale", "zero_point"):
+            if prefix + name in state:
+                np.copyto(getattr(self, name),
+                          _copy_into(self, name, state[prefix + name],
+                                     dtype=getattr(self, name).dtype))
+        self.activation_post_process._load(state, prefix + "activation_post_process.")
+
+
+class FusedMovingAvgObsFakeQuantize(FakeQuantize):
+    """``torch.ao.quantization.FusedMovingAvgObsFakeQuantize``: one call of
+    :func:`fused_moving_avg_obs_fake_quant` per forward; int64 enable flags."""
+
+    _FLAG_DTYPE = np.int64
+
+    def __init__(self, observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255,
+                 **observer_kwargs):
+        super().__init__(observer, quant_min, quant_max, **observer_kwargs)
+        if not isinstance(self.activation_post_process,
+                          (MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver)):
+            raise AssertionValueError("Fused observer+fake_quant module only works with "
+                                      "MovingAverageMinMaxObserver")
+        self._init_flags()
+        self.is_symmetric_quant = _is_symmetric(self.activation_post_process.qscheme)
+
+    def forward(self, X):
+        app = self.activation_post_process
+        res = _fused(X, int(self.observer_enabled[0]), int(self.fake_quant_enabled[0]),
+                     app.min_val, app.max_val, self.scale, self.zero_point,
+                     app.averaging_constant, app.quant_min, app.quant_max, self.ch_axis,
+                     self.is_per_channel, self.is_symmetric_quant)
+        out, mask, rmin, rmax, scale, zp = res
+        # torch writes the buffers in place (resized per channel on the first call)
+        app._core._store(rmin, rmax)
+        self._store_qparams(scale, zp)
+        self._last_shape = np.shape(X)
+        self._last_mask = mask
+        return out
+
+
+def _flag_call(attr, enabled):
+    def apply(mod):
+        if isinstance(mod, _FakeQuantizeBase):
+            getattr(mod, attr)(enabled)
+    return apply
+
+
+def enable_fake_quant(mod):
+    """``torch.ao.quantization.enable_fake_quant`` for one module."""
+    _flag_call("enable_fake_quant", True)(mod)
+
+
+def disable_fake_quant(mod):
+    _flag_call("enable_fake_quant", False)(mod)
+
+
+def enable_observer(mod):
+    _flag_call("enable_observer", True)(mod)
+
+
+def disable_observer(mod):
+    _flag_call("enable_observer", False)(mod)
+
