@@ -309,8 +309,8 @@ class FakeQuantize(Switches):
                                      f"{scale.size}")
             axis = None if self.axis is None else A.normalize_axis(self.axis, arr.ndim, func)
             y, mask = ops._affine(arr, scale.astype(np.float64), zp.astype(np.float64),
-                                  self.quant_min, self.quant_max, self._mode, axis, out, True,
-                                  func, mask_dtype=np.uint8)
+                                  self.quant_min, self.quant_max, self._mode, axis=axis,
+                                  out=out, mask=True, func=func, mask_dtype=np.uint8)
             self._mask_shape = arr.shape
             self._mask = (np.packbits(mask.reshape(-1), bitorder="little")
                           if self.packed_mask else mask)

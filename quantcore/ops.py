@@ -152,17 +152,17 @@ def _finish_minmax(lo, hi, flags):
 
 
 # ------------------------------------------------------------ affine family
-def _ew(family, arr, params, u0, u1, mode, axis, out, want_mask, func, mask_out=None,
-        mask_dtype=np.bool_, out_dtype=None):
+def _ew(family, arr, params, u0, u1, mode, *, axis=None, out=None, mask=False,
+        func="fake_quant", mask_out=None, mask_dtype=np.bool_, out_dtype=None):
     """An elementwise family of qc_families.h over ``arr`` (a validated float
     array): the layout, ``out`` and mask plumbing of every recipe.
 
     ``params``: the family's per-channel parameters, each a 1-D array in the
     compute dtype (one value per tensor, C per channel along ``axis``);
     ``u0, u1, mode``: its uniform parameters.  Returns the result (in
-    ``out_dtype``, default arr's), and the mask when ``want_mask``.
+    ``out_dtype``, default arr's), and the mask when ``mask``.
     """
-    layout, o, m = _outputs(arr, out, want_mask, mask_out, mask_dtype, out_dtype, func)
+    layout, o, m = _outputs(arr, out, mask, mask_out, mask_dtype, out_dtype, func)
     flat = layout.flat
     mflat = m.flat if m is not None else None
     nthreads = effective_n_threads(flat.shape[0])
@@ -204,8 +204,9 @@ def _results(arr, o, m, mask_dtype, out_dtype):
 _FAMILIES = K.FAMILIES
 
 
-def _affine(x, scale, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
-            mask_out=None, mask_dtype=np.bool_, out_dtype=None, inv=None, exact=False):
+def _affine(x, scale, zero_point, qmin, qmax, mode, *, axis=None, out=None, mask=False,
+            func="fake_quant", mask_out=None, mask_dtype=np.bool_, out_dtype=None, inv=None,
+            exact=False):
     """Unchecked affine fake quant / quantize: the compat layers' entry.
 
     ``scale`` and ``zero_point`` are 1-D float arrays (1 value per tensor,
@@ -220,10 +221,11 @@ def _affine(x, scale, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
     s, inv_w, z = _scale_inverse(scale, zero_point, work)
     inv = inv_w if inv is None else np.asarray(inv, dtype=np.float64).reshape(-1).astype(work)
     if exact:
-        return _affine_exact(arr, s, inv, zero_point, qmin, qmax, mode, axis, out, want_mask,
+        return _affine_exact(arr, s, inv, zero_point, qmin, qmax, mode, axis, out, mask,
                              func, mask_out, mask_dtype, out_dtype)
-    return _ew("affine", arr, (s, inv, z), float(qmin), float(qmax), mode, axis, out,
-               want_mask, func, mask_out, mask_dtype, out_dtype)
+    return _ew("affine", arr, (s, inv, z), float(qmin), float(qmax), mode, axis=axis,
+               out=out, mask=mask, func=func, mask_out=mask_out, mask_dtype=mask_dtype,
+               out_dtype=out_dtype)
 
 
 def _affine_exact(arr, s, inv, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
@@ -426,7 +428,7 @@ def fake_quant(x, scale, zero_point, quant_min, quant_max, *, axis=None, roundin
             return res
     arr, axis, qmin, qmax, s, z = _affine_params(x, scale, zero_point, quant_min, quant_max,
                                                  axis, zero_point_add, func)
-    return _affine(arr, s, z, qmin, qmax, mode, axis, out, False, func)
+    return _affine(arr, s, z, qmin, qmax, mode, axis=axis, out=out, func=func)
 
 
 @A.interop
@@ -455,7 +457,8 @@ def fake_quant_with_mask(x, scale, zero_point, quant_min, quant_max, *, axis=Non
             return res
     arr, axis, qmin, qmax, s, z = _affine_params(x, scale, zero_point, quant_min, quant_max,
                                                  axis, zero_point_add, func)
-    return _affine(arr, s, z, qmin, qmax, mode, axis, out, True, func, mask_out=mask_out,
+    return _affine(arr, s, z, qmin, qmax, mode, axis=axis, out=out, mask=True, func=func,
+                   mask_out=mask_out,
                    mask_dtype=mask_dtype)
 
 
@@ -500,7 +503,7 @@ def quantize(x, scale, zero_point, quant_min, quant_max, *, axis=None, rounding=
     mode = affine_mode(rounding, zero_point_add, scale_op, "nan_to_qmin", output_q=True,
                        func=func)
     work = A.compute_dtype(arr.dtype)
-    q = _affine(arr, s, z, qmin, qmax, mode, axis, None, False, func, out_dtype=work)
+    q = _affine(arr, s, z, qmin, qmax, mode, axis=axis, func=func, out_dtype=work)
     if float(work.type(qmin)) != qmin or float(work.type(qmax)) != qmax:
         # the range ends are not exact in the compute dtype (int32 range in
         # float32): clamp again exactly before the integer conversion
@@ -545,14 +548,14 @@ def dequantize(q, scale, zero_point, *, axis=None, dtype=np.float32):
 
 
 # ------------------------------------------------------------ nudged family
-def _nudged(x, nudged_min, nudged_max, scale, inv_scale, quant_zero, mode, axis, out,
-            want_mask, func, mask_dtype=np.bool_):
+def _nudged(x, nudged_min, nudged_max, scale, inv_scale, quant_zero, mode, *, axis=None,
+            out=None, mask=False, func="fake_quant_nudged", mask_dtype=np.bool_):
     """Unchecked nudged fake quant; parameters are 1-D arrays."""
     arr = A.as_float_array(x, "x", func)
     work = A.compute_dtype(arr.dtype)
     params = [np.asarray(p).astype(work).reshape(-1)
               for p in (nudged_min, nudged_max, scale, inv_scale, quant_zero)]
-    return _ew("nudged", arr, params, 0.0, 0.0, mode, axis, out, want_mask, func,
+    return _ew("nudged", arr, params, 0.0, 0.0, mode, axis=axis, out=out, mask=mask, func=func,
                mask_dtype=mask_dtype)
 
 
@@ -596,11 +599,13 @@ def fake_quant_nudged(x, nudged_min, nudged_max, scale, *, inv_scale=None, quant
         qz = np.floor((-nmin * inv).astype(work) + work.type(0.5)).astype(work)
     else:
         qz = A.param_array(quant_zero, "quant_zero", func, channels).astype(work)
-    return _nudged(arr, nmin, nmax, s, inv, qz, mode, axis, out, return_mask, func)
+    return _nudged(arr, nmin, nmax, s, inv, qz, mode, axis=axis, out=out, mask=return_mask,
+                   func=func)
 
 
 # -------------------------------------------------------------- amax family
-def _amax(x, amax, num_bits, unsigned, narrow_range, axis, out, want_mask, func):
+def _amax(x, amax, num_bits, *, unsigned=False, narrow_range=True, axis=None, out=None,
+          mask=False, func="fake_quant_amax"):
     """Unchecked amax fake quant (qparams.amax_multiplier gives the scale)."""
     from .qparams import amax_bounds, amax_multiplier
     arr = A.as_float_array(x, "x", func)
@@ -608,8 +613,8 @@ def _amax(x, amax, num_bits, unsigned, narrow_range, axis, out, want_mask, func)
     amax_w = np.asarray(amax).astype(work).reshape(-1)
     mult, div = amax_multiplier(amax_w, num_bits, unsigned)
     lo, hi = amax_bounds(num_bits, unsigned, narrow_range)
-    return _ew("amax", arr, (mult, div, amax_w), float(lo), float(hi), 0, axis, out, want_mask,
-               func)
+    return _ew("amax", arr, (mult, div, amax_w), float(lo), float(hi), 0, axis=axis, out=out,
+               mask=mask, func=func)
 
 
 @A.interop
@@ -641,7 +646,8 @@ def fake_quant_amax(x, amax, num_bits=8, *, unsigned=False, narrow_range=True, a
         raise ValueError(f"{func}: amax must be finite and >= 0, got {am.tolist()}")
     if unsigned and bool((arr < 0).any()):
         raise ValueError(f"{func}: negative values in x with unsigned=True")
-    return _amax(arr, am, nb, bool(unsigned), bool(narrow_range), axis, out, return_mask, func)
+    return _amax(arr, am, nb, unsigned=bool(unsigned), narrow_range=bool(narrow_range),
+                 axis=axis, out=out, mask=return_mask, func=func)
 
 
 # ----------------------------------------------------------------- backward

@@ -421,7 +421,7 @@ class FakeQuantize(Switches):
                              f"{scale.size}")
         out = arr if (self.in_place and isinstance(x, np.ndarray) and x.flags.writeable) else None
         y, mask = _affine(arr, scale.astype(np.float64), np.zeros(scale.size), self.quant_min,
-                          self.quant_max, mode, axis, out, True, func)
+                          self.quant_max, mode, axis=axis, out=out, mask=True, func=func)
         self._keep_mask(mask, arr.shape)
         return y
 

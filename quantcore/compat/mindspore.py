@@ -311,7 +311,7 @@ class FakeQuantWithMinMaxObserver:
                 return arr.copy()
         nmin, nmax, scale = self._nudged_range()
         return _nudged(arr, nmin, nmax, scale, scale, np.zeros_like(scale), NUDGED_DIVIDE,
-                       axis, None, False, _CLS)
+                       axis=axis, func=_CLS)
 
     forward = construct
 
@@ -334,7 +334,7 @@ class FakeQuantWithMinMaxObserver:
         axis = self._axis(arr)
         nmin, nmax, scale = self._nudged_range()
         _, mask = _nudged(arr, nmin, nmax, scale, scale, np.zeros_like(scale), NUDGED_DIVIDE,
-                          axis, None, True, func)
+                          axis=axis, mask=True, func=func)
         # MindSpore's gradient kernel selects: 0 where x < nudge_min or
         # x > nudge_max, else dout (so +0.0 outside, NaN dout blocked there,
         # and a NaN x, which is neither, passes dout)

@@ -394,7 +394,8 @@ def fake_tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=Tru
     func = "fake_tensor_quant"
     arr, am, nb = _quant_args(inputs, amax, num_bits, unsigned, func)
     x, p, axis, shape = _plan(arr, am, func)
-    y = _amax(x, p, nb, bool(unsigned), bool(narrow_range), axis, None, False, func)
+    y = _amax(x, p, nb, unsigned=bool(unsigned), narrow_range=bool(narrow_range), axis=axis,
+              func=func)
     return y.reshape(shape)
 
 
@@ -414,7 +415,8 @@ def tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=True):
     arr, am, nb = _quant_args(inputs, amax, num_bits, unsigned, func)
     work = A.compute_dtype(arr.dtype)
     x, p, axis, shape = _plan(arr.astype(work, copy=False), am, func)
-    y = _amax(x, p, nb, bool(unsigned), bool(narrow_range), axis, None, False, func)
+    y = _amax(x, p, nb, unsigned=bool(unsigned), narrow_range=bool(narrow_range), axis=axis,
+              func=func)
     _, div = Q.amax_multiplier(p.astype(work), nb, bool(unsigned))
     q = _q_of(y, div, axis, y.ndim).reshape(shape)
     _, scale = Q.amax_multiplier(am.astype(work), nb, bool(unsigned))
@@ -437,7 +439,7 @@ def fake_tensor_quant_backward(grad_outputs, inputs, amax):
     g = A.as_float_array(grad_outputs, "grad_outputs", func)
     am = _as_param(amax, "amax", func)
     x, p, axis, shape = _plan(arr, am, func)
-    _, mask = _amax(x, p, 8, False, True, axis, None, True, func)
+    _, mask = _amax(x, p, 8, axis=axis, mask=True, func=func)
     return _ste(g, mask.reshape(shape), func)
 
 
@@ -479,7 +481,7 @@ def fake_affine_tensor_quant(inputs, min_range, max_range, num_bits=8):
     qmin, qmax = -2 ** (nb - 1), 2 ** (nb - 1) - 1
     mode = affine_mode("half_even", scale_op="div", func=func)
     # the kernel adds the zero point after rounding: round(v) + (-qz) == round(v) - qz
-    return _affine(arr, step, -qzero, qmin, qmax, mode, None, None, False, func)
+    return _affine(arr, step, -qzero, qmin, qmax, mode, func=func)
 
 
 def fake_affine_tensor_quant_backward(grad_outputs, inputs, min_range, max_range):
@@ -490,7 +492,7 @@ def fake_affine_tensor_quant_backward(grad_outputs, inputs, min_range, max_range
     g = A.as_float_array(grad_outputs, "grad_outputs", func)
     one = np.ones(1)
     # the nudged kernel's mask is exactly nmin <= x <= nmax
-    _, mask = _nudged(arr, lo, hi, one, one, np.zeros(1), 0, None, None, True, func)
+    _, mask = _nudged(arr, lo, hi, one, one, np.zeros(1), 0, mask=True, func=func)
     return _ste(g, mask, func)
 
 

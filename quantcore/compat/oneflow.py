@@ -285,8 +285,7 @@ class FakeQuantization(_Module):
         mode = affine_mode("half_even", "before_rounding" if affine else "none", "div",
                            "propagate", output_q=self._output_q, func=cls)
         with np.errstate(all="ignore"):
-            return _affine(x, s.astype(work), z.astype(work), lo, hi, mode, axis, None, False,
-                           cls)
+            return _affine(x, s.astype(work), z.astype(work), lo, hi, mode, axis=axis, func=cls)
 
     def backward(self, dy):
         """Identity (straight-through, no clipping mask): returns ``dy``."""

@@ -156,7 +156,8 @@ def _channels(x, mn, mx):
 # ------------------------------------------------------------ kernels' use
 def _forward(x, mn, mx, qmin, qmax, mode, axis, op, want_mask=False):
     nmin, nmax, scale, inv, qz = Q.nudge_tensorflow(mn, mx, qmin, qmax)
-    return _nudged(x, nmin, nmax, scale, inv, qz, mode, axis, None, want_mask, op), (nmin, nmax)
+    return _nudged(x, nmin, nmax, scale, inv, qz, mode, axis=axis, mask=want_mask,
+                   func=op), (nmin, nmax)
 
 
 def _outside_sums(g, x, nmin, nmax, axis):

@@ -71,9 +71,9 @@ def _per_tensor(x, scale, zp, qmin, qmax, func):
     exact = _needs_exact(arr.dtype, z, qmin, qmax)
     with np.errstate(all="ignore"):
         if arr.dtype == np.float64:
-            return _affine(arr, s, z, qmin, qmax, _MODE_PER_TENSOR_F64, None, None, True, func,
+            return _affine(arr, s, z, qmin, qmax, _MODE_PER_TENSOR_F64, mask=True, func=func,
                            inv=_f32_inverse(s), exact=exact)
-        return _affine(arr, s, z, qmin, qmax, _MODE_PER_TENSOR, None, None, True, func,
+        return _affine(arr, s, z, qmin, qmax, _MODE_PER_TENSOR, mask=True, func=func,
                        exact=exact)
 
 
@@ -248,10 +248,10 @@ def _per_channel(arr, s, z, axis, qmin, qmax, func):
     exact = _needs_exact(arr.dtype, z64, qmin, qmax)
     with np.errstate(all="ignore"):
         if arr.ndim == 0:
-            return _affine(arr.reshape(1), s64, z64, qmin, qmax, mode, 0, None, True,
-                           func, inv=inv, exact=exact)[0].reshape(()), np.ones((), np.bool_)
-        return _affine(arr, s64, z64, qmin, qmax, mode, int(axis), None, True, func, inv=inv,
-                       exact=exact)
+            return _affine(arr.reshape(1), s64, z64, qmin, qmax, mode, axis=0, mask=True,
+                           func=func, inv=inv, exact=exact)[0].reshape(()), np.ones((), np.bool_)
+        return _affine(arr, s64, z64, qmin, qmax, mode, axis=int(axis), mask=True, func=func,
+                       inv=inv, exact=exact)
 
 
 def fake_quantize_per_channel_affine(x, scale, zero_point, axis, quant_min, quant_max):
