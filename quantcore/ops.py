@@ -10,6 +10,8 @@ for example) after doing their own framework's validation.
 Precision: float32 input is computed in float32, float64 in float64, and
 float16 in float32 with the result rounded back to float16 once.
 """
+import math
+
 import numpy as np
 
 from . import _arrays as A
@@ -104,11 +106,21 @@ def minmax(x, axis=None, *, nan_policy="propagate"):
     func = "minmax"
     if nan_policy not in ("propagate", "omit"):
         raise ValueError(f"{func}: nan_policy must be 'propagate' or 'omit', got {nan_policy!r}")
-    flat = A.fast_flat(x) if axis is None else None
-    if flat is not None:  # per tensor, contiguous float32 / float64: one kernel call
-        lo, hi = K.minmax_finished(flat, effective_n_threads(flat.shape[0]),
-                                   nan_policy == "omit")
-        return np.array(lo, x.dtype), np.array(hi, x.dtype)
+    flat = A.fast_flat(x)
+    if flat is not None:  # contiguous float32 / float64: the kernels directly
+        nthreads = effective_n_threads(flat.shape[0])
+        if axis is None:
+            lo, hi = K.minmax_finished(flat, nthreads, nan_policy == "omit")
+            return np.array(lo, x.dtype), np.array(hi, x.dtype)
+        if type(axis) is int and -x.ndim <= axis < x.ndim:
+            axis %= x.ndim
+            shape = x.shape
+            lo, hi, flags = K.minmax_channels(flat, math.prod(shape[:axis]), shape[axis],
+                                              math.prod(shape[axis + 1:]), nthreads)
+            if nan_policy == "omit":
+                flags &= np.uint8(~MM_NAN & 0xFF)
+            K.minmax_finish(lo, hi, flags)
+            return lo, hi
     arr = A.as_float_array(x, "x", func)
     lo, hi, flags = _minmax_flags(arr, axis, func)
     if nan_policy == "omit":
@@ -343,8 +355,55 @@ def _affine_fast(x, scale, zero_point, quant_min, quant_max, mode, zero_point_ad
     return dest[0], mask.view(np.bool_) if mask_dtype == np.bool_ else mask
 
 
+def _affine_channels_fast(x, scale, zero_point, quant_min, quant_max, axis, mode,
+                          zero_point_add, out, func, mask_dtype=None):
+    """Per-channel affine fake quant of a contiguous float32 / float64 numpy
+    array with numpy arrays of scales and integer zero points (one per
+    channel): ``_affine``'s kernel and numbers without its layout machinery.
+    None when the call is not that case or an argument fails a check (the
+    general path then raises its error)."""
+    flat = A.fast_flat(x)
+    if flat is None or zero_point_add != "after_rounding" or type(axis) is not int or \
+            type(scale) is not np.ndarray or type(zero_point) is not np.ndarray:
+        return None
+    shape = x.shape
+    if not -len(shape) <= axis < len(shape):
+        return None
+    axis %= len(shape)
+    C = shape[axis]
+    if scale.shape != (C,) or zero_point.shape != (C,) or scale.dtype.kind != "f" or \
+            zero_point.dtype.kind not in "iuf" or type(quant_min) is not int or \
+            type(quant_max) is not int or not quant_min < quant_max:
+        return None
+    dest = A.fast_out(x, out)
+    if dest is None:
+        return None
+    work = x.dtype
+    params = np.empty(3 * C, work)        # scale, 1 / scale, zero point (qc_families.h)
+    s, inv, z = params[:C], params[C:2 * C], params[2 * C:]
+    s[...] = scale
+    if not ((s >= _TINY[work]) & (s <= _MAX_W[work])).all() or \
+            not ((zero_point >= quant_min) & (zero_point <= quant_max)).all() or \
+            (zero_point.dtype.kind == "f" and not (np.floor(zero_point) == zero_point).all()):
+        return None
+    np.divide(work.type(1), s, out=inv)
+    z[...] = zero_point
+    mask = None if mask_dtype is None else np.empty(shape, np.uint8)
+    n = flat.shape[0]
+    K.ew(_AFFINE, flat, dest[1], None if mask is None else mask.reshape(-1),
+         math.prod(shape[:axis]), C, math.prod(shape[axis + 1:]), params, float(quant_min),
+         float(quant_max), mode, effective_n_threads(n))
+    if mask is None:
+        return dest[0]
+    return dest[0], mask.view(np.bool_) if mask_dtype == np.bool_ else mask
+
+
 _REALS = (int, float, np.integer, np.floating)
 _AFFINE = K.FAMILIES["affine"]
+_NUDGED = K.FAMILIES["nudged"]
+_AMAX = K.FAMILIES["amax"]
+_MAX_W = {np.dtype(np.float32): np.float32(np.finfo(np.float32).max),
+          np.dtype(np.float64): np.finfo(np.float64).max}
 _MASK_DTYPES = (np.dtype(np.bool_), np.dtype(np.uint8))
 _TINY_F = {k: float(v) for k, v in _TINY.items()}
 _MAX_F = {np.dtype(np.float32): float(np.finfo(np.float32).max),
@@ -424,8 +483,11 @@ def fake_quant(x, scale, zero_point, quant_min, quant_max, *, axis=None, roundin
     if axis is None:
         res = _affine_fast(x, scale, zero_point, quant_min, quant_max, mode, zero_point_add,
                            out, func)
-        if res is not None:
-            return res
+    else:
+        res = _affine_channels_fast(x, scale, zero_point, quant_min, quant_max, axis, mode,
+                                    zero_point_add, out, func)
+    if res is not None:
+        return res
     arr, axis, qmin, qmax, s, z = _affine_params(x, scale, zero_point, quant_min, quant_max,
                                                  axis, zero_point_add, func)
     return _affine(arr, s, z, qmin, qmax, mode, axis=axis, out=out, func=func)
@@ -450,9 +512,13 @@ def fake_quant_with_mask(x, scale, zero_point, quant_min, quant_max, *, axis=Non
     if np.dtype(mask_dtype) not in (np.dtype(np.bool_), np.dtype(np.uint8)):
         raise TypeError(f"{func}: mask_dtype must be bool or uint8, got {np.dtype(mask_dtype)}")
     mode = _affine_mode_cached(rounding, zero_point_add, scale_op, nonfinite, func)
-    if axis is None and mask_out is None:
-        res = _affine_fast(x, scale, zero_point, quant_min, quant_max, mode, zero_point_add,
-                           out, func, mask_dtype=np.dtype(mask_dtype))
+    if mask_out is None:
+        if axis is None:
+            res = _affine_fast(x, scale, zero_point, quant_min, quant_max, mode, zero_point_add,
+                               out, func, mask_dtype=np.dtype(mask_dtype))
+        else:
+            res = _affine_channels_fast(x, scale, zero_point, quant_min, quant_max, axis, mode,
+                                        zero_point_add, out, func, np.dtype(mask_dtype))
         if res is not None:
             return res
     arr, axis, qmin, qmax, s, z = _affine_params(x, scale, zero_point, quant_min, quant_max,
@@ -489,8 +555,15 @@ def quantize(x, scale, zero_point, quant_min, quant_max, *, axis=None, rounding=
     ndarray of integers, x's shape.
     """
     func = "quantize"
-    arr, axis, qmin, qmax, s, z = _affine_params(x, scale, zero_point, quant_min, quant_max,
-                                                 axis, zero_point_add, func)
+    mode = affine_mode(rounding, zero_point_add, scale_op, "nan_to_qmin", output_q=True,
+                       func=func)
+    q = _affine_fast(x, scale, zero_point, quant_min, quant_max, mode, zero_point_add, None,
+                     func) if axis is None else None
+    if q is not None:   # per tensor, contiguous float32 / float64: q in x's dtype
+        arr, qmin, qmax = x, int(quant_min), int(quant_max)
+    else:
+        arr, axis, qmin, qmax, s, z = _affine_params(x, scale, zero_point, quant_min,
+                                                     quant_max, axis, zero_point_add, func)
     try:
         int_dtype = _int_dtype_for(qmin, qmax) if dtype is None else np.dtype(dtype)
     except TypeError:
@@ -500,10 +573,9 @@ def quantize(x, scale, zero_point, quant_min, quant_max, *, axis=None, rounding=
     info = np.iinfo(int_dtype)
     if qmin < info.min or qmax > info.max:
         raise ValueError(f"{func}: dtype {int_dtype} cannot hold [{qmin}, {qmax}]")
-    mode = affine_mode(rounding, zero_point_add, scale_op, "nan_to_qmin", output_q=True,
-                       func=func)
     work = A.compute_dtype(arr.dtype)
-    q = _affine(arr, s, z, qmin, qmax, mode, axis=axis, func=func, out_dtype=work)
+    if q is None:
+        q = _affine(arr, s, z, qmin, qmax, mode, axis=axis, func=func, out_dtype=work)
     if float(work.type(qmin)) != qmin or float(work.type(qmax)) != qmax:
         # the range ends are not exact in the compute dtype (int32 range in
         # float32): clamp again exactly before the integer conversion
@@ -579,12 +651,17 @@ def fake_quant_nudged(x, nudged_min, nudged_max, scale, *, inv_scale=None, quant
     only) to ``floor(-nudged_min * inv_scale + 0.5)``.
     """
     func = "fake_quant_nudged"
+    mode = _choice(NUDGED_FORMULA, formula, "formula", func) | (
+        NUDGED_DIVIDE if _choice(SCALE_OP, scale_op, "scale_op", func) else 0)
+    if axis is None:
+        res = _nudged_fast(x, nudged_min, nudged_max, scale, inv_scale, quant_zero, mode, out,
+                           return_mask)
+        if res is not None:
+            return res
     arr = A.as_float_array(x, "x", func)
     axis = A.normalize_axis(axis, arr.ndim, func)
     channels = None if axis is None else arr.shape[axis]
     work = A.compute_dtype(arr.dtype)
-    mode = _choice(NUDGED_FORMULA, formula, "formula", func) | (
-        NUDGED_DIVIDE if _choice(SCALE_OP, scale_op, "scale_op", func) else 0)
     nmin = A.param_array(nudged_min, "nudged_min", func, channels).astype(work)
     nmax = A.param_array(nudged_max, "nudged_max", func, channels).astype(work)
     s = A.param_array(scale, "scale", func, channels).astype(work)
@@ -601,6 +678,43 @@ def fake_quant_nudged(x, nudged_min, nudged_max, scale, *, inv_scale=None, quant
         qz = A.param_array(quant_zero, "quant_zero", func, channels).astype(work)
     return _nudged(arr, nmin, nmax, s, inv, qz, mode, axis=axis, out=out, mask=return_mask,
                    func=func)
+
+
+def _nudged_fast(x, nudged_min, nudged_max, scale, inv_scale, quant_zero, mode, out,
+                 want_mask):
+    """Per-tensor nudged fake quant of a contiguous float32 / float64 numpy
+    array with scalar parameters: the general path's parameters and kernel
+    without its layout machinery; None when not that case, or when a
+    parameter fails a check or would overflow (the general path then raises
+    or computes it)."""
+    flat = A.fast_flat(x)
+    if flat is None or not (isinstance(nudged_min, _REALS) and isinstance(nudged_max, _REALS)
+                            and isinstance(scale, _REALS)) or \
+            not (inv_scale is None or isinstance(inv_scale, _REALS)) or \
+            not (quant_zero is None or isinstance(quant_zero, _REALS)):
+        return None
+    dest = A.fast_out(x, out)
+    if dest is None:
+        return None
+    work = x.dtype
+    T = work.type
+    nmin, nmax, s = T(nudged_min), T(nudged_max), T(scale)
+    big = _MAX_W[work]
+    if not (-big <= nmin <= 0 <= nmax <= big and _TINY[work] <= s <= big):
+        return None
+    inv = T(1) / s if inv_scale is None else T(inv_scale)
+    if quant_zero is None:   # floor(f(-nmin * inv) + 0.5), each step rounded to T
+        p = -float(nmin) * float(inv)   # exact in double for float32 operands
+        if not abs(p) < float(_MAX_W[work]):
+            return None
+        qz = np.floor(T(p) + T(0.5))
+    else:
+        qz = T(quant_zero)
+    mask = np.empty(x.shape, np.uint8) if want_mask else None
+    K.ew_tensor(_NUDGED, flat, dest[1], None if mask is None else mask.reshape(-1),
+                float(nmin), float(nmax), float(s), float(inv), float(qz), 0.0, 0.0, mode,
+                effective_n_threads(flat.shape[0]))
+    return dest[0] if mask is None else (dest[0], mask.view(np.bool_))
 
 
 # -------------------------------------------------------------- amax family
@@ -635,6 +749,10 @@ def fake_quant_amax(x, amax, num_bits=8, *, unsigned=False, narrow_range=True, a
     >= 0; with ``unsigned`` x must be >= 0.
     """
     func = "fake_quant_amax"
+    if axis is None:
+        res = _amax_fast(x, amax, num_bits, unsigned, narrow_range, out, return_mask)
+        if res is not None:
+            return res
     arr = A.as_float_array(x, "x", func)
     axis = A.normalize_axis(axis, arr.ndim, func)
     nb = A.as_int(num_bits, "num_bits", func)
@@ -648,6 +766,32 @@ def fake_quant_amax(x, amax, num_bits=8, *, unsigned=False, narrow_range=True, a
         raise ValueError(f"{func}: negative values in x with unsigned=True")
     return _amax(arr, am, nb, unsigned=bool(unsigned), narrow_range=bool(narrow_range),
                  axis=axis, out=out, mask=return_mask, func=func)
+
+
+def _amax_fast(x, amax, num_bits, unsigned, narrow_range, out, want_mask):
+    """Per-tensor amax fake quant of a contiguous float32 / float64 numpy
+    array with a scalar amax: the general path's parameters (the amax
+    scheme of qc_qparams.h) and kernel without its layout machinery; None
+    when not that case or an argument fails a check."""
+    from .qparams import amax_bounds
+    flat = A.fast_flat(x)
+    if flat is None or not isinstance(amax, _REALS) or type(num_bits) is not int or \
+            not 2 <= num_bits <= 16:
+        return None
+    dest = A.fast_out(x, out)
+    if dest is None:
+        return None
+    work = x.dtype
+    am = np.array([amax], work)
+    if not (math.isfinite(am[0]) and am[0] >= 0) or (unsigned and bool((flat < 0).any())):
+        return None
+    sid, _ = K.QP_SCHEMES["amax"]
+    mult, div = K.qparams(sid, am, None, 0.0, 0.0, 0.0, num_bits, 1 if unsigned else 0)[:, 0]
+    lo, hi = amax_bounds(num_bits, unsigned, narrow_range)
+    mask = np.empty(x.shape, np.uint8) if want_mask else None
+    K.ew_tensor(_AMAX, flat, dest[1], None if mask is None else mask.reshape(-1), float(mult),
+                float(div), float(am[0]), 0.0, 0.0, lo, hi, 0, effective_n_threads(flat.shape[0]))
+    return dest[0] if mask is None else (dest[0], mask.view(np.bool_))
 
 
 # ----------------------------------------------------------------- backward
