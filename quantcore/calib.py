@@ -52,7 +52,7 @@ import numpy as np
 from . import _arrays as A
 from . import qparams as Q
 from ._cpu import _kernels as K
-from ._cpu.threads import effective_n_threads
+from ._cpu.threads import PARALLEL_THRESHOLD, effective_n_threads
 
 __all__ = ["MaxCalibrator", "HistogramCalibrator", "TorchHistogram"]
 
@@ -670,15 +670,24 @@ class HistogramCalibrator:
         mses = np.empty(len(amaxs), dtype=_f32)
         # every candidate at once, in blocks of about 2**20 values: one column
         # per candidate, quantized per column (axis 1) with its amax; float32
-        # arithmetic throughout (float32 operands give float32 results)
+        # arithmetic throughout (float32 operands give float32 results).  The
+        # columns are quantized in groups below the threading threshold: many
+        # small single-threaded calls beat a thread team that a busy machine
+        # keeps waiting (2 cores shared: 6x slower)
         block = max(1, (1 << 20) // len(centers))
+        group = max(1, (PARALLEL_THRESHOLD - 1) // len(centers))
         for k in range(0, len(amaxs), block):
             amax = amaxs[k:k + block]
-            grid = np.broadcast_to(centers[:, None], (len(centers), len(amax)))
-            qc = fake_quant_amax(grid, amax, self._num_bits, unsigned=self._unsigned,
-                                 narrow_range=True, axis=1)
-            d = qc - centers[:, None]
-            err = (d * d) * counts[:, None]
+            qc = np.empty((len(centers), len(amax)), dtype=_f32)
+            for j in range(0, len(amax), group):
+                part = amax[j:j + group]
+                grid = np.broadcast_to(centers[:, None], (len(centers), len(part)))
+                qc[:, j:j + group] = fake_quant_amax(grid, part, self._num_bits,
+                                                     unsigned=self._unsigned,
+                                                     narrow_range=True, axis=1)
+            err = np.subtract(qc, centers[:, None], out=qc)        # (qc - c)**2 * counts,
+            np.multiply(err, err, out=err)                         # in place
+            np.multiply(err, counts[:, None], out=err)
             mses[k:k + block] = _torch_sum_f32_columns(err) / n
         best = candidates[int(np.argmin(mses))]
         return np.asarray(centers[best], dtype=_f32)
