@@ -33,7 +33,8 @@ from . import qparams as Q
 from .cli_files import (CliError, check_writable, list_tensors, one_line,
                         safetensors_metadata, save_tensors, write_or_fail)
 
-__all__ = ["main", "build_parser", "CliError", "METHODS", "method_range", "sqnr_db"]
+__all__ = ["main", "build_parser", "CliError", "METHODS", "method_range", "error_stats",
+           "sqnr_db"]
 
 METHODS = ("minmax", "moving_average", "percentile", "entropy", "mse")
 HIST_METHODS = ("percentile", "entropy", "mse")
@@ -213,15 +214,29 @@ def clipping_range(scale, zero_point, qmin, qmax):
     return (qmin - z) * s, (qmax - z) * s
 
 
-def sqnr_db(x, y):
-    """10 log10(sum x^2 / sum (x - y)^2) in float64, finite values only."""
-    ok = np.isfinite(x)
-    x64, y64 = x[ok].astype(np.float64), y[ok].astype(np.float64)
-    noise = float(np.sum((x64 - y64) ** 2))
-    signal = float(np.sum(x64 ** 2))
+def error_stats(x, y, chunk=1 << 20):
+    """(SQNR in dB, max |x - y|) over the finite values of ``x``, in float64:
+    ``10 log10(sum x^2 / sum (x - y)^2)``; computed in chunks, so a large
+    tensor needs no float64 copy of itself."""
+    xs, ys = np.reshape(x, -1), np.reshape(y, -1)
+    signal = noise = worst = 0.0
+    for k in range(0, xs.size, chunk):
+        x64, y64 = xs[k:k + chunk].astype(np.float64), ys[k:k + chunk].astype(np.float64)
+        ok = np.isfinite(x64)
+        if not ok.all():
+            x64, y64 = x64[ok], y64[ok]
+        d = x64 - y64
+        signal += float(np.sum(x64 ** 2))
+        noise += float(np.sum(d ** 2))
+        worst = max(worst, float(np.max(np.abs(d)))) if d.size else worst
     if noise == 0:
-        return float("inf")
-    return 10 * math.log10(signal / noise) if signal else float("-inf")
+        return float("inf"), worst
+    return (10 * math.log10(signal / noise) if signal else float("-inf")), worst
+
+
+def sqnr_db(x, y):
+    """The SQNR of :func:`error_stats`."""
+    return error_stats(x, y)[0]
 
 
 def quantize_with(arr, lo, hi, scheme, axis):
@@ -341,9 +356,7 @@ def _calibrate_one(w, args, scheme, bar):
         bar.update(1)
     scale, zp, y = quantize_with(arr, lo, hi, scheme, axis)
     bar.update(1)
-    finite = np.isfinite(arr)
-    err = float(np.max(np.abs(arr[finite].astype(np.float64) - y[finite])))
-    sqnr = sqnr_db(arr, y)
+    sqnr, err = error_stats(arr, y)
     notes = []
     if nans:
         notes.append(f"{w.key}: {nans} NaN value(s) ignored")
@@ -353,13 +366,17 @@ def _calibrate_one(w, args, scheme, bar):
     if args.method == "entropy" and hists.finite.size < MIN_VALUES_PER_BIN * args.bins:
         data = hists.finite
         _, _, y_mm = quantize_with(arr, data.min(), data.max(), scheme, None)
-        if sqnr < sqnr_db(arr, y_mm) - 1:   # it did clip too much
-            sparse = f"{w.key} ({data.size} values: {sqnr:.1f} dB, minmax {sqnr_db(arr, y_mm):.1f})"
+        sqnr_mm = sqnr_db(arr, y_mm)
+        if sqnr < sqnr_mm - 1:   # it did clip too much
+            sparse = f"{w.key} ({data.size} values: {sqnr:.1f} dB, minmax {sqnr_mm:.1f})"
     entry = {"scale": scale.tolist(), "zero_point": zp.tolist(), "quant_min": scheme.qmin,
              "quant_max": scheme.qmax, "axis": axis, "rounding": scheme.rounding,
              "method": args.method, "symmetric": scheme.symmetric, "shape": list(arr.shape)}
-    fin = x[np.isfinite(x)]
-    row = (w.key, arr.shape, float(fin.min()), float(fin.max()), scale, zp, sqnr, err)
+    if hists is not None:
+        lo_x, hi_x = hists.finite.min(), hists.finite.max()
+    else:   # (+-inf was refused above for minmax / moving_average)
+        lo_x, hi_x = method_range(x, "minmax", scheme)
+    row = (w.key, arr.shape, float(lo_x), float(hi_x), scale, zp, sqnr, err)
     plot = _plot_data(w.key, arr, x, hists, scheme, args, (lo, hi, sqnr)) if args.plot else None
     return row, entry, plot, notes, sparse
 
