@@ -30,6 +30,7 @@
 #define QC_FAMILIES_H
 
 #include "qc_elementwise.h"
+#include "qc_formats.h"
 
 /* A compile-time int (what the CPU loops specialise on). */
 template <int V> struct QcInt {
@@ -112,6 +113,41 @@ template <typename T> struct QcAmaxOp {
 #endif
 };
 
+/* The FP8 format x overflow-policy combinations (QC_FMT_MASK |
+ * QC_F8_POLICY_MASK of the mode) that get a CPU loop each. */
+template <class F> static inline void qc_fp8_dispatch(int bits, F f) {
+  switch (bits) {
+  case 0: f(QcInt<0>()); break;
+  case 1: f(QcInt<1>()); break;
+  case 2: f(QcInt<2>()); break;
+  case 3: f(QcInt<3>()); break;
+  case 16: f(QcInt<16>()); break;
+  case 17: f(QcInt<17>()); break;
+  case 18: f(QcInt<18>()); break;
+  case 19: f(QcInt<19>()); break;
+  case 32: f(QcInt<32>()); break;
+  case 33: f(QcInt<33>()); break;
+  case 34: f(QcInt<34>()); break;
+  case 35: f(QcInt<35>()); break;
+  default: f(QcInt<-1>()); break;
+  }
+}
+
+/* fp8 (FP8 fake quant / fake cast, qc_fp8_fake): p = {p0: quantize
+ * factor, p1: dequantize factor, p2: amax of the mask}; mode = format |
+ * QC_F8_* */
+template <typename T> struct QcFp8FakeOp {
+  enum { NP = 3, STATIC_BITS = QC_FMT_MASK | QC_F8_POLICY_MASK };
+  T unused0, unused1;
+  int mode;
+  QC_HDM T operator()(T x, const T *p, qc_i64 ps, int m, unsigned char *mask) const {
+    return qc_fp8_fake(x, p[0], p[ps], p[2 * ps], m, mask);
+  }
+#ifndef __CUDACC__
+  template <class F> static void dispatch(int mode, F f) { qc_fp8_dispatch(mode & STATIC_BITS, f); }
+#endif
+};
+
 /* The mode a loop specialised on CM passes to the Op: CM's bits as
  * constants, the rest of `mode` at run time (CM = -1: all at run time). */
 template <class Op, int CM> QC_HD int qc_loop_mode(int mode) {
@@ -123,7 +159,8 @@ template <class Op, int CM> QC_HD int qc_loop_mode(int mode) {
 #define QC_EW_FAMILIES(X)                                                      \
   X(affine, QcAffineOp)                                                        \
   X(nudged, QcNudgedOp)                                                        \
-  X(amax, QcAmaxOp)
+  X(amax, QcAmaxOp)                                                            \
+  X(fp8, QcFp8FakeOp)
 
 /* family ids: QC_EW_affine, ... (QC_EW_COUNT of them), and their names */
 #define QC_EW_ID(name, Op) QC_EW_##name,
@@ -135,5 +172,137 @@ static const char *const qc_ew_family_names[] = {QC_EW_FAMILIES(QC_EW_NAME)};
 #define QC_EW_NP(name, Op) (int)Op<float>::NP,
 static const int qc_ew_family_np[] = {QC_EW_FAMILIES(QC_EW_NP)};
 #undef QC_EW_NP
+
+/* ------------------------------------------------------------------------
+ * Code families: encode (T -> code) and decode (code -> T), declared like
+ * the elementwise families (NP, STATIC_BITS, the aggregate {u0, u1, mode},
+ * dispatch) with CODE_BYTES: the code widths the family writes / reads
+ * (1: one-byte codes, 2: two-byte codes, 3: both).  An encode Op returns
+ * the code (an unsigned) of x; a decode Op takes the code and returns y.
+ * The same generic loops (qc_cpu_loops.h) and one generic CUDA kernel per
+ * kind (quantcore_gpu/cuda/formats.cu) run them.
+ * ---------------------------------------------------------------------- */
+
+/* fp8 encode: code = qc_mf_encode(v) of v = x, x * p0 or x / p0
+ * (QC_F8_SCALE_*): cast_fp8 and ONNX QuantizeLinear to FP8 */
+template <typename T> struct QcFp8EncodeOp {
+  enum { NP = 1, STATIC_BITS = QC_FMT_MASK | QC_F8_POLICY_MASK, CODE_BYTES = 1 };
+  T unused0, unused1;
+  int mode;
+  QC_HDM unsigned operator()(T x, const T *p, qc_i64, int m, unsigned char *) const {
+    return qc_mf_encode(qc_f8_scaled(x, p[0], m), m & QC_FMT_MASK, m);
+  }
+#ifndef __CUDACC__
+  template <class F> static void dispatch(int mode, F f) { qc_fp8_dispatch(mode & STATIC_BITS, f); }
+#endif
+};
+
+/* int encode (ONNX QuantizeLinear, qc_int_quant): p = {scale, zero point};
+ * u0, u1 = qmin, qmax; mode = code width | QC_INT_* */
+template <typename T> struct QcIntEncodeOp {
+  enum { NP = 2, STATIC_BITS = QC_INT_WRAP32, CODE_BYTES = 3 };
+  T qmin, qmax;
+  int mode;
+  QC_HDM unsigned operator()(T x, const T *p, qc_i64 ps, int m, unsigned char *) const {
+    return qc_int_code(qc_int_quant(x, p[0], p[ps], qmin, qmax, m), m & QC_INT_WIDTH_MASK);
+  }
+#ifndef __CUDACC__
+  template <class F> static void dispatch(int mode, F f) {
+    if (mode & QC_INT_WRAP32) f(QcInt<QC_INT_WRAP32>());
+    else f(QcInt<0>());
+  }
+#endif
+};
+
+/* fp8 decode (ONNX DequantizeLinear from FP8): y = decode(code), times or
+ * divided by p0 (QC_F8_DEQ_*) */
+template <typename T> struct QcFp8DecodeOp {
+  enum { NP = 1, STATIC_BITS = QC_FMT_MASK, CODE_BYTES = 1 };
+  T unused0, unused1;
+  int mode;
+  QC_HDM T operator()(unsigned code, const T *p, qc_i64, int m, unsigned char *) const {
+    return qc_f8_dequant((T)qc_mf_decode(code, m & QC_FMT_MASK), p[0], m);
+  }
+#ifndef __CUDACC__
+  template <class F> static void dispatch(int mode, F f) {
+    switch (mode & STATIC_BITS) {
+    case 0: f(QcInt<0>()); break;
+    case 1: f(QcInt<1>()); break;
+    case 2: f(QcInt<2>()); break;
+    case 3: f(QcInt<3>()); break;
+    default: f(QcInt<-1>()); break;
+    }
+  }
+#endif
+};
+
+/* int decode (ONNX DequantizeLinear, qc_int_dequant): p = {scale, zero
+ * point, float zero point added after (QC_INT_ADD_FLOAT)}; mode = code
+ * width | QC_INT_* */
+template <typename T> struct QcIntDecodeOp {
+  enum { NP = 3, STATIC_BITS = QC_INT_WIDTH_MASK | QC_INT_SIGNED, CODE_BYTES = 3 };
+  T unused0, unused1;
+  int mode;
+  QC_HDM T operator()(unsigned code, const T *p, qc_i64 ps, int m, unsigned char *) const {
+    return qc_int_dequant(code, p[0], p[ps], p[2 * ps], m);
+  }
+#ifndef __CUDACC__
+  template <class F> static void dispatch(int mode, F f) {
+    switch (mode & STATIC_BITS) {
+    case 8: f(QcInt<8>()); break;
+    case 8 | QC_INT_SIGNED: f(QcInt<8 | QC_INT_SIGNED>()); break;
+    case 4: f(QcInt<4>()); break;
+    case 4 | QC_INT_SIGNED: f(QcInt<4 | QC_INT_SIGNED>()); break;
+    case 16: f(QcInt<16>()); break;
+    case 16 | QC_INT_SIGNED: f(QcInt<16 | QC_INT_SIGNED>()); break;
+    default: f(QcInt<-1>()); break;
+    }
+  }
+#endif
+};
+
+/* X(name, Op) for every encode / decode family (quantcore_gpu/kernels.py
+ * reads these lists too: one entry per line). */
+#define QC_ENCODE_FAMILIES(X)                                                  \
+  X(fp8, QcFp8EncodeOp)                                                        \
+  X(int, QcIntEncodeOp)
+
+#define QC_DECODE_FAMILIES(X)                                                  \
+  X(fp8, QcFp8DecodeOp)                                                        \
+  X(int, QcIntDecodeOp)
+
+/* X(name, Recipe) for every group recipe of qc_formats.h (read by
+ * quantcore_gpu/kernels.py as well). */
+#define QC_GROUP_RECIPES(X)                                                    \
+  X(onnx, QcGroupOrt)                                                          \
+  X(torchao, QcGroupTorchao)                                                   \
+  X(tinygemm, QcGroupTinygemm)                                                 \
+  X(hqq, QcGroupHqq)                                                           \
+  X(awq, QcGroupAwq)                                                           \
+  X(gptq, QcGroupGptq)
+
+/* ids QC_ENC_<name>, QC_DEC_<name>, QC_GRP_<name> and the names */
+#define QC_ENC_ID(name, Op) QC_ENC_##name,
+enum { QC_ENCODE_FAMILIES(QC_ENC_ID) QC_ENC_COUNT };
+#undef QC_ENC_ID
+#define QC_DEC_ID(name, Op) QC_DEC_##name,
+enum { QC_DECODE_FAMILIES(QC_DEC_ID) QC_DEC_COUNT };
+#undef QC_DEC_ID
+#define QC_GRP_ID(name, R) QC_GRP_##name,
+enum { QC_GROUP_RECIPES(QC_GRP_ID) QC_GRP_COUNT };
+#undef QC_GRP_ID
+#define QC_FAM_NAME(name, Op) #name,
+static const char *const qc_encode_family_names[] = {QC_ENCODE_FAMILIES(QC_FAM_NAME)};
+static const char *const qc_decode_family_names[] = {QC_DECODE_FAMILIES(QC_FAM_NAME)};
+static const char *const qc_group_recipe_names[] = {QC_GROUP_RECIPES(QC_FAM_NAME)};
+#undef QC_FAM_NAME
+#define QC_FAM_NP(name, Op) (int)Op<float>::NP,
+static const int qc_encode_family_np[] = {QC_ENCODE_FAMILIES(QC_FAM_NP)};
+static const int qc_decode_family_np[] = {QC_DECODE_FAMILIES(QC_FAM_NP)};
+#undef QC_FAM_NP
+#define QC_FAM_BYTES(name, Op) (int)Op<float>::CODE_BYTES,
+static const int qc_encode_family_bytes[] = {QC_ENCODE_FAMILIES(QC_FAM_BYTES)};
+static const int qc_decode_family_bytes[] = {QC_DECODE_FAMILIES(QC_FAM_BYTES)};
+#undef QC_FAM_BYTES
 
 #endif /* QC_FAMILIES_H */
