@@ -275,6 +275,7 @@ template <typename T> struct QcIntDecodeOp {
  * quantcore_gpu/kernels.py as well). */
 #define QC_GROUP_RECIPES(X)                                                    \
   X(onnx, QcGroupOrt)                                                          \
+  X(onnx_numpy, QcGroupOrtNumpy)                                               \
   X(torchao, QcGroupTorchao)                                                   \
   X(tinygemm, QcGroupTinygemm)                                                 \
   X(hqq, QcGroupHqq)                                                           \

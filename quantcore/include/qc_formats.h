@@ -347,6 +347,24 @@ struct QcGroupOrt {
   QC_HDM float dq(float q, const QcGroupQ &g) const { return (q - g.zp) * g.scale; }
 };
 
+/* ORT's numpy weight quantizer (DefaultWeightOnlyQuantizer.quant_slice_*):
+ * the scales and zero points of QcGroupOrt, then q = rint(x / s) + zp
+ * (true division, ties to even); symmetric codes are signed [qmin, qmax]
+ * with zero point 0 (the unsigned ones minus 2**(bits-1)). */
+struct QcGroupOrtNumpy {
+  float qmin, qmax;
+  int mode;
+  QC_HDM void qparams(float mn, float mx, QcGroupQ *g) const {
+    const QcGroupOrt ort = {0.0f, qmax - qmin, mode};
+    ort.qparams(mn, mx, g);
+    g->zp = (mode & QC_GRP_SYMMETRIC) ? 0.0f : g->zp;
+    g->mul = g->scale;
+    g->add = g->zp;
+  }
+  QC_HDM float qf(float x, const QcGroupQ &g) const { return qc_rint(x / g.mul) + g.add; }
+  QC_HDM float dq(float q, const QcGroupQ &g) const { return ((q + 0.0f) - g.zp) * g.scale; }
+};
+
 /* torchao affine (choose_qparams_affine / quantize_affine): symmetric
  * s = max(max(-mn0, mx0) / ((qmax - qmin) / 2), eps), zp = int((qmax + qmin
  * + 1) / 2); asymmetric s = max((mx0 - mn0) / (qmax - qmin), eps),
