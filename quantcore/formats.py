@@ -435,16 +435,29 @@ def _onnx_params(shape, scale, zero_point, axis, block_size, func):
     if list(s.shape) != want:
         raise ValueError(f"{func}: with block_size={bs} the scale must have shape "
                          f"{tuple(want)}, got {s.shape}")
-    return "block", ax, bs, np.moveaxis(s, ax, -1).reshape(-1), np.moveaxis(z, ax, -1).reshape(-1)
+    return "block", ax, bs, _to_last(s, ax).reshape(-1), _to_last(z, ax).reshape(-1)
+
+
+def _to_last(a, ax):
+    """``moveaxis(a, ax, -1)`` through ``transpose`` (numpy and cupy alike)."""
+    perm = [d for d in range(a.ndim) if d != ax] + [ax]
+    return a.transpose(perm)
+
+
+def _from_last(a, ax):
+    """The inverse of :func:`_to_last`."""
+    perm = list(range(a.ndim - 1))
+    perm.insert(ax, a.ndim - 1)
+    return a.transpose(perm)
 
 
 def _blocked_call(arr, ax, fn):
     """fn(rows x K contiguous data) -> result of the same layout, with the
     block axis moved last (a copy only when it is not already)."""
     xp = A.array_module(arr)
-    moved = xp.ascontiguousarray(xp.moveaxis(arr, ax, -1))
+    moved = xp.ascontiguousarray(_to_last(arr, ax))
     res = fn(moved, math.prod(moved.shape[:-1]), moved.shape[-1])
-    return xp.ascontiguousarray(xp.moveaxis(res, -1, ax))
+    return xp.ascontiguousarray(_from_last(res, ax))
 
 
 @A.interop
@@ -617,7 +630,7 @@ def _group_run(arr, ax, g, recipe, qmin, qmax, mode, want_codes, want_y, want_ma
     """The group driver over arr with groups of g along ax: (codes, y, mask,
     scale, zp) in arr's layout (None for what was not asked)."""
     xp = A.array_module(arr)
-    moved = xp.ascontiguousarray(xp.moveaxis(arr, ax, -1)).astype(F32, copy=False)
+    moved = xp.ascontiguousarray(_to_last(arr, ax)).astype(F32, copy=False)
     rows, k = math.prod(moved.shape[:-1]), moved.shape[-1]
     ng = -(-k // g)
     flat = moved.reshape(-1)
@@ -633,7 +646,7 @@ def _group_run(arr, ax, g, recipe, qmin, qmax, mode, want_codes, want_y, want_ma
         _nthreads(flat))
 
     def back(a):
-        return None if a is None else xp.ascontiguousarray(xp.moveaxis(a, -1, ax))
+        return None if a is None else xp.ascontiguousarray(_from_last(a, ax))
     return back(codes), back(y), back(mask), back(scale), back(zp)
 
 
@@ -663,7 +676,8 @@ def group_quantize(w, bits=4, group_size=128, *, axis=-1, symmetric=False, recip
 
     Computed in float32 (float16 / bfloat16 weights are exact in it; float64
     is rounded to float32 first).  Non-finite weights give a NaN / Inf scale
-    for their group; NaN elements get the code qmin.
+    for their group (a NaN group: integer zero point 0); NaN elements get
+    the code qmin.
 
     Returns
     -------
@@ -679,7 +693,9 @@ def group_quantize(w, bits=4, group_size=128, *, axis=-1, symmetric=False, recip
     codes, _, _, scale, zp = _group_run(arr, ax, g, recipe, qmin, qmax, mode, True, False,
                                         False, func)
     code_dtype = np.int8 if qmin < 0 else np.uint8
-    zp = zp if recipe in _FLOAT_ZP else zp.astype(code_dtype)
+    if recipe not in _FLOAT_ZP:  # (a group holding NaN has zero point 0)
+        xp = A.array_module(zp)
+        zp = xp.where(zp == zp, zp, 0).astype(code_dtype)
     return codes.view(code_dtype), scale, zp
 
 
@@ -724,8 +740,8 @@ def group_dequantize(q, scale, zero_point, group_size, *, axis=-1, recipe="onnx"
         raise ValueError(f"{func}: scale and zero_point must have shape {tuple(want)}, got "
                          f"{s.shape} and {z.shape}")
     mode = 8 | (INT_SIGNED if arr.dtype.kind == "i" else 0)
-    s = xp.moveaxis(s, ax, -1).reshape(-1)
-    z = xp.moveaxis(z, ax, -1).reshape(-1)
+    s = _to_last(s, ax).reshape(-1)
+    z = _to_last(z, ax).reshape(-1)
     if recipe == "tinygemm":
         b = A.as_int(bits, "bits", func)
         params, mode = (s, xp.full(s.shape, 1 << (b - 1), F32), z), mode | INT_ADD_FLOAT
