@@ -130,7 +130,7 @@ def _format_lists():
     with open(os.path.join(include_dir(), "qc_families.h"), encoding="utf-8") as fh:
         text = fh.read()
     info = {op: (int(np_), int(cb)) for op, np_, cb in re.findall(
-        r"struct (\w+) \{\s*enum \{ NP = (\d+), STATIC_BITS = [^,]+, CODE_BYTES = (\d+) \}",
+        r"struct (\w+) \{\s*enum \{ NP = (\d+), STATIC_BITS = [^,]+,\s*CODE_BYTES = (\d+) \}",
         text)}
 
     def listed(macro):

@@ -113,38 +113,43 @@ template <typename T> struct QcAmaxOp {
 #endif
 };
 
-/* The FP8 format x overflow-policy combinations (QC_FMT_MASK |
- * QC_F8_POLICY_MASK of the mode) that get a CPU loop each. */
-template <class F> static inline void qc_fp8_dispatch(int bits, F f) {
-  switch (bits) {
-  case 0: f(QcInt<0>()); break;
-  case 1: f(QcInt<1>()); break;
-  case 2: f(QcInt<2>()); break;
-  case 3: f(QcInt<3>()); break;
-  case 16: f(QcInt<16>()); break;
-  case 17: f(QcInt<17>()); break;
-  case 18: f(QcInt<18>()); break;
-  case 19: f(QcInt<19>()); break;
-  case 32: f(QcInt<32>()); break;
-  case 33: f(QcInt<33>()); break;
-  case 34: f(QcInt<34>()); break;
-  case 35: f(QcInt<35>()); break;
-  default: f(QcInt<-1>()); break;
+/* f(QcInt<V>()) for the first V of the list equal to `bits`, else
+ * f(QcInt<-1>()) (every bit at run time): the mode words that get a CPU loop
+ * of their own.  (The loop-invariant selects of a mode bit left at run time
+ * can keep GCC from vectorising a loop: list the combinations in use.) */
+template <int... V> struct QcAmong;
+template <> struct QcAmong<> {
+  template <class F> static void run(int, F f) { f(QcInt<-1>()); }
+};
+template <int V0, int... V> struct QcAmong<V0, V...> {
+  template <class F> static void run(int bits, F f) {
+    if (bits == V0) f(QcInt<V0>());
+    else QcAmong<V...>::run(bits, f);
   }
+};
+template <int... V, class F> static inline void qc_dispatch_among(int bits, F f) {
+  QcAmong<V...>::run(bits, f);
 }
+
+/* The four FP8 formats under each overflow policy (fake cast, cast_fp8). */
+#define QC_FP8_CASTS 0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35
 
 /* fp8 (FP8 fake quant / fake cast, qc_fp8_fake): p = {p0: quantize
  * factor, p1: dequantize factor, p2: amax of the mask}; mode = format |
  * QC_F8_* */
 template <typename T> struct QcFp8FakeOp {
-  enum { NP = 3, STATIC_BITS = QC_FMT_MASK | QC_F8_POLICY_MASK };
+  enum { NP = 3, STATIC_BITS = 4095 };
   T unused0, unused1;
   int mode;
   QC_HDM T operator()(T x, const T *p, qc_i64 ps, int m, unsigned char *mask) const {
     return qc_fp8_fake(x, p[0], p[ps], p[2 * ps], m, mask);
   }
 #ifndef __CUDACC__
-  template <class F> static void dispatch(int mode, F f) { qc_fp8_dispatch(mode & STATIC_BITS, f); }
+  /* fake casts; modelopt (e4m3fn, x * s, q * (1 / s), |x| <= amax);
+   * torchao (e4m3fn / e5m2, x * s, q / s) */
+  template <class F> static void dispatch(int mode, F f) {
+    qc_dispatch_among<QC_FP8_CASTS, 2688, 1152, 1153>(mode & STATIC_BITS, f);
+  }
 #endif
 };
 
@@ -186,14 +191,19 @@ static const int qc_ew_family_np[] = {QC_EW_FAMILIES(QC_EW_NP)};
 /* fp8 encode: code = qc_mf_encode(v) of v = x, x * p0 or x / p0
  * (QC_F8_SCALE_*): cast_fp8 and ONNX QuantizeLinear to FP8 */
 template <typename T> struct QcFp8EncodeOp {
-  enum { NP = 1, STATIC_BITS = QC_FMT_MASK | QC_F8_POLICY_MASK, CODE_BYTES = 1 };
+  enum { NP = 1, STATIC_BITS = 511, CODE_BYTES = 1 };
   T unused0, unused1;
   int mode;
   QC_HDM unsigned operator()(T x, const T *p, qc_i64, int m, unsigned char *) const {
     return qc_mf_encode(qc_f8_scaled(x, p[0], m), m & QC_FMT_MASK, m);
   }
 #ifndef __CUDACC__
-  template <class F> static void dispatch(int mode, F f) { qc_fp8_dispatch(mode & STATIC_BITS, f); }
+  /* casts; ONNX QuantizeLinear (x / s, ml_dtypes NaN, satfinite / nonsat);
+   * fp8_quantize (e4m3fn / e5m2, x * s) */
+  template <class F> static void dispatch(int mode, F f) {
+    qc_dispatch_among<QC_FP8_CASTS, 320, 321, 322, 323, 336, 337, 338, 339, 128, 129>(
+        mode & STATIC_BITS, f);
+  }
 #endif
 };
 
@@ -217,21 +227,16 @@ template <typename T> struct QcIntEncodeOp {
 /* fp8 decode (ONNX DequantizeLinear from FP8): y = decode(code), times or
  * divided by p0 (QC_F8_DEQ_*) */
 template <typename T> struct QcFp8DecodeOp {
-  enum { NP = 1, STATIC_BITS = QC_FMT_MASK, CODE_BYTES = 1 };
+  enum { NP = 1, STATIC_BITS = QC_FMT_MASK | QC_F8_DEQ_MUL | QC_F8_DEQ_DIV, CODE_BYTES = 1 };
   T unused0, unused1;
   int mode;
   QC_HDM T operator()(unsigned code, const T *p, qc_i64, int m, unsigned char *) const {
     return qc_f8_dequant((T)qc_mf_decode(code, m & QC_FMT_MASK), p[0], m);
   }
 #ifndef __CUDACC__
+  /* decode; ONNX DequantizeLinear (* s); modelopt (* s) / torchao (/ s) */
   template <class F> static void dispatch(int mode, F f) {
-    switch (mode & STATIC_BITS) {
-    case 0: f(QcInt<0>()); break;
-    case 1: f(QcInt<1>()); break;
-    case 2: f(QcInt<2>()); break;
-    case 3: f(QcInt<3>()); break;
-    default: f(QcInt<-1>()); break;
-    }
+    qc_dispatch_among<0, 1, 2, 3, 512, 513, 514, 515, 1024, 1025>(mode & STATIC_BITS, f);
   }
 #endif
 };
@@ -240,7 +245,8 @@ template <typename T> struct QcFp8DecodeOp {
  * point, float zero point added after (QC_INT_ADD_FLOAT)}; mode = code
  * width | QC_INT_* */
 template <typename T> struct QcIntDecodeOp {
-  enum { NP = 3, STATIC_BITS = QC_INT_WIDTH_MASK | QC_INT_SIGNED, CODE_BYTES = 3 };
+  enum { NP = 3, STATIC_BITS = QC_INT_WIDTH_MASK | QC_INT_SIGNED | QC_INT_ADD_FLOAT,
+         CODE_BYTES = 3 };
   T unused0, unused1;
   int mode;
   QC_HDM T operator()(unsigned code, const T *p, qc_i64 ps, int m, unsigned char *) const {
@@ -248,15 +254,7 @@ template <typename T> struct QcIntDecodeOp {
   }
 #ifndef __CUDACC__
   template <class F> static void dispatch(int mode, F f) {
-    switch (mode & STATIC_BITS) {
-    case 8: f(QcInt<8>()); break;
-    case 8 | QC_INT_SIGNED: f(QcInt<8 | QC_INT_SIGNED>()); break;
-    case 4: f(QcInt<4>()); break;
-    case 4 | QC_INT_SIGNED: f(QcInt<4 | QC_INT_SIGNED>()); break;
-    case 16: f(QcInt<16>()); break;
-    case 16 | QC_INT_SIGNED: f(QcInt<16 | QC_INT_SIGNED>()); break;
-    default: f(QcInt<-1>()); break;
-    }
+    qc_dispatch_among<8, 40, 16, 48, 136, 168>(mode & STATIC_BITS, f);
   }
 #endif
 };

@@ -99,11 +99,21 @@ QC_HD float qc_pow2f(int e) {
 #endif
 }
 
-QC_HD float qc_f32_from_bits(unsigned b) {
+/* The float / double of a bit pattern (the inverse of qc_bits). */
+QC_HD float qc_from_bits(unsigned b) {
 #ifdef __CUDACC__
   return __uint_as_float(b);
 #else
   float v;
+  memcpy(&v, &b, sizeof v);
+  return v;
+#endif
+}
+QC_HD double qc_from_bits(qc_u64 b) {
+#ifdef __CUDACC__
+  return __longlong_as_double((long long)b);
+#else
+  double v;
   memcpy(&v, &b, sizeof v);
   return v;
 #endif
@@ -120,15 +130,55 @@ template <> struct QcIeee<double> {
   enum { MBITS = 52, BIAS = 1023, WIDTH = 64 };
 };
 
+/* The rounding of a T value to the grid of format f, shared by the encode
+ * and the fake cast (one rule, two outputs):
+ *   normal range  the magnitude bits a with S = MBITS_T - mbits mantissa
+ *                 bits dropped, ties to even (a carry renormalises): the T
+ *                 bits of the rounded magnitude (low S bits zero)
+ *   below the min normal   the number of min-subnormal steps,
+ *                 rint(|x| * 2**(bias - 1 + mbits)) (the product is exact;
+ *                 the tie with the min normal goes to it) */
+template <typename T>
+QC_HD typename QcIeee<T>::U qc_mf_round_normal(typename QcIeee<T>::U a, int S) {
+  typedef typename QcIeee<T>::U U;
+  return ((a + (((U)1 << (S - 1)) - 1) + ((a >> S) & 1)) >> S) << S;
+}
+template <typename T> QC_HD T qc_mf_sub_scale(QcMinifloat f) {
+  return (T)qc_pow2f(f.bias - 1 + f.mbits);
+}
+
+/* The codes of NaN and of an overflow (a finite value beyond the largest
+ * finite code, or +-Inf) for sign bit `sign` (already shifted to bit
+ * ebits + mbits), by the policy and NaN encoding of `mode`. */
+QC_HD void qc_mf_specials(QcMinifloat f, int mode, int sign, int *nan_code, int *over_code) {
+  const int sbit = f.ebits + f.mbits;
+  const int maxc = qc_mf_max_code(f);
+  const int all = (1 << sbit) - 1;
+  const int inf_code = ((1 << f.ebits) - 1) << f.mbits;
+  const int policy = mode & QC_F8_POLICY_MASK;
+  if (f.kind == QC_MF_FN) {
+    *nan_code = sign | all;
+    *over_code = sign | (policy == QC_F8_NONSAT ? all : maxc);
+  } else if (f.kind == QC_MF_IEEE) {
+    *nan_code = sign | inf_code |
+                ((mode & QC_F8_NAN_MLDTYPES) ? 1 << (f.mbits - 1) : (1 << f.mbits) - 1);
+    *over_code = sign | (policy == QC_F8_SATFINITE ? maxc : inf_code);
+  } else if (f.kind == QC_MF_FNUZ) {
+    *nan_code = 1 << sbit;
+    *over_code = policy == QC_F8_SATFINITE ? (sign | maxc) : *nan_code;
+  } else {
+    *nan_code = sign;
+    *over_code = sign | maxc;
+  }
+}
+
 /* Encode x into the minifloat format `fmt` with round-half-to-even at the
  * format's precision (spec §1.2), the overflow policy and NaN encoding of
  * `mode` (QC_F8_*):
- *   normal range  the magnitude bits of x with (MBITS_T - mbits) mantissa
- *                 bits dropped, ties to even (a carry renormalises), rebiased
- *   below the min normal   rint(|x| * 2**(bias - 1 + mbits)): the multiple
- *                 of the min subnormal (the tie with the min normal goes to
- *                 it); subnormal T inputs round to (signed) zero
- *   beyond the max finite code, or +-Inf   by the policy
+ *   normal range  qc_mf_round_normal, rebiased to the format's exponent
+ *   below the min normal   the step count of qc_mf_sub_scale (subnormal T
+ *                 inputs round to (signed) zero)
+ *   beyond the max finite code, or +-Inf   the policy (qc_mf_specials)
  *   NaN           FN: 0x7F|s; IEEE: exponent ones + mantissa ones (or its
  *                 MSB with QC_F8_NAN_MLDTYPES) | s; FNUZ: 0x80; FINITE: s
  *   the sign      bit (ebits + mbits); FNUZ has no -0: a zero result is 0
@@ -136,45 +186,27 @@ template <> struct QcIeee<double> {
 template <typename T> QC_HD unsigned qc_mf_encode(T x, int fmt, int mode) {
   typedef typename QcIeee<T>::U U;
   const QcMinifloat f = qc_minifloat(fmt);
-  const int S = (int)QcIeee<T>::MBITS - f.mbits; /* mantissa bits dropped */
+  const int S = (int)QcIeee<T>::MBITS - f.mbits;
   const int sbit = f.ebits + f.mbits;
   const U u = qc_bits(x);
   const U a = u & ~((U)1 << (QcIeee<T>::WIDTH - 1));
   const U inf_bits = ((U)((QcIeee<T>::BIAS << 1) | 1)) << QcIeee<T>::MBITS;
   const U min_normal = (U)(QcIeee<T>::BIAS - f.bias + 1) << QcIeee<T>::MBITS;
-  const unsigned sign = (unsigned)(u >> (QcIeee<T>::WIDTH - 1)) << sbit;
-  /* normal range: drop S mantissa bits of the magnitude, ties to even */
-  const U rounded = (a + (((U)1 << (S - 1)) - 1) + ((a >> S) & 1)) >> S;
+  const int sign = (int)(u >> (QcIeee<T>::WIDTH - 1)) << sbit;
+  /* normal range: the rounded magnitude's exponent and mantissa, rebiased */
   const U rebias = (U)(QcIeee<T>::BIAS - f.bias) << f.mbits;
+  const U code_u = (qc_mf_round_normal<T>(a, S) >> S) - rebias;
   const U big = (U)1 << 30; /* any code beyond every format's range */
-  const int code_n = (int)(rounded - rebias < big ? rounded - rebias : big);
-  /* below the min normal: a multiple of the min subnormal (exact product) */
+  const int code_n = (int)(code_u < big ? code_u : big);
+  /* below the min normal: the number of min-subnormal steps */
   const int is_sub = a < min_normal;
-  const T ax = is_sub ? (x < (T)0 ? -x : x) : (T)0;
-  const int code_s = (int)qc_rint(ax * (T)qc_pow2f(f.bias - 1 + f.mbits));
+  const T ax = qc_from_bits(is_sub ? a : (U)0); /* |x| below the min normal */
+  const int code_s = (int)qc_rint(ax * qc_mf_sub_scale<T>(f));
   const int mag = is_sub ? code_s : code_n;
-  const int maxc = qc_mf_max_code(f);
-  const int all = (1 << sbit) - 1;
-  const int inf_code = ((1 << f.ebits) - 1) << f.mbits;
-  /* NaN and overflow codes of the format */
   int nan_code, over_code;
-  const int policy = mode & QC_F8_POLICY_MASK;
-  if (f.kind == QC_MF_FN) {
-    nan_code = (int)sign | all;
-    over_code = (int)sign | (policy == QC_F8_NONSAT ? all : maxc);
-  } else if (f.kind == QC_MF_IEEE) {
-    nan_code = (int)sign | inf_code |
-               ((mode & QC_F8_NAN_MLDTYPES) ? 1 << (f.mbits - 1) : (1 << f.mbits) - 1);
-    over_code = (int)sign | (policy == QC_F8_SATFINITE ? maxc : inf_code);
-  } else if (f.kind == QC_MF_FNUZ) {
-    nan_code = 1 << sbit;
-    over_code = policy == QC_F8_SATFINITE ? ((int)sign | maxc) : nan_code;
-  } else {
-    nan_code = (int)sign;
-    over_code = (int)sign | maxc;
-  }
-  const int fin_code = (f.kind == QC_MF_FNUZ && mag == 0) ? 0 : ((int)sign | mag);
-  const int code = mag > maxc ? over_code : fin_code; /* +-Inf: mag > maxc */
+  qc_mf_specials(f, mode, sign, &nan_code, &over_code);
+  const int fin_code = (f.kind == QC_MF_FNUZ && mag == 0) ? 0 : (sign | mag);
+  const int code = mag > qc_mf_max_code(f) ? over_code : fin_code; /* +-Inf: mag > maxc */
   return (unsigned)(a > inf_bits ? nan_code : code);
 }
 
@@ -187,25 +219,63 @@ QC_HD float qc_mf_decode(unsigned code, int fmt) {
   const unsigned mag = code & ((1u << sbit) - 1u);
   const int e = (int)(mag >> f.mbits);
   const unsigned m = mag & ((1u << f.mbits) - 1u);
-  const int top = e == (1 << f.ebits) - 1;
-  int is_nan, is_inf = 0;
-  if (f.kind == QC_MF_FN) is_nan = mag == (1u << sbit) - 1u;
+  /* Inf / NaN as all-ones / all-zeros masks (integer arithmetic, not
+   * boolean selects: GCC vectorises the loops around it) */
+  const unsigned inf_code = ((1u << f.ebits) - 1u) << f.mbits;
+  unsigned nan_m = 0u, inf_m = 0u;
+  if (f.kind == QC_MF_FN) nan_m = 0u - (unsigned)(mag == (1u << sbit) - 1u);
   else if (f.kind == QC_MF_IEEE) {
-    is_nan = top && m != 0;
-    is_inf = top && m == 0;
-  } else if (f.kind == QC_MF_FNUZ) is_nan = s && mag == 0;
-  else is_nan = 0;
+    nan_m = 0u - (unsigned)(mag > inf_code);
+    inf_m = 0u - (unsigned)(mag == inf_code);
+  } else if (f.kind == QC_MF_FNUZ)
+    nan_m = 0u - (unsigned)((code & ((2u << sbit) - 1u)) == (1u << sbit));
   /* e == 0: m * 2**(1 - bias - mbits), exact; else the float32 bits */
   const unsigned normal = ((unsigned)(e - f.bias + 127) << 23) | (m << (23 - f.mbits));
   const float sub = (float)m * qc_pow2f(1 - f.bias - f.mbits);
-  unsigned b = e == 0 ? qc_bits(sub) : normal;
-  b = is_inf ? 0x7f800000u : b;
-  b = is_nan ? 0x7fc00000u : b;
-  return qc_f32_from_bits(b | (s << 31));
+  const unsigned sub_m = 0u - (unsigned)(e == 0);
+  unsigned b = (qc_bits(sub) & sub_m) | (normal & ~sub_m);
+  b = (b & ~inf_m) | (0x7f800000u & inf_m);
+  b = (b & ~nan_m) | (0x7fc00000u & nan_m);
+  return qc_from_bits(b | (s << 31));
 }
 
 /* The largest finite value of format `fmt`. */
 QC_HD float qc_mf_max(int fmt) { return qc_mf_decode((unsigned)qc_mf_max_code(qc_minifloat(fmt)), fmt); }
+
+/* qc_mf_decode(qc_mf_encode(x, fmt, mode), fmt) in T, computed in the value
+ * domain by the same rounding (qc_mf_round_normal, qc_mf_sub_scale) and
+ * the decoded special codes (qc_mf_specials): no rebias and no decode per
+ * element.  tests/test_formats.py checks it equals the composition. */
+template <typename T> QC_HD T qc_mf_fake(T x, int fmt, int mode) {
+  typedef typename QcIeee<T>::U U;
+  const QcMinifloat f = qc_minifloat(fmt);
+  const int S = (int)QcIeee<T>::MBITS - f.mbits;
+  const U sign_bit = (U)1 << (QcIeee<T>::WIDTH - 1);
+  const U u = qc_bits(x);
+  const U a = u & ~sign_bit;
+  const U inf_bits = ((U)((QcIeee<T>::BIAS << 1) | 1)) << QcIeee<T>::MBITS;
+  const U min_normal = (U)(QcIeee<T>::BIAS - f.bias + 1) << QcIeee<T>::MBITS;
+  const T fmax = (T)qc_mf_max(fmt);
+  const U rn = qc_mf_round_normal<T>(a, S);
+  const int is_sub = a < min_normal;
+  const T ax = qc_from_bits(is_sub ? a : (U)0); /* |x| (+0 for -0) below the min normal */
+  const T sub = qc_rint(ax * qc_mf_sub_scale<T>(f)) / qc_mf_sub_scale<T>(f); /* exact */
+  const U mag = is_sub ? qc_bits(sub) : rn;
+  /* (single comparisons and selects of values, no boolean arithmetic: GCC
+   * vectorises the loops around it) */
+  const U rn_normal = is_sub ? (U)0 : rn;
+  const int special = rn_normal > qc_bits(fmax); /* overflow, +-Inf or NaN */
+  int nan_p, over_p, nan_n, over_n;
+  qc_mf_specials(f, mode, 0, &nan_p, &over_p);
+  qc_mf_specials(f, mode, 1 << (f.ebits + f.mbits), &nan_n, &over_n);
+  const int neg = (u & sign_bit) != 0;
+  const T s_nan = neg ? (T)qc_mf_decode((unsigned)nan_n, fmt) : (T)qc_mf_decode((unsigned)nan_p, fmt);
+  const T s_over = neg ? (T)qc_mf_decode((unsigned)over_n, fmt)
+                       : (T)qc_mf_decode((unsigned)over_p, fmt);
+  const U signed_mag = mag | (u & sign_bit);
+  const U out = (f.kind == QC_MF_FNUZ) ? (mag == 0 ? (U)0 : signed_mag) : signed_mag;
+  return special ? (a > inf_bits ? s_nan : s_over) : qc_from_bits(out);
+}
 
 /* ------------------------------------------------------------------------
  * Scaled FP8 fake quant and the FP8 QDQ pair (§2, §3).  Mode bits besides
@@ -219,19 +289,22 @@ QC_HD float qc_mf_max(int fmt) { return qc_mf_decode((unsigned)qc_mf_max_code(qc
 
 /* The scaled value v of x (QC_F8_SCALE_*). */
 template <typename T> QC_HD T qc_f8_scaled(T x, T s, int mode) {
-  return (mode & QC_F8_SCALE_MUL) ? x * s : ((mode & QC_F8_SCALE_DIV) ? x / s : x);
+  const T prod = x * s, quot = x / s; /* both, then selects: a loop stays vectorisable */
+  return (mode & QC_F8_SCALE_MUL) ? prod : ((mode & QC_F8_SCALE_DIV) ? quot : x);
 }
 
 /* The dequantised value of a decoded d (QC_F8_DEQ_*): d, d * s or d / s. */
 template <typename T> QC_HD T qc_f8_dequant(T d, T s, int mode) {
-  return (mode & QC_F8_DEQ_MUL) ? d * s : ((mode & QC_F8_DEQ_DIV) ? d / s : d);
+  const T prod = d * s, quot = d / s;
+  return (mode & QC_F8_DEQ_MUL) ? prod : ((mode & QC_F8_DEQ_DIV) ? quot : d);
 }
 
 /* FP8 fake quantization of one element:
  *   v    = x, x * p0 or x / p0                       (QC_F8_SCALE_*)
  *   q    = qc_mf_encode(v)    (with "satfinite" this is modelopt's and
  *                              torchao's clamp(v, -max, max) then cast)
- *   y    = decode(q), decode(q) * p1 or decode(q) / p1   (QC_F8_DEQ_*)
+ *   y    = decode(q), decode(q) * p1 or decode(q) / p1   (QC_F8_DEQ_*;
+ *          decode(q) by qc_mf_fake)
  *   mask = -p2 <= x <= p2 (QC_F8_MASK_AMAX, modelopt's |x| <= amax) or
  *          |v| <= max finite;  false for NaN
  * modelopt: p0 = f32(f32(1 / a) * 448), p1 = f32(1 / p0), MUL / MUL;
@@ -241,10 +314,10 @@ template <typename T>
 QC_HD T qc_fp8_fake(T x, T p0, T p1, T p2, int mode, unsigned char *mask) {
   const int fmt = mode & QC_FMT_MASK;
   const T v = qc_f8_scaled(x, p0, mode);
-  const T d = (T)qc_mf_decode(qc_mf_encode(v, fmt, mode), fmt);
+  const T d = qc_mf_fake(v, fmt, mode);
   const T fmax = (T)qc_mf_max(fmt);
-  *mask = (mode & QC_F8_MASK_AMAX) ? (unsigned char)((x >= -p2) & (x <= p2))
-                                   : (unsigned char)((v >= -fmax) & (v <= fmax));
+  const int in_amax = (x >= -p2) & (x <= p2), in_range = (v >= -fmax) & (v <= fmax);
+  *mask = (unsigned char)((mode & QC_F8_MASK_AMAX) ? in_amax : in_range);
   return qc_f8_dequant(d, p1, mode);
 }
 
