@@ -123,10 +123,12 @@ QC_HD double qc_from_bits(qc_u64 b) {
 template <typename T> struct QcIeee;
 template <> struct QcIeee<float> {
   typedef unsigned U;
+  typedef int I; /* signed compares of sign-cleared bits (AVX2 has no unsigned ones) */
   enum { MBITS = 23, BIAS = 127, WIDTH = 32 };
 };
 template <> struct QcIeee<double> {
   typedef qc_u64 U;
+  typedef qc_i64 I;
   enum { MBITS = 52, BIAS = 1023, WIDTH = 64 };
 };
 
@@ -188,19 +190,21 @@ template <typename T> QC_HD unsigned qc_mf_encode(T x, int fmt, int mode) {
   const QcMinifloat f = qc_minifloat(fmt);
   const int S = (int)QcIeee<T>::MBITS - f.mbits;
   const int sbit = f.ebits + f.mbits;
+  typedef typename QcIeee<T>::I I;
   const U u = qc_bits(x);
-  const U a = u & ~((U)1 << (QcIeee<T>::WIDTH - 1));
-  const U inf_bits = ((U)((QcIeee<T>::BIAS << 1) | 1)) << QcIeee<T>::MBITS;
-  const U min_normal = (U)(QcIeee<T>::BIAS - f.bias + 1) << QcIeee<T>::MBITS;
+  const I a = (I)(u & ~((U)1 << (QcIeee<T>::WIDTH - 1))); /* |x| bits, >= 0 */
+  const I inf_bits = (I)(((U)((QcIeee<T>::BIAS << 1) | 1)) << QcIeee<T>::MBITS);
+  const I min_normal = (I)((U)(QcIeee<T>::BIAS - f.bias + 1) << QcIeee<T>::MBITS);
   const int sign = (int)(u >> (QcIeee<T>::WIDTH - 1)) << sbit;
-  /* normal range: the rounded magnitude's exponent and mantissa, rebiased */
-  const U rebias = (U)(QcIeee<T>::BIAS - f.bias) << f.mbits;
-  const U code_u = (qc_mf_round_normal<T>(a, S) >> S) - rebias;
-  const U big = (U)1 << 30; /* any code beyond every format's range */
-  const int code_n = (int)(code_u < big ? code_u : big);
+  /* normal range: the rounded magnitude's exponent and mantissa, rebiased
+   * (a NaN's bits clamped to Inf + 1 first, so the rounding cannot carry
+   * into the sign bit; the result is small: an int) */
+  const I a_c = a < inf_bits + 1 ? a : inf_bits + 1;
+  const int code_n = (int)(qc_mf_round_normal<T>((U)a_c, S) >> S) -
+                     ((QcIeee<T>::BIAS - f.bias) << f.mbits);
   /* below the min normal: the number of min-subnormal steps */
   const int is_sub = a < min_normal;
-  const T ax = qc_from_bits(is_sub ? a : (U)0); /* |x| below the min normal */
+  const T ax = qc_from_bits(is_sub ? (U)a : (U)0); /* |x| below the min normal */
   const int code_s = (int)qc_rint(ax * qc_mf_sub_scale<T>(f));
   const int mag = is_sub ? code_s : code_n;
   int nan_code, over_code;
@@ -250,21 +254,23 @@ template <typename T> QC_HD T qc_mf_fake(T x, int fmt, int mode) {
   typedef typename QcIeee<T>::U U;
   const QcMinifloat f = qc_minifloat(fmt);
   const int S = (int)QcIeee<T>::MBITS - f.mbits;
+  typedef typename QcIeee<T>::I I;
   const U sign_bit = (U)1 << (QcIeee<T>::WIDTH - 1);
   const U u = qc_bits(x);
-  const U a = u & ~sign_bit;
-  const U inf_bits = ((U)((QcIeee<T>::BIAS << 1) | 1)) << QcIeee<T>::MBITS;
-  const U min_normal = (U)(QcIeee<T>::BIAS - f.bias + 1) << QcIeee<T>::MBITS;
+  const I a = (I)(u & ~sign_bit);
+  const I inf_bits = (I)(((U)((QcIeee<T>::BIAS << 1) | 1)) << QcIeee<T>::MBITS);
+  const I min_normal = (I)((U)(QcIeee<T>::BIAS - f.bias + 1) << QcIeee<T>::MBITS);
   const T fmax = (T)qc_mf_max(fmt);
-  const U rn = qc_mf_round_normal<T>(a, S);
+  const I a_c = a < inf_bits + 1 ? a : inf_bits + 1; /* (as in qc_mf_encode) */
+  const I rn = (I)qc_mf_round_normal<T>((U)a_c, S);
   const int is_sub = a < min_normal;
-  const T ax = qc_from_bits(is_sub ? a : (U)0); /* |x| (+0 for -0) below the min normal */
+  const T ax = qc_from_bits(is_sub ? (U)a : (U)0); /* |x| (+0 for -0) below the min normal */
   const T sub = qc_rint(ax * qc_mf_sub_scale<T>(f)) / qc_mf_sub_scale<T>(f); /* exact */
-  const U mag = is_sub ? qc_bits(sub) : rn;
+  const U mag = is_sub ? qc_bits(sub) : (U)rn;
   /* (single comparisons and selects of values, no boolean arithmetic: GCC
    * vectorises the loops around it) */
-  const U rn_normal = is_sub ? (U)0 : rn;
-  const int special = rn_normal > qc_bits(fmax); /* overflow, +-Inf or NaN */
+  const I rn_normal = is_sub ? (I)0 : rn;
+  const int special = rn_normal > (I)qc_bits(fmax); /* overflow, +-Inf or NaN */
   int nan_p, over_p, nan_n, over_n;
   qc_mf_specials(f, mode, 0, &nan_p, &over_p);
   qc_mf_specials(f, mode, 1 << (f.ebits + f.mbits), &nan_n, &over_n);
