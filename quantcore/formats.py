@@ -370,6 +370,7 @@ def fp8_quantize(x, amax=None, fmt="e4m3fn", *, recipe="modelopt", pow2=False, a
     name, _, s = _fp8_params(arr, amax, fmt, recipe, pow2, axis, func)
     codes = _encode("fp8", arr, (s,), 0.0, 0.0, FP8_FORMATS[name] | F8_SCALE_MUL, axis,
                     np.uint8, None, func)
+    s = A.array_module(codes).asarray(s)  # (the caller's array kind)
     return codes, (s.reshape(()) if axis is None else s)
 
 
