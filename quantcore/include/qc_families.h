@@ -113,6 +113,7 @@ template <typename T> struct QcAmaxOp {
 #endif
 };
 
+#ifndef __CUDACC__ /* (the CPU loops only) */
 /* f(QcInt<V>()) for the first V of the list equal to `bits`, else
  * f(QcInt<-1>()) (every bit at run time): the mode words that get a CPU loop
  * of their own.  (The loop-invariant selects of a mode bit left at run time
@@ -133,6 +134,7 @@ template <int... V, class F> static inline void qc_dispatch_among(int bits, F f)
 
 /* The four FP8 formats under each overflow policy (fake cast, cast_fp8). */
 #define QC_FP8_CASTS 0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35
+#endif
 
 /* fp8 (FP8 fake quant / fake cast, qc_fp8_fake): p = {p0: quantize
  * factor, p1: dequantize factor, p2: amax of the mask}; mode = format |
