@@ -50,7 +50,8 @@ def torch_cuda_or_skip():
 
 
 @pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)
-@pytest.mark.parametrize("op", ["gpu_fake_quant", "gpu_minmax", "gpu_fake_quantize_forward"])
+@pytest.mark.parametrize("op", ["gpu_fake_quant", "gpu_minmax", "gpu_fake_quantize_forward",
+                                "gpu_compat_fake_quantize_step", "gpu_histogram_collect"])
 def test_gpu_roofline_copy(benchmark, op, n):
     _gpu_or_skip()
     x = device_input(n)
@@ -109,3 +110,52 @@ def test_gpu_fake_quantize_forward(benchmark, impl, n):
     else:
         fq = qc.FakeQuantize()
         benchmark(synced(lambda: fq(x)))
+
+
+@pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_gpu_compat_fake_quantize_step(benchmark, impl, n):
+    """One training step of compat.torch's FakeQuantize (moving-average
+    observer, per tensor) on a device array, against torch's own CUDA
+    FakeQuantize module."""
+    _gpu_or_skip()
+    x = device_input(n)
+    annotate(benchmark, "gpu_compat_fake_quantize_step", n, impl, 9 * n)
+    if impl == "torch-cuda":
+        torch = torch_cuda_or_skip()
+        fq = torch.ao.quantization.FakeQuantize().cuda()
+        t = torch.from_dlpack(x)
+
+        def torch_forward():
+            with torch.no_grad():
+                return fq(t)
+        benchmark(synced(torch_forward))
+    else:
+        from quantcore.compat import torch as T
+        fq = T.FakeQuantize()
+        benchmark(synced(lambda: fq(x)))
+
+
+@pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_gpu_histogram_collect(benchmark, impl, n):
+    """torch.histc of 2048 bins over the batch's range (HistogramObserver's
+    collection: the range, then the counts), against torch.histc on CUDA."""
+    _gpu_or_skip()
+    x = device_input(n)
+    annotate(benchmark, "gpu_histogram_collect", n, impl, 4 * n)
+    if impl == "torch-cuda":
+        torch = torch_cuda_or_skip()
+        t = torch.from_dlpack(x)
+
+        def torch_hist():
+            lo, hi = torch.aminmax(t)
+            return torch.histc(t, 2048, float(lo), float(hi))
+        benchmark(synced(torch_hist))
+    else:
+        from quantcore_gpu import kernels as G
+
+        def qc_hist():
+            lo, hi = qc.minmax(x)
+            return G.histc_f32(x, 2048, float(lo), float(hi), False, False)
+        benchmark(synced(qc_hist))

@@ -42,7 +42,11 @@ def _framework_of(x):
 def _from_dlpack(x):
     """A zero-copy view of a DLPack array: numpy for CPU memory, cupy for
     CUDA memory (the GPU path; NotImplementedError with the reason when it
-    cannot run here)."""
+    cannot run here).  A torch tensor that requires grad is read through
+    ``detach()`` (as torch's observers read their input); results carry no
+    autograd history -- ``quantcore.torch`` has the differentiable versions."""
+    if getattr(x, "requires_grad", False):
+        x = x.detach()
     device = getattr(x, "__dlpack_device__", lambda: (1, 0))()
     if device[0] in (1, 3):  # kDLCPU, kDLCUDAHost
         try:

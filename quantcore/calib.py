@@ -45,7 +45,6 @@ checked against torch in tests/test_calib.py:
 import bisect
 import math
 import numbers
-import warnings
 
 import numpy as np
 
@@ -53,6 +52,8 @@ from . import _arrays as A
 from . import qparams as Q
 from ._cpu import _kernels as K
 from ._cpu.threads import effective_n_threads
+from ._warn import warn
+from .observers import store_into
 
 __all__ = ["MaxCalibrator", "HistogramCalibrator", "TorchHistogram"]
 
@@ -333,7 +334,7 @@ class MaxCalibrator:
             if local.shape != self._amax.shape:
                 raise ValueError(f"{func}: amax shape changed! got {local.shape}, collected "
                                  f"{self._amax.shape} before")
-            self._amax = np.maximum(self._amax, local)
+            np.maximum(self._amax, local, out=self._amax)  # in place, as PQ's copy_
         if self._track_amax:
             self.amaxs.append(local.copy())
 
@@ -457,8 +458,7 @@ class HistogramCalibrator:
                 f"{func}: Calibrator histogram collection only supports per tensor scaling "
                 f"(axis must be None, got {axis!r})")
         if grow_method is not None:
-            warnings.warn(f"{func}: grow_method is deprecated and ignored",
-                          DeprecationWarning, stacklevel=2)
+            warn(f"{func}: grow_method is deprecated and ignored", DeprecationWarning)
         self._axis = None
         self._unsigned = bool(unsigned)
         self._init_bins = _check_int(num_bins, "num_bins", func, low=1)
@@ -764,7 +764,11 @@ class TorchHistogram:
     Attributes
     ----------
     histogram : float32 array of ``bins`` counts
-    min_val, max_val : float32 (``+inf`` / ``-inf`` before any data)
+    min_val, max_val : 0-d float32 arrays (``+inf`` / ``-inf`` before any data)
+
+    The three arrays are updated in place (``collect``, ``merge``, ``reset``,
+    ``load_state_dict``), as torch updates the observer's buffers: a
+    reference taken once sees every later update.
 
     Notes
     -----
@@ -796,9 +800,14 @@ class TorchHistogram:
 
     def reset(self):
         """Back to the empty state."""
-        self.histogram = np.zeros(self.bins, dtype=_f32)
-        self.min_val = _f32(np.inf)
-        self.max_val = _f32(-np.inf)
+        self._store(np.zeros(self.bins, dtype=_f32), np.inf, -np.inf)
+
+    def _store(self, histogram, min_val=None, max_val=None):
+        """Write the state into its arrays in place (``None``: unchanged)."""
+        store_into(self, "histogram", histogram, _f32)
+        if min_val is not None:
+            store_into(self, "min_val", np.reshape(min_val, ()), _f32)
+            store_into(self, "max_val", np.reshape(max_val, ()), _f32)
 
     @property
     def initialized(self):
@@ -814,21 +823,20 @@ class TorchHistogram:
         if x_min != x_min:
             raise ValueError(f"{func}: x contains NaN")
         if math.isinf(x_min) or math.isinf(x_max):
-            warnings.warn("torch.inf detected in input tensor, ignoring input", stacklevel=2)
+            warn("torch.inf detected in input tensor, ignoring input", UserWarning)
             arr = arr[np.isfinite(arr)]
             if arr.size == 0:
                 return x
             x_min, x_max = arr.min(), arr.max()
         x_min, x_max = _f32(x_min), _f32(x_max)
         if not self.initialized:
-            self.min_val, self.max_val = _f32(x_min), _f32(x_max)
-            self.histogram = torch_histc_f32(arr, self.bins, float(x_min), float(x_max))
+            self._store(torch_histc_f32(arr, self.bins, float(x_min), float(x_max)), x_min, x_max)
             return x
-        cur_min, cur_max = self.min_val, self.max_val
+        cur_min, cur_max = _f32(self.min_val), _f32(self.max_val)
         new_min, new_max = min(cur_min, x_min), max(cur_max, x_max)
         update = torch_histc_f32(arr, self.bins, float(new_min), float(new_max))
         if new_min == cur_min and new_max == cur_max:
-            self.histogram = (self.histogram + update).astype(_f32)
+            self._store(self.histogram + update)
             return x
         if cur_min == cur_max:
             mass = _torch_sum_f32(self.histogram)
@@ -836,8 +844,7 @@ class TorchHistogram:
                                    float(new_max)) * mass).astype(_f32)
         else:
             old = self._upscale(self.histogram, cur_min, cur_max, new_min, new_max)
-        self.histogram = (update + old).astype(_f32)
-        self.min_val, self.max_val = _f32(new_min), _f32(new_max)
+        self._store(update + old, new_min, new_max)
         return x
 
     def _upscale(self, hist, orig_min, orig_max, new_min, new_max):
@@ -857,7 +864,15 @@ class TorchHistogram:
     # ---------------------------------------------------------- L2 search
     def _quantization_error(self, start, end, dst_nbins):
         """L2 error of quantizing bins [start, end] onto ``dst_nbins`` levels,
-        torch's float32 formula (uniform density within a source bin)."""
+        torch's float32 formula (uniform density within a source bin).
+
+        IEEE arithmetic as torch's: ranges near the float32 limits overflow
+        to inf (and inf - inf to NaN), tiny ones divide to inf, without
+        numpy's RuntimeWarnings (torch prints nothing; the results agree)."""
+        with np.errstate(all="ignore"):
+            return self._quantization_error_f32(start, end, dst_nbins)
+
+    def _quantization_error_f32(self, start, end, dst_nbins):
         nb = self.bins
         bin_width = (float(self.max_val) - float(self.min_val)) / nb
         dst_w = bin_width * (end - start + 1) / dst_nbins
@@ -914,7 +929,8 @@ class TorchHistogram:
         if not self.initialized:
             raise ValueError(f"{func}: no data collected")
         nb = self.bins
-        bw32 = _f32(_f32(self.max_val - self.min_val) / _f32(nb))
+        with np.errstate(all="ignore"):  # (see _quantization_error)
+            bw32 = _f32(_f32(self.max_val - self.min_val) / _f32(nb))
         total = float(_torch_sum_f32(self.histogram))
         csum = _torch_cumsum_f32(self.histogram).tolist()    # exact float32 values
         stepsize = 1e-5
@@ -945,8 +961,9 @@ class TorchHistogram:
                 break
             norm_min = norm
             start, end = next_start, next_end
-        new_min = _f32(self.min_val + _f32(bw32 * _f32(start)))
-        new_max = _f32(self.min_val + _f32(bw32 * _f32(end + 1)))
+        with np.errstate(all="ignore"):
+            new_min = _f32(self.min_val + _f32(bw32 * _f32(start)))
+            new_max = _f32(self.min_val + _f32(bw32 * _f32(end + 1)))
         return new_min, new_max
 
     def calculate_qparams(self, quant_min=0, quant_max=255, symmetric=False, eps=Q.F32_EPS,
@@ -964,8 +981,8 @@ class TorchHistogram:
         (scale float32[1], zero_point int64[1])
         """
         if not self.initialized:
-            warnings.warn("TorchHistogram: no data collected yet; returning scale 1.0, zero "
-                          "point 0", RuntimeWarning, stacklevel=2)
+            warn("TorchHistogram: no data collected yet; returning scale 1.0, zero point 0",
+                 RuntimeWarning)
             return np.ones(1, _f32), np.zeros(1, np.int64)
         lo, hi = self.non_linear_param_search(dst_nbins)
         if symmetric:
@@ -992,15 +1009,14 @@ class TorchHistogram:
         if not other.initialized:
             return self
         if not self.initialized:
-            self.histogram = other.histogram.copy()
-            self.min_val, self.max_val = _f32(other.min_val), _f32(other.max_val)
+            self._store(other.histogram, other.min_val, other.max_val)
             return self
         if self.min_val != other.min_val or self.max_val != other.max_val:
             raise ValueError(f"{func}: histograms have different bin edges (range "
                              f"[{float(self.min_val)}, {float(self.max_val)}] vs "
                              f"[{float(other.min_val)}, {float(other.max_val)}]); only equal "
                              "edges can be merged")
-        self.histogram = (self.histogram + other.histogram).astype(_f32)
+        self._store(self.histogram + other.histogram)
         return self
 
     def state_dict(self):
@@ -1016,8 +1032,7 @@ class TorchHistogram:
         if hist.shape != (self.bins,):
             raise ValueError(f"{func}: histogram has shape {hist.shape}, expected "
                              f"({self.bins},)")
-        self.histogram = hist
-        self.min_val, self.max_val = _f32(state["min_val"]), _f32(state["max_val"])
+        self._store(hist, _f32(state["min_val"]), _f32(state["max_val"]))
 
     def __repr__(self):
         return f"TorchHistogram(bins={self.bins}, upsample_rate={self.upsample_rate})"

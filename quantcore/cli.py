@@ -603,10 +603,14 @@ def build_parser():
     demo.add_argument("--plot", default="quantcore_demo.png",
                       help="where to save the training curves ('' for none)")
     sub.add_parser("info", help="print how the extension was built")
+    from .cli_quantize import add_parser as add_quantize  # (quantcore/cli_quantize.py)
+    add_quantize(sub, _formatter(argparse.HelpFormatter))
     return parser
 
 
 def _run(args, parser):
+    if getattr(args, "handler", None) is not None:  # sub-commands of their own modules
+        return args.handler(args)
     if args.command == "calibrate":
         return calibrate(args)
     if args.command == "fake-quant":

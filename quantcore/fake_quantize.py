@@ -14,7 +14,7 @@ from . import ops
 from . import qparams as Q
 from ._cpu import _kernels
 from ._cpu.threads import PARALLEL_THRESHOLD, get_num_threads
-from .observers import MinMaxObserver, MovingAverageMinMaxObserver, ObserverBase
+from .observers import MinMaxObserver, MovingAverageMinMaxObserver, ObserverBase, store_into
 
 F32 = np.float32
 
@@ -34,6 +34,8 @@ class FakeQuantize:
     (:func:`quantcore.qparams.affine_qparams` or ``symmetric_qparams``)::
 
         training and observer_enabled:  observer.update(x); recompute qparams
+                                        (NaN scales while the observer holds no
+                                        batch: every batch so far was skipped)
         fake_quant_enabled and not in the delay:
             out  = (clamp(round(x * f32(1/scale)) + zp, qmin, qmax) - zp) * scale
             mask = qmin <= round(x * f32(1/scale)) + zp <= qmax
@@ -70,9 +72,29 @@ class FakeQuantize:
 
     Notes
     -----
+    Non-finite first batches: with ``nan_policy="skip"`` a batch holding NaN
+    or +-inf is not recorded; if the observer then still holds no batch at
+    all, there is nothing to compute qparams from and the scale becomes NaN,
+    so that forward returns all NaN (mask 0), as a framework whose NaN
+    statistics make NaN qparams does -- never values quantized with a
+    made-up scale.  The first good batch sets real qparams.
+
+    State is updated in place: ``scale`` / ``zero_point`` and the observer's
+    ``min_val`` / ``max_val`` keep their identity across forwards, setters
+    and ``load_state_dict``, and ``state_dict()`` shares them (a per-channel
+    FakeQuantize binds new arrays once, when the first forward gives them
+    their channel count).
+
     Thread safety: forward, backward, the setters and the state methods
     hold a per-instance lock (``threading.RLock``), so one FakeQuantize may
     be shared between threads; their calls are serialised.
+
+    Pickling, ``copy.deepcopy`` and cloudpickle: the lock is dropped and a
+    new one made on loading; a FakeQuantize whose state lives on the GPU
+    (cupy input) is synchronised to the host first and pickles its host
+    state, so a copy starts on the host (and uploads its state with its
+    first cupy forward).  The last forward's mask is kept (as a host array),
+    so ``backward`` works on the copy.
     """
 
     def __init__(self, observer=None, quant_min=0, quant_max=255, *, symmetric=False,
@@ -94,6 +116,9 @@ class FakeQuantize:
         self._device = None  # quantcore_gpu ObserverState while cupy inputs run
         self._host_stale = False  # the device state is ahead of the host's
         self._uploaded = None  # _host_snapshot() of what the device state holds
+        # the device state was uploaded from an observer with no batch and
+        # has not observed yet (its first observed forward sets NaN qparams)
+        self._device_unobserved = False
         self.axis = observer.axis
         self.symmetric = bool(symmetric)
         self.eps = float(eps)
@@ -144,7 +169,7 @@ class FakeQuantize:
         ops.check_scales(s, np.dtype(F32), "FakeQuantize.scale")
         with self._lock:
             self._sync_host()
-            self._scale = s.astype(F32)
+            store_into(self, "_scale", s, F32)
             self._device = None
 
     @property
@@ -160,7 +185,7 @@ class FakeQuantize:
         ops.check_zero_points(z, self.quant_min, self.quant_max, "FakeQuantize.zero_point")
         with self._lock:
             self._sync_host()
-            self._zero_point = z.astype(np.int64)
+            store_into(self, "_zero_point", z, np.int64)
             self._device = None
 
     @staticmethod
@@ -176,7 +201,8 @@ class FakeQuantize:
 
     def _sync_host(self):
         """Copy the device-resident statistics and qparams of the GPU path
-        back into the host observer (one synchronisation, only when read)."""
+        back into the host observer (one synchronisation, only when read),
+        in place: the host arrays keep their identity."""
         if not self._host_stale:
             return
         self._host_stale = False
@@ -184,11 +210,44 @@ class FakeQuantize:
         per_tensor = self.axis is None
         with obs._lock:
             lo, hi = st.min_val.get(), st.max_val.get()
-            obs.min_val = lo.reshape(()) if per_tensor else lo
-            obs.max_val = hi.reshape(()) if per_tensor else hi
+            obs._store(lo.reshape(()) if per_tensor else lo, hi.reshape(()) if per_tensor else hi)
             obs.num_batches, obs.nonfinite_batches = (int(v) for v in st.counts.get())
-        self._scale, self._zero_point = st.scale.get(), st.zero_point.get()
+        self._store_qparams(st.scale.get(), st.zero_point.get())
         self._uploaded = self._host_snapshot()
+
+    def _store_qparams(self, scale, zero_point):
+        """Write qparams into ``_scale`` / ``_zero_point`` in place."""
+        store_into(self, "_scale", np.asarray(scale).reshape(-1), F32)
+        store_into(self, "_zero_point", np.asarray(zero_point).reshape(-1), np.int64)
+
+    def _qparams_from_observer(self, skipped_before, channels):
+        """After an observed batch of ``channels`` channels: qparams from the
+        statistics, or NaN scales (one per channel, as the GPU path keeps
+        them) when that batch was skipped (non-finite) and the observer
+        still holds no batch (nothing to compute qparams from; see the class
+        Notes)."""
+        obs = self._observer
+        if obs.initialized:  # (the setters would refuse a NaN scale)
+            self._store_qparams(*self.calculate_qparams())
+        elif obs.nonfinite_batches > skipped_before:
+            zp = self._zero_point
+            self._store_qparams(np.full(channels, np.nan, F32),
+                                zp if zp.size == channels else np.broadcast_to(zp[:1], channels))
+
+    # -- pickling (the lock cannot be pickled; GPU state goes to the host) --
+    def __getstate__(self):
+        with self._lock:
+            self._sync_host()
+            state = self.__dict__.copy()
+        del state["_lock"]
+        state.update(_device=None, _host_stale=False, _uploaded=None, _device_unobserved=False)
+        if state["_mask"] is not None:
+            state["_mask"] = A.to_host(state["_mask"])
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def _host_snapshot(self):
         """The host state the device copy is built from (observer statistics,
@@ -245,9 +304,11 @@ class FakeQuantize:
                 return fast
         with self._lock:
             if self.training and self.observer_enabled:
+                skipped_before = self.observer.nonfinite_batches
                 self.observer.update(arr)
-                if self.observer.initialized:  # (the setters would refuse a NaN scale)
-                    self._scale, self._zero_point = self.calculate_qparams()
+                self._qparams_from_observer(skipped_before, 1 if self.axis is None else
+                                            arr.shape[A.normalize_axis(self.axis, arr.ndim,
+                                                                       func)])
             delayed = self.training and self.step < self.quant_delay
             if self.training:
                 self.step += 1
@@ -311,24 +372,38 @@ class FakeQuantize:
             xk, yk, mk = (arr, y, mask) if c_order else (
                 arr.T, y.T, None if mask is None else mask.T)
             state = np.array((obs.min_val, obs.max_val, 1 if obs.num_batches else 0), F32)
-            scale = np.array(self._scale[:1], F32)
-            zp = np.array(self._zero_point[:1], np.int64)
+            # the kernel writes the qparams (only when it observes) into the
+            # qparams arrays themselves: in place, without copies
+            scale, zp = self._scale, self._zero_point
+            direct = scale.shape == zp.shape == (1,) and scale.dtype == F32 and \
+                zp.dtype == np.int64 and scale.flags.writeable and zp.flags.writeable
+            if not direct:
+                scale, zp = np.array(scale[:1], F32), np.array(zp[:1], np.int64)
+            # no batch yet: NaN qparams, kept if this batch is skipped (class Notes)
+            nan_first = observe and not obs.num_batches
+            if nan_first:
+                kept, scale[0] = scale[0], np.nan
             rule = _FAST_RULES[type(obs)] if observe else 0
             c = getattr(obs, "averaging_constant", 1.0)
             n = arr.size
-            status = _kernels.observe_fake_quant_f32(
-                xk, yk, mk, state, rule, c, _NAN_POLICY[obs.nan_policy], scale, zp,
-                self.quant_min, self.quant_max, self.eps, self.symmetric, self._sym_zp,
-                quantize, self._mode, 1 if n < PARALLEL_THRESHOLD else get_num_threads())
+            status = None
+            try:
+                status = _kernels.observe_fake_quant_f32(
+                    xk, yk, mk, state, rule, c, _NAN_POLICY[obs.nan_policy], scale, zp,
+                    self.quant_min, self.quant_max, self.eps, self.symmetric, self._sym_zp,
+                    quantize, self._mode, 1 if n < PARALLEL_THRESHOLD else get_num_threads())
+            finally:
+                if nan_first and status not in (_kernels.OBSERVED, _kernels.NONFINITE_SKIPPED):
+                    scale[0] = kept  # nothing observed (empty x) or refused: unchanged
             if status == _kernels.NONFINITE_REFUSED:
                 raise ValueError(f"{type(obs).__name__}.update: the batch contains NaN or inf")
             if status == _kernels.NONFINITE_SKIPPED:
-                obs._note_nonfinite_batch(stacklevel=3)
+                obs._note_nonfinite_batch()
             elif status == _kernels.OBSERVED:
-                obs.min_val = np.array(state[0], F32)
-                obs.max_val = np.array(state[1], F32)
+                obs._store(state[0], state[1])
                 obs.num_batches += 1
-                self._scale, self._zero_point = scale, zp
+            if not direct and (status == _kernels.OBSERVED or nan_first):
+                self._store_qparams(scale, zp)
             if not quantize:
                 self._mask = None
                 if out is None:
@@ -364,6 +439,9 @@ class FakeQuantize:
                 self.step += 1
             if observe:
                 obs = self._observer
+                if self._device_unobserved:  # no batch yet: NaN qparams (class Notes)
+                    st.set_qparams(np.full(C, np.nan, F32), st.zero_point.get())
+                    self._device_unobserved = False
                 G.observe(layout.flat, outer, C, inner, st,
                           observer="minmax" if type(obs) is MinMaxObserver else "moving_average",
                           averaging_constant=getattr(obs, "averaging_constant", 1.0),
@@ -414,6 +492,7 @@ class FakeQuantize:
             st.set_qparams(np.broadcast_to(self._scale, (C,)),
                            np.broadcast_to(self._zero_point, (C,)))
         self._device = st
+        self._device_unobserved = not obs.num_batches
         # a state that could not take the host's values is rebuilt next time
         self._uploaded = self._host_snapshot() if n_stats in (1, C) and n_qparams in (1, C) \
             else None
@@ -444,9 +523,11 @@ class FakeQuantize:
 
     # -- state -------------------------------------------------------------
     def state_dict(self):
+        """The state as a dict; ``scale`` / ``zero_point`` and the observer's
+        arrays are this object's own arrays (shared, not copies)."""
         with self._lock:
             return {
-                "scale": self.scale.copy(), "zero_point": self.zero_point.copy(),
+                "scale": self.scale, "zero_point": self.zero_point,
                 "quant_min": self.quant_min, "quant_max": self.quant_max,
                 "symmetric": self.symmetric, "eps": self.eps, "rounding": self.rounding,
                 "quant_delay": self.quant_delay, "packed_mask": self.packed_mask,
@@ -472,8 +553,7 @@ class FakeQuantize:
         with self._lock:
             self.observer.load_state_dict(state["observer"])
             self._sync_host()
-            self._scale = scale.astype(F32).reshape(-1)
-            self._zero_point = zp.astype(np.int64).reshape(-1)
+            self._store_qparams(scale, zp)
             self._device = None
             for key in ("fake_quant_enabled", "observer_enabled", "training"):
                 if key in state:

@@ -16,16 +16,27 @@ Non-finite policy (``nan_policy``), the same for all observers:
   behaviour: +-inf enters min/max and makes moving averages inf / NaN).
 - ``"raise"``: ValueError.
 
+State is updated in place, as a framework module updates its buffers: the
+``min_val`` / ``max_val`` arrays keep their identity across ``update``,
+``merge``, ``reset`` and ``load_state_dict``, and ``state_dict()`` returns
+those arrays themselves (not copies), so a reference taken once sees every
+later update.  The one exception is a change of shape: a per-channel
+observer's arrays get their channel count with the first batch (torch
+resizes its buffers in place there; a numpy array cannot change its size
+while other references to it may exist, so new arrays are bound then).
+
 Observers are thread-safe: ``update``, ``merge``, ``reset`` and the state
-methods hold a per-instance lock.
+methods hold a per-instance lock.  They pickle, deep-copy and cloudpickle
+(the lock is dropped and a new one made), continuing exactly where the
+original stands.
 """
 import threading
-import warnings
 
 import numpy as np
 
 from . import _arrays as A
 from . import qparams as Q
+from ._warn import warn
 from ._cpu import _kernels
 from .ops import MM_NAN, _finish_minmax, _minmax_flags
 
@@ -64,13 +75,28 @@ class ObserverBase:
 
     # -- state -------------------------------------------------------------
     def reset(self):
-        """Forget all statistics."""
+        """Forget all statistics (per tensor in place; a per-channel observer
+        gets new empty arrays, as torch's per-channel observers do)."""
         with self._lock:
             shape = () if self.axis is None else (0,)
-            self.min_val = np.full(shape, np.inf, dtype=F32)
-            self.max_val = np.full(shape, -np.inf, dtype=F32)
+            self._store(np.full(shape, np.inf, dtype=F32), np.full(shape, -np.inf, dtype=F32))
             self.num_batches = 0
             self.nonfinite_batches = 0
+
+    def _store(self, mn, mx):
+        """Write new statistics into ``min_val`` / ``max_val`` in place (new
+        float32 arrays only where the shape changes)."""
+        for name, value in (("min_val", mn), ("max_val", mx)):
+            store_into(self, name, value, F32)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        del state["_lock"]  # a lock cannot be pickled; __setstate__ makes a new one
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     @property
     def initialized(self):
@@ -78,9 +104,11 @@ class ObserverBase:
         return self.num_batches > 0
 
     def state_dict(self):
-        """The state as a dict of numpy arrays and Python scalars."""
+        """The state as a dict of numpy arrays and Python scalars; the arrays
+        are the observer's own ``min_val`` / ``max_val`` (shared, as a torch
+        state_dict shares its buffers' storage: copy them to keep a snapshot)."""
         with self._lock:
-            d = {"min_val": self.min_val.copy(), "max_val": self.max_val.copy(),
+            d = {"min_val": self.min_val, "max_val": self.max_val,
                  "num_batches": int(self.num_batches), "nonfinite_batches": int(self.nonfinite_batches),
                  "axis": -1 if self.axis is None else int(self.axis),
                  "per_channel": self.axis is not None, "nan_policy": self.nan_policy}
@@ -107,8 +135,7 @@ class ObserverBase:
                              f"({'per tensor' if self.axis is None else 'per channel'}) needs "
                              f"{want_ndim}")
         with self._lock:
-            self.min_val = mn.astype(F32, copy=True)
-            self.max_val = mx.astype(F32, copy=True)
+            self._store(mn, mx)
             self.num_batches = int(state.get("num_batches", 1 if np.isfinite(mn).any() else 0))
             self.nonfinite_batches = int(state.get("nonfinite_batches", 0))
             for field in self._FIELDS:
@@ -138,16 +165,18 @@ class ObserverBase:
         if nonfinite and self.nan_policy != "propagate":
             if self.nan_policy == "raise":
                 raise ValueError(f"{type(self).__name__}.update: the batch contains NaN or inf")
-            self._note_nonfinite_batch(stacklevel=4)
+            self._note_nonfinite_batch()
             return None
         lo, hi = _finish_minmax(lo, hi, flags)
         return lo.astype(F32), hi.astype(F32)
 
-    def _note_nonfinite_batch(self, stacklevel):
-        """Count and warn about a skipped non-finite (NaN or +-inf) batch."""
-        self.nonfinite_batches += 1
-        warnings.warn(f"{type(self).__name__}: a batch containing NaN or inf was skipped "
-                      f"({self.nonfinite_batches} so far)", RuntimeWarning, stacklevel=stacklevel)
+    def _note_nonfinite_batch(self, count=1):
+        """Count and warn about ``count`` skipped non-finite (NaN or +-inf)
+        batches (the warning names the caller's line)."""
+        self.nonfinite_batches += count
+        what = "a batch" if count == 1 else f"{count} batches"
+        warn(f"{type(self).__name__}: {what} containing NaN or inf was skipped "
+             f"({self.nonfinite_batches} so far)", RuntimeWarning)
 
     @A.interop_method
     def update(self, x):
@@ -161,9 +190,7 @@ class ObserverBase:
                 raise ValueError(f"{type(self).__name__}.update: the batch has {lo.shape[0]} "
                                  f"channels, the observer {self.min_val.shape[0]}")
             first = self.num_batches == 0
-            mn, mx = self._combine(lo, hi, first)
-            # always float32 ndarrays (0-d per tensor), never numpy scalars
-            self.min_val, self.max_val = np.array(mn, dtype=F32), np.array(mx, dtype=F32)
+            self._store(*self._combine(lo, hi, first))
             self.num_batches += 1
 
     def _combine(self, lo, hi, first):
@@ -190,10 +217,9 @@ class ObserverBase:
                 raise ValueError(f"{type(self).__name__}.merge: channel counts differ "
                                  f"({self.min_val.shape} vs {other.min_val.shape})")
             if self.num_batches == 0:
-                self.min_val, self.max_val = other.min_val.copy(), other.max_val.copy()
+                self._store(other.min_val, other.max_val)
             else:
-                mn, mx = self._combine(other.min_val, other.max_val, False)
-                self.min_val, self.max_val = np.array(mn, dtype=F32), np.array(mx, dtype=F32)
+                self._store(*self._combine(other.min_val, other.max_val, False))
             self.num_batches += other.num_batches
             self.nonfinite_batches += other.nonfinite_batches
         return self
@@ -207,8 +233,8 @@ class ObserverBase:
         default ``(1.0, 0)`` is returned with a warning.
         """
         if self.num_batches == 0:
-            warnings.warn(f"{type(self).__name__}: no batch observed yet; returning scale 1.0, "
-                          "zero point 0", RuntimeWarning, stacklevel=2)
+            warn(f"{type(self).__name__}: no batch observed yet; returning scale 1.0, "
+                 "zero point 0", RuntimeWarning)
             n = 1 if self.axis is None else max(self.min_val.size, 1)
             return np.ones(n, F32), np.zeros(n, np.int64)
         fn = Q.symmetric_qparams if symmetric else Q.affine_qparams
@@ -217,6 +243,23 @@ class ObserverBase:
     def __repr__(self):
         where = "per tensor" if self.axis is None else f"axis={self.axis}"
         return f"{type(self).__name__}({where}, batches={self.num_batches})"
+
+
+def store_into(obj, name, value, dtype):
+    """``obj.<name>[...] = value`` in place, like a framework's ``copy_`` into
+    a buffer; a new array of ``dtype`` is bound only when ``obj`` has none
+    yet, or one of another shape or dtype (a numpy array cannot be resized
+    safely while other references to it may exist)."""
+    cur = getattr(obj, name, None)
+    shape = value.shape if isinstance(value, np.ndarray) else np.shape(value)
+    if type(cur) is np.ndarray and cur.shape == shape and cur.dtype == dtype and \
+            cur.flags.writeable:
+        if cur is not value:
+            cur[...] = value  # (unsafe casting, as numpy's setitem; cheaper than copyto)
+        return cur
+    new = np.array(value, dtype=dtype, copy=True)
+    setattr(obj, name, new)
+    return new
 
 
 def _running_minmax(m_lo, m_hi, lo, hi):
@@ -311,8 +354,8 @@ class EMAMinMaxObserver(ObserverBase):
         with self._lock:
             min_init, max_init, n = self._init
             shape = () if self.axis is None else (n if n is not None else np.size(min_init),)
-            self.min_val = np.broadcast_to(np.asarray(min_init, F32), shape).astype(F32)
-            self.max_val = np.broadcast_to(np.asarray(max_init, F32), shape).astype(F32)
+            self._store(np.broadcast_to(np.asarray(min_init, F32), shape),
+                        np.broadcast_to(np.asarray(max_init, F32), shape))
             self.num_batches = 0
             self.nonfinite_batches = 0
 
@@ -357,8 +400,7 @@ class MomentumMinMaxObserver(ObserverBase):
     def reset(self):
         with self._lock:
             shape = () if self.axis is None else (0,)
-            self.min_val = np.zeros(shape, F32)
-            self.max_val = np.zeros(shape, F32)
+            self._store(np.zeros(shape, F32), np.zeros(shape, F32))
             self.num_batches = 0
             self.nonfinite_batches = 0
 

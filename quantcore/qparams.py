@@ -2,33 +2,49 @@
 
 Every function works elementwise on 1-D arrays (one value per tensor, or
 one per channel), so per-tensor and per-channel share one code path.  All
-arithmetic is float32 (numpy float32 scalars / arrays, one rounding per
-operation, in the order the framework specs give) unless a docstring says
-otherwise.
+arithmetic is float32 (one rounding per operation, in the order the
+framework specs give) unless a docstring says otherwise.
+
+The formulas are the schemes of ``quantcore/include/qc_qparams.h``, run by
+the CPU extension for numpy input and by ``quantcore_gpu`` for cupy input
+(the statistics stay on the device and so do the results: no host
+synchronisation).  The integer ranges and zero-point rules of the
+frameworks are plain Python.
 """
 import numpy as np
 
+from . import _arrays as A
 from ._cpu import _kernels
 
 F32 = np.float32
 
+#: scheme flags of qc_qparams.h
+_UNSIGNED, _PRESERVE_SPARSITY, _HALF_AWAY, _SYMMETRIC, _CAMBRICON = 1, 2, 4, 8, 16
 
-def _f32(a):
-    return np.asarray(a, dtype=F32)
 
-
-def _round_half_away(v):
-    """Ties away from zero, exact in float32 (C ``roundf``)."""
-    a = np.abs(v)
-    r = np.floor(a)
-    r = np.where(a - r >= F32(0.5), r + F32(1), r).astype(v.dtype)
-    return np.copysign(r, v)
+def _scheme(name, a, b=None, dtype=F32, *, quant_min=0, quant_max=0, eps=0.0, num_bits=0,
+            flags=0):
+    """The outputs (rows of float64[NOUT, C]) of scheme ``name`` of
+    qc_qparams.h over the channels of ``a`` (and ``b``), computed in
+    ``dtype``'s precision where the scheme follows its input, on the back end
+    of the inputs (numpy -> CPU, cupy -> GPU)."""
+    on_gpu = A.is_cupy_array(a) or A.is_cupy_array(b)
+    xp = A.array_module(a if A.is_cupy_array(a) else b) if on_gpu else np
+    with np.errstate(over="ignore"):  # a statistic beyond dtype's range is +-inf there
+        a = xp.ascontiguousarray(xp.asarray(a, dtype=dtype).reshape(-1))
+        if b is not None:
+            b = xp.ascontiguousarray(xp.asarray(b, dtype=dtype).reshape(-1))
+    if b is not None and b.shape != a.shape:
+        raise ValueError(f"min_val and max_val must have one shape, got {a.shape} and "
+                         f"{b.shape}")
+    kernels = A.gpu_kernels("qparams") if on_gpu else _kernels
+    return kernels.qparams(kernels.QP_SCHEMES[name][0], a, b, float(quant_min), float(quant_max),
+                           float(eps), int(num_bits), int(flags))
 
 
 #: torch.finfo(torch.float32).eps, the default lower bound of a scale
 F32_EPS = float(np.finfo(np.float32).eps)
 
-_INT32_MIN = -(2 ** 31)
 
 
 def affine_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS):
@@ -49,8 +65,9 @@ def affine_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS):
     -------
     (scale float32[C], zero_point int64[C])
     """
-    mn, mx = _stats(min_val, max_val)
-    return _kernels.affine_qparams(mn, mx, int(quant_min), int(quant_max), float(F32(eps)))
+    out = _scheme("affine", min_val, max_val, quant_min=quant_min, quant_max=quant_max,
+                  eps=float(F32(eps)))
+    return out[0].astype(F32), out[1].astype(np.int64)
 
 
 def symmetric_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS, zero_point=None):
@@ -68,11 +85,11 @@ def symmetric_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS, zero_
     -------
     (scale float32[C], zero_point int64[C])
     """
-    mn, mx = _stats(min_val, max_val)
-    scale = _kernels.symmetric_scale(mn, mx, int(quant_min), int(quant_max), float(F32(eps)))
+    scale = _scheme("symmetric", min_val, max_val, quant_min=quant_min, quant_max=quant_max,
+                    eps=float(F32(eps)))[0].astype(F32)
     if zero_point is None:
         zero_point = symmetric_zero_point(quant_min, quant_max)
-    return scale, np.full(scale.shape, zero_point, dtype=np.int64)
+    return scale, A.array_module(scale).full(scale.shape, zero_point, dtype=np.int64)
 
 
 def symmetric_zero_point(quant_min, quant_max):
@@ -169,14 +186,6 @@ def torch_symmetric_zero_point(dtype, quant_min, quant_max, customized):
     return 0
 
 
-def _stats(min_val, max_val):
-    mn = np.ascontiguousarray(np.asarray(min_val, dtype=F32).reshape(-1))
-    mx = np.ascontiguousarray(np.asarray(max_val, dtype=F32).reshape(-1))
-    if mn.shape != mx.shape:
-        raise ValueError(f"min_val and max_val must have one shape, got {mn.shape} and {mx.shape}")
-    return mn, mx
-
-
 def float_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS):
     """Per-channel float qparams (PyTorch ``per_channel_affine_float_qparams``)::
 
@@ -187,12 +196,9 @@ def float_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS):
     -------
     (scale float32[C], zero_point float32[C])
     """
-    mn, mx = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        scale = ((mx - mn).astype(F32) / F32(quant_max - quant_min)).astype(F32)
-        scale = np.where(scale > F32(eps), scale, F32(1)).astype(F32)
-        zp = (-mn / scale).astype(F32)
-    return scale, zp
+    out = _scheme("float", min_val, max_val, quant_min=quant_min, quant_max=quant_max,
+                  eps=float(F32(eps)))
+    return out[0].astype(F32), out[1].astype(F32)
 
 
 def oneflow_qparams(min_val, max_val, num_bits, scheme="symmetric", formula="google",
@@ -211,20 +217,11 @@ def oneflow_qparams(min_val, max_val, num_bits, scheme="symmetric", formula="goo
     -------
     (scale float32[C], zero_point float32[C])
     """
-    lo, hi = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        if formula == "cambricon":
-            amax = np.maximum(np.abs(hi), np.abs(lo)).astype(F32)
-            scale = (np.floor(np.log2(amax.astype(np.float64))) - (num_bits - 2)).astype(F32)
-            return scale, np.zeros_like(scale)
-        if scheme == "symmetric":
-            amax = np.maximum(np.abs(hi), np.abs(lo)).astype(F32)
-            scale = (amax / F32(2 ** (num_bits - 1) - 1)).astype(F32)
-            return scale, np.zeros_like(scale)
-        scale = ((hi - lo).astype(F32) / F32(2 ** num_bits - 1)).astype(F32)
-        ratio = (lo / scale).astype(F32)
-        rounded = np.rint(ratio) if zp_rounding == "half_even" else _round_half_away(ratio)
-        return scale, (-rounded).astype(F32)
+    flags = (_CAMBRICON if formula == "cambricon" else 0) | \
+        (_SYMMETRIC if scheme == "symmetric" else 0) | \
+        (_HALF_AWAY if zp_rounding != "half_even" else 0)
+    out = _scheme("oneflow", min_val, max_val, num_bits=num_bits, flags=flags)
+    return out[0].astype(F32), out[1].astype(F32)
 
 
 # -------------------------------------------------------------- amax family
@@ -247,15 +244,10 @@ def amax_multiplier(amax, num_bits, unsigned):
     the multiplier is 0 and the divisor 1 (outputs become zero), else the
     divisor is ``mult`` itself.
     """
-    amax = np.asarray(amax)
-    dtype = amax.dtype
-    max_bound = dtype.type(2 ** (num_bits - 1 + int(unsigned)) - 1)
-    with np.errstate(divide="ignore", over="ignore"):
-        mult = (max_bound / amax).astype(dtype)
-    tiny = amax <= dtype.type(2.0 ** -24)
-    mult = np.where(tiny, dtype.type(0), mult).astype(dtype)
-    div = np.where(tiny, dtype.type(1), mult).astype(dtype)
-    return mult, div
+    dtype = A.compute_dtype(amax.dtype) if hasattr(amax, "dtype") else np.dtype(np.float64)
+    out = _scheme("amax", amax, None, dtype, num_bits=num_bits,
+                  flags=_UNSIGNED if unsigned else 0)
+    return out[0].astype(dtype), out[1].astype(dtype)
 
 
 # ------------------------------------------------------------ nudged family
@@ -275,19 +267,8 @@ def nudge_tensorflow(min_val, max_val, quant_min, quant_max):
     -------
     (nudged_min, nudged_max, scale, inv, quant_zero) : float32 arrays.
     """
-    mn, mx = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
-    qmin, qmax = F32(quant_min), F32(quant_max)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        span = (mx - mn).astype(F32)
-        scale = (span / (qmax - qmin)).astype(F32)
-        inv = ((qmax - qmin) / span).astype(F32)
-        zpm = (qmin - (mn / scale).astype(F32)).astype(F32)
-        nzp = np.where(zpm < qmin, qmin, np.where(zpm > qmax, qmax, _round_half_away(zpm)))
-        nzp = nzp.astype(F32)
-        nmin = ((qmin - nzp) * scale).astype(F32)
-        nmax = ((qmax - nzp) * scale).astype(F32)
-        qz = np.floor(((-nmin * inv).astype(F32) + F32(0.5)).astype(F32)).astype(F32)
-    return nmin, nmax, scale, inv, qz
+    out = _scheme("nudge_tf", min_val, max_val, quant_min=quant_min, quant_max=quant_max)
+    return tuple(row.astype(F32) for row in out)
 
 
 def nudge_mindspore(min_val, max_val, quant_min, quant_max):
@@ -304,15 +285,8 @@ def nudge_mindspore(min_val, max_val, quant_min, quant_max):
     -------
     (nudged_min, nudged_max, scale) : float32 arrays.
     """
-    mn, mx = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
-    qmin, qmax = F32(quant_min), F32(quant_max)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        scale = ((mx - mn).astype(F32) / (qmax - qmin)).astype(F32)
-        zpm = (qmin - (mn / scale).astype(F32)).astype(F32)
-        nzp = np.floor((np.clip(zpm, qmin, qmax) + F32(0.5)).astype(F32)).astype(F32)
-        nmin = ((qmin - nzp) * scale).astype(F32)
-        nmax = ((qmax - nzp) * scale).astype(F32)
-    return nmin, nmax, scale
+    out = _scheme("nudge_ms", min_val, max_val, quant_min=quant_min, quant_max=quant_max)
+    return tuple(row.astype(F32) for row in out)
 
 
 # ------------------------------------------------ MindSpore / OneFlow helpers
@@ -321,10 +295,11 @@ def symmetric_range(min_val, max_val):
 
     ::
 
-        M = max(max, -min);   range = [-M, M]
+        range = (-max, max) if |min| < max else (min, -min)
 
-    (MindSpore's GPU kernel writes it as ``(-max, max) if |min| < max else
-    (min, -min)``, which is the same.)  NaN propagates.
+    MindSpore's GPU kernel's form: ``[-M, M]`` with ``M = max(max, -min)``,
+    the signs of zero as the kernel leaves them (``np.maximum`` would pick
+    them by its SIMD lane).  A NaN min or max propagates.
 
     Parameters
     ----------
@@ -335,10 +310,8 @@ def symmetric_range(min_val, max_val):
     -------
     (min float32[C], max float32[C])
     """
-    mn, mx = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
-    with np.errstate(invalid="ignore"):
-        m = np.maximum(mx, -mn).astype(F32)
-    return (-m).astype(F32), m
+    out = _scheme("symmetric_range", min_val, max_val)
+    return out[0].astype(F32), out[1].astype(F32)
 
 
 def cambricon_step(shift, dtype=np.float32):
@@ -358,12 +331,8 @@ def cambricon_step(shift, dtype=np.float32):
     -------
     ndarray of ``dtype``, shape of ``shift`` flattened to 1-D.
     """
-    v = np.asarray(shift, dtype=np.float64).reshape(-1)
-    ok = np.isfinite(v) & (v > -2.0 ** 31 - 1) & (v < 2.0 ** 31)
-    e = np.where(ok, np.trunc(np.where(ok, v, 0.0)), _INT32_MIN)
-    e = np.clip(e, -2000, 2000).astype(np.int32)  # beyond float64's range either way
-    with np.errstate(over="ignore", under="ignore"):
-        return np.ldexp(np.dtype(dtype).type(1), e).astype(dtype)
+    dtype = np.dtype(dtype)
+    return _scheme("cambricon_step", shift, None, dtype)[0].astype(dtype)
 
 
 # ------------------------------------------------------ torch fused op
@@ -415,52 +384,9 @@ def choose_qparams_fused(min_val, max_val, quant_min, quant_max, preserve_sparsi
     ``d = qmax - qmin`` wrap (the int32 range gives ``d = -1``), integer
     division truncates toward zero and ``|INT32_MIN| == INT32_MIN``.
     """
-    mn = np.array(min_val, dtype=F32).reshape(-1)
-    mx = np.array(max_val, dtype=F32).reshape(-1)
-
-    def i32(v):
-        return int((int(v) + 2 ** 31) % 2 ** 32 - 2 ** 31)
-
-    def half(v):                       # C integer division by 2
-        return v // 2 if v >= 0 else -((-v) // 2)
-
-    qmin, qmax = i32(quant_min), i32(quant_max)
-    d = i32(qmax - qmin)
-    abs_qmin = qmin if qmin == _INT32_MIN else abs(qmin)
-    abs_qmax = qmax if qmax == _INT32_MIN else abs(qmax)
-    small_thr = F32(6.1e-5)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        if preserve_sparsity:
-            sym = (mn < 0) & (mx > 0)
-            sqmin, sqmax = i32(-(half(d) + 1)), half(d)
-            ms = np.maximum(np.abs((mn / F32(sqmin)).astype(F32)),
-                            np.abs((mx / F32(sqmax)).astype(F32))).astype(F32)
-            mn = np.where(sym, (ms.astype(np.float64) * sqmin).astype(F32), mn).astype(F32)
-            mx = np.where(sym, (ms.astype(np.float64) * sqmax).astype(F32), mx).astype(F32)
-        mn = np.minimum(mn, F32(0)).astype(F32)
-        mx = np.maximum(mx, F32(0)).astype(F32)
-        scale = (mx.astype(np.float64) - mn.astype(np.float64)) / float(d)
-        s32 = scale.astype(F32)
-        scale = np.where((s32 == 0) | np.isinf(F32(1) / s32), 0.1, scale)
-        small = scale < float(small_thr)
-        amp = (small_thr / scale.astype(F32)).astype(F32)
-        span = (small_thr * F32(d)).astype(F32)
-        mn_s = np.where(mn == 0, mn, np.where(mx == 0, -span, (mn * amp).astype(F32)))
-        mx_s = np.where(mn == 0, span, np.where(mx == 0, mx, (mx * amp).astype(F32)))
-        mn = np.where(small, mn_s, mn).astype(F32)
-        mx = np.where(small, mx_s, mx).astype(F32)
-        scale = np.where(small, float(small_thr), scale).astype(F32)
-        s64 = scale.astype(np.float64)
-        rmin = mn.astype(np.float64) / s64
-        rmax = mx.astype(np.float64) / s64
-        z = np.where(abs_qmin + np.abs(rmin) < abs_qmax + np.abs(rmax), qmin - rmin,
-                     qmax - rmax)
-        if preserve_sparsity:
-            z = np.where((mn < 0) & (mx > 0), i32(qmin + qmax) / 2.0, z)
-        zr = np.where(z < qmin, qmin, np.where(z > qmax, qmax, np.rint(z)))
-        ok = np.isfinite(zr)
-        zp = np.where(ok, zr, float(_INT32_MIN)).astype(np.int64)
-    return scale, zp
+    out = _scheme("fused", min_val, max_val, quant_min=quant_min, quant_max=quant_max,
+                  flags=_PRESERVE_SPARSITY if preserve_sparsity else 0)
+    return out[0].astype(F32), out[1].astype(np.int64)
 
 
 # ------------------------------------------------ NVIDIA affine, Horizon pow2
@@ -488,13 +414,9 @@ def pq_affine_qparams(min_range, max_range, num_bits, dtype=np.float32):
     -------
     (step, quant_zero) : 1-D arrays of ``dtype``.
     """
-    t = np.dtype(dtype).type
-    lo = np.asarray(min_range, dtype=dtype).reshape(-1)
-    hi = np.asarray(max_range, dtype=dtype).reshape(-1)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        step = ((hi - lo).astype(dtype) / t(2.0 ** num_bits - 1)).astype(dtype)
-        qzero = (np.rint((lo / step).astype(dtype)) + t(2.0 ** (num_bits - 1))).astype(dtype)
-    return step, qzero
+    dtype = np.dtype(dtype)
+    out = _scheme("pq_affine", min_range, max_range, dtype, num_bits=num_bits)
+    return out[0].astype(dtype), out[1].astype(dtype)
 
 
 def horizon_pow2_scale(scale):
@@ -510,7 +432,7 @@ def horizon_pow2_scale(scale):
     -------
     float32 ndarray, the shape of ``scale`` flattened to 1-D.
     """
-    s = np.asarray(scale, dtype=F32).reshape(-1)
+    s = np.asarray(A.to_host(scale), dtype=F32).reshape(-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         e = np.clip(np.floor((-np.log2(s)).astype(F32)), F32(1), F32(14)).astype(F32)
     return (F32(1) / np.exp2(e).astype(F32)).astype(F32)

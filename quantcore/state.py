@@ -11,7 +11,8 @@ Before anything is built, the file is checked against the schema of its
 class: exactly the keys that class saves (so a file of one class relabelled
 as another is refused), each of the expected type (ints are ints, flags are
 bools, statistics are float arrays of the right rank, counts are >= 0,
-scales > 0, zero points integral).  A truncated, tampered or foreign file
+scales > 0 or NaN -- the NaN scales of a FakeQuantize that has seen only
+non-finite batches --, zero points integral).  A truncated, tampered or foreign file
 raises ``ValueError("load_state: <path> is not a valid quantcore state file:
 <reason>")``; a missing file raises FileNotFoundError.
 """

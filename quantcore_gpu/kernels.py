@@ -36,7 +36,7 @@ import numpy as np
 __all__ = [
     "SOURCES", "FAMILIES", "FAMILY_PARAMS", "compile_options", "include_dir", "cuda_dir",
     "minmax", "minmax_channels", "minmax_finish", "minmax_device",
-    "ew", "ew_tensor", "ste", "histc_f32", "ObserverState", "observe",
+    "ew", "ew_tensor", "ste", "histc_f32", "qparams", "QP_SCHEMES", "ObserverState", "observe",
     "ENCODE_FAMILIES", "DECODE_FAMILIES", "GROUP_RECIPES", "encode", "decode", "encode_groups",
     "decode_groups", "group_quant",
 ]
@@ -59,6 +59,18 @@ def _families():
     return [(name, op, int(nps[op])) for name, op in entries]
 
 
+def _schemes():
+    """[(name, Scheme struct, NOUT)] of the qparams schemes, in id order, as
+    listed by QC_QP_SCHEMES in qc_qparams.h."""
+    with open(os.path.join(include_dir(), "qc_qparams.h"), encoding="utf-8") as fh:
+        text = fh.read()
+    block = text[text.index("#define QC_QP_SCHEMES(X)"):]
+    block = block[:block.index("\n\n")]
+    entries = re.findall(r"X\((\w+), (\w+)\)", block)
+    nouts = dict(re.findall(r"struct (\w+) \{\s*enum \{ NOUT = (\d+)", text))
+    return [(name, scheme, int(nouts[scheme])) for name, scheme in entries]
+
+
 def _names(families):
     ops = [op for _, op, _ in families]
     fq = []
@@ -76,7 +88,9 @@ def _names(families):
             mm.append(f"qc_minmax_chan<{t}, {i}>")
         mm.append(f"qc_minmax_finish_all<{t}>")
     hist = tuple(f"qc_histc<{i}>" for i in _INDEX)
-    return {"fake_quant.cu": tuple(fq), "minmax.cu": tuple(mm), "histogram.cu": hist}
+    qp = tuple(f"qc_qparams<{scheme}, {t}>" for _, scheme, _ in _schemes() for t in _FLOATS)
+    return {"fake_quant.cu": tuple(fq), "minmax.cu": tuple(mm), "histogram.cu": hist,
+            "qparams.cu": qp}
 
 
 #: NVRTC options besides the include directory; the numerical contract
@@ -171,6 +185,9 @@ GROUP_RECIPES = {name: i for i, (name, _) in enumerate(_RECIPE_LIST)}
 FAMILIES = {name: i for i, (name, _, _) in enumerate(_FAMILY_LIST)}
 #: family name -> number of per-channel parameters
 FAMILY_PARAMS = {name: n for name, _, n in _FAMILY_LIST}
+_SCHEME_LIST = _schemes()
+#: qparams scheme name -> (id, number of outputs): the CPU extension's
+QP_SCHEMES = {name: (i, n) for i, (name, _, n) in enumerate(_SCHEME_LIST)}
 
 
 def _header_digest():
@@ -496,6 +513,33 @@ def ste(grad, mask, y, nthreads=None):
         return
     dtype = _dt(grad)
     _launch_ew("qc_ste", dtype, n, (grad, mask, y, _Idx(n)))
+
+
+# ------------------------------------------------------------------ qparams
+
+def qparams(scheme, a, b, qmin, qmax, eps, num_bits, flags):
+    """Scheme ``scheme`` (``QP_SCHEMES``) over the C channels of device
+    arrays a (and b, or None), as the CPU's ``qparams``: float64[NOUT, C] on
+    the device, output j at row j."""
+    cp = _cupy()
+    scheme = int(scheme)
+    if not 0 <= scheme < len(_SCHEME_LIST):
+        raise ValueError(f"qparams: unknown scheme {scheme}")
+    _check(a, "a")
+    dtype = _dt(a)
+    C = int(a.size)
+    if b is not None:
+        _check(b, "b")
+        if _dt(b) != dtype or b.size != C:
+            raise ValueError(f"qparams: the inputs differ: {dtype}[{C}] and {_dt(b)}[{b.size}]")
+    _, name, nout = _SCHEME_LIST[scheme]
+    out = cp.empty((nout, C), dtype=np.float64)
+    if C:
+        fn = _function("qparams.cu", f"qc_qparams<{name}, {_CTYPE[dtype]}>")
+        fn((max(1, min(-(-C // _THREADS), 1024)),), (_THREADS,),
+           (a, b, np.uint64(C), np.float64(qmin), np.float64(qmax), np.float64(eps),
+            np.int32(num_bits), np.int32(flags), out))
+    return out
 
 
 # ---------------------------------------------------------------- histogram

@@ -189,3 +189,175 @@ def assert_bits_equal(actual, expected, msg=""):
                    f"got {a[bad][:5]}, expected {e[bad][:5]}"
         raise AssertionError(f"bit patterns differ {msg}: {a.dtype}{a.shape} vs "
                              f"{e.dtype}{e.shape}{diff}")
+
+
+# ----------------------------------------------------------- qparams schemes
+# The numpy formulas of quantcore.qparams as they were written before they
+# moved into quantcore/include/qc_qparams.h (kept as independent references:
+# tests/test_qparams_schemes.py compares the kernels with them).
+F32 = np.float32
+F32_EPS = float(np.finfo(np.float32).eps)
+_INT32_MIN = -(2 ** 31)
+
+
+def _f32(a):
+    return np.asarray(a, dtype=F32)
+
+
+def _round_half_away_f(v):
+    a = np.abs(v)
+    r = np.floor(a)
+    r = np.where(a - r >= F32(0.5), r + F32(1), r).astype(v.dtype)
+    return np.copysign(r, v)
+
+
+def ref_float_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS):
+    """numpy reference of quantcore.qparams.float_qparams."""
+    mn, mx = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        scale = ((mx - mn).astype(F32) / F32(quant_max - quant_min)).astype(F32)
+        scale = np.where(scale > F32(eps), scale, F32(1)).astype(F32)
+        zp = (-mn / scale).astype(F32)
+    return scale, zp
+
+
+def ref_oneflow_qparams(min_val, max_val, num_bits, scheme="symmetric", formula="google",
+                    zp_rounding="half_even"):
+    """numpy reference of quantcore.qparams.oneflow_qparams."""
+    lo, hi = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if formula == "cambricon":
+            amax = np.maximum(np.abs(hi), np.abs(lo)).astype(F32)
+            scale = (np.floor(np.log2(amax.astype(np.float64))) - (num_bits - 2)).astype(F32)
+            return scale, np.zeros_like(scale)
+        if scheme == "symmetric":
+            amax = np.maximum(np.abs(hi), np.abs(lo)).astype(F32)
+            scale = (amax / F32(2 ** (num_bits - 1) - 1)).astype(F32)
+            return scale, np.zeros_like(scale)
+        scale = ((hi - lo).astype(F32) / F32(2 ** num_bits - 1)).astype(F32)
+        ratio = (lo / scale).astype(F32)
+        rounded = np.rint(ratio) if zp_rounding == "half_even" else _round_half_away_f(ratio)
+        return scale, (-rounded).astype(F32)
+
+
+def ref_amax_multiplier(amax, num_bits, unsigned):
+    """numpy reference of quantcore.qparams.amax_multiplier."""
+    amax = np.asarray(amax)
+    dtype = amax.dtype
+    max_bound = dtype.type(2 ** (num_bits - 1 + int(unsigned)) - 1)
+    with np.errstate(divide="ignore", over="ignore"):
+        mult = (max_bound / amax).astype(dtype)
+    tiny = amax <= dtype.type(2.0 ** -24)
+    mult = np.where(tiny, dtype.type(0), mult).astype(dtype)
+    div = np.where(tiny, dtype.type(1), mult).astype(dtype)
+    return mult, div
+
+
+def ref_nudge_tensorflow(min_val, max_val, quant_min, quant_max):
+    """numpy reference of quantcore.qparams.nudge_tensorflow."""
+    mn, mx = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
+    qmin, qmax = F32(quant_min), F32(quant_max)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        span = (mx - mn).astype(F32)
+        scale = (span / (qmax - qmin)).astype(F32)
+        inv = ((qmax - qmin) / span).astype(F32)
+        zpm = (qmin - (mn / scale).astype(F32)).astype(F32)
+        nzp = np.where(zpm < qmin, qmin, np.where(zpm > qmax, qmax, _round_half_away_f(zpm)))
+        nzp = nzp.astype(F32)
+        nmin = ((qmin - nzp) * scale).astype(F32)
+        nmax = ((qmax - nzp) * scale).astype(F32)
+        qz = np.floor(((-nmin * inv).astype(F32) + F32(0.5)).astype(F32)).astype(F32)
+    return nmin, nmax, scale, inv, qz
+
+
+def ref_nudge_mindspore(min_val, max_val, quant_min, quant_max):
+    """numpy reference of quantcore.qparams.nudge_mindspore."""
+    mn, mx = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
+    qmin, qmax = F32(quant_min), F32(quant_max)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        scale = ((mx - mn).astype(F32) / (qmax - qmin)).astype(F32)
+        zpm = (qmin - (mn / scale).astype(F32)).astype(F32)
+        nzp = np.floor((np.clip(zpm, qmin, qmax) + F32(0.5)).astype(F32)).astype(F32)
+        nmin = ((qmin - nzp) * scale).astype(F32)
+        nmax = ((qmax - nzp) * scale).astype(F32)
+    return nmin, nmax, scale
+
+
+def ref_symmetric_range(min_val, max_val):
+    """numpy reference of quantcore.qparams.symmetric_range (MindSpore's
+    kernel form: (-max, max) if |min| < max else (min, -min))."""
+    mn, mx = _f32(min_val).reshape(-1), _f32(max_val).reshape(-1)
+    with np.errstate(invalid="ignore"):
+        m = np.where(np.isnan(mx), mx, np.where(np.abs(mn) < mx, mx, -mn)).astype(F32)
+    return (-m).astype(F32), m
+
+
+def ref_cambricon_step(shift, dtype=np.float32):
+    """numpy reference of quantcore.qparams.cambricon_step."""
+    v = np.asarray(shift, dtype=np.float64).reshape(-1)
+    ok = np.isfinite(v) & (v > -2.0 ** 31 - 1) & (v < 2.0 ** 31)
+    e = np.where(ok, np.trunc(np.where(ok, v, 0.0)), _INT32_MIN)
+    e = np.clip(e, -2000, 2000).astype(np.int32)  # beyond float64's range either way
+    with np.errstate(over="ignore", under="ignore"):
+        return np.ldexp(np.dtype(dtype).type(1), e).astype(dtype)
+
+
+def ref_choose_qparams_fused(min_val, max_val, quant_min, quant_max, preserve_sparsity=False):
+    """numpy reference of quantcore.qparams.choose_qparams_fused."""
+    mn = np.array(min_val, dtype=F32).reshape(-1)
+    mx = np.array(max_val, dtype=F32).reshape(-1)
+
+    def i32(v):
+        return int((int(v) + 2 ** 31) % 2 ** 32 - 2 ** 31)
+
+    def half(v):                       # C integer division by 2
+        return v // 2 if v >= 0 else -((-v) // 2)
+
+    qmin, qmax = i32(quant_min), i32(quant_max)
+    d = i32(qmax - qmin)
+    abs_qmin = qmin if qmin == _INT32_MIN else abs(qmin)
+    abs_qmax = qmax if qmax == _INT32_MIN else abs(qmax)
+    small_thr = F32(6.1e-5)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if preserve_sparsity:
+            sym = (mn < 0) & (mx > 0)
+            sqmin, sqmax = i32(-(half(d) + 1)), half(d)
+            ms = np.maximum(np.abs((mn / F32(sqmin)).astype(F32)),
+                            np.abs((mx / F32(sqmax)).astype(F32))).astype(F32)
+            mn = np.where(sym, (ms.astype(np.float64) * sqmin).astype(F32), mn).astype(F32)
+            mx = np.where(sym, (ms.astype(np.float64) * sqmax).astype(F32), mx).astype(F32)
+        mn = np.minimum(mn, F32(0)).astype(F32)
+        mx = np.maximum(mx, F32(0)).astype(F32)
+        scale = (mx.astype(np.float64) - mn.astype(np.float64)) / float(d)
+        s32 = scale.astype(F32)
+        scale = np.where((s32 == 0) | np.isinf(F32(1) / s32), 0.1, scale)
+        small = scale < float(small_thr)
+        amp = (small_thr / scale.astype(F32)).astype(F32)
+        span = (small_thr * F32(d)).astype(F32)
+        mn_s = np.where(mn == 0, mn, np.where(mx == 0, -span, (mn * amp).astype(F32)))
+        mx_s = np.where(mn == 0, span, np.where(mx == 0, mx, (mx * amp).astype(F32)))
+        mn = np.where(small, mn_s, mn).astype(F32)
+        mx = np.where(small, mx_s, mx).astype(F32)
+        scale = np.where(small, float(small_thr), scale).astype(F32)
+        s64 = scale.astype(np.float64)
+        rmin = mn.astype(np.float64) / s64
+        rmax = mx.astype(np.float64) / s64
+        z = np.where(abs_qmin + np.abs(rmin) < abs_qmax + np.abs(rmax), qmin - rmin,
+                     qmax - rmax)
+        if preserve_sparsity:
+            z = np.where((mn < 0) & (mx > 0), i32(qmin + qmax) / 2.0, z)
+        zr = np.where(z < qmin, qmin, np.where(z > qmax, qmax, np.rint(z)))
+        ok = np.isfinite(zr)
+        zp = np.where(ok, zr, float(_INT32_MIN)).astype(np.int64)
+    return scale, zp
+
+
+def ref_pq_affine_qparams(min_range, max_range, num_bits, dtype=np.float32):
+    """numpy reference of quantcore.qparams.pq_affine_qparams."""
+    t = np.dtype(dtype).type
+    lo = np.asarray(min_range, dtype=dtype).reshape(-1)
+    hi = np.asarray(max_range, dtype=dtype).reshape(-1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        step = ((hi - lo).astype(dtype) / t(2.0 ** num_bits - 1)).astype(dtype)
+        qzero = (np.rint((lo / step).astype(dtype)) + t(2.0 ** (num_bits - 1))).astype(dtype)
+    return step, qzero

@@ -551,9 +551,19 @@ def test_dynamic_amax():
     tqc = TensorQuantizer(QuantDescriptor(axis=(0,)))
     amax = np.abs(x).max(axis=1, keepdims=True)
     assert_bits(tqc(x), ref_tensor_quant(x, amax, narrow_range=False)[2])
-    # negative axes are not normalized: axis=(-1,) is per tensor (PQ quirk)
-    tqn = TensorQuantizer(QuantDescriptor(axis=(-1,)))
-    assert_bits(tqn(x), tq(x))
+    # negative axes count from the end, as in MaxCalibrator (the seed page's
+    # range [-rank, rank)): axis=(-1,) keeps one amax per column
+    for axis in ((-1,), -1, (1,)):
+        tqn = TensorQuantizer(QuantDescriptor(axis=axis))
+        amax = np.abs(x).max(axis=0, keepdims=True)
+        assert_bits(tqn(x), ref_tensor_quant(x, amax, narrow_range=False)[2])
+        calib = MaxCalibrator(axis=axis)
+        calib.collect(x)
+        assert_bits(calib.compute_amax(), amax)
+    with pytest.raises(ValueError, match="axis 2 is out of range"):
+        TensorQuantizer(QuantDescriptor(axis=(2,)))(x)
+    with pytest.raises(ValueError, match="axis -3 is out of range"):
+        MaxCalibrator(axis=-3).collect(x)
     # scale_amax
     tqs = TensorQuantizer(QuantDescriptor(scale_amax=0.5))
     assert_bits(tqs(x), ref_tensor_quant(x, np.abs(x).max() * F32(0.5), narrow_range=False)[2])

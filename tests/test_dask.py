@@ -93,8 +93,10 @@ def test_other_dtypes_are_exact(client, dtype):
 
 @pytest.mark.parametrize("policy", ["skip", "propagate", "raise"])
 def test_calibrate_follows_the_observers_nan_policy(policy):
-    """The dask array is one batch: the observer ends as it would after
-    observing the whole array in memory (synchronous scheduler)."""
+    """Every slab of blocks (here a row of blocks: chunks (5, 4) on channel
+    axis 1) is a batch: the observer ends as it would after observing those
+    batches in memory, one NaN discarding only its own batch (synchronous
+    scheduler)."""
     import dask
     rng = np.random.default_rng(5)
     x = rng.normal(size=(20, 6)).astype(np.float32)
@@ -106,14 +108,17 @@ def test_calibrate_follows_the_observers_nan_policy(policy):
         obs(used)
         ref(used)
         if policy == "raise":
-            with pytest.raises(ValueError, match="contains NaN"):
+            with pytest.raises(ValueError, match="contain NaN"):
                 qdask.calibrate(da.from_array(x, chunks=(5, 4)), obs)
             with pytest.raises(ValueError, match="contains NaN"):
                 ref(x)
         else:
             qdask.calibrate(da.from_array(x, chunks=(5, 4)), obs)
-            ref(x)
+            for start in range(0, 20, 5):
+                ref(x[start:start + 5])
     assert bits_equal(obs.min_val, ref.min_val) and bits_equal(obs.max_val, ref.max_val)
+    if policy == "skip":  # only the first batch (rows 0-4) is left out
+        assert obs.num_batches == 1 + 3 and np.isfinite(obs.min_val).all()
     assert (obs.num_batches, obs.nonfinite_batches) == (ref.num_batches, ref.nonfinite_batches)
 
 

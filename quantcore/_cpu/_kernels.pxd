@@ -73,3 +73,14 @@ cdef extern from "qc_kernels.h" namespace "qc" nogil:
     void group_blocks(int recipe, const float* x, unsigned char* codes, float* y,
                       unsigned char* mask, float* scale, float* zp, int64_t b0, int64_t nb,
                       int64_t K, int64_t g, float qmin, float qmax, int mode)
+
+
+cdef extern from "qc_qparams.h" nogil:
+    struct QcQpArgs:
+        double qmin, qmax, eps
+        int num_bits, flags
+    int QC_QP_COUNT
+    const char* qc_qp_scheme_names[]
+    const int qc_qp_scheme_nout[]
+    void qc_qparams_run[T](int scheme, const T* a, const T* b, int64_t C, QcQpArgs g,
+                           double* out)

@@ -708,6 +708,32 @@ def histc_f32(cnp.ndarray x, int bins, float lo, float hi, bint absolute, bint s
 
 
 # ------------------------------------------------------- statistics -> qparams
+#: qparams scheme name -> (id, number of outputs) (qc_qparams.h, QC_QP_SCHEMES)
+QP_SCHEMES = {qc_qp_scheme_names[i].decode(): (i, qc_qp_scheme_nout[i])
+              for i in range(QC_QP_COUNT)}
+
+
+def qparams(int scheme, const floating[::1] a, const floating[::1] b, double qmin, double qmax,
+            double eps, int num_bits, int flags):
+    """Scheme ``scheme`` (``QP_SCHEMES``) over the C channels of a (and b;
+    None for schemes of one input): float64[NOUT, C], output j at row j."""
+    cdef int64_t C = a.shape[0]
+    if not 0 <= scheme < QC_QP_COUNT:
+        raise ValueError(f"qparams: unknown scheme {scheme}")
+    if b is not None and b.shape[0] != C:
+        raise ValueError(f"qparams: the two inputs have {C} and {b.shape[0]} channels")
+    out_a = np.empty((qc_qp_scheme_nout[scheme], C), dtype=np.float64)
+    cdef double[:, ::1] out = out_a
+    cdef QcQpArgs g
+    g.qmin, g.qmax, g.eps, g.num_bits, g.flags = qmin, qmax, eps, num_bits, flags
+    cdef const floating* bp = NULL
+    if b is not None and C:
+        bp = &b[0]
+    if C:
+        qc_qparams_run(scheme, &a[0], bp, C, g, &out[0, 0])
+    return out_a
+
+
 def affine_qparams(const float[::1] lo, const float[::1] hi, int64_t qmin, int64_t qmax,
                    float eps):
     """(scale float32[C], zero_point int64[C]) by qc_affine_qparams_f32."""

@@ -92,6 +92,14 @@ Further behaviour choices
   is no autograd, so the clip values never change (the PACT gradient
   ``gx = g*[min < x < max]``, ``gmax = sum(g*[x >= max])``,
   ``gmin = sum(g*[x <= min])`` is not provided).
+- Axes (``axis`` of the descriptor, ``MaxCalibrator`` and the dynamic amax
+  of ``TensorQuantizer``): one rule everywhere, the seed page's (PQ 2.1):
+  the axes that keep their own amax, each in ``[-rank, rank)``; a negative
+  axis counts from the end (``axis=(-1,)`` is per channel along the last
+  axis) and an axis outside that range raises ValueError.  PQ 2.1's code
+  compares ``i in axis`` for ``i in range(rank)``, so there a negative or
+  out-of-range axis matches no dimension and the amax silently becomes per
+  tensor; that is not reproduced.
 - Predefined descriptors follow PQ HEAD: weights ``axis=(0)``, ConvTranspose
   weights ``axis=(1)`` (PQ before TRT 10.9 and modelopt used 0).
 """
@@ -728,13 +736,8 @@ class TensorQuantizer:
         if hasattr(self, "_amax"):
             amax = self._amax
         else:
-            keep = None
-            if self._axis is not None:
-                axis = self._axis if isinstance(self._axis, (list, tuple)) else [self._axis]
-                # PQ keeps the dims i in range(ndim) listed in axis: a negative
-                # axis matches nothing (per-tensor amax, a PQ quirk)
-                keep = tuple(i for i in range(inputs.ndim) if i in axis) or None
-            reducer = _calib.MaxCalibrator(axis=keep)
+            # the calibrator's axis rule (module docstring, "Axes")
+            reducer = _calib.MaxCalibrator(axis=self._axis)
             reducer.collect(inputs)
             amax = reducer.compute_amax()
         if self._scale_amax is not None:

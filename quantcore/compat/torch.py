@@ -4,21 +4,39 @@ Observers, fake-quantize modules and the fake-quant functions of
 ``torch.ao.quantization`` as plain Python classes over numpy arrays, bit for
 bit with torch 2.13.0+cpu on x86-64 (spec/torch.md; DECISIONS.md "PyTorch").
 Torch dtypes and qschemes are given as strings (``"quint8"``,
-``"torch.per_channel_symmetric"``, ...).  This layer translates arguments:
+``"torch.per_channel_symmetric"``, ...) or as torch's own objects
+(``torch.quint8``, ``torch.per_channel_symmetric``; recognised by type, torch
+is not imported for it); attributes hold the strings.  This layer translates arguments:
 per-element work goes through :func:`quantcore.ops._affine`, statistics
 through :mod:`quantcore.observers` / :func:`quantcore.minmax` /
 :class:`quantcore.calib.TorchHistogram`, qparams through
 :mod:`quantcore.qparams`.  (The LSQ backward is still evaluated here in
 numpy: the core has no kernel for it yet.)
 
-Exceptions: where torch raises ``AssertionError`` this layer raises
-``ValueError`` with torch's message; torch's ``RuntimeError`` from argument
-checks becomes ``ValueError`` (``TypeError`` for a wrong dtype: "Scale must
-be Float ...", "expected scalar type Float ...");
-``NotImplementedError`` (also torch's "... not implemented for 'Int'" on
-integer input), ``IndexError`` and ``TypeError`` are kept.  Constructor
-checks run in torch's order with torch's texts (embedded space runs
-included).
+Exceptions keep torch's type and text: where torch fails an ``assert``
+this layer raises :class:`~quantcore.compat._errors.AssertionValueError`
+(an ``AssertionError`` and a ``ValueError``); torch's ``RuntimeError`` from
+argument checks is :class:`~quantcore.compat._errors.RuntimeValueError`
+(``RuntimeError`` and ``ValueError``), or ``RuntimeTypeError``
+(``RuntimeError`` and ``TypeError``) for a wrong dtype ("Scale must be Float
+...", "expected scalar type Float ..."), so ``except RuntimeError`` catches
+what it catches with torch and ``except ValueError`` what it catches in the
+rest of quantcore.  ``NotImplementedError`` (also torch's "... not
+implemented for 'Int'" on integer input), ``IndexError`` and ``TypeError``
+are kept.  Constructor checks run in torch's order with torch's texts
+(embedded space runs included).
+
+State is updated in place with torch's sharing semantics: observers'
+``min_val`` / ``max_val`` / ``histogram`` / ``eps`` and FakeQuantize's
+``scale`` / ``zero_point`` / enable flags keep their identity across
+forwards, ``reset_min_max_vals`` (per tensor) and ``load_state_dict``, and
+``state_dict()`` holds those very arrays (torch's state dict shares its
+buffers' storage).  Assigning an attribute binds a new array, as assigning
+a torch buffer does; so does HistogramObserver's ``load_state_dict`` for
+``min_val`` / ``max_val``, which torch assigns from the state dict.  Where torch ``resize_``s a buffer (the first
+per-channel forward, a per-channel ``load_state_dict`` of another channel
+count) a new array is bound here: a numpy array cannot change its size
+while other references to it may exist.
 
 Torch quirks reproduced (the tests that show each, in tests/)
 -------------------------------------------------------------
@@ -152,6 +170,11 @@ Not reproduced (consciously)
   float_qparams zero point of a zero minimum and its min / max of signed
   zeros depend on its SIMD chunking (16-element blocks vs scalar tail);
   quantcore orders -0.0 < +0.0 and gives +0.0 scales.  Values are equal.
+* Shared storage after ``HistogramObserver.load_state_dict``: torch binds
+  the state dict's ``min_val`` / ``max_val`` tensors, which share the
+  source module's storage, so the two observers then update each other's
+  range; here the loaded module binds copies (old references are not
+  updated, as in torch).
 * Out-of-bounds and partial writes: torch's fused op writes out of bounds
   for empty per-tensor running buffers or fewer per-row running values than
   rows (here ValueError), and some torch ops update part of the state
@@ -180,7 +203,6 @@ Not reproduced (consciously)
 """
 import functools
 import numbers
-import warnings
 
 import numpy as np
 
@@ -188,7 +210,10 @@ from .. import _arrays as A
 from .. import observers as _obs
 from .. import ops as _ops
 from .. import qparams as Q
+from .._warn import warn
+from ..observers import store_into
 from ..ops import _affine, affine_mode
+from ._errors import AssertionValueError, RuntimeTypeError, RuntimeValueError
 
 F32 = np.float32
 
@@ -247,27 +272,33 @@ _NO_DATA_WARNING = ("must run observer before calling calculate_qparams. "
 
 
 def _name(value, what):
-    """A dtype / qscheme string without its ``torch.`` prefix."""
+    """A dtype / qscheme string without its ``torch.`` prefix; torch's own
+    ``torch.dtype`` / ``torch.qscheme`` objects give their name (their
+    ``str`` is ``"torch.qint8"``)."""
+    if type(value).__module__ == "torch" and type(value).__name__ in ("dtype", "qscheme"):
+        value = str(value)
     if not isinstance(value, str):
-        raise TypeError(f"{what} must be given as a string such as 'quint8' or "
-                        f"'torch.per_tensor_affine', got {value!r}")
+        raise TypeError(
+            f"{what} must be a torch dtype / qscheme or its name, such as "
+            f"torch.quint8, 'quint8' or 'torch.per_tensor_affine', got {value!r}")
     return value[6:] if value.startswith("torch.") else value
 
 
 def _dtype(value):
     name = _name(value, "dtype")
     if name not in _OBSERVER_DTYPES:
-        raise ValueError("Default Observer only works for (torch.qint8, torch.quint8, "
-                         "torch.quint4x2, torch.qint32, torch.int8, torch.uint8, torch.int16, "
-                         "torch.int32, torch.float8_e5m2, torch.float8_e4m3fn, torch.uint16) "
-                         f"data type (got {value!r})")
+        raise AssertionValueError(
+            "Default Observer only works for (torch.qint8, torch.quint8, torch.quint4x2, "
+            "torch.qint32, torch.int8, torch.uint8, torch.int16, torch.int32, "
+            "torch.float8_e5m2, torch.float8_e4m3fn, torch.uint16) "
+            f"data type (got {value!r})")
     return name
 
 
 def _qscheme(value):
     name = _name(value, "qscheme")
     if name not in _QSCHEMES:
-        raise ValueError(
+        raise AssertionValueError(
             "Default Observer only works for per_tensor_affine, per_tensor_symmetric, "
             "per_channel_affine, per_channel_symmetric and per_channel_float_qparams "
             f"quantization scheme, got {value!r}")
@@ -307,17 +338,19 @@ def _qrange(dtype, reduce_range, quant_min, quant_max):
         raise TypeError(f"torch observer: quant_min / quant_max must be integers, got "
                         f"{quant_min!r}, {quant_max!r}")
     if not qmin <= 0 <= qmax:
-        raise ValueError("Used-specified quantization range must include 0.")
+        raise AssertionValueError("Used-specified quantization range must include 0.")
     if qmin >= qmax:
-        raise ValueError("qmin must be strictly less than qmax for user-specified "
-                         "quantization range.")
+        raise AssertionValueError("qmin must be strictly less than qmax for user-specified "
+                                  "quantization range.")
     n = qmax - qmin + 1
     if dtype in ("qint8", "int8") and not 0 < n <= 256:
-        raise ValueError("quantization range should be positive and not exceed the maximum "
-                         "bit range (=256).")
+        raise AssertionValueError(
+            "quantization range should be positive and not exceed the maximum "
+            "bit range (=256).")
     if dtype in ("qint32", "int32") and not 0 < n <= 2 ** 32:
-        raise ValueError("quantization range should be positive and not exceed the maximum "
-                         "bit range (=4294967296).")
+        raise AssertionValueError(
+            "quantization range should be positive and not exceed the maximum "
+            "bit range (=4294967296).")
     # torch validates the numbers first; a non-integral bound (which torch
     # would carry on with) is refused after its checks
     qmin = A.as_int(quant_min, "quant_min", "torch observer")
@@ -388,8 +421,8 @@ def _load_keys(module, state, strict, own):
     missing = [k for k in own if k not in keys]
     unexpected = sorted(keys - set(own))
     if strict and (missing or unexpected):
-        raise ValueError(f"Error(s) in loading state_dict for {type(module).__name__}: "
-                         f"Missing key(s): {missing}. Unexpected key(s): {unexpected}.")
+        raise RuntimeValueError(f"Error(s) in loading state_dict for {type(module).__name__}: "
+                                f"Missing key(s): {missing}. Unexpected key(s): {unexpected}.")
     return missing
 
 
@@ -407,10 +440,21 @@ def _copy_into(module, name, value, shape=None, dtype=F32):
     cur = getattr(module, name)
     want = cur.shape if shape is None else shape
     if arr.shape != want:
-        raise ValueError(f"Error(s) in loading state_dict for {type(module).__name__}: size "
-                         f"mismatch for {name}: copying a param with shape {arr.shape} from "
-                         f"checkpoint, the shape in current model is {want}.")
+        raise RuntimeValueError(
+            f"Error(s) in loading state_dict for {type(module).__name__}: size "
+            f"mismatch for {name}: copying a param with shape {arr.shape} from "
+            f"checkpoint, the shape in current model is {want}.")
     return arr.astype(dtype, copy=True)
+
+
+def _load_into(module, name, value, shape=None, target=None):
+    """torch's ``param.copy_(input_param)`` of ``load_state_dict``: shape
+    check, then a copy into the existing array (``target``, default
+    ``module``) in place; a new array only where ``shape`` (torch's
+    ``resize_`` before the copy) differs from the current one."""
+    cur = getattr(module, name)
+    new = _copy_into(module, name, value, shape=shape, dtype=cur.dtype)
+    store_into(module if target is None else target, name, new, cur.dtype)
 
 
 class _Module:
@@ -437,14 +481,14 @@ class _Module:
         return [prefix + b for b in self._BUFFERS]
 
     def _save(self, dest, prefix):
+        # the buffers themselves: torch's state dict shares their storage
         for b in self._BUFFERS:
-            dest[prefix + b] = np.array(getattr(self, b), copy=True)
+            dest[prefix + b] = getattr(self, b)
 
     def _load(self, state, prefix):
         for b in self._BUFFERS:
             if prefix + b in state:
-                setattr(self, b, _copy_into(self, b, state[prefix + b],
-                                            dtype=getattr(self, b).dtype))
+                _load_into(self, b, state[prefix + b])
 
     #: torch's ``Module._version`` of the class (observers: 3, FakeQuantize: 1)
     _VERSION = 1
@@ -509,7 +553,7 @@ class _UniformObserver(_Module):
         self.dtype = _dtype(dtype)
         self.is_dynamic = bool(is_dynamic)
         if reduce_range:
-            warnings.warn(_REDUCE_RANGE_WARNING, UserWarning, stacklevel=4)
+            warn(_REDUCE_RANGE_WARNING, UserWarning)
         self.reduce_range = bool(reduce_range)
         self.eps = np.array([eps], dtype=F32)
         (self.quant_min, self.quant_max), self.has_customized_qrange = _qrange(
@@ -526,7 +570,8 @@ class _UniformObserver(_Module):
 
     @min_val.setter
     def min_val(self, value):
-        self._core.min_val = np.asarray(value, dtype=F32)
+        # assigning binds a new array, as assigning a torch buffer does
+        self._core.min_val = np.array(value, dtype=F32)
 
     @property
     def max_val(self):
@@ -534,7 +579,7 @@ class _UniformObserver(_Module):
 
     @max_val.setter
     def max_val(self, value):
-        self._core.max_val = np.asarray(value, dtype=F32)
+        self._core.max_val = np.array(value, dtype=F32)
 
     _VERSION = 3
 
@@ -569,11 +614,12 @@ class _UniformObserver(_Module):
 
     def _load(self, state, prefix):
         if prefix + "eps" in state:
-            self.eps = _copy_into(self, "eps", state[prefix + "eps"])
+            _load_into(self, "eps", state[prefix + "eps"])
         for name in ("min_val", "max_val"):
             if prefix + name in state:
+                # per channel torch resizes the buffer to the checkpoint's shape
                 shape = None if self._per_tensor else np.shape(state[prefix + name])
-                setattr(self, name, _copy_into(self, name, state[prefix + name], shape=shape))
+                _load_into(self, name, state[prefix + name], shape=shape, target=self._core)
         self._sync_first()
 
     def _sync_first(self):
@@ -590,16 +636,16 @@ class _UniformObserver(_Module):
 def _check_min_max_valid(mn, mx):
     """torch.ao.quantization.utils.check_min_max_valid."""
     if mn.size == 0 or mx.size == 0:
-        warnings.warn(_NO_DATA_WARNING, UserWarning, stacklevel=4)
+        warn(_NO_DATA_WARNING, UserWarning)
         return False
     if mn.ndim == 0 or mx.ndim == 0:
         if mn == np.inf and mx == -np.inf:
-            warnings.warn(_NO_DATA_WARNING, UserWarning, stacklevel=4)
+            warn(_NO_DATA_WARNING, UserWarning)
             return False
         if mn > mx:
-            raise ValueError(f"min {mn} should be less than max {mx}")
+            raise AssertionValueError(f"min {mn} should be less than max {mx}")
     elif np.any(mn > mx):
-        raise ValueError(f"min {mn} should be less than max {mx}")
+        raise AssertionValueError(f"min {mn} should be less than max {mx}")
     return True
 
 
@@ -773,29 +819,30 @@ class HistogramObserver(_UniformObserver):
         self.upsample_rate = 16
         self._hist = TorchHistogram(bins=bins, upsample_rate=self.upsample_rate)
 
+    # the TorchHistogram's own arrays (updated in place); assigning binds new ones
     @property
     def histogram(self):
         return self._hist.histogram
 
     @histogram.setter
     def histogram(self, value):
-        self._hist.histogram = np.asarray(value, dtype=F32)
+        self._hist.histogram = np.array(value, dtype=F32)
 
     @property
     def min_val(self):
-        return np.asarray(self._hist.min_val, dtype=F32).reshape(())
+        return self._hist.min_val
 
     @min_val.setter
     def min_val(self, value):
-        self._hist.min_val = F32(np.asarray(value, dtype=F32).reshape(()))
+        self._hist.min_val = np.array(value, dtype=F32).reshape(())
 
     @property
     def max_val(self):
-        return np.asarray(self._hist.max_val, dtype=F32).reshape(())
+        return self._hist.max_val
 
     @max_val.setter
     def max_val(self, value):
-        self._hist.max_val = F32(np.asarray(value, dtype=F32).reshape(()))
+        self._hist.max_val = np.array(value, dtype=F32).reshape(())
 
     def forward(self, x_orig):
         """Add x to the histogram and return it (float32 statistics: torch bins
@@ -808,19 +855,23 @@ class HistogramObserver(_UniformObserver):
         x = _as_input(x_orig, "HistogramObserver.forward")
         if x.size == 0:
             return x_orig
-        self._hist.collect(x.astype(F32, copy=False))
+        try:
+            self._hist.collect(x.astype(F32, copy=False))
+        except ValueError as exc:  # NaN input: torch.histc's RuntimeError
+            raise RuntimeValueError(str(exc)) from exc
         return x_orig
 
     def calculate_qparams(self):
         """Greedy L2 range search, then the MinMax qparams of that range."""
         if self.min_val == np.inf and self.max_val == -np.inf:
-            warnings.warn("must run observer before calling calculate_qparams."
-                          "                                    Returning default scale and "
-                          "zero point ", UserWarning, stacklevel=2)
+            warn("must run observer before calling calculate_qparams."
+                 "                                    Returning default scale and "
+                 "zero point ", UserWarning)
             return np.array([1.0], dtype=F32), np.array([0], dtype=np.int64)
         if self.bins != len(self.histogram):
-            raise ValueError("The number of bins in histogram should be equal to the number "
-                             "of bins supplied while making this observer")
+            raise AssertionValueError(
+                "The number of bins in histogram should be equal to the number "
+                "of bins supplied while making this observer")
         new_min, new_max = self._hist.non_linear_param_search(self.dst_nbins)
         return self._calculate_qparams(np.asarray(new_min, F32), np.asarray(new_max, F32))
 
@@ -838,13 +889,17 @@ class HistogramObserver(_UniformObserver):
 
     def _load(self, state, prefix):
         if prefix + "eps" in state:
-            self.eps = _copy_into(self, "eps", state[prefix + "eps"])
+            _load_into(self, "eps", state[prefix + "eps"])
         if prefix + "histogram" in state:
-            self.histogram = _as_state_array(state[prefix + "histogram"], "histogram",
-                                             self).astype(F32)
+            store_into(self._hist, "histogram",
+                       _as_state_array(state[prefix + "histogram"], "histogram", self), F32)
         for name in ("min_val", "max_val"):
             if prefix + name in state:
-                setattr(self, name, _as_state_array(state[prefix + name], name, self))
+                # torch binds the state dict's tensors here (setattr): references
+                # to the old min_val / max_val are not updated; a copy is bound
+                # (torch's shares the source module's storage, see the docstring)
+                value = _as_state_array(state[prefix + name], name, self)
+                setattr(self._hist, name, np.array(value, dtype=F32).reshape(()))
 
 
 class FixedQParamsObserver(_Module):
@@ -852,7 +907,7 @@ class FixedQParamsObserver(_Module):
     (float32[1]) and ``zero_point`` (int32[1]); forward is the identity."""
 
     _BUFFERS = ("scale", "zero_point")
-    _VERSION = 3
+    _VERSION = 1  # an ObserverBase, not a UniformQuantizationObserverBase (3)
 
     def __init__(self, scale, zero_point, dtype="quint8", qscheme="per_tensor_affine",
                  quant_min=0, quant_max=255, is_dynamic=False):
@@ -867,7 +922,7 @@ class FixedQParamsObserver(_Module):
         zp = np.asarray(zero_point).reshape(())
         if zp.dtype.kind == "f" and not (-2.0 ** 31 <= zp <= 2.0 ** 31 - 1) or \
                 zp.dtype.kind in "iu" and not -2 ** 31 <= int(zp) <= 2 ** 31 - 1:
-            raise ValueError("value cannot be converted to type int32 without overflow")
+            raise RuntimeValueError("value cannot be converted to type int32 without overflow")
         self.zero_point = np.array([zero_point], dtype=np.float64).astype(np.int32) \
             if zp.dtype.kind == "f" else np.array([int(zp)], dtype=np.int32)
         self.dtype = _name(dtype, "dtype")
@@ -921,12 +976,14 @@ class _FakeQuantizeBase(_Module):
         mask = self._last_mask
         if mask is None:
             if g.shape != self._last_shape:
-                raise ValueError(f"{name}.backward: grad_output has shape {g.shape}, the last "
-                                 f"forward's input {self._last_shape}")
+                raise RuntimeValueError(
+                    f"{name}.backward: grad_output has shape {g.shape}, the last "
+                    f"forward's input {self._last_shape}")
             return g.copy()
         if g.shape != mask.shape:
-            raise ValueError(f"{name}.backward: grad_output has shape {g.shape}, the last "
-                             f"forward's input {mask.shape}")
+            raise RuntimeValueError(
+                f"{name}.backward: grad_output has shape {g.shape}, the last "
+                f"forward's input {mask.shape}")
         if g.size == 0:
             return g
         return _ops.ste_backward(g, mask)
@@ -946,7 +1003,7 @@ class FakeQuantize(_FakeQuantizeBase):
         self._init_flags()
         if quant_min is not None and quant_max is not None:
             if quant_min > quant_max:
-                raise ValueError("quant_min must be less than or equal to quant_max")
+                raise AssertionValueError("quant_min must be less than or equal to quant_max")
             dtype = observer_kwargs.get("dtype", "quint8")
             if hasattr(observer, "p"):
                 dtype = getattr(getattr(observer, "p", {}), "keywords", {}).get("dtype", dtype)
@@ -955,9 +1012,9 @@ class FakeQuantize(_FakeQuantizeBase):
                 raise TypeError(_IINFO_MSG)
             lo, hi, _ = _IINFO[dname]
             if lo > quant_min:
-                raise ValueError("quant_min out of bound")
+                raise AssertionValueError("quant_min out of bound")
             if quant_max > hi:
-                raise ValueError("quant_max out of bound")
+                raise AssertionValueError("quant_max out of bound")
             observer_kwargs.update({"quant_min": quant_min, "quant_max": quant_max})
         observer_kwargs["is_dynamic"] = is_dynamic
         self.activation_post_process = observer(**observer_kwargs)
@@ -972,21 +1029,20 @@ class FakeQuantize(_FakeQuantizeBase):
         self.qscheme = app.qscheme
         self.ch_axis = app.ch_axis if hasattr(app, "ch_axis") else -1
         if not (_is_per_channel(self.qscheme) or _is_per_tensor(self.qscheme)):
-            raise ValueError("Only per channel and per tensor quantization are supported in "
-                             f"fake quantize got qscheme: torch.{self.qscheme}")
+            raise AssertionValueError(
+                "Only per channel and per tensor quantization are supported in "
+                f"fake quantize got qscheme: torch.{self.qscheme}")
         self.is_per_channel = _is_per_channel(self.qscheme)
 
     def calculate_qparams(self):
         return self.activation_post_process.calculate_qparams()
 
     def _store_qparams(self, scale, zero_point):
-        scale = np.asarray(scale)
-        zero_point = np.asarray(zero_point)
-        if self.scale.shape != scale.shape:
-            self.scale = np.empty(scale.shape, dtype=F32)
-            self.zero_point = np.empty(zero_point.shape, dtype=self.zero_point.dtype)
-        np.copyto(self.scale, scale, casting="unsafe")
-        np.copyto(self.zero_point, zero_point, casting="unsafe")
+        """``self.scale.resize_(...).copy_(...)`` as torch: in place (a new
+        array where the shape changes, see the module docstring)."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            store_into(self, "scale", scale, F32)
+            store_into(self, "zero_point", zero_point, self.zero_point.dtype)
 
     def forward(self, X):
         """Observe (if enabled), update scale / zero_point, fake-quantize (if enabled)."""
@@ -1006,10 +1062,8 @@ class FakeQuantize(_FakeQuantizeBase):
         return X
 
     def _save(self, dest, prefix):
-        dest[prefix + "fake_quant_enabled"] = self.fake_quant_enabled.copy()
-        dest[prefix + "observer_enabled"] = self.observer_enabled.copy()
-        dest[prefix + "scale"] = self.scale.copy()
-        dest[prefix + "zero_point"] = self.zero_point.copy()
+        for name in ("fake_quant_enabled", "observer_enabled", "scale", "zero_point"):
+            dest[prefix + name] = getattr(self, name)  # shared, as in torch
         self.activation_post_process._save(dest, prefix + "activation_post_process.")
 
     def _metadata(self, dest, prefix):
@@ -1028,15 +1082,12 @@ class FakeQuantize(_FakeQuantizeBase):
     def _load(self, state, prefix):
         for name in ("fake_quant_enabled", "observer_enabled"):
             if prefix + name in state:
-                np.copyto(getattr(self, name),
-                          _copy_into(self, name, state[prefix + name],
-                                     dtype=getattr(self, name).dtype))
-        if prefix + "scale" in state:
-            val = _as_state_array(state[prefix + "scale"], "scale", self)
-            self.scale = val.astype(F32, copy=True)
-        if prefix + "zero_point" in state:
-            val = _as_state_array(state[prefix + "zero_point"], "zero_point", self)
-            self.zero_point = val.astype(self.zero_point.dtype, copy=True)
+                _load_into(self, name, state[prefix + name])
+        # torch resizes scale / zero_point to the checkpoint's shape, then copies
+        for name in ("scale", "zero_point"):
+            if prefix + name in state:
+                val = _as_state_array(state[prefix + name], name, self)
+                _load_into(self, name, val, shape=val.shape)
         self.activation_post_process._load(state, prefix + "activation_post_process.")
 
     def extra_repr(self):
@@ -1056,14 +1107,15 @@ class FixedQParamsFakeQuantize(FakeQuantize):
     def __init__(self, observer):
         super().__init__(observer=observer)
         if type(self.activation_post_process) is not FixedQParamsObserver:
-            raise ValueError(f"{type(self).__name__}'s observer must be a "
-                             "FixedQParamsObserver")
+            raise AssertionValueError(f"{type(self).__name__}'s observer must be a "
+                                      "FixedQParamsObserver")
         self._observer_ctr = observer
         self.scale = self.activation_post_process.scale
         self.zero_point = self.activation_post_process.zero_point
         if not _is_per_tensor(self.qscheme):
-            raise ValueError("Only per tensor quantization is supported FixedQParamsFakeQuantize "
-                             f"module, got qscheme:torch.{self.qscheme}")
+            raise AssertionValueError(
+                "Only per tensor quantization is supported FixedQParamsFakeQuantize "
+                f"module, got qscheme:torch.{self.qscheme}")
 
     def calculate_qparams(self):
         return self.scale, self.zero_point
@@ -1088,8 +1140,8 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         super().__init__(observer, quant_min, quant_max, **observer_kwargs)
         if not isinstance(self.activation_post_process,
                           (MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver)):
-            raise ValueError("Fused observer+fake_quant module only works with "
-                             "MovingAverageMinMaxObserver")
+            raise AssertionValueError("Fused observer+fake_quant module only works with "
+                                      "MovingAverageMinMaxObserver")
         self._init_flags()
         self.is_symmetric_quant = _is_symmetric(self.activation_post_process.qscheme)
 
@@ -1100,15 +1152,9 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
                      app.averaging_constant, app.quant_min, app.quant_max, self.ch_axis,
                      self.is_per_channel, self.is_symmetric_quant)
         out, mask, rmin, rmax, scale, zp = res
-        app.min_val, app.max_val = rmin, rmax
         # torch writes the buffers in place (resized per channel on the first call)
-        for name, value in (("scale", scale), ("zero_point", zp)):
-            buf = getattr(self, name)
-            if value is not buf:
-                if buf.shape == value.shape:
-                    np.copyto(buf, value)
-                else:
-                    setattr(self, name, value)
+        app._core._store(rmin, rmax)
+        self._store_qparams(scale, zp)
         self._last_shape = np.shape(X)
         self._last_mask = mask
         return out
@@ -1219,9 +1265,9 @@ def fake_quantize_per_tensor_affine_cachemask(x, scale, zero_point, quant_min, q
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"{func}(): argument 'scale' must be float, not {type(scale).__name__}")
     if qmin > qmax:
-        raise ValueError(_QMIN_QMAX_MSG)
+        raise RuntimeValueError(_QMIN_QMAX_MSG)
     if not qmin <= zp <= qmax:
-        raise ValueError(_ZP_RANGE_MSG)
+        raise RuntimeValueError(_ZP_RANGE_MSG)
     return _per_tensor(x, float(scale), zp, qmin, qmax, func)
 
 
@@ -1232,7 +1278,7 @@ def _item(value, name, func):
     if a.dtype.kind not in "biuf":
         raise TypeError(f"{func}: {name} must be a numeric array, got dtype {a.dtype}")
     if a.size != 1:
-        raise ValueError(f"a Tensor with {a.size} elements cannot be converted to Scalar")
+        raise RuntimeValueError(f"a Tensor with {a.size} elements cannot be converted to Scalar")
     v = a.reshape(-1)[0]
     return int(v) if a.dtype.kind in "biu" else float(v)
 
@@ -1242,7 +1288,7 @@ def _item_float(value, name, func):
     the float32 range raises), then rounded to float32."""
     v = _item(value, name, func)
     if np.isfinite(v) and abs(v) > float(np.finfo(F32).max):
-        raise ValueError("value cannot be converted to type float without overflow")
+        raise RuntimeValueError("value cannot be converted to type float without overflow")
     with np.errstate(over="ignore"):
         return F32(v)
 
@@ -1252,9 +1298,9 @@ def _item_int(value, name, func):
     outside [-2**31, 2**31 - 1] raise), truncating a float."""
     v = _item(value, name, func)
     if isinstance(v, float) and (v != v or not -2.0 ** 31 <= v <= 2.0 ** 31 - 1):
-        raise ValueError("value cannot be converted to type int without overflow")
+        raise RuntimeValueError("value cannot be converted to type int without overflow")
     if isinstance(v, int) and not -2 ** 31 <= v <= 2 ** 31 - 1:
-        raise ValueError("value cannot be converted to type int without overflow")
+        raise RuntimeValueError("value cannot be converted to type int without overflow")
     return int(v)
 
 
@@ -1271,7 +1317,7 @@ def _per_tensor_tensor_qparams(x, scale, zero_point, quant_min, quant_max,
     qmin = _int_arg(quant_min, "quant_min", func)
     qmax = _int_arg(quant_max, "quant_max", func)
     if qmin > qmax:
-        raise ValueError(_QMIN_QMAX_MSG)
+        raise RuntimeValueError(_QMIN_QMAX_MSG)
     arr = _fq_input(x, func)
     # C++ evaluates the kernel's arguments right to left: zero point first
     zp = _item_int(zero_point, "zero_point", func)
@@ -1313,30 +1359,32 @@ def _channel_params(arr, scale, zero_point, axis, qmin, qmax, func):
     s = np.asarray(scale)
     z = np.asarray(zero_point)
     if s.dtype != np.float32:
-        raise TypeError(f"Scale must be Float or BFloat16, found {_torch_dtype_name(s.dtype)}")
+        raise RuntimeTypeError(
+            f"Scale must be Float or BFloat16, found {_torch_dtype_name(s.dtype)}")
     if z.dtype not in (np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.float16)):
-        raise TypeError("Zero-point must be Int32, Float or Half, found "
-                        f"{_torch_dtype_name(z.dtype)}")
+        raise RuntimeTypeError("Zero-point must be Int32, Float or Half, found "
+                               f"{_torch_dtype_name(z.dtype)}")
     if s.ndim != 1:
-        raise ValueError("scale should be a 1-D tensor")
+        raise RuntimeValueError("scale should be a 1-D tensor")
     if z.ndim != 1:
-        raise ValueError("zero point should be a 1-D tensor")
+        raise RuntimeValueError("zero point should be a 1-D tensor")
     if s.size != z.size:
-        raise ValueError("scale and zero-point need to have the same dimensions")
+        raise RuntimeValueError("scale and zero-point need to have the same dimensions")
     axis = _int_arg(axis, "axis", func)
     if s.size != _dim_size(arr, axis):
-        raise ValueError("dimensions of scale and zero-point are not consistent with input "
-                         "tensor")
+        raise RuntimeValueError("dimensions of scale and zero-point are not consistent with input "
+                                "tensor")
     if qmin > qmax:
-        raise ValueError(_QMIN_QMAX_MSG)
+        raise RuntimeValueError(_QMIN_QMAX_MSG)
     if z.dtype == np.int32:
         if z.size == 0:
-            raise ValueError("min(): Expected reduction dim to be specified for input.numel() "
-                             "== 0. Specify the reduction dim with the 'dim' argument.")
+            raise RuntimeValueError(
+                "min(): Expected reduction dim to be specified for input.numel() "
+                "== 0. Specify the reduction dim with the 'dim' argument.")
         if z.min() < qmin or z.max() > qmax:
-            raise ValueError(_ZP_RANGE_MSG)
+            raise RuntimeValueError(_ZP_RANGE_MSG)
     if not 0 <= axis <= arr.ndim:
-        raise ValueError("`axis` must be between 0 and number of dimensions of input")
+        raise RuntimeValueError("`axis` must be between 0 and number of dimensions of input")
     return s, z
 
 
@@ -1539,8 +1587,9 @@ def _lsq_f32(arrays):
     """torch's ``TORCH_CHECK(t.scalar_type() == ScalarType::Float)`` per input."""
     for name, a in arrays:
         if a.dtype != np.float32:
-            raise TypeError(f"Expected {name}.scalar_type() == ScalarType::Float to be true, "
-                            "but got false.")
+            raise RuntimeTypeError(
+                f"Expected {name}.scalar_type() == ScalarType::Float to be true, "
+                "but got false.")
 
 
 def fake_quantize_learnable_per_tensor_affine_backward(grad, x, scale, zero_point, quant_min,
@@ -1556,8 +1605,23 @@ def fake_quantize_learnable_per_tensor_affine_backward(grad, x, scale, zero_poin
         xq > qmax: dS = dY * (qmax - zb) * gf;  dZ = -dY * s * gf
         else:      dS = dY * fmaf(f32(xq - zb), s, -x) * inv * gf;  dZ = 0
 
-    summed to shape [1].  Empty x returns ``(x, scale, zero_point)`` (torch's bug).
+    summed to shape [1] (in float64, rounded once; ``quantcore.torch``
+    sums with torch's own reduction instead).  Empty x returns ``(x, scale,
+    zero_point)`` (torch's bug).
     """
+    dX, dS, dZ, summed = _lsq_terms_per_tensor(grad, x, scale, zero_point, quant_min,
+                                               quant_max, grad_factor)
+    if summed:
+        return dX, dS, dZ
+    return (dX, np.array([dS.sum(dtype=np.float64)], dtype=F32),
+            np.array([dZ.sum(dtype=np.float64)], dtype=F32))
+
+
+def _lsq_terms_per_tensor(grad, x, scale, zero_point, quant_min, quant_max, grad_factor=1.0):
+    """The per-tensor LSQ backward before its sums: torch's checks in
+    torch's order, then ``(dX, dScale_vec, dZeroPoint_vec, False)`` per
+    element (the vectors torch sums), or ``(x, scale, zero_point, True)``
+    for an empty x (torch's early return)."""
     func = "fake_quantize_learnable_per_tensor_affine_backward"
     qmin, qmax = _lsq_check(quant_min, quant_max, func)
     s = _first_float(scale, "scale", func)
@@ -1566,25 +1630,23 @@ def fake_quantize_learnable_per_tensor_affine_backward(grad, x, scale, zero_poin
     g, xa, sa, za = (np.asarray(v) for v in (grad, x, scale, zero_point))
     _lsq_f32([("dY", g), ("X", xa), ("scale", sa), ("zero_point", za)])
     if g.size != xa.size:
-        raise ValueError("`X` and `dY` are not the same size")
+        raise RuntimeValueError("`X` and `dY` are not the same size")
     if not (qmin <= 0 and qmax >= 0):
-        raise ValueError("`quant_min` should be less than or         equal to `quant_max`, "
-                         "and the quantization range should include 0.")
+        raise RuntimeValueError("`quant_min` should be less than or         equal to "
+                                "`quant_max`, and the quantization range should include 0.")
     if not qmin <= zb <= qmax:
-        raise ValueError(_ZP_RANGE_MSG)
+        raise RuntimeValueError(_ZP_RANGE_MSG)
     if xa.size == 0:
-        return xa, sa, za
+        return xa, sa, za, True
     if g.shape != xa.shape:   # torch's TensorIterator broadcasts X and dY
         try:
             shape = np.broadcast_shapes(g.shape, xa.shape)
         except ValueError as exc:
-            raise ValueError(f"{func}: X {xa.shape} and dY {g.shape} do not broadcast") \
-                from exc
+            raise RuntimeValueError(f"{func}: X {xa.shape} and dY {g.shape} do not "
+                                    "broadcast") from exc
         g, xa = np.broadcast_to(g, shape), np.broadcast_to(xa, shape)
-    dX, dS, dZ = _lsq_grads(g, xa, np.array([float(s)]), np.array([float(zb)]), qmin,
-                            qmax, grad_factor, None, func)
-    return (dX, np.array([dS.sum(dtype=np.float64)], dtype=F32),
-            np.array([dZ.sum(dtype=np.float64)], dtype=F32))
+    return _lsq_grads(g, xa, np.array([float(s)]), np.array([float(zb)]), qmin, qmax,
+                      grad_factor, None, func) + (False,)
 
 
 def fake_quantize_learnable_per_channel_affine_backward(grad, x, scale, zero_point, axis,
@@ -1592,51 +1654,68 @@ def fake_quantize_learnable_per_channel_affine_backward(grad, x, scale, zero_poi
     """``torch.ops.aten._fake_quantize_learnable_per_channel_affine_backward``
     -> ``(dX, dScale[C], dZeroPoint[C])``; zero point ``clamp(rint(zp))``
     (float), otherwise the per-tensor formulas per channel, summed over the
-    non-axis dimensions (a 1-D x sums everything: 0-d results)."""
+    non-axis dimensions (a 1-D x sums everything: 0-d results; float64
+    sums rounded once)."""
+    dX, dS, dZ, summed = _lsq_terms_per_channel(grad, x, scale, zero_point, axis, quant_min,
+                                                quant_max, grad_factor)
+    if summed:
+        return dX, dS, dZ
+    if dX.ndim == 1:
+        # torch sums a 1-D input to 0-d gradients
+        return (dX, np.asarray(dS.sum(dtype=np.float64), dtype=F32),
+                np.asarray(dZ.sum(dtype=np.float64), dtype=F32))
+    other = _lsq_sum_axes(dX.ndim, axis)
+    return (dX, dS.sum(axis=other, dtype=np.float64).astype(F32),
+            dZ.sum(axis=other, dtype=np.float64).astype(F32))
+
+
+def _lsq_sum_axes(ndim, axis):
+    """The dimensions the per-channel LSQ backward sums over (all but axis)."""
+    return tuple(d for d in range(ndim) if d != axis)
+
+
+def _lsq_terms_per_channel(grad, x, scale, zero_point, axis, quant_min, quant_max,
+                           grad_factor=1.0):
+    """The per-channel LSQ backward before its sums, as
+    :func:`_lsq_terms_per_tensor` (checks in torch's order)."""
     func = "fake_quantize_learnable_per_channel_affine_backward"
     qmin, qmax = _lsq_check(quant_min, quant_max, func)
     g, xa, sa, za = (np.asarray(v) for v in (grad, x, scale, zero_point))
     zr = _rounded_zero_points(za, qmin, qmax)
     _lsq_f32([("dY_", g), ("X_", xa), ("scale_", sa), ("zero_point_", za)])
     if g.shape != xa.shape:
-        raise ValueError("`X` and `dY` are not the same size")
+        raise RuntimeValueError("`X` and `dY` are not the same size")
     if not (qmin <= 0 and qmax >= 0):
-        raise ValueError("Expecting `quant_min` <= 0 and `quant_max` >= 0")
+        raise RuntimeValueError("Expecting `quant_min` <= 0 and `quant_max` >= 0")
     if sa.ndim != 1:
-        raise ValueError("scale should be a 1-D tensor")
+        raise RuntimeValueError("scale should be a 1-D tensor")
     if za.ndim != 1:
-        raise ValueError("zero point should be a 1-D tensor")
+        raise RuntimeValueError("zero point should be a 1-D tensor")
     if sa.size != za.size:
-        raise ValueError("scale and zero-point need to have the same dimensions")
+        raise RuntimeValueError("scale and zero-point need to have the same dimensions")
     axis = _int_arg(axis, "axis", func)
     if sa.size != _dim_size(xa, axis):
-        raise ValueError("dimensions of scale and zero-point are not consistent with input "
-                         "tensor")
+        raise RuntimeValueError("dimensions of scale and zero-point are not consistent with "
+                                "input tensor")
     if zr.size == 0:
-        raise ValueError("aminmax(): cannot compute aminmax over an empty dimension as the "
-                         "operation has no identity.")
+        raise RuntimeValueError("aminmax(): cannot compute aminmax over an empty dimension as "
+                                "the operation has no identity.")
     if np.isnan(zr).any() or zr.min() < qmin or zr.max() > qmax:
-        raise ValueError(_ZP_RANGE_MSG)
+        raise RuntimeValueError(_ZP_RANGE_MSG)
     if not 0 <= axis < xa.ndim:
-        raise ValueError("`axis` must be between 0 and number of dimensions of input")
+        raise RuntimeValueError("`axis` must be between 0 and number of dimensions of input")
     if xa.size == 0:
-        return xa, sa, za
-    dX, dS, dZ = _lsq_grads(g, xa, sa.astype(np.float64), zr.astype(np.float64), qmin, qmax,
-                            grad_factor, axis, func)
-    if xa.ndim == 1:
-        # torch sums a 1-D input to 0-d gradients
-        return (dX, np.asarray(dS.sum(dtype=np.float64), dtype=F32),
-                np.asarray(dZ.sum(dtype=np.float64), dtype=F32))
-    other = tuple(d for d in range(xa.ndim) if d != axis)
-    return (dX, dS.sum(axis=other, dtype=np.float64).astype(F32),
-            dZ.sum(axis=other, dtype=np.float64).astype(F32))
+        return xa, sa, za, True
+    return _lsq_grads(g, xa, sa.astype(np.float64), zr.astype(np.float64), qmin, qmax,
+                      grad_factor, axis, func) + (False,)
 
 
 # ------------------------------------------------------------- fused op
 def _need_f32(arr, what="self"):
     """torch's ``data_ptr<float>()`` on a non-float32 tensor."""
     if arr.dtype != np.float32:
-        raise TypeError(f"expected scalar type Float but found {_torch_dtype_name(arr.dtype)}")
+        raise RuntimeTypeError(
+            f"expected scalar type Float but found {_torch_dtype_name(arr.dtype)}")
 
 
 def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_point,
@@ -1658,8 +1737,8 @@ def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_
     if arr.size == 0:
         return arr.copy(), np.ones(arr.shape, np.bool_), rmin, rmax, s_arr, z_arr
     if not ch_axis < arr.ndim:
-        raise ValueError("Error in fused_moving_avg_obs_fake_quant_cpu: ch_axis must be < "
-                         "self.dim()")
+        raise RuntimeValueError("Error in fused_moving_avg_obs_fake_quant_cpu: ch_axis must be < "
+                                "self.dim()")
     observe = _item_int(observer_on, "observer_on", func)
     c = F32(averaging_const)
     if per_row_fake_quant:
@@ -1683,8 +1762,9 @@ def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_
             z_arr = np.resize(z_arr if z_arr.size else np.zeros(1, z_arr.dtype), size)
         if observe:
             if ch_axis != 0:
-                raise ValueError("Per-channel FakeQuant in fused_moving_avg_obs_fake_quant is "
-                                 "only supported on axis == 0")
+                raise RuntimeValueError(
+                    "Per-channel FakeQuant in fused_moving_avg_obs_fake_quant is "
+                    "only supported on axis == 0")
             _need_f32(y)
             _need_f32(rmin)
             _need_f32(rmax)

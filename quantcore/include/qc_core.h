@@ -40,6 +40,8 @@ QC_HD float qc_rint(float v) { return rintf(v); }  /* ties to even (FE_TONEAREST
 QC_HD double qc_rint(double v) { return rint(v); }
 QC_HD float qc_round(float v) { return roundf(v); } /* ties away from zero */
 QC_HD double qc_round(double v) { return round(v); }
+QC_HD float qc_ldexp(float v, int e) { return ldexpf(v, e); }
+QC_HD double qc_ldexp(double v, int e) { return ldexp(v, e); }
 QC_HD float qc_fma(float a, float b, float c) { return fmaf(a, b, c); }
 QC_HD double qc_fma(double a, double b, double c) { return fma(a, b, c); }
 

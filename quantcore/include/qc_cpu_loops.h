@@ -41,68 +41,72 @@ namespace loops {
 
 /* ------------------------------------------------------------ elementwise */
 
-/* The loops of one compile-time mode CM (qc_loop_mode): functions of their
- * own, not inlined into the dispatcher, so that the vectoriser sees one loop
- * per function whatever the number of modes a family dispatches on (GCC
- * stops if-converting loops once many are inlined into one body), and whose
- * arguments are locals that stores to y cannot alias. */
+/* NP parameter values, passed by value (a copy in registers). */
+template <typename T, int NP> struct QcParamValues {
+  T v[NP];
+};
+
+/* The loops below take the Op and the parameters by value and the mode as
+ * a compile-time part CM: locals that no store to y or the mask can alias,
+ * so the compiler keeps them in registers, hoists every test of the mode
+ * out of the loop and vectorises it.  Each is a function of its own
+ * (QC_LOOP_BODY, not inlined into the dispatcher): GCC stops if-converting
+ * the loops once many are inlined into one body (the fp8 family dispatches
+ * on 15 modes).  In / Out: T for the elementwise families; T / a code type
+ * for the encode families, the other way round for the decode families. */
 #define QC_LOOP_BODY __attribute__((noinline))
 
-template <class Op, int CM, typename In, typename Out, typename T>
+template <int CM, class Op, typename In, typename Out, typename T>
 QC_LOOP_BODY static void ew_block_loop(const Op op, const In *x, Out *y, unsigned char *mask,
-                                       qc_i64 n, const T *params, qc_i64 C, qc_i64 c) {
-  T p[Op::NP];
-  for (int j = 0; j < Op::NP; j++) p[j] = params[j * C + c];
+                                       qc_i64 n, const QcParamValues<T, Op::NP> p) {
   const int m = qc_loop_mode<Op, CM>(op.mode);
   if (mask) {
-    unsigned char *__restrict__ mk = mask; /* (char pointers may alias anything) */
-    QC_SIMD for (qc_i64 i = 0; i < n; i++) y[i] = (Out)op(x[i], p, 1, m, &mk[i]);
+    QC_SIMD for (qc_i64 i = 0; i < n; i++) y[i] = (Out)op(x[i], p.v, 1, m, &mask[i]);
   } else {
     QC_SIMD for (qc_i64 i = 0; i < n; i++) {
       unsigned char k;
-      y[i] = (Out)op(x[i], p, 1, m, &k);
+      y[i] = (Out)op(x[i], p.v, 1, m, &k);
     }
   }
 }
 
-template <class Op, int CM, typename In, typename Out, typename T>
+template <int CM, class Op, typename In, typename Out, typename T>
 QC_LOOP_BODY static void ew_rowvec_loop(const Op op, const In *x, Out *y, unsigned char *mask,
                                         qc_i64 rows, qc_i64 C, const T *params) {
   const int m = qc_loop_mode<Op, CM>(op.mode);
-  const T *__restrict__ pc = params;
   for (qc_i64 r = 0; r < rows; r++) {
     const In *xr = x + r * C;
     Out *yr = y + r * C;
     if (mask) {
-      unsigned char *__restrict__ mr = mask + r * C;
-      QC_SIMD for (qc_i64 c = 0; c < C; c++) yr[c] = (Out)op(xr[c], pc + c, C, m, &mr[c]);
+      unsigned char *mr = mask + r * C;
+      QC_SIMD for (qc_i64 c = 0; c < C; c++) yr[c] = (Out)op(xr[c], params + c, C, m, &mr[c]);
     } else {
       QC_SIMD for (qc_i64 c = 0; c < C; c++) {
         unsigned char k;
-        yr[c] = (Out)op(xr[c], pc + c, C, m, &k);
+        yr[c] = (Out)op(xr[c], params + c, C, m, &k);
       }
     }
   }
 }
 
-/* Family Op over n contiguous elements of channel c (mask may be NULL).
- * In / Out: T for the elementwise families; T / a code type for the encode
- * families, the other way round for the decode families. */
+/* Family Op over n contiguous elements of channel c (mask may be NULL). */
 template <class Op, typename In, typename Out, typename T>
-static inline void ew_block_op(const Op &op, const In *x, Out *y, unsigned char *mask, qc_i64 n,
+static inline void ew_block_op(const Op op, const In *x, Out *y, unsigned char *mask, qc_i64 n,
                                const T *params, qc_i64 C, qc_i64 c) {
-  Op::dispatch(op.mode, [&](auto cm) {
-    ew_block_loop<Op, decltype(cm)::value>(op, x, y, mask, n, params, C, c);
+  QcParamValues<T, Op::NP> p;
+  for (int j = 0; j < Op::NP; j++) p.v[j] = params[j * C + c];
+  Op::dispatch(op.mode, [=](auto cm) {
+    ew_block_loop<decltype(cm)::value>(op, x, y, mask, n, p);
   });
 }
 
 /* Family Op over `rows` rows of C elements; element c of a row uses
  * channel c's parameters. */
 template <class Op, typename In, typename Out, typename T>
-static inline void ew_rowvec_op(const Op &op, const In *x, Out *y, unsigned char *mask,
+static inline void ew_rowvec_op(const Op op, const In *x, Out *y, unsigned char *mask,
                                 qc_i64 rows, qc_i64 C, const T *params) {
-  Op::dispatch(op.mode, [&](auto cm) {
-    ew_rowvec_loop<Op, decltype(cm)::value>(op, x, y, mask, rows, C, params);
+  Op::dispatch(op.mode, [=](auto cm) {
+    ew_rowvec_loop<decltype(cm)::value>(op, x, y, mask, rows, C, params);
   });
 }
 
