@@ -132,8 +132,10 @@ template <int... V, class F> static inline void qc_dispatch_among(int bits, F f)
   QcAmong<V...>::run(bits, f);
 }
 
-/* The four FP8 formats under each overflow policy (fake cast, cast_fp8). */
-#define QC_FP8_CASTS 0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35
+/* The four FP8 formats under each overflow policy, and e5m2 with the
+ * ml_dtypes NaN (the only format it changes: quantcore.formats drops the bit
+ * for the others) -- fake casts and cast_fp8. */
+#define QC_FP8_CASTS 0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35, 65, 81, 97
 #endif
 
 /* fp8 (FP8 fake quant / fake cast, qc_fp8_fake): p = {p0: quantize
