@@ -829,6 +829,8 @@ def build_parser():
     _add_fake_quant(sub)
     _add_demo(sub)
     _add_info(sub)
+    from .cli_quantize import add_parser as add_quantize  # (quantcore/cli_quantize.py)
+    add_quantize(sub, _formatter(argparse.HelpFormatter))
     return parser
 
 
