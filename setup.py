@@ -186,7 +186,17 @@ extensions = [
         extra_compile_args=CFLAGS,
         extra_link_args=LDFLAGS,
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")] + V3_MACROS,
-    )
+    ),
+    # _hist: numpy.histogram's bins (onnxruntime's calibrators), same flags
+    Extension(
+        "quantcore._cpu._hist",
+        [os.path.join("quantcore", "_cpu", "_hist.pyx")],
+        include_dirs=[INCLUDE, numpy.get_include()],
+        depends=[os.path.join(INCLUDE, "qc_np_histogram.h")],
+        extra_compile_args=CFLAGS,
+        extra_link_args=LDFLAGS,
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
+    ),
 ]
 
 setup(

@@ -1,0 +1,162 @@
+# cython: language_level=3
+"""numpy.histogram's counts of float32 data, bit for bit, in one pass.
+
+onnxruntime's histogram calibrators call ``np.histogram`` (numpy 2.x); the
+per-element rules are in ``quantcore/include/qc_np_histogram.h``:
+
+* :func:`hist_uniform_f32` -- ``np.histogram(a, n, range=(first, last))``
+  (numpy's float32 estimate of the bin and its two corrections against the
+  float32 edges ``np.linspace(first, last, n + 1)``);
+* :func:`hist_edges_f32` -- ``np.histogram(a, bins=edges)`` for explicit,
+  non-decreasing edges (numpy's sort + searchsorted path, without sorting);
+* :func:`absmin_f32` -- ``np.abs(a).min()`` with numpy's NaN propagation.
+
+Each thread counts a contiguous share of the data into its own int64
+histogram; the shares are added at the end, so the counts do not depend on
+the thread count.  ``absolute`` bins ``|x|`` without a temporary array.
+"""
+import numpy as np
+
+cimport numpy as cnp
+from cython.parallel cimport prange
+from libc.stdint cimport int64_t
+from libc.math cimport fabsf, isnan
+
+cdef extern from "qc_np_histogram.h":
+    int64_t qc_np_hist_uniform_bin_f32(float x, float first, float last, float denom, float fn,
+                                       int64_t n, const float *edges) noexcept nogil
+    int64_t qc_np_hist_edges_bin(double x, const double *edges, int64_t n,
+                                 int64_t guess) noexcept nogil
+
+cnp.import_array()
+
+#: below this many elements one thread counts everything
+cdef int64_t SERIAL_BELOW = 32768
+
+
+cdef void _uniform_block(const float *xp, int64_t cnt, float first, float last, float denom,
+                         float fn, int64_t n, const float *edges, bint absolute,
+                         int64_t *counts) noexcept nogil:
+    cdef int64_t k, b
+    cdef float v
+    for k in range(cnt):
+        v = fabsf(xp[k]) if absolute else xp[k]
+        b = qc_np_hist_uniform_bin_f32(v, first, last, denom, fn, n, edges)
+        if b >= 0:
+            counts[b] += 1
+
+
+cdef void _edges_block(const float *xp, int64_t cnt, const double *edges, int64_t n,
+                       double inv_width, bint absolute, int64_t *counts) noexcept nogil:
+    cdef int64_t k, b, guess
+    cdef double v, g
+    for k in range(cnt):
+        v = fabsf(xp[k]) if absolute else xp[k]
+        g = (v - edges[0]) * inv_width   # a starting point only; the walk is exact
+        if g >= 0 and g < n:
+            guess = <int64_t>g
+        else:
+            guess = 0 if not g >= 0 else n - 1
+        b = qc_np_hist_edges_bin(v, edges, n, guess)
+        if b >= 0:
+            counts[b] += 1
+
+
+cdef _check_x(cnp.ndarray x, str func):
+    if cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 or not cnp.PyArray_ISCARRAY_RO(x):
+        raise ValueError(f"{func}: expected an aligned C-contiguous float32 array")
+
+
+cdef int _threads(int64_t size, int nthreads):
+    return 1 if nthreads < 1 or size < SERIAL_BELOW else nthreads
+
+
+def hist_uniform_f32(cnp.ndarray x, cnp.ndarray edges, float first, float last, bint absolute,
+                     int nthreads):
+    """``np.histogram(x, n, range=(first, last))`` counts (int64[n]) of the
+    float32 values of ``x`` (``|x|`` with ``absolute``); ``edges`` are the
+    float32 ``np.linspace(first, last, n + 1)`` numpy builds for that call."""
+    _check_x(x, "hist_uniform_f32")
+    if cnp.PyArray_TYPE(edges) != cnp.NPY_FLOAT32 or not cnp.PyArray_ISCARRAY_RO(edges):
+        raise ValueError("hist_uniform_f32: edges must be a C-contiguous float32 array")
+    cdef int64_t n = cnp.PyArray_SIZE(edges) - 1
+    if n < 1:
+        raise ValueError(f"hist_uniform_f32: need at least 2 edges, got {n + 1}")
+    cdef int64_t size = cnp.PyArray_SIZE(x)
+    cdef int nt = _threads(size, nthreads)
+    cdef int64_t share = (size + nt - 1) // nt
+    cdef int64_t t, start, cnt
+    cdef float denom = last - first
+    cdef float fn = <float>n
+    parts_a = np.zeros((nt, n), dtype=np.int64)
+    cdef int64_t[:, ::1] parts = parts_a
+    cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
+    cdef const float *ep = <const float *>cnp.PyArray_DATA(edges)
+    if size > 0:
+        if nt == 1:
+            with nogil:
+                _uniform_block(xp, size, first, last, denom, fn, n, ep, absolute, &parts[0, 0])
+        else:
+            for t in prange(nt, nogil=True, schedule='static', num_threads=nt):
+                start = t * share
+                cnt = size - start
+                if cnt > share:
+                    cnt = share
+                if cnt > 0:
+                    _uniform_block(xp + start, cnt, first, last, denom, fn, n, ep, absolute,
+                                   &parts[t, 0])
+    return parts_a.sum(axis=0) if nt > 1 else parts_a[0]
+
+
+def hist_edges_f32(cnp.ndarray x, cnp.ndarray edges, bint absolute, int nthreads):
+    """``np.histogram(x, bins=edges)`` counts (int64[len(edges) - 1]) of the
+    float32 values of ``x`` (``|x|`` with ``absolute``) for non-decreasing
+    float64 ``edges`` (float32 edges are passed widened: exact)."""
+    _check_x(x, "hist_edges_f32")
+    if cnp.PyArray_TYPE(edges) != cnp.NPY_FLOAT64 or not cnp.PyArray_ISCARRAY_RO(edges):
+        raise ValueError("hist_edges_f32: edges must be a C-contiguous float64 array")
+    cdef int64_t n = cnp.PyArray_SIZE(edges) - 1
+    if n < 1:
+        raise ValueError(f"hist_edges_f32: need at least 2 edges, got {n + 1}")
+    cdef const double *ep = <const double *>cnp.PyArray_DATA(edges)
+    cdef double span = ep[n] - ep[0]
+    cdef double inv_width = n / span if span > 0 else 0.0
+    cdef int64_t size = cnp.PyArray_SIZE(x)
+    cdef int nt = _threads(size, nthreads)
+    cdef int64_t share = (size + nt - 1) // nt
+    cdef int64_t t, start, cnt
+    parts_a = np.zeros((nt, n), dtype=np.int64)
+    cdef int64_t[:, ::1] parts = parts_a
+    cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
+    if size > 0:
+        if nt == 1:
+            with nogil:
+                _edges_block(xp, size, ep, n, inv_width, absolute, &parts[0, 0])
+        else:
+            for t in prange(nt, nogil=True, schedule='static', num_threads=nt):
+                start = t * share
+                cnt = size - start
+                if cnt > share:
+                    cnt = share
+                if cnt > 0:
+                    _edges_block(xp + start, cnt, ep, n, inv_width, absolute, &parts[t, 0])
+    return parts_a.sum(axis=0) if nt > 1 else parts_a[0]
+
+
+def absmin_f32(cnp.ndarray x):
+    """``np.abs(x).min()`` of a non-empty float32 array as a Python float:
+    NaN when x holds a NaN (numpy's minimum propagates it)."""
+    _check_x(x, "absmin_f32")
+    cdef int64_t size = cnp.PyArray_SIZE(x), k
+    if size == 0:
+        raise ValueError("absmin_f32: empty array")
+    cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
+    cdef float m = fabsf(xp[0]), v
+    cdef bint nan = isnan(m)
+    with nogil:
+        for k in range(1, size):
+            v = fabsf(xp[k])
+            if v < m:
+                m = v
+            nan = nan | isnan(v)
+    return float("nan") if nan else float(m)
