@@ -603,6 +603,8 @@ def build_parser():
     demo.add_argument("--plot", default="quantcore_demo.png",
                       help="where to save the training curves ('' for none)")
     sub.add_parser("info", help="print how the extension was built")
+    from .cli_onnx import add_parser as add_onnx_parser
+    add_onnx_parser(sub)
     return parser
 
 
@@ -617,6 +619,12 @@ def _run(args, parser):
         from .demo import run_demo
         run_demo(seed=args.seed, plot_path=args.plot)
         return 0
+    if args.command == "onnx":
+        from .cli_onnx import run as run_onnx
+
+        def error(message):
+            raise CliError(message)
+        return run_onnx(args, error)
     if args.command == "info":
         import quantcore
         for key, value in quantcore.build_info().items():
