@@ -44,20 +44,39 @@
 #endif
 #endif
 
+/* numpy's float32 estimate f32(f32(f32(x - first) / denom) * fn) of the
+ * bin of x (step 1; no branch, so a loop of it vectorises).  `denom` =
+ * f32(last - first), `fn` = f32(n). */
+QC_NPH_HD float qc_np_hist_uniform_estimate_f32(float x, float first, float denom, float fn) {
+  return ((x - first) / denom) * fn;
+}
+
+/* numpy's integer bin of a counted value from its estimate `f` (0 <= f <=
+ * n): the truncation, clamped to [0, n - 1] (numpy: index n -> n - 1).
+ * Selects only, so a loop of it vectorises; int32 (n < 2**31). */
+QC_NPH_HD int32_t qc_np_hist_uniform_index_f32(float f, int32_t n) {
+  int32_t i = (int32_t)f;
+  i = i > n - 1 ? n - 1 : i;
+  return i < 0 ? 0 : i;
+}
+
+/* numpy's two corrections of index `i` of a counted value x against the
+ * float32 edges (n + 1 values): one down when x < edges[i], one up when
+ * x >= edges[i + 1] and i is not the last bin. */
+QC_NPH_HD int64_t qc_np_hist_uniform_correct_f32(float x, int64_t i, int64_t n, const float *edges) {
+  if (x < edges[i]) i -= 1;
+  if (i < 0) i = 0;              /* cannot happen for x >= first = edges[0]; kept safe */
+  if (i != n - 1 && x >= edges[i + 1]) i += 1;
+  return i;
+}
+
 /* numpy.histogram(a, n, range=(first, last)) bin of a float32 value, or -1
- * when it is not counted.  `denom` = f32(last - first), `fn` = f32(n);
- * `edges` has n + 1 float32 values. */
+ * when it is not counted (NaN, out of range): the three steps above. */
 QC_NPH_HD int64_t qc_np_hist_uniform_bin_f32(float x, float first, float last, float denom,
                                              float fn, int64_t n, const float *edges) {
   if (!(x >= first && x <= last)) return -1;
-  float f = ((x - first) / denom) * fn;
-  int64_t i = (int64_t)f;
-  if (i >= n) i = n - 1;         /* numpy: indices == n -> n - 1 */
-  if (i < 0) i = 0;              /* cannot happen for x >= first; kept safe */
-  if (x < edges[i]) i -= 1;
-  if (i < 0) i = 0;
-  if (i != n - 1 && x >= edges[i + 1]) i += 1;
-  return i;
+  float f = qc_np_hist_uniform_estimate_f32(x, first, denom, fn);
+  return qc_np_hist_uniform_correct_f32(x, qc_np_hist_uniform_index_f32(f, (int32_t)n), n, edges);
 }
 
 /* numpy.histogram(a, bins=edges) bin of a float32 value among the n bins of
