@@ -10,8 +10,14 @@ calibrator: the ORT-exact ones of :mod:`quantcore.compat.onnxruntime`
 (``minmax``, ``entropy``, ``percentile``, ``distribution``) or quantcore's
 others (``torch_histogram``: PyTorch's HistogramObserver search;
 ``nvidia_entropy`` / ``nvidia_mse`` / ``nvidia_percentile``: NVIDIA's
-histogram calibrator).  No batch is kept: memory is one batch of
+histogram calibrator).  No batch is kept: memory is at most two batches of
 activations plus the statistics (``O(tensors x bins)``).
+
+By default (``parallel=True``) onnxruntime runs batch ``i + 1`` in a
+background thread while the tensors of batch ``i`` are reduced by a pool of
+threads, one per usable core, each kernel on one thread (the inference and
+the kernels release the GIL; ORT's pool threads are told not to spin
+between runs).  The result does not depend on it.
 
 :func:`quantize` hands the ranges to ORT's own quantizer through its
 documented calibration cache (``TensorsData`` -> JSON ->
@@ -33,8 +39,11 @@ does this module, naming the tensor); a constant or all-zero tensor gets the
 range ORT gives it (a degenerate range quantizes with scale 1 / zero point
 0, as in ORT); an empty reader raises ``ValueError("No data is collected.")``.
 """
+import contextlib
 import os
+import queue
 import tempfile
+import threading
 import time
 import tracemalloc
 
@@ -43,7 +52,7 @@ import numpy as np
 from .compat import onnxruntime as O
 
 __all__ = ["METHODS", "ORT_METHODS", "CalibrationResult", "select_tensors", "calibrate",
-           "quantize", "evaluate", "sqnr_db", "NpzReader"]
+           "quantize", "quantizable_op_types", "evaluate", "sqnr_db", "NpzReader"]
 
 ORT_METHODS = ("minmax", "entropy", "percentile", "distribution")
 QUANTCORE_METHODS = ("torch_histogram", "nvidia_entropy", "nvidia_mse", "nvidia_percentile")
@@ -113,12 +122,52 @@ def _session(model, tensors, infos, providers):
             aug.graph.output.append(infos[name])
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    # ORT's pool threads spin after each run by default and would take the
-    # cores from quantcore's OpenMP kernels between runs (measured: 64 Ki-value
-    # min/max 4.5 ms instead of ~20 us)
+    # ORT's pool threads spin after each run by default, holding the cores
+    # that quantcore's statistics need while the next batch runs
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(aug.SerializeToString(), sess_options=opts,
                                 providers=providers or ["CPUExecutionProvider"])
+
+
+def _prefetch(produce):
+    """Iterate over the generator ``produce()`` run in a background thread
+    one item ahead: the model runs on batch ``i + 1`` while the caller
+    reduces batch ``i`` (onnxruntime and the kernels release the GIL).  At
+    most two items exist at a time; an exception in ``produce`` is raised
+    here; closing this generator stops the thread."""
+    items = queue.SimpleQueue()
+    # item i + 1 is made once the caller asked for item i (it is done with i - 1)
+    made_ahead = threading.Semaphore(1)
+    stop = threading.Event()
+
+    def run():
+        try:
+            for item in produce():
+                items.put((True, item))
+                del item
+                while not made_ahead.acquire(timeout=0.05):
+                    if stop.is_set():
+                        return
+        except BaseException as exc:   # handed to the consumer, raised there
+            items.put((False, exc))
+        else:
+            items.put((False, None))
+
+    worker = threading.Thread(target=run, name="quantcore-onnx-inference", daemon=True)
+    worker.start()
+    try:
+        while True:
+            ok, item = items.get()
+            if not ok:
+                if item is not None:
+                    raise item
+                return
+            yield item
+            del item
+            made_ahead.release()
+    finally:
+        stop.set()
+        worker.join()
 
 
 class CalibrationResult:
@@ -196,12 +245,13 @@ class _QuantcoreCalibrater:
         return O.TensorsData(O.CalibrationMethod.MinMax, out)
 
 
-def make_calibrator(method="minmax", options=None, *, passes=1, tensors=None):
+def make_calibrator(method="minmax", options=None, *, passes=1, tensors=None, executor=None):
     """A calibrator by name: ORT's ``create_calibrator`` options for the ORT
-    methods (``num_bins``, ``percentile``, ``symmetric``, ...), ``passes``."""
+    methods (``num_bins``, ``percentile``, ``symmetric``, ...), ``passes``;
+    ``executor`` (ORT methods) reduces the tensors of a batch in parallel."""
     options = dict(options or {})
     if method in ORT_METHODS:
-        kw = {"tensors": tensors}
+        kw = {"tensors": tensors, "executor": executor}
         if method != "minmax":
             kw["passes"] = passes
         else:
@@ -223,7 +273,7 @@ def _feeds(data):
 
 
 def calibrate(model, data, method="minmax", *, options=None, passes=1, op_types_to_calibrate=None,
-              providers=None, on_batch=None, measure_memory=False, strided=None):
+              providers=None, on_batch=None, measure_memory=False, strided=None, parallel=True):
     """Calibrate the activations of ``model`` on ``data``, streaming.
 
     Parameters
@@ -246,6 +296,13 @@ def calibrate(model, data, method="minmax", *, options=None, passes=1, op_types_
         Called with no argument after each model run (a progress bar).
     measure_memory : bool
         Record the tracemalloc peak in the result (slower).
+    parallel : bool
+        True: onnxruntime runs batch ``i + 1`` in a background thread while
+        the tensors of batch ``i`` are reduced in parallel by a pool of
+        threads (one per usable core), each kernel on one thread (at most two
+        batches of activations exist); False: one batch at a time in the
+        calling thread, the kernels on quantcore's threads
+        (``quantcore.set_num_threads``).  The result is the same.
 
     Returns
     -------
@@ -270,21 +327,28 @@ def calibrate(model, data, method="minmax", *, options=None, passes=1, op_types_
         sess = _session(m, tensors, infos, providers)
         names = [o.name for o in sess.get_outputs()]
         wanted = set(tensors)
-        cal = make_calibrator(method, options, passes=passes, tensors=tensors)
+
+        def model_runs():   # in _prefetch's inference thread when parallel
+            for feed in _feeds(data):
+                yield {n: v for n, v in zip(names, sess.run(names, feed)) if n in wanted}
 
         def activations():
-            for feed in _feeds(data):
-                outs = sess.run(names, feed)
+            for batch in _prefetch(model_runs) if parallel else model_runs():
                 if on_batch is not None:
                     on_batch()
-                yield {n: v for n, v in zip(names, outs) if n in wanted}
+                yield batch
 
         if passes == 2 and method in ORT_METHODS:
             O._second_pass(data, "calibrate")  # refuse one-shot readers before running
-        if strided:
-            _collect_strided(cal, activations(), int(strided), method)
-        else:
-            cal.collect_data(activations if passes == 2 else activations())
+        pool = O.tensor_executor() if parallel else contextlib.nullcontext()
+        threads = O.kernel_threads(1) if parallel else contextlib.nullcontext()
+        with pool as executor, threads:
+            cal = make_calibrator(method, options, passes=passes, tensors=tensors,
+                                  executor=executor)
+            if strided:
+                _collect_strided(cal, activations(), int(strided), method)
+            else:
+                cal.collect_data(activations if passes == 2 else activations())
         td = cal.compute_data()
         seconds = time.perf_counter() - t0
         peak = tracemalloc.get_traced_memory()[1] if measure_memory else None
@@ -312,6 +376,14 @@ def _collect_group(cal, group, method):
     else:
         cal.collector.collect({n: [b[n] for b in group] for n in group[0]})
         cal.batches += len(group)
+
+
+def quantizable_op_types():
+    """The op types ORT's quantize_static quantizes (and calibrates) by
+    default: its QOperator and QDQ registries."""
+    _onnx()
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+    return sorted(set(QLinearOpsRegistry) | set(QDQRegistry))
 
 
 def _ort_extra_options(extra_options):
@@ -347,13 +419,12 @@ def quantize(model, output, data=None, *, method="minmax", tensors_range=None, p
     """
     onnx, _ = _onnx()
     from onnxruntime.quantization import quantize_static
-    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
     calib_opts, ort_extra = _ort_extra_options(extra_options)
     calib_opts.update(calibration_options or {})
     strided = ort_extra.get("CalibStridedMinMax")
     if not op_types_to_quantize:
-        op_types_to_quantize = sorted(set(QLinearOpsRegistry) | set(QDQRegistry))
+        op_types_to_quantize = quantizable_op_types()
     result = None
     if tensors_range is None:
         if data is None:

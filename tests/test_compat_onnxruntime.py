@@ -528,3 +528,41 @@ def test_numpy_only_message(monkeypatch):
         O.quantize_linear(np.zeros(3, F32), F32(1), np.uint8(0))
     with pytest.raises(TypeError, match="numpy arrays only"):
         O.MinMaxCalibrater().collect({"x": np.zeros(3, F32)})
+
+
+# ------------------------------------------------ tensors in parallel
+@pytest.mark.parametrize("method,options", [
+    ("MinMax", {}), ("MinMax", {"moving_average": True, "symmetric": True}),
+    ("Entropy", {"num_bins": 512}), ("Percentile", {}), ("Percentile", {"symmetric": False}),
+    ("Distribution", {})])
+@pytest.mark.parametrize("passes", [1, 2])
+def test_tensor_executor_gives_the_sequential_result(method, options, passes):
+    """A calibrator whose ``executor`` reduces the tensors of a batch in
+    parallel (one-thread kernels, O.tensor_executor) computes what the
+    sequential one computes, state for state."""
+    rng = np.random.default_rng(11)
+    batches = [{f"t{k}": (rng.standard_normal(70_000 + 1000 * k) * (i + k + 1)).astype(np.float32)
+                for k in range(5)} for i in range(3)]
+    kw = {} if method == "MinMax" else {"passes": passes}
+    results = []
+    with O.tensor_executor(2) as pool:
+        for executor in (None, pool):
+            cal = O.create_calibrator(method, options, executor=executor, **kw)
+            cal.collect_data(batches)
+            results.append(cal.compute_data())
+    for name in results[0].keys():
+        for key in ("lowest", "highest", "avg", "std", "hist", "hist_edges"):
+            if hasattr(results[0][name], key):
+                assert same_bits(np.asarray(getattr(results[1][name], key)),
+                                 np.asarray(getattr(results[0][name], key))), (name, key)
+
+
+def test_kernel_threads_limits_this_thread_only():
+    import threading
+    seen = {}
+    with O.kernel_threads(1):
+        assert O._threads(1 << 20) == 1
+        t = threading.Thread(target=lambda: seen.update(other=O._threads(1 << 20)))
+        t.start()
+        t.join()
+    assert seen["other"] == O._threads(1 << 20)   # another thread: quantcore's setting
