@@ -598,7 +598,8 @@ def build_parser():
                     help="fail when a tensor has no qparams (default: copy it unchanged)")
 
     demo = sub.add_parser("demo", help="train, post-training quantize and QAT a NumPy MLP "
-                                       "on scikit-learn's digits (the main job)")
+                                       "on scikit-learn's digits, and quantize a conv net as "
+                                       "ONNX next to ONNX Runtime's calibrators (the main job)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     demo.add_argument("--plot", default="quantcore_demo.png",
                       help="where to save the training curves ('' for none)")
