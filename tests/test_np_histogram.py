@@ -148,6 +148,17 @@ def test_absmin_matches_numpy(seed):
     assert (np.isnan(got) and np.isnan(expected)) or F32(got).view(np.uint32) == expected.view(np.uint32)
 
 
+@pytest.mark.parametrize("size", [1, 15, 16, 17, 40, 1000])
+def test_absmin_finds_the_value_and_the_nan_in_every_lane_and_the_tail(size):
+    x = np.linspace(F32(-3), F32(5), size, dtype=F32) + F32(0.25)
+    for k in range(size):
+        y = x.copy()
+        y[k] = F32(-1e-30)              # the minimum of |y| at k
+        assert F32(H.absmin_f32(y)) == F32(1e-30)
+        y[k] = np.nan
+        assert np.isnan(H.absmin_f32(y))
+
+
 def test_wrapper_np_histogram_matches_numpy_with_autodetected_range():
     """quantcore.compat.onnxruntime.np_histogram: counts and edges of numpy's
     own call (range from the data, +-0.5 for a constant array)."""

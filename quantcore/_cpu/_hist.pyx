@@ -20,7 +20,7 @@ import numpy as np
 cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t
-from libc.math cimport fabsf, isnan
+from libc.math cimport INFINITY, fabsf
 
 cdef extern from "qc_np_histogram.h":
     float qc_np_hist_uniform_estimate_f32(float x, float first, float denom,
@@ -39,6 +39,7 @@ cdef int64_t SERIAL_BELOW = 32768
 cdef enum:
     CHUNK = 256   # values per estimate / correction round (two float buffers on the stack)
     SUB = 4       # interleaved histograms per thread
+    LANES = 16    # running minima of absmin_f32
 
 
 cdef void _uniform_block(const float *xp, int64_t cnt, float first, float last, float denom,
@@ -177,18 +178,36 @@ def hist_edges_f32(cnp.ndarray x, cnp.ndarray edges, bint absolute, int nthreads
 
 def absmin_f32(cnp.ndarray x):
     """``np.abs(x).min()`` of a non-empty float32 array as a Python float:
-    NaN when x holds a NaN (numpy's minimum propagates it)."""
+    NaN when x holds a NaN (numpy's minimum propagates it).  LANES running
+    minima side by side (a loop the compiler vectorises; |x| has no signed
+    zero, so the order of the comparisons cannot change the result)."""
     _check_x(x, "absmin_f32")
-    cdef int64_t size = cnp.PyArray_SIZE(x), k
+    cdef int64_t size = cnp.PyArray_SIZE(x), k, j, body
     if size == 0:
         raise ValueError("absmin_f32: empty array")
     cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
-    cdef float m = fabsf(xp[0]), v
-    cdef bint nan = isnan(m)
+    cdef float low[LANES]
+    cdef int nan[LANES]
+    cdef float m, v
+    cdef bint any_nan = False
     with nogil:
-        for k in range(1, size):
+        for j in range(LANES):
+            low[j] = INFINITY
+            nan[j] = 0
+        body = size - size % LANES
+        k = 0
+        while k < body:
+            for j in range(LANES):
+                v = fabsf(xp[k + j])
+                low[j] = v if v < low[j] else low[j]
+                nan[j] = nan[j] | (v != v)
+            k += LANES
+        m = INFINITY
+        for j in range(LANES):
+            m = low[j] if low[j] < m else m
+            any_nan = any_nan | nan[j]
+        for k in range(body, size):
             v = fabsf(xp[k])
-            if v < m:
-                m = v
-            nan = nan | isnan(v)
-    return float("nan") if nan else float(m)
+            m = v if v < m else m
+            any_nan = any_nan | (v != v)
+    return float("nan") if any_nan else float(m)
