@@ -63,6 +63,34 @@ def test_uniform_bins_match_numpy(seed):
         assert np.array_equal(got, expected), (seed, nthreads)
 
 
+def narrow_cases():
+    """(lo, hi, bins) with float32 edges that numpy accepts (increasing)."""
+    out = []
+    for lo, width in [(1000.0, 0.5), (-3e5, 7.0), (1e-3, 1e-9), (2.0, 1e-5), (-1.0, 2.0),
+                      (0.0, 1e-30), (-4e30, 8e30)]:
+        for bins in (1, 3, 128, 2048, 50_000):
+            lo32, hi32 = F32(lo), F32(lo + width)
+            edges = np.linspace(lo32, hi32, bins + 1, dtype=F32)
+            if np.all(edges[:-1] < edges[1:]):
+                out.append((lo32, hi32, bins))
+    return out
+
+
+@pytest.mark.parametrize("lo, hi, bins", narrow_cases())
+def test_uniform_bins_match_numpy_for_narrow_ranges_far_from_zero(lo, hi, bins):
+    """Where float32 edges sit far from their exact positions (in bins),
+    the kernel must correct more values, never fewer: every value of the
+    range on a grid of 70 000 float32 steps, and the edges' neighbours."""
+    rng = np.random.default_rng(bins)
+    edges = np.linspace(lo, hi, bins + 1, dtype=F32)
+    x = np.concatenate([np.linspace(lo, hi, PARALLEL_SIZE, dtype=F32),
+                        near(edges, rng, 20_000, ulps=3)])
+    expected = np.histogram(x, bins, range=(lo, hi))[0]
+    for nthreads in (1, 2):
+        assert np.array_equal(H.hist_uniform_f32(x, edges, float(lo), float(hi), False, nthreads),
+                              expected)
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_uniform_bins_of_absolute_values_match_numpy(seed):
     x, _, lo, hi = uniform_case(seed)

@@ -25,6 +25,7 @@ from libc.math cimport INFINITY, fabsf
 cdef extern from "qc_np_histogram.h":
     float qc_np_hist_uniform_estimate_f32(float x, float first, float denom,
                                           float fn) noexcept nogil
+    int32_t qc_np_hist_uniform_sure_index_f32(float f, float margin) noexcept nogil
     int32_t qc_np_hist_uniform_index_f32(float f, int32_t n) noexcept nogil
     int64_t qc_np_hist_uniform_correct_f32(float x, int64_t i, int64_t n,
                                            const float *edges) noexcept nogil
@@ -37,24 +38,29 @@ cnp.import_array()
 cdef int64_t SERIAL_BELOW = 32768
 
 cdef enum:
-    CHUNK = 256   # values per estimate / correction round (two float buffers on the stack)
+    CHUNK = 256   # values per estimate / count round (three buffers on the stack)
     SUB = 4       # interleaved histograms per thread
     LANES = 16    # running minima of absmin_f32
 
 
 cdef void _uniform_block(const float *xp, int64_t cnt, float first, float last, float denom,
-                         float fn, int64_t n, const float *edges, bint absolute,
+                         float fn, int64_t n, const float *edges, float margin, bint absolute,
                          int64_t *counts) noexcept nogil:
-    """Count ``cnt`` values into ``counts`` (SUB interleaved histograms of
-    ``n`` bins: consecutive values of one bin do not wait on each other's
-    increment).  Per chunk of CHUNK values: the values (``|x|``) and numpy's
-    integer estimates (-1: not counted) in branch-free loops that vectorise,
-    then the two corrections one value at a time."""
+    """Count ``cnt`` values into ``counts``: SUB interleaved histograms of
+    ``n + 1`` bins (consecutive values of one bin do not wait on each
+    other's increment; the last bin takes the values that are not counted,
+    so that skipping them is not a branch).  Per chunk of CHUNK values, in a
+    branch-free loop that vectorises: numpy's float32 estimate of each
+    value's bin, and the bin itself where the estimate is more than
+    ``margin`` inside it (-1: it may need numpy's corrections; ``n``: not
+    counted).  Then one value at a time: count, or correct and count (values
+    near an edge)."""
     cdef float absvals[CHUNK]
+    cdef float est[CHUNK]
     cdef int32_t idx[CHUNK]
     cdef const float *vals
-    cdef int64_t base = 0, m, k, i
-    cdef int32_t n32 = <int32_t>n
+    cdef int64_t base = 0, m, k
+    cdef int32_t n32 = <int32_t>n, i
     cdef float v
     while base < cnt:
         m = cnt - base
@@ -67,14 +73,36 @@ cdef void _uniform_block(const float *xp, int64_t cnt, float first, float last, 
             vals = absvals
         for k in range(m):
             v = vals[k]
-            idx[k] = qc_np_hist_uniform_index_f32(
-                qc_np_hist_uniform_estimate_f32(v, first, denom, fn), n32) \
-                if (v >= first) & (v <= last) else -1
+            est[k] = qc_np_hist_uniform_estimate_f32(v, first, denom, fn)
+            i = qc_np_hist_uniform_sure_index_f32(est[k], margin)
+            idx[k] = i if (v >= first) & (v <= last) else n32
         for k in range(m):
             i = idx[k]
             if i >= 0:
-                counts[(k % SUB) * n + qc_np_hist_uniform_correct_f32(vals[k], i, n, edges)] += 1
+                counts[(k % SUB) * (n + 1) + i] += 1
+            else:
+                i = qc_np_hist_uniform_index_f32(est[k], n32)
+                counts[(k % SUB) * (n + 1) + qc_np_hist_uniform_correct_f32(vals[k], i, n, edges)] += 1
         base += m
+
+
+cdef float _sure_margin(cnp.ndarray edges, float first, float last, int64_t n):
+    """The margin of qc_np_hist_uniform_sure_index_f32 for numpy's edges of
+    (first, last, n), in bins: twice (the error of numpy's estimate,
+    ``4.01 n 2**-24`` relative to the exact position ``n (x - first) /
+    (last - first)`` -- four float32 roundings -- plus ``n 2**-149 / width``
+    for a subnormal ``x - first``, plus the largest distance of a float32
+    edge from ``first + i width / n``, plus float64's error of that).  0.5
+    (no value is sure) when it would be wider or ``n > 2**24``."""
+    cdef double width = <double>last - <double>first      # exact in float64
+    cdef double scale = max(abs(<double>first), abs(<double>last))
+    if n > 16777216 or not width > 0:
+        return 0.5
+    ideal = <double>first + np.arange(n + 1, dtype=np.float64) * (width / n)
+    edge_error = float(np.max(np.abs(edges.astype(np.float64) - ideal))) * n / width
+    margin = 2.0 * (4.01 * n * 2.0 ** -24 + n * 2.0 ** -149 / width + edge_error +
+                    8 * scale * 2.0 ** -52 * n / width)
+    return <float>min(margin, 0.5)
 
 
 cdef void _edges_block(const float *xp, int64_t cnt, const double *edges, int64_t n,
@@ -113,22 +141,24 @@ def hist_uniform_f32(cnp.ndarray x, cnp.ndarray edges, float first, float last, 
     cdef int64_t n = cnp.PyArray_SIZE(edges) - 1
     if n < 1:
         raise ValueError(f"hist_uniform_f32: need at least 2 edges, got {n + 1}")
-    if n > 2147483647:
-        raise ValueError(f"hist_uniform_f32: at most 2**31 - 1 bins, got {n}")
+    if n > 2147483646:
+        raise ValueError(f"hist_uniform_f32: at most 2**31 - 2 bins, got {n}")
     cdef int64_t size = cnp.PyArray_SIZE(x)
     cdef int nt = _threads(size, nthreads)
     cdef int64_t share = (size + nt - 1) // nt
     cdef int64_t t, start, cnt
     cdef float denom = last - first
     cdef float fn = <float>n
-    parts_a = np.zeros((nt * SUB, n), dtype=np.int64)
+    cdef float margin = _sure_margin(edges, first, last, n)
+    parts_a = np.zeros((nt * SUB, n + 1), dtype=np.int64)   # column n: values not counted
     cdef int64_t[:, ::1] parts = parts_a
     cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
     cdef const float *ep = <const float *>cnp.PyArray_DATA(edges)
     if size > 0:
         if nt == 1:
             with nogil:
-                _uniform_block(xp, size, first, last, denom, fn, n, ep, absolute, &parts[0, 0])
+                _uniform_block(xp, size, first, last, denom, fn, n, ep, margin, absolute,
+                               &parts[0, 0])
         else:
             for t in prange(nt, nogil=True, schedule='static', num_threads=nt):
                 start = t * share
@@ -136,9 +166,9 @@ def hist_uniform_f32(cnp.ndarray x, cnp.ndarray edges, float first, float last, 
                 if cnt > share:
                     cnt = share
                 if cnt > 0:
-                    _uniform_block(xp + start, cnt, first, last, denom, fn, n, ep, absolute,
-                                   &parts[t * SUB, 0])
-    return parts_a.sum(axis=0)
+                    _uniform_block(xp + start, cnt, first, last, denom, fn, n, ep, margin,
+                                   absolute, &parts[t * SUB, 0])
+    return parts_a[:, :n].sum(axis=0)
 
 
 def hist_edges_f32(cnp.ndarray x, cnp.ndarray edges, bint absolute, int nthreads):

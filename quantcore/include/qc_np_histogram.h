@@ -60,6 +60,17 @@ QC_NPH_HD int32_t qc_np_hist_uniform_index_f32(float f, int32_t n) {
   return i < 0 ? 0 : i;
 }
 
+/* The bin of a counted value straight from its estimate `f` when f lies
+ * more than `margin` (a fraction of a bin) inside a bin, else -1.  With
+ * margin at least twice the error of f plus the distance of the float32
+ * edges from their exact positions (both in bins), numpy's corrections
+ * cannot fire there (_hist.pyx computes it per call).  Vectorises. */
+QC_NPH_HD int32_t qc_np_hist_uniform_sure_index_f32(float f, float margin) {
+  int32_t i = (int32_t)f;
+  float frac = f - (float)i;     /* exact: 0 <= f < 2**24 */
+  return (frac > margin) & (frac < 1.0f - margin) ? i : -1;
+}
+
 /* numpy's two corrections of index `i` of a counted value x against the
  * float32 edges (n + 1 values): one down when x < edges[i], one up when
  * x >= edges[i + 1] and i is not the last bin. */
