@@ -91,6 +91,22 @@ def test_uniform_bins_match_numpy_for_narrow_ranges_far_from_zero(lo, hi, bins):
                               expected)
 
 
+@pytest.mark.parametrize("t, bins", [(5.0, 2048), (5.0, 2047), (3.3, 128), (1e-20, 2), (7.0, 1)])
+@pytest.mark.parametrize("absolute", [False, True])
+def test_zeros_on_an_edge_match_numpy(t, bins, absolute):
+    """ORT's (-t, t) ranges put 0 on an edge for an even bin count; a ReLU's
+    output is half zeros (+0 and -0)."""
+    rng = np.random.default_rng(bins)
+    x = np.maximum(rng.normal(size=PARALLEL_SIZE).astype(F32) * F32(t), F32(0))
+    x[::3] = F32(-0.0)
+    lo, hi = (F32(0), F32(t)) if absolute else (F32(-t), F32(t))
+    edges = np.linspace(lo, hi, bins + 1, dtype=F32)
+    expected = np.histogram(np.abs(x) if absolute else x, bins, range=(lo, hi))[0]
+    for nthreads in (1, 2):
+        got = H.hist_uniform_f32(x, edges, float(lo), float(hi), absolute, nthreads)
+        assert np.array_equal(got, expected)
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_uniform_bins_of_absolute_values_match_numpy(seed):
     x, _, lo, hi = uniform_case(seed)

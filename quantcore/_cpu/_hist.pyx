@@ -26,6 +26,8 @@ cdef extern from "qc_np_histogram.h":
     float qc_np_hist_uniform_estimate_f32(float x, float first, float denom,
                                           float fn) noexcept nogil
     int32_t qc_np_hist_uniform_sure_index_f32(float f, float margin) noexcept nogil
+    int64_t qc_np_hist_uniform_bin_f32(float x, float first, float last, float denom, float fn,
+                                       int64_t n, const float *edges) noexcept nogil
     int32_t qc_np_hist_uniform_index_f32(float f, int32_t n) noexcept nogil
     int64_t qc_np_hist_uniform_correct_f32(float x, int64_t i, int64_t n,
                                            const float *edges) noexcept nogil
@@ -39,13 +41,13 @@ cdef int64_t SERIAL_BELOW = 32768
 
 cdef enum:
     CHUNK = 256   # values per estimate / count round (three buffers on the stack)
-    SUB = 4       # interleaved histograms per thread
+    SUB = 4       # interleaved histograms per thread (a power of two)
     LANES = 16    # running minima of absmin_f32
 
 
 cdef void _uniform_block(const float *xp, int64_t cnt, float first, float last, float denom,
-                         float fn, int64_t n, const float *edges, float margin, bint absolute,
-                         int64_t *counts) noexcept nogil:
+                         float fn, int64_t n, const float *edges, float margin, int32_t zero_bin,
+                         bint absolute, int64_t *counts) noexcept nogil:
     """Count ``cnt`` values into ``counts``: SUB interleaved histograms of
     ``n + 1`` bins (consecutive values of one bin do not wait on each
     other's increment; the last bin takes the values that are not counted,
@@ -53,8 +55,9 @@ cdef void _uniform_block(const float *xp, int64_t cnt, float first, float last, 
     branch-free loop that vectorises: numpy's float32 estimate of each
     value's bin, and the bin itself where the estimate is more than
     ``margin`` inside it (-1: it may need numpy's corrections; ``n``: not
-    counted).  Then one value at a time: count, or correct and count (values
-    near an edge)."""
+    counted), and ``zero_bin`` for a zero (often an edge: (-t, t) in an even
+    number of bins; a ReLU's output is half zeros).  Then one value at a
+    time: count, or correct and count (values near an edge)."""
     cdef float absvals[CHUNK]
     cdef float est[CHUNK]
     cdef int32_t idx[CHUNK]
@@ -62,6 +65,9 @@ cdef void _uniform_block(const float *xp, int64_t cnt, float first, float last, 
     cdef int64_t base = 0, m, k
     cdef int32_t n32 = <int32_t>n, i
     cdef float v
+    cdef int64_t *sub[SUB]
+    for k in range(SUB):
+        sub[k] = counts + k * (n + 1)
     while base < cnt:
         m = cnt - base
         if m > CHUNK:
@@ -75,14 +81,14 @@ cdef void _uniform_block(const float *xp, int64_t cnt, float first, float last, 
             v = vals[k]
             est[k] = qc_np_hist_uniform_estimate_f32(v, first, denom, fn)
             i = qc_np_hist_uniform_sure_index_f32(est[k], margin)
+            i = zero_bin if v == 0 else i
             idx[k] = i if (v >= first) & (v <= last) else n32
         for k in range(m):
             i = idx[k]
-            if i >= 0:
-                counts[(k % SUB) * (n + 1) + i] += 1
-            else:
-                i = qc_np_hist_uniform_index_f32(est[k], n32)
-                counts[(k % SUB) * (n + 1) + qc_np_hist_uniform_correct_f32(vals[k], i, n, edges)] += 1
+            if i < 0:
+                i = <int32_t>qc_np_hist_uniform_correct_f32(
+                    vals[k], qc_np_hist_uniform_index_f32(est[k], n32), n, edges)
+            sub[k & (SUB - 1)][i] += 1
         base += m
 
 
@@ -150,6 +156,8 @@ def hist_uniform_f32(cnp.ndarray x, cnp.ndarray edges, float first, float last, 
     cdef float denom = last - first
     cdef float fn = <float>n
     cdef float margin = _sure_margin(edges, first, last, n)
+    cdef int32_t zero_bin = <int32_t>qc_np_hist_uniform_bin_f32(0.0, first, last, denom, fn, n,
+                                                                <const float *>cnp.PyArray_DATA(edges))
     parts_a = np.zeros((nt * SUB, n + 1), dtype=np.int64)   # column n: values not counted
     cdef int64_t[:, ::1] parts = parts_a
     cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
@@ -157,8 +165,8 @@ def hist_uniform_f32(cnp.ndarray x, cnp.ndarray edges, float first, float last, 
     if size > 0:
         if nt == 1:
             with nogil:
-                _uniform_block(xp, size, first, last, denom, fn, n, ep, margin, absolute,
-                               &parts[0, 0])
+                _uniform_block(xp, size, first, last, denom, fn, n, ep, margin, zero_bin,
+                               absolute, &parts[0, 0])
         else:
             for t in prange(nt, nogil=True, schedule='static', num_threads=nt):
                 start = t * share
@@ -167,7 +175,7 @@ def hist_uniform_f32(cnp.ndarray x, cnp.ndarray edges, float first, float last, 
                     cnt = share
                 if cnt > 0:
                     _uniform_block(xp + start, cnt, first, last, denom, fn, n, ep, margin,
-                                   absolute, &parts[t * SUB, 0])
+                                   zero_bin, absolute, &parts[t * SUB, 0])
     return parts_a[:, :n].sum(axis=0)
 
 
