@@ -132,9 +132,10 @@ def _session(model, tensors, infos, providers):
 def _prefetch(produce):
     """Iterate over the generator ``produce()`` run in a background thread
     one item ahead: the model runs on batch ``i + 1`` while the caller
-    reduces batch ``i`` (onnxruntime and the kernels release the GIL).  At
-    most two items exist at a time; an exception in ``produce`` is raised
-    here; closing this generator stops the thread."""
+    reduces batch ``i`` (onnxruntime and the kernels release the GIL), never
+    further ahead (batch ``i + 2`` is begun once the caller asks for
+    ``i + 1``); an exception in ``produce`` is raised here; closing this
+    generator stops the thread."""
     items = queue.SimpleQueue()
     # item i + 1 is made once the caller asked for item i (it is done with i - 1)
     made_ahead = threading.Semaphore(1)
