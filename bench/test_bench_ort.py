@@ -1,6 +1,6 @@
 """ONNX Runtime's calibrators vs quantcore's on the same activation stream.
 
-The spec's anchor (spec/onnxruntime.md section 17): a model with input
+The spec's anchor (the project's ONNX Runtime specification section 17): a model with input
 ``x[n]`` and a chain of 19 ``Add`` (20 calibrated float32 tensors), ``B``
 batches, ORT's ``create_calibrator`` defaults, one ``collect_data`` call;
 quantcore: ``quantcore.onnx.calibrate(..., passes=2)``, the same single-call

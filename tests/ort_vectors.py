@@ -1,4 +1,4 @@
-"""Decoder of spec/onnxruntime_vectors.json (copied to tests/data): arrays as
+"""Decoder of tests/data/onnxruntime_vectors.json (copied to tests/data): arrays as
 ``{"dtype", "shape", "data"}`` (floats exact, "nan" / "inf" as strings),
 ``{"b64", "b64_dtype"}`` (little-endian), float 8 as ``"bits"``, large arrays
 as ``{"sha256", "first", "last", "sum"}`` digests."""

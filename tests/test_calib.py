@@ -1,6 +1,6 @@
 """Calibrators (quantcore.calib): NVIDIA pytorch_quantization's max and
-histogram calibrators (spec/nvidia_horizon.md section 3) and the statistics
-of PyTorch's HistogramObserver (spec/torch.md section 2).
+histogram calibrators (the project's NVIDIA / Horizon specification section 3) and the statistics
+of PyTorch's HistogramObserver (the project's PyTorch specification section 2).
 
 The live comparisons need torch (installed by ``make test``) and skip
 without it.

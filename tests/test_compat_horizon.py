@@ -1,6 +1,6 @@
 """quantcore.compat.horizon: Horizon FakeQuantize semantics.
 
-Every vector of spec/nvidia_horizon.md section 6 is a test here; the
+Every vector of the project's NVIDIA / Horizon specification section 6 is a test here; the
 randomized cases compare against the float32 emulation below, written from
 the spec independently of quantcore's kernels, and (``test_live_*``, skipped
 without torch) against Horizon's Python reference functions and v1 observer

@@ -1,6 +1,6 @@
 """quantcore.compat.mindspore: FakeQuantWithMinMaxObserver (issue 5).
 
-Oracles: the spec's vectors (spec/mindspore_tensorflow_oneflow.md §1), the
+Oracles: the spec's vectors (the project's MindSpore / TensorFlow / OneFlow specification §1), the
 seed page's example (a doctest of the module), and an independent NumPy
 float32 model of the kernels written below (one rounding per operation).
 """
@@ -150,7 +150,7 @@ def test_training_ema_vector_ascend_rule():
 
 def test_gpu_rule_range_vector():
     # the spec's GPU-rule EMA range (-2.004, 2.004) (not the rule quantcore
-    # uses, DECISIONS.md) fed in as the stored range: the forward still matches
+    # uses, the specification's decisions) fed in as the stored range: the forward still matches
     d = F32(0.999)
     om = F32(1) - d
     lo = np.minimum(d * F32(-2) + om * F32(-6), F32(0))
@@ -422,7 +422,7 @@ def test_quant_dtype_enum():
     assert str(QuantDtype.INT8) == "INT8"
     fq = FakeQuantWithMinMaxObserver(quant_dtype="uint4")
     assert fq.quant_dtype is QuantDtype.UINT4 and fq.quant_max == 15
-    for d in QuantDtype:  # every width 2..8 is accepted (DECISIONS.md)
+    for d in QuantDtype:  # every width 2..8 is accepted (the specification's decisions)
         assert FakeQuantWithMinMaxObserver(quant_dtype=d).quant_max == 2 ** d.num_bits - 1
 
 

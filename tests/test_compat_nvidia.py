@@ -1,6 +1,6 @@
 """quantcore.compat.nvidia: NVIDIA pytorch_quantization semantics.
 
-Every vector of spec/nvidia_horizon.md sections 1-4 is a test here; the
+Every vector of the project's NVIDIA / Horizon specification sections 1-4 is a test here; the
 randomized cases compare against the float32 emulation below, written from
 the spec independently of quantcore's kernels, and (``test_live_*``, skipped
 without torch / scipy) against PQ's CPU code paths written with torch ops:

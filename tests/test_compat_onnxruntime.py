@@ -1,5 +1,5 @@
 """quantcore.compat.onnxruntime against every vector of
-spec/onnxruntime_vectors.json (recorded from onnxruntime 1.32.0; the live
+tests/data/onnxruntime_vectors.json (recorded from onnxruntime 1.32.0; the live
 comparisons are in test_compat_onnxruntime_live.py)."""
 import os
 

@@ -1,6 +1,6 @@
 """quantcore.compat.tensorflow: tf.quantization.fake_quant_with_min_max_* (issue 5).
 
-Oracles: the spec's vectors (spec/mindspore_tensorflow_oneflow.md §2, from
+Oracles: the spec's vectors (the project's MindSpore / TensorFlow / OneFlow specification §2, from
 tensorflow-cpu 2.21) and an independent NumPy float32 model of the current
 TF kernels written below.  The comparison against live TensorFlow is in
 test_compat_tensorflow_live.py (skipped cleanly without TensorFlow).

@@ -1,7 +1,7 @@
 """quantcore.onnx end to end: the spec's model (Conv -> Relu -> GAP -> Flatten
 -> MatMul -> Add) calibrated by quantcore and quantized by ORT's own
 quantize_static through the calibration cache, against the 20 recorded
-quantize_static runs of spec/onnxruntime_vectors.json (end_to_end) and
+quantize_static runs of tests/data/onnxruntime_vectors.json (end_to_end) and
 against live onnxruntime's own calibration."""
 import numpy as np
 import pytest

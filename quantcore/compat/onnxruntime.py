@@ -1,7 +1,7 @@
 """ONNX Runtime 1.32 ``onnxruntime.quantization``, bit for bit, streaming.
 
 Framework-free twins of ONNX Runtime's quantization numerics
-(``quant_utils.py``, ``calibrate.py``; spec: ``spec/onnxruntime.md``), on
+(``quant_utils.py``, ``calibrate.py``; spec: the project's ONNX Runtime specification), on
 numpy arrays, without onnxruntime installed.  ORT is host code, so this
 layer takes **numpy input only**: a cupy array is refused with a TypeError.
 
