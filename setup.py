@@ -109,7 +109,10 @@ V3_PROBE = textwrap.dedent(
     """
     #pragma GCC target("avx2,fma")
     #include <immintrin.h>
-    static float twice(float x) { __m256 v = _mm256_set1_ps(x); return _mm256_cvtss_f32(_mm256_add_ps(v, v)); }
+    static float twice(float x) {
+        __m256 v = _mm256_set1_ps(x);
+        return _mm256_cvtss_f32(_mm256_add_ps(v, v));
+    }
     int main(void) {
         __builtin_cpu_init();
         return (__builtin_cpu_supports("avx2") ? 0 : 0) + (twice(1.0f) == 2.0f ? 0 : 1);

@@ -45,7 +45,8 @@ def chain_model(path, n=N, tensors=TENSORS):
         out = f"t{i}" if i < tensors - 2 else "y"
         nodes.append(helper.make_node("Add", [prev, c], [out]))
         prev = out
-    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+    g = helper.make_graph(nodes, "chain",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])], inits)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
     return path
@@ -167,7 +168,8 @@ def test_calibrators_vs_ort(benchmark, model, method):
         "impl": "quantcore", "quantcore_seconds": qc_s, "ort_seconds": ort_s,
         "model_runs_seconds": model_s, "speedup_vs_ort": ort_s / qc_s,
         "ort_cpu_seconds": ort_cpu, "quantcore_cpu_seconds": qc["cpu"],
-        "overhead_speedup_vs_ort": (ort_s - model_s) / (qc_s - model_s) if qc_s > model_s else None})
+        "overhead_speedup_vs_ort": ((ort_s - model_s) / (qc_s - model_s)
+                                    if qc_s > model_s else None)})
 
 
 PEAK_SCRIPT = r"""
@@ -180,7 +182,8 @@ from quantcore import onnx as qonnx
 
 def status():
     text = open("/proc/self/status").read()
-    return {{k: int(re.search(k + r":\s+(\d+) kB", text).group(1)) / 1024 for k in ("VmRSS", "VmHWM")}}
+    return {{k: int(re.search(k + r":\s+(\d+) kB", text).group(1)) / 1024
+             for k in ("VmRSS", "VmHWM")}}
 
 
 side, method, model = sys.argv[1:4]
@@ -226,7 +229,8 @@ def test_peak_memory(model, method, benchmark):
     benchmark.extra_info.update({
         "op": "ort_peak_memory", "method": method,
         "ort_added_peak_mib": ort_added, "quantcore_added_peak_mib": qc_added,
-        "ort_process_peak_mib": ort["peak_rss_mib"], "quantcore_process_peak_mib": qc["peak_rss_mib"],
+        "ort_process_peak_mib": ort["peak_rss_mib"],
+        "quantcore_process_peak_mib": qc["peak_rss_mib"],
         "ort_seconds": ort["seconds"], "quantcore_seconds": qc["seconds"]})
     batch_mib = TENSORS * N * 4 / 2**20          # one batch of every calibrated tensor
     assert ort_added >= batch_mib * BATCHES      # ORT holds every batch

@@ -459,7 +459,7 @@ def calibrate(args):
         notes.append(
             f"warning: entropy lost more than 1 dB to minmax on {len(sparse)} tensor(s) with "
             f"fewer than {MIN_VALUES_PER_BIN} values per histogram bin: "
-            + _short_list(sparse, 4) + f". TensorRT's KL search needs a dense histogram (many "
+            + _short_list(sparse, 4) + ". TensorRT's KL search needs a dense histogram (many "
             "activation samples); on small tensors it can clip most values: prefer mse or "
             "minmax there, or fewer --bins")
     for reason, keys in skipped.items():

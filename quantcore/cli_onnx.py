@@ -25,7 +25,8 @@ def add_parser(sub, formatter=None):
     from . import onnx as qonnx
     kw = {"formatter_class": formatter} if formatter else {}
     p = sub.add_parser("onnx", help="calibrate and quantize an ONNX model (ONNX Runtime)",
-                       description="ONNX models: quantcore calibrates, ONNX Runtime quantizes.", **kw)
+                       description="ONNX models: quantcore calibrates, ONNX Runtime quantizes.",
+                       **kw)
     osub = p.add_subparsers(dest="onnx_command", metavar="COMMAND")
     q = osub.add_parser("quantize", help="calibrate on --data and write a QDQ model", **kw)
     q.add_argument("model", help="float ONNX model")
@@ -37,7 +38,8 @@ def add_parser(sub, formatter=None):
                    help="1: one ORT collect call per batch (one pass); 2: ORT's single call "
                         "over all batches (two passes)")
     q.add_argument("--batch-size", type=int, default=1, help="rows per batch (default 1)")
-    q.add_argument("--num-bins", type=int, help="histogram bins (entropy / percentile / distribution)")
+    q.add_argument("--num-bins", type=int,
+                   help="histogram bins (entropy / percentile / distribution)")
     q.add_argument("--num-quantized-bins", type=int, help="entropy: quantized bins")
     q.add_argument("--percentile", type=float, help="percentile: the percentile (default 99.999)")
     q.add_argument("--per-channel", action="store_true", help="per-channel weights")
@@ -108,7 +110,8 @@ def run(args):
         extra["CalibTensorRangeSymmetric"] = True
     bar = _progress(len(reader) * args.passes, args.quiet)
     try:
-        res = qonnx.quantize(args.model, args.output, reader, method=args.method, passes=args.passes,
+        res = qonnx.quantize(args.model, args.output, reader, method=args.method,
+                             passes=args.passes,
                              calibration_options=options, per_channel=args.per_channel,
                              reduce_range=args.reduce_range, activation_type=args.activation_type,
                              weight_type=args.weight_type, quant_format=args.quant_format,

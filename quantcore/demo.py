@@ -41,7 +41,8 @@ def load_data(seed):
     try:
         from sklearn.datasets import load_digits
     except ImportError as exc:  # pragma: no cover - make demo installs it
-        raise SystemExit("quantcore demo needs scikit-learn (pip install 'quantcore[demo]')") from exc
+        raise SystemExit(
+            "quantcore demo needs scikit-learn (pip install 'quantcore[demo]')") from exc
     x, y = load_digits(return_X_y=True)
     x = (x / 16.0).astype(F32)
     order = np.random.default_rng(seed).permutation(len(x))
@@ -307,7 +308,8 @@ class ConvNet(Adam):
         from onnx import TensorProto, helper, numpy_helper
         p = self.params
         weights = {"conv_w": p["conv_w"].T.reshape(-1, 1, 3, 3), "conv_b": p["conv_b"],
-                   "fc1_w": p["fc1_w"], "fc1_b": p["fc1_b"], "fc2_w": p["fc2_w"], "fc2_b": p["fc2_b"]}
+                   "fc1_w": p["fc1_w"], "fc1_b": p["fc1_b"],
+                   "fc2_w": p["fc2_w"], "fc2_b": p["fc2_b"]}
         node = helper.make_node
         nodes = [node("Conv", ["x", "conv_w", "conv_b"], ["conv"], kernel_shape=[3, 3],
                       pads=[1, 1, 1, 1]),
@@ -389,7 +391,8 @@ def _same_ranges(ours, theirs):
             except AttributeError:
                 continue
             got = np.atleast_1d(getattr(ours[name], key))
-            if got.dtype != want.dtype or not np.array_equal(got.view(np.uint8), want.view(np.uint8)):
+            if got.dtype != want.dtype or not np.array_equal(got.view(np.uint8),
+                                                             want.view(np.uint8)):
                 return False
     return True
 

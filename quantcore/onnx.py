@@ -59,7 +59,8 @@ QUANTCORE_METHODS = ("torch_histogram", "nvidia_entropy", "nvidia_mse", "nvidia_
 METHODS = ORT_METHODS + QUANTCORE_METHODS
 
 #: quantize_static's extra_options that configure the calibrator (ORT's mapping)
-CALIB_OPTION_KEYS = {"CalibTensorRangeSymmetric": "symmetric", "CalibMovingAverage": "moving_average",
+CALIB_OPTION_KEYS = {"CalibTensorRangeSymmetric": "symmetric",
+                     "CalibMovingAverage": "moving_average",
                      "CalibMovingAverageConstant": "averaging_constant",
                      "CalibMaxIntermediateOutputs": "max_intermediate_outputs",
                      "CalibPercentile": "percentile"}
@@ -186,7 +187,8 @@ class CalibrationResult:
 
     def ranges(self):
         """{tensor: (lowest, highest)} as Python floats."""
-        return {k: (float(np.asarray(v.lowest).reshape(-1)[0]), float(np.asarray(v.highest).reshape(-1)[0]))
+        return {k: (float(np.asarray(v.lowest).reshape(-1)[0]),
+                    float(np.asarray(v.highest).reshape(-1)[0]))
                 for k, v in self.tensors_range.items()}
 
 
@@ -202,7 +204,8 @@ class _QuantcoreCalibrater:
         self.nan_batches = {}
         self.batches = 0
         self._new = {
-            "torch_histogram": lambda: calib.TorchHistogram(bins=self.options.get("num_bins", 2048)),
+            "torch_histogram": lambda: calib.TorchHistogram(
+                bins=self.options.get("num_bins", 2048)),
             "nvidia_entropy": lambda: calib.HistogramCalibrator(
                 num_bins=self.options.get("num_bins", 2048), unsigned=False, torch_hist=True),
         }
@@ -234,7 +237,8 @@ class _QuantcoreCalibrater:
                 lo, hi = np.float32(lo), np.float32(hi)
             else:
                 kind = self.method_name.split("_", 1)[1]
-                kw = {"percentile": self.options.get("percentile", 99.99)} if kind == "percentile" else {}
+                kw = ({"percentile": self.options.get("percentile", 99.99)}
+                      if kind == "percentile" else {})
                 amax = np.float32(np.asarray(st.compute_amax(kind, **kw)).reshape(()))
                 # NVIDIA's amax is symmetric; clipped to the observed range, as
                 # ORT clips its percentile (a ReLU output keeps lowest 0, so
@@ -242,7 +246,8 @@ class _QuantcoreCalibrater:
                 seen_lo, seen_hi = self.observed[name]
                 lo = max(-amax, np.float32(seen_lo))
                 hi = min(amax, np.float32(seen_hi))
-            out[name] = O.TensorData(lowest=np.array([lo], np.float32), highest=np.array([hi], np.float32))
+            out[name] = O.TensorData(lowest=np.array([lo], np.float32),
+                                     highest=np.array([hi], np.float32))
         return O.TensorsData(O.CalibrationMethod.MinMax, out)
 
 
@@ -310,7 +315,8 @@ def calibrate(model, data, method="minmax", *, options=None, passes=1, op_types_
     CalibrationResult
     """
     if method not in METHODS:
-        raise ValueError(f"unknown calibration method {method!r} (choose from {', '.join(METHODS)})")
+        raise ValueError(
+            f"unknown calibration method {method!r} (choose from {', '.join(METHODS)})")
     if passes not in (1, 2):
         raise ValueError(f"passes must be 1 or 2, got {passes!r}")
     if (options or {}).get("per_channel"):
@@ -450,7 +456,8 @@ def quantize(model, output, data=None, *, method="minmax", tensors_range=None, p
             calibrate_method=CalibrationMethod[tensors_range.calibration_method.name],
             quant_format=QuantFormat[str(quant_format)], op_types_to_quantize=op_types_to_quantize,
             per_channel=per_channel, reduce_range=reduce_range,
-            activation_type=QuantType[str(activation_type)], weight_type=QuantType[str(weight_type)],
+            activation_type=QuantType[str(activation_type)],
+            weight_type=QuantType[str(weight_type)],
             nodes_to_quantize=nodes_to_quantize, nodes_to_exclude=nodes_to_exclude,
             extra_options=dict(extra_options or {}))
         if tensorrt_table:

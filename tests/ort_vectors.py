@@ -27,9 +27,11 @@ def dec(o):
     if "bits" in o:
         return np.array(o["bits"], dtype=np.uint8).view(_dtype(o["dtype"])).reshape(o["shape"])
     if "b64" in o:
-        raw = np.frombuffer(base64.b64decode(o["b64"]), dtype=np.dtype(o.get("b64_dtype", o["dtype"])))
+        raw = np.frombuffer(base64.b64decode(o["b64"]),
+                            dtype=np.dtype(o.get("b64_dtype", o["dtype"])))
         return raw.astype(_dtype(o["dtype"])).reshape(o["shape"])
-    data = [float(v) if isinstance(v, str) else v for v in np.ravel(np.array(o["data"], dtype=object))]
+    data = [float(v) if isinstance(v, str) else v
+            for v in np.ravel(np.array(o["data"], dtype=object))]
     dt = _dtype(o["dtype"])
     if dt.name in ("int4", "uint4"):
         return np.array(data, dtype=np.int64).astype(dt).reshape(o["shape"])

@@ -599,7 +599,6 @@ def _pq_entropy_amax(hist, edges, num_bits, unsigned, stride, start_bin):
     from scipy.stats import entropy
     bins = np.array(hist, dtype=np.int64)
     bins[0] = bins[1]
-    total_data = np.sum(bins)
     divergences = []
     nbins = 1 << (num_bits - 1 + int(unsigned))
     new_density_counts = np.zeros(nbins, dtype=np.float64)

@@ -330,7 +330,8 @@ def test_descriptor_str():
     assert str(d) == ("n: (unsigned 8bit fake axis= per-tensor amax=1.0 full_range learn_amax "
                       "scale_amax=2.0)")
     assert str(QuantDescriptor()).startswith("QuantDescriptor(")
-    assert str(QuantDescriptor(fake_quant=False, axis=(0,))) == "QuantDescriptor(8bit real axis=(0,))"
+    assert (str(QuantDescriptor(fake_quant=False, axis=(0,)))
+            == "QuantDescriptor(8bit real axis=(0,))")
 
 
 def test_descriptor_amax_storage():

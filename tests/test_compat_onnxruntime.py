@@ -214,7 +214,8 @@ def test_minmax_calibrater(case):
         # quantcore takes each batch's nanmin / nanmax instead, documented
         td = _minmax_run(case, default)
         assert (float(td["x"].lowest[0]), float(td["x"].highest[0])) == (-7.0, 5.0)
-        assert (float(dec(res["data"]["x"]["lowest"])[0]), float(dec(res["data"]["x"]["highest"])[0])) == (-2.0, 3.0)
+        assert (float(dec(res["data"]["x"]["lowest"])[0]),
+                float(dec(res["data"]["x"]["highest"])[0])) == (-2.0, 3.0)
         return
     if name == "per_channel_two_calls":
         # ORT cannot merge per-channel ranges across calls; quantcore merges channel-wise
@@ -235,7 +236,8 @@ def test_minmax_calibrater(case):
 
 def test_max_intermediate_outputs_without_the_bug():
     """By default every k batches are merged (ORT 1.17): the true range."""
-    case = next(c for c in V["minmax_calibrater"] if c.get("name") == "max_intermediate_outputs_2_5_batches")
+    case = next(c for c in V["minmax_calibrater"]
+                if c.get("name") == "max_intermediate_outputs_2_5_batches")
     for k in (2, 3):
         td = _minmax_run(dict(case, extra_options={"max_intermediate_outputs": k}), None)
         assert (float(td["x"].lowest[0]), float(td["x"].highest[0])) == (-9.0, 9.0)
@@ -347,7 +349,8 @@ def test_entropy_cases(i):
     state = col.histogram_dict["t"]
     for key, idx in (("hist", 0), ("hist_edges", 1)):
         exp = case[key]
-        assert matches_digest(state[idx], exp) if "sha256" in exp else same_bits(state[idx], dec(exp))
+        assert (matches_digest(state[idx], exp) if "sha256" in exp
+                else same_bits(state[idx], dec(exp)))
     assert same_bits(np.asarray(state[2]), dec(case["min"]))
     assert same_bits(np.asarray(state[4]), dec(case["threshold"]))
     if "kl_divergence" in case:
@@ -400,9 +403,11 @@ def test_distribution_cases(i):
 @pytest.mark.parametrize("case", V["histogram_edge_cases"], ids=lambda c: c["name"])
 def test_histogram_edge_cases(case):
     data = dec(case["data"])
-    for key, kw in (("entropy_128_128", dict(num_bins=128)), ("entropy_512_128", dict(num_bins=512))):
+    for key, kw in (("entropy_128_128", dict(num_bins=128)),
+                    ("entropy_512_128", dict(num_bins=512))):
         lo, hi, *_ = _single_call("entropy", [[data]], **kw).compute_entropy()["t"]
-        assert same_bits(np.asarray(lo), dec(case[key][0])) and same_bits(np.asarray(hi), dec(case[key][1]))
+        assert (same_bits(np.asarray(lo), dec(case[key][0]))
+                and same_bits(np.asarray(hi), dec(case[key][1])))
     for key, sym in (("percentile_sym_2048", True), ("percentile_asym_2048", False)):
         exp = case[key]
         if isinstance(exp, dict):
@@ -450,7 +455,8 @@ def test_calibrators_live_vectors(case, passes):
     for name, exp in case["result"]["data"].items():
         for key, val in exp.items():
             got = getattr(td[name], key)
-            assert matches_digest(got, val) if "sha256" in val else same_bits(np.asarray(got), dec(val)), key
+            assert (matches_digest(got, val) if "sha256" in val
+                    else same_bits(np.asarray(got), dec(val))), key
 
 
 # ------------------------------------------------- cache and TRT table

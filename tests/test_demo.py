@@ -91,7 +91,8 @@ def test_conv_net_gradients_and_onnx_export():
 def test_same_ranges_sees_one_bit():
     from quantcore.compat import onnxruntime as O
     td = O.TensorsData(O.CalibrationMethod.MinMax, {
-        "t": O.TensorData(lowest=np.array([-1.0], np.float32), highest=np.array([2.0], np.float32))})
+        "t": O.TensorData(lowest=np.array([-1.0], np.float32),
+                          highest=np.array([2.0], np.float32))})
     other = O.TensorsData(O.CalibrationMethod.MinMax, {
         "t": O.TensorData(lowest=np.array([-1.0], np.float32),
                           highest=np.nextafter(np.array([2.0], np.float32), np.float32(3)))})

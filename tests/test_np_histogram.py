@@ -113,7 +113,8 @@ def test_uniform_bins_of_absolute_values_match_numpy(seed):
     lo, hi = F32(abs(lo) * 0.5), F32(abs(hi) + abs(lo))
     bins = int(np.random.default_rng(seed).choice([1, 5, 2048]))
     edges = np.linspace(lo, hi, bins + 1, dtype=F32)
-    x[: x.size // 4] = near(np.concatenate([edges, -edges]), np.random.default_rng(seed), x.size // 4)
+    x[: x.size // 4] = near(np.concatenate([edges, -edges]), np.random.default_rng(seed),
+                            x.size // 4)
     expected, _ = np.histogram(np.abs(x), bins, range=(lo, hi))
     for nthreads in THREADS:
         got = H.hist_uniform_f32(x, edges, float(lo), float(hi), True, nthreads)
@@ -189,7 +190,8 @@ def test_absmin_matches_numpy(seed):
         x[rng.integers(0, x.size)] = -np.inf
     expected = np.abs(x).min()
     got = H.absmin_f32(x)
-    assert (np.isnan(got) and np.isnan(expected)) or F32(got).view(np.uint32) == expected.view(np.uint32)
+    assert ((np.isnan(got) and np.isnan(expected))
+            or F32(got).view(np.uint32) == expected.view(np.uint32))
 
 
 @pytest.mark.parametrize("size", [1, 15, 16, 17, 40, 1000])

@@ -64,7 +64,8 @@ def model_path(tmp_path_factory):
     onnx.save(spec_model(), str(path))
     # the recorded model: its float output on batch 0 (to float32 rounding: ORT's
     # Conv accumulates in a CPU-dependent order, the spec's machine had AVX2 only)
-    y = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, batches()[0])[0]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    y = session.run(None, batches()[0])[0]
     np.testing.assert_allclose(y, dec(E2E["float_y_batch0"]), rtol=1e-5, atol=1e-6)
     return str(path)
 
@@ -98,7 +99,8 @@ def _ort_run(cfg, model_path, out):
     quantize_static(model_path, out, Reader(batches()), calibrate_method=CalibrationMethod[method],
                     quant_format=QuantFormat[kw["quant_format"]],
                     activation_type=QuantType[kw["activation_type"]],
-                    weight_type=QuantType[kw["weight_type"]], per_channel=kw.get("per_channel", False),
+                    weight_type=QuantType[kw["weight_type"]],
+                    per_channel=kw.get("per_channel", False),
                     reduce_range=kw.get("reduce_range", False),
                     op_types_to_quantize=kw.get("op_types_to_quantize"), extra_options=extra)
 
@@ -201,10 +203,12 @@ def test_live_ort_calibration_on_random_data(method, extra, per_batch, model_pat
 
 def test_tensorrt_table_and_cache_files(model_path, tmp_path):
     res = qonnx.quantize(model_path, str(tmp_path / "q.onnx"), batches(),
-                         cache_path=str(tmp_path / "cache.json"), tensorrt_table=str(tmp_path / "trt"))
+                         cache_path=str(tmp_path / "cache.json"),
+                         tensorrt_table=str(tmp_path / "trt"))
     back = O.load_tensors_data(tmp_path / "cache.json")
     assert sorted(back.keys()) == sorted(res.tensors_range.keys())
-    lines = dict(line.split() for line in (tmp_path / "trt" / "calibration.cache").read_text().splitlines())
+    cache_text = (tmp_path / "trt" / "calibration.cache").read_text()
+    lines = dict(line.split() for line in cache_text.splitlines())
     for t, (lo, hi) in res.ranges().items():
         assert float(lines[t]) == max(abs(lo), abs(hi))  # the correct amax, not max(hi, lo)
 

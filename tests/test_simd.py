@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import quantcore as qc
-from quantcore import ops, torch_numerics
+from quantcore import torch_numerics
 from quantcore._cpu import _kernels as K
 from quantcore.compat import torch as T
 

@@ -108,7 +108,6 @@ batch, combined with Python's ``min`` (it changes no scale or zero point).
 import contextlib
 import enum
 import json
-import math
 import numbers
 import os
 import tempfile
@@ -235,7 +234,8 @@ class QuantType(enum.Enum):
 
 _QUANT_TYPE_NAMES = {QuantType.QInt8: "INT8", QuantType.QUInt8: "UINT8",
                      QuantType.QFLOAT8E4M3FN: "FLOAT8E4M3FN", QuantType.QInt16: "INT16",
-                     QuantType.QUInt16: "UINT16", QuantType.QInt4: "INT4", QuantType.QUInt4: "UINT4"}
+                     QuantType.QUInt16: "UINT16", QuantType.QInt4: "INT4",
+                     QuantType.QUInt4: "UINT4"}
 
 
 class QuantFormat(enum.Enum):
@@ -398,10 +398,12 @@ def compute_scale_zp(rmin, rmax, qmin, qmax, symmetric=False, min_real_range=Non
         degenerate = (stored if version == "1.32" else s64) < tiny
     else:
         degenerate = s64 < np.finfo(dt).tiny
-    zdt = qmin_a.dtype if qmin_a.dtype.kind in "iu" or qmin_a.dtype.name.startswith(("int", "uint")) \
-        else np.dtype(np.int64)
+    zdt = (qmin_a.dtype
+           if qmin_a.dtype.kind in "iu" or qmin_a.dtype.name.startswith(("int", "uint"))
+           else np.dtype(np.int64))
     if degenerate:
-        return [np.array(0, dtype=zdt).reshape(s64.shape), np.array(1.0, dtype=dt).reshape(s64.shape)]
+        return [np.array(0, dtype=zdt).reshape(s64.shape),
+                np.array(1.0, dtype=dt).reshape(s64.shape)]
     if symmetric:
         zp = np.array(np.round((qmin_a + qmax_a) / np.array(2.0, dtype=_F64)), dtype=zdt)
     else:
@@ -681,7 +683,8 @@ def adjust_weight_scale_for_int32_bias(input_scale, weight_scale, bias, per_chan
         return None, False
 
     if not per_channel:
-        absmax = np.maximum(np.abs(np.minimum(b.min(), _F64(0))), np.abs(np.maximum(b.max(), _F64(0))))
+        absmax = np.maximum(np.abs(np.minimum(b.min(), _F64(0))),
+                            np.abs(np.maximum(b.max(), _F64(0))))
         new, changed = fixed(_F64(w_s.item()), absmax)
         return (True, new) if changed else (False, w_s)
     out = w_s.copy()
@@ -757,7 +760,8 @@ def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, satu
     if name in _FLOAT8_TYPES:
         return _saturate_float8(v, name, bool(saturate))
     qmin, qmax = _RANGE[name]
-    z = _param_view(zp.astype(np.int64) if zp.dtype.kind in "iu" else zp.astype(_F32).astype(np.int64),
+    z = _param_view(zp.astype(np.int64) if zp.dtype.kind in "iu"
+                    else zp.astype(_F32).astype(np.int64),
                     x, axis, block_size, func)
     r = np.rint(v)
     r = np.clip(r, -2.0**31, 2.0**31 - 1)  # the kernel saturates in int32 first
@@ -788,7 +792,8 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0):
     out_dt = scale.dtype if scale.dtype in (np.float16, np.float32) else np.dtype(_F32)
     if x.dtype.name.startswith("float8"):
         return (x.astype(_F32) * s.astype(_F32)).astype(out_dt)
-    zp = np.zeros((), np.int64) if x_zero_point is None else np.asarray(x_zero_point).astype(np.int64)
+    zp = (np.zeros((), np.int64) if x_zero_point is None
+          else np.asarray(x_zero_point).astype(np.int64))
     z = _param_view(zp, x, axis, block_size, func)
     d = (x.astype(np.int64) - z)
     if x.dtype == np.int32:
@@ -932,7 +937,8 @@ class _CallStats:
             am = (a.dtype.type(H.absmin_f32(a)) if a.dtype == np.float32
                   else np.absolute(a).min())
             self.absmin = am if self.absmin is None else (
-                am if np.isnan(am) else (self.absmin if np.isnan(self.absmin) else min(self.absmin, am)))
+                am if np.isnan(am)
+                else (self.absmin if np.isnan(self.absmin) else min(self.absmin, am)))
 
     def signed(self):
         """(min, max) as ORT holds them: 0-d zeros for an empty call."""
@@ -1046,7 +1052,8 @@ class HistogramCollector:
                 return _Plan(self.num_bins, (first, last), True)
             edges = old[1]
             if stats.size == 0:
-                raise ValueError("zero-size array to reduction operation fmax which has no identity")
+                raise ValueError(
+                    "zero-size array to reduction operation fmax which has no identity")
             amax = stats.dtype.type(np.nan) if np.isnan(stats.min) else max(abs(stats.min),
                                                                            abs(stats.max))
             if amax > edges[-1]:
@@ -1126,7 +1133,8 @@ class HistogramCollector:
                 cdf = np.cumsum(hist / hist.sum())
             if self.symmetric:
                 idx = np.searchsorted(cdf, self.percentile / 100.0)
-                thr = (-np.array(edges[idx], dtype=edges.dtype), np.array(edges[idx], dtype=edges.dtype))
+                thr = (-np.array(edges[idx], dtype=edges.dtype),
+                       np.array(edges[idx], dtype=edges.dtype))
             else:
                 cut = (100.0 - self.percentile) / 200.0
                 thr = (np.array(edges[np.searchsorted(cdf, cut)], dtype=edges.dtype),
