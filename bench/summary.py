@@ -173,6 +173,8 @@ def plot(rows, path):
         print("matplotlib not installed: no plot", file=sys.stderr)
         return
     ops = sorted({op for op, _ in rows if not op.startswith("compat_")})
+    if not ops:  # (a run of the compat benchmarks only: nothing to plot)
+        return
     ncol = 3
     nrow = (len(ops) + ncol - 1) // ncol
     fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 3.5 * nrow), squeeze=False)
