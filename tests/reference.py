@@ -178,6 +178,21 @@ def bits_equal(a, b):
     return bool(np.array_equal(ia[~nan_a], ib[~nan_b]))
 
 
+def assert_same_bytes(a, b):
+    """Same dtype, shape and bytes (NaN payloads included): for two CPU
+    computations that must be identical, e.g. two SIMD builds or two code
+    paths of one kernel; sequences compare element by element."""
+    if isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for u, v in zip(a, b):
+            assert_same_bytes(u, v)
+        return
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, a.shape, b.dtype, b.shape)
+    assert np.array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
+                          np.ascontiguousarray(b).reshape(-1).view(np.uint8))
+
+
 def assert_bits_equal(actual, expected, msg=""):
     """Fail with the first mismatches unless ``bits_equal(actual, expected)``."""
     if not bits_equal(actual, expected):
