@@ -178,6 +178,19 @@ def bits_equal(a, b):
     return bool(np.array_equal(ia[~nan_a], ib[~nan_b]))
 
 
+def spec_f32(values):
+    """A float32 array from a specification vector: its numbers, with the
+    strings ("nan", "inf", "-0.0", ...) read by ``np.float32``."""
+    return np.array([np.float32(s) if isinstance(s, str) else s for s in np.ravel(values)],
+                    dtype=np.float32).reshape(np.shape(values))
+
+
+def assert_spec_bits(actual, expected):
+    """``actual`` is bit for bit the specification vector ``expected``
+    (NaN lanes: both NaN)."""
+    assert_bits_equal(np.asarray(actual), spec_f32(expected))
+
+
 def assert_same_bytes(a, b):
     """Same dtype, shape and bytes (NaN payloads included): for two CPU
     computations that must be identical, e.g. two SIMD builds or two code

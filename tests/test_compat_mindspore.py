@@ -21,13 +21,10 @@ DOC_X = np.array([[1, 2, 1], [-2, 0, -1]], dtype=F32)
 X9 = np.array([-1.5, -1, -0.3, 0, 0.2, 1.1, 2.9, 3, 3.5], dtype=F32)
 
 
-def f32(v):
-    return np.array([np.float32(s) if isinstance(s, str) else s for s in np.ravel(v)],
-                    dtype=F32).reshape(np.shape(v))
+f32 = ref.spec_f32
 
 
-def bits(actual, expected):
-    ref.assert_bits_equal(np.asarray(actual), f32(expected))
+bits = ref.assert_spec_bits
 
 
 # --------------------------------------------------- independent reference

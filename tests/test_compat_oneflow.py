@@ -21,13 +21,10 @@ DOC_X = np.array([[1, 2, 1], [-2, 0, -1]], dtype=F32)
 W = np.array([[0.3, -0.7, 1.5, 2.0], [-0.1, 0.05, 0.2, -0.4]], dtype=F32)
 
 
-def f32(v):
-    return np.array([np.float32(s) if isinstance(s, str) else s for s in np.ravel(v)],
-                    dtype=F32).reshape(np.shape(v))
+f32 = ref.spec_f32
 
 
-def bits(actual, expected):
-    ref.assert_bits_equal(np.asarray(actual), f32(expected))
+bits = ref.assert_spec_bits
 
 
 # --------------------------------------------------- independent reference
