@@ -354,5 +354,52 @@ static inline void group_blocks(int recipe, const float *x, unsigned char *codes
   }
 }
 
+/* ------------------------------------------------- block-scaled formats */
+
+/* Block recipe R (qc_mx.h) over the blocks [b0, b0 + nb) of rows of K
+ * elements cut into blocks of g (the last of a row may be shorter), in
+ * row-major block order: each block's amax (qc_block_amax of its finished
+ * min / max), R::block into scodes[b], then per element the code (codes,
+ * one byte each) and the fake-quant value (y), each when not NULL. */
+template <class R>
+static inline void block_scaled_op(const R &rec, const float *x, unsigned char *scodes,
+                                   unsigned char *codes, float *y, qc_i64 b0, qc_i64 nb,
+                                   qc_i64 K, qc_i64 g) {
+  const qc_i64 ng = (K + g - 1) / g;
+  for (qc_i64 b = b0; b < b0 + nb; b++) {
+    const qc_i64 r = b / ng, j = b - (b / ng) * ng;
+    const qc_i64 start = r * K + j * g;
+    const qc_i64 n = K - j * g < g ? K - j * g : g;
+    const float *xb = x + start;
+    float lo, hi;
+    unsigned char fl;
+    minmax_block(xb, n, &lo, &hi, &fl);
+    qc_minmax_finish(&lo, &hi, fl);
+    QcBlockQ bq;
+    rec.block(qc_block_amax(lo, hi), &bq);
+    if (scodes) scodes[b] = (unsigned char)bq.scode;
+    if (codes) {
+      unsigned char *__restrict__ cb = codes + start;
+      QC_SIMD for (qc_i64 i = 0; i < n; i++) cb[i] = (unsigned char)rec.code(rec.value(xb[i], bq));
+    }
+    if (y) {
+      float *__restrict__ yb = y + start;
+      QC_SIMD for (qc_i64 i = 0; i < n; i++) yb[i] = rec.fake(rec.value(xb[i], bq), bq);
+    }
+  }
+}
+
+/* By recipe id (QC_BLK_*), with the recipe's {elem, mode, p0, p1}. */
+static inline void block_scaled(int recipe, const float *x, unsigned char *scodes,
+                                unsigned char *codes, float *y, qc_i64 b0, qc_i64 nb, qc_i64 K,
+                                qc_i64 g, int elem, int mode, float p0, float p1) {
+  switch (recipe) {
+#define QC_BLK_CASE(name, R)                                                                   \
+  case QC_BLK_##name: block_scaled_op(R{elem, mode, p0, p1}, x, scodes, codes, y, b0, nb, K, g); break;
+    QC_BLOCK_RECIPES(QC_BLK_CASE)
+#undef QC_BLK_CASE
+  }
+}
+
 } /* namespace loops */
 } /* namespace QC_LOOPS_NS */

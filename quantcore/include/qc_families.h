@@ -31,6 +31,7 @@
 
 #include "qc_elementwise.h"
 #include "qc_formats.h"
+#include "qc_mx.h"
 
 /* A compile-time int (what the CPU loops specialise on). */
 template <int V> struct QcInt {
@@ -283,6 +284,19 @@ template <typename T> struct QcIntDecodeOp {
   X(hqq, QcGroupHqq)                                                           \
   X(awq, QcGroupAwq)                                                           \
   X(gptq, QcGroupGptq)
+
+/* X(name, Recipe) for every block-scaled recipe of qc_mx.h (read by
+ * quantcore_gpu/kernels.py as well). */
+#define QC_BLOCK_RECIPES(X)                                                    \
+  X(mx, QcBlockMx)                                                             \
+  X(nvfp4, QcBlockNvfp4)
+
+#define QC_BLK_ID(name, R) QC_BLK_##name,
+enum { QC_BLOCK_RECIPES(QC_BLK_ID) QC_BLK_COUNT };
+#undef QC_BLK_ID
+#define QC_BLK_NAME(name, R) #name,
+static const char *const qc_block_recipe_names[] = {QC_BLOCK_RECIPES(QC_BLK_NAME)};
+#undef QC_BLK_NAME
 
 /* ids QC_ENC_<name>, QC_DEC_<name>, QC_GRP_<name> and the names */
 #define QC_ENC_ID(name, Op) QC_ENC_##name,
