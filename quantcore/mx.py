@@ -100,18 +100,24 @@ def _block_args(x, axis, block_size, func):
     return arr, ax, bs
 
 
-def _block_run(arr, ax, bs, recipe, elem, mode, p0, p1, want_codes, want_y, func):
+def _block_run(arr, ax, bs, recipe, elem, mode, p0, p1, want_codes, want_y, func, out=None):
     """The block driver over arr with blocks of bs along ax (the last block
     of a row may be shorter: the same as zero padding, which changes no
     amax): (scale codes, element codes, y) with the block axis moved last
-    (None for what was not asked)."""
+    (None for what was not asked).  y is written into ``out`` (checked:
+    float32 of arr's shape) when ax is the last axis and out is
+    C-contiguous (out may be x itself: each block is read before it is
+    written); :func:`_result` copies it there otherwise."""
     xp = A.array_module(arr)
+    if out is not None:
+        A.check_out(out, arr.shape, np.dtype(F32), func, xp=xp)
     moved = xp.ascontiguousarray(_to_last(arr, ax)).astype(F32, copy=False)
     rows, k = math.prod(moved.shape[:-1]), moved.shape[-1]
     nb = -(-k // bs)
     scodes = xp.empty(moved.shape[:-1] + (nb,), np.uint8)
     codes = xp.empty(moved.shape, np.uint8) if want_codes else None
-    y = xp.empty(moved.shape, F32) if want_y else None
+    direct = out is not None and ax == arr.ndim - 1 and out.flags.c_contiguous
+    y = (out if direct else xp.empty(moved.shape, F32)) if want_y else None
     flat = moved.reshape(-1)
     if flat.size:
         A.kernels_for(flat, func).block_scaled_quant(
@@ -119,6 +125,15 @@ def _block_run(arr, ax, bs, recipe, elem, mode, p0, p1, want_codes, want_y, func
             None if codes is None else codes.reshape(-1), None if y is None else y.reshape(-1),
             rows, k, bs, elem, mode, float(p0), float(p1), effective_n_threads(flat.shape[0]))
     return scodes, codes, y
+
+
+def _result(y, ax, out):
+    """The fake-quant result in x's layout, in ``out`` when given."""
+    res = _back(y, ax)
+    if out is not None and res is not out:
+        out[...] = res
+        return out
+    return res
 
 
 def _back(a, ax):
@@ -200,17 +215,18 @@ def mx_quantize(x, elem, *, axis=-1, block_size=32, scale_mode=None, elem_roundi
 
 @A.interop
 def mx_fake_quant(x, elem, *, axis=-1, block_size=32, scale_mode=None, elem_rounding=None,
-                  compat=None, int8_min=-127):
+                  compat=None, int8_min=-127, out=None):
     """``mx_dequantize(*mx_quantize(x, ...))`` in one pass (float32, x's
     shape): ``y = q * 2**(c - 127)`` (NaN for a NaN block).  Arguments as
-    :func:`mx_quantize`."""
+    :func:`mx_quantize`; ``out``: a float32 array of x's shape to write y
+    into (may be x itself)."""
     func = "mx_fake_quant"
     arr, ax, bs = _block_args(x, axis, block_size, func)
     name = _elem_name(elem, func)
     mode = _mx_mode(name, scale_mode, elem_rounding, compat, int8_min, func)
     _, _, y = _block_run(arr, ax, bs, "mx", MX_ELEMENTS[name], mode, 0.0, 0.0, False, True,
-                         func)
-    return _back(y, ax)
+                         func, out)
+    return _result(y, ax, out)
 
 
 def _e8m0_values(scodes, xp):
@@ -358,12 +374,14 @@ def nvfp4_quantize(x, global_scale=None, *, recipe="modelopt"):
 
 
 @A.interop
-def nvfp4_fake_quant(x, global_scale=None, *, recipe="modelopt"):
-    """``nvfp4_dequantize(*nvfp4_quantize(x, ...))`` in one pass (float32)."""
+def nvfp4_fake_quant(x, global_scale=None, *, recipe="modelopt", out=None):
+    """``nvfp4_dequantize(*nvfp4_quantize(x, ...))`` in one pass (float32);
+    ``out`` as in :func:`mx_fake_quant`."""
     func = "nvfp4_fake_quant"
     arr, ax, bs = _block_args(x, -1, NVFP4_BLOCK, func)
     mode, p0, p1, _ = _nvfp4_scales(arr, global_scale, recipe, func)
-    return _block_run(arr, ax, bs, "nvfp4", E2M1_ID, mode, p0, p1, False, True, func)[2]
+    y = _block_run(arr, ax, bs, "nvfp4", E2M1_ID, mode, p0, p1, False, True, func, out)[2]
+    return _result(y, ax, out)
 
 
 @A.interop

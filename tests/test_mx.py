@@ -17,6 +17,7 @@ from hypothesis.extra import numpy as hnp
 
 import quantcore as qc
 from quantcore import mx
+from quantcore._cpu import _kernels as K
 from reference import (assert_bits_equal, ref_mx_codes, ref_mx_fake_quant, ref_mx_scale,
                        ref_nvfp4)
 
@@ -367,3 +368,34 @@ def test_ids_match_the_header():
     from quantcore import formats as F
     assert all(mx.MX_ELEMENTS[e] == i for e, i in (("e4m3", 0), ("e5m2", 1)))
     assert F.FP8_FORMATS["e4m3fn"] == 0 and F.FP8_FORMATS["e5m2"] == 1
+
+
+@pytest.mark.skipif(not K.simd_v3_built(), reason="no AVX2 build on this platform")
+def test_both_cpu_builds_give_the_same_bits():
+    """The baseline (x86-64-v2) and AVX2 builds of the block driver agree on
+    every element type, rounding, compat mode and NVFP4 recipe (the rest of
+    the file runs on the build the machine selects)."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 2 ** 32, (8, 100), dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x = np.concatenate([x, (rng.standard_normal((8, 100)) * 3).astype(np.float32)])
+    calls = [lambda e=e, kw=kw: qc.mx_fake_quant(x, e, **kw)
+             for e in sorted(mx.MX_ELEMENTS)
+             for kw in (dict(), dict(elem_rounding="half_away", scale_mode="rceil"),
+                        dict(compat="microxcaling"))] + \
+        [lambda e=e: qc.mx_quantize(x, e, compat="torchao", scale_mode="even")[1]
+         for e in ("e4m3", "e2m1")] + \
+        [lambda r=r: qc.nvfp4_fake_quant(np.nan_to_num(x), recipe=r)
+         for r in ("modelopt", "torchao")]
+    original = K.simd_variant() != "baseline"
+    if not K.select_simd(True).startswith("x86-64-v3"):
+        K.select_simd(original)
+        pytest.skip("this CPU has no AVX2 + FMA")
+    try:
+        results = []
+        for allow in (False, True):
+            K.select_simd(allow)
+            results.append([c() for c in calls])
+    finally:
+        K.select_simd(original)
+    for a, b in zip(*results):
+        assert_bits_equal(a, b)

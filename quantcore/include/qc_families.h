@@ -31,7 +31,6 @@
 
 #include "qc_elementwise.h"
 #include "qc_formats.h"
-#include "qc_mx.h"
 
 /* A compile-time int (what the CPU loops specialise on). */
 template <int V> struct QcInt {
@@ -138,6 +137,9 @@ template <int... V, class F> static inline void qc_dispatch_among(int bits, F f)
  * for the others) -- fake casts and cast_fp8. */
 #define QC_FP8_CASTS 0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35, 65, 81, 97
 #endif
+
+/* the block-scaled recipes (their CPU dispatch uses QcInt / qc_dispatch_among) */
+#include "qc_mx.h"
 
 /* fp8 (FP8 fake quant / fake cast, qc_fp8_fake): p = {p0: quantize
  * factor, p1: dequantize factor, p2: amax of the mask}; mode = format |

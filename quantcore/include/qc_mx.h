@@ -135,39 +135,34 @@ QC_HD float qc_e8m0_recip(unsigned code) {
  *     amax) or NaN -> 255, < -127 -> -127
  * E(b) is the biased exponent field minus 127 (-127 for zero / subnormals). */
 QC_HD unsigned qc_mx_scale_code(float amax, int elem, int mode) {
+  /* every rule's candidate, then selects (no branches: the CPU driver runs
+   * it vectorised across a batch of blocks) */
   const int emax = qc_mx_emax(elem);
   const int rule = mode & QC_MX_SCALE_MASK;
   const unsigned b = qc_bits(amax);
-  if (amax != amax) return 255u;
-  if (rule == QC_MX_RCEIL || rule == QC_MX_RCEIL_EXACT) {
-    const float d = amax / qc_mx_elem_max(elem);
-    if (d > 3.4028234663852886e38f) return 254u;
-    if (d == 0.0f) return 0u;
-    int e;
-    if (rule == QC_MX_RCEIL) {
-      e = qc_ceil_log2_rn32(d);
-    } else {
-      int f;
-      qc_f32_exp_frac(d, &e, &f);
-      e += f != 0;
-    }
-    e = e < -127 ? -127 : (e > 127 ? 127 : e);
-    return (unsigned)(e + 127);
-  }
-  if (rule == QC_MX_FLOOR_LOG2) {
-    if (amax > 3.4028234663852886e38f) return 255u;
-    const int e = qc_floor_log2_rn32(amax == 0.0f ? qc_pow2f(-126) : amax) - emax;
-    return e > 127 ? 255u : (unsigned)((e < -127 ? -127 : e) + 127);
-  }
-  unsigned bb = b;
-  if (rule == QC_MX_EVEN) {
-    const int mbits = elem == QC_MX_INT8 ? 6 : qc_minifloat(elem).mbits;
-    bb = (b + (1u << (22 - mbits))) & 0xff800000u;
-  }
-  int e = (int)((bb >> 23) & 0xffu) - 127 - emax;
-  if (rule == QC_MX_CEIL) e += (b & 0x7fffffu) != 0u;
-  e = e < -127 ? -127 : (e > 128 ? 128 : e);
-  return (unsigned)(e + 127);
+  const int nan = amax != amax;
+  const float fmax = 3.4028234663852886e38f;
+  /* floor / ceil / even: the exponent field of amax (rounded for even) */
+  const int mbits = elem == QC_MX_INT8 ? 6 : qc_minifloat(elem).mbits;
+  const unsigned bb = rule == QC_MX_EVEN ? (b + (1u << (22 - mbits))) & 0xff800000u : b;
+  int ef = (int)((bb >> 23) & 0xffu) - 127 - emax + (rule == QC_MX_CEIL && (b & 0x7fffffu) != 0u);
+  ef = ef < -127 ? -127 : (ef > 128 ? 128 : ef);
+  /* rceil / rceil_exact: ceil(log2 d) of d = amax / max_elem */
+  const float d = amax / qc_mx_elem_max(elem);
+  const float dd = d > 0.0f && d <= fmax ? d : 1.0f; /* (the specials are selected below) */
+  int ed, fd;
+  qc_f32_exp_frac(dd, &ed, &fd);
+  int er = ed + (rule == QC_MX_RCEIL ? fd > qc_log2_n_ceil_down(ed) : fd != 0);
+  er = er < -127 ? -127 : (er > 127 ? 127 : er);
+  const unsigned cr = d > fmax ? 254u : (d == 0.0f ? 0u : (unsigned)(er + 127));
+  /* floor_log2: floor(L(amax or 2**-126)) - emax; Inf -> NaN */
+  const float a1 = amax == 0.0f ? qc_pow2f(-126) : (amax <= fmax ? amax : 1.0f);
+  const int el = qc_floor_log2_rn32(a1) - emax;
+  const unsigned cl = amax > fmax || el > 127 ? 255u : (unsigned)((el < -127 ? -127 : el) + 127);
+  const unsigned code = (rule == QC_MX_RCEIL || rule == QC_MX_RCEIL_EXACT)
+                            ? cr
+                            : (rule == QC_MX_FLOOR_LOG2 ? cl : (unsigned)(ef + 127));
+  return nan ? 255u : code;
 }
 
 /* v rounded to the grid of MX element type `elem` (ties to even, or away
@@ -183,7 +178,7 @@ QC_HD float qc_mx_round(float v, int elem, int mode) {
     const float r = away ? qc_round(t) : qc_rint(t);
     const float lo = (mode & QC_MX_INT8_FULL) ? -128.0f : -127.0f;
     const float c = r < lo ? lo : (r > 127.0f ? 127.0f : r); /* NaN -> NaN */
-    return c / 64.0f;
+    return c * 0.015625f; /* / 64, exact */
   }
   const QcMinifloat f = qc_minifloat(elem);
   const int S = 23 - f.mbits;
@@ -197,7 +192,7 @@ QC_HD float qc_mx_round(float v, int elem, int mode) {
   const float ax = qc_from_bits(is_sub ? a : 0u);
   const float sc = qc_mf_sub_scale<float>(f);
   const float t = ax * sc; /* exact */
-  const float rs = (away ? qc_round(t) : qc_rint(t)) / sc;
+  const float rs = (away ? qc_round(t) : qc_rint(t)) * qc_pow2f(1 - f.bias - f.mbits); /* / sc, exact */
   const unsigned mag = is_sub ? qc_bits(rs) : rn;
   const unsigned maxb = qc_bits(qc_mf_max(elem));
   const unsigned out = (mag > maxb ? maxb : mag) | (u & 0x80000000u);
@@ -223,14 +218,44 @@ QC_HD unsigned qc_mx_torchao_nan_code(int elem) {
 struct QcBlockMx {
   int elem, mode;
   float p0, p1;
+  /* the mode bits the element loops read (the scale rule is per block) */
+  enum { STATIC_BITS = QC_MX_HALF_AWAY | QC_MX_TORCHAO | QC_MX_MXS | QC_MX_INT8_FULL };
+#ifndef __CUDACC__
+  /* f(QcInt<elem>, QcInt<mode & STATIC_BITS>) for the combinations in use
+   * (a loop each, with the element format folded to constants), else
+   * f(QcInt<-1>, QcInt<-1>) (everything at run time) */
+  template <class F> static void dispatch(int elem, int mode, F f) {
+    const int bits = mode & STATIC_BITS;
+    switch (elem) {
+#define QC_MX_ELEM_CASE(E)                                                                      \
+  case E:                                                                                      \
+    qc_dispatch_among<0, QC_MX_HALF_AWAY, QC_MX_TORCHAO, QC_MX_MXS,                           \
+                      QC_MX_MXS | QC_MX_HALF_AWAY>(bits, [&](auto m) { f(QcInt<E>(), m); });   \
+    break;
+      QC_MX_ELEM_CASE(QC_FMT_E4M3FN)
+      QC_MX_ELEM_CASE(QC_FMT_E5M2)
+      QC_MX_ELEM_CASE(QC_FMT_E2M3FN)
+      QC_MX_ELEM_CASE(QC_FMT_E3M2FN)
+      QC_MX_ELEM_CASE(QC_FMT_E2M1FN)
+#undef QC_MX_ELEM_CASE
+    case QC_MX_INT8:
+      qc_dispatch_among<0, QC_MX_HALF_AWAY, QC_MX_MXS | QC_MX_HALF_AWAY, QC_MX_INT8_FULL,
+                        QC_MX_INT8_FULL | QC_MX_HALF_AWAY>(
+          bits, [&](auto m) { f(QcInt<QC_MX_INT8>(), m); });
+      break;
+    default: f(QcInt<-1>(), QcInt<-1>());
+    }
+  }
+#endif
   QC_HDM void block(float amax, QcBlockQ *b) const {
     const unsigned code = qc_mx_scale_code(amax, elem, mode);
     const float nan = qc_from_bits(0x7fc00000u);
-    float qmul = code == 255u ? nan : qc_e8m0_recip(code);
-    if (mode & QC_MX_TORCHAO) {
-      if ((mode & QC_MX_SCALE_MASK) == QC_MX_RCEIL) qmul = code == 0u ? 1.0f : qmul;
-      else qmul = code == 255u ? 0.0f : (code == 0u ? qc_pow2f(126) : qmul);
-    }
+    const float q = code == 255u ? nan : qc_e8m0_recip(code);
+    const int ao = (mode & QC_MX_TORCHAO) != 0;
+    const int ao_rceil = ao && (mode & QC_MX_SCALE_MASK) == QC_MX_RCEIL;
+    const float q_ao = ao_rceil ? (code == 0u ? 1.0f : q)
+                                : (code == 255u ? 0.0f : (code == 0u ? qc_pow2f(126) : q));
+    const float qmul = ao ? q_ao : q; /* (selects: vectorised across blocks) */
     b->scode = code;
     b->qmul = qmul;
     b->deq = qc_e8m0_value(code);
@@ -273,6 +298,13 @@ QC_HD unsigned qc_e2m1_code(float r, int sign_of_zero, unsigned nan_code) {
 struct QcBlockNvfp4 {
   int elem, mode;
   float p0, p1;
+  enum { STATIC_BITS = QC_NV_TORCHAO | QC_NV_NO_GLOBAL };
+#ifndef __CUDACC__
+  template <class F> static void dispatch(int, int mode, F f) {
+    qc_dispatch_among<0, QC_NV_TORCHAO, QC_NV_TORCHAO | QC_NV_NO_GLOBAL>(
+        mode & STATIC_BITS, [&](auto m) { f(QcInt<QC_FMT_E2M1FN>(), m); });
+  }
+#endif
   QC_HDM void block(float amax, QcBlockQ *b) const {
     float s;
     if (mode & QC_NV_TORCHAO) {
