@@ -12,6 +12,7 @@ Computed in float32 (float16 / bfloat16 input is exact in it; float64 is
 rounded to float32 first); fake-quant results are float32.
 """
 import math
+import sys
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from . import _arrays as A
 from ._cpu import _kernels as K
 from ._cpu.threads import effective_n_threads
 from .formats import (_DEC, _float_input, _as_codes, _from_last, _param, _to_last, pack_int4,
-                      unpack_int4, F8_DEQ_MUL)
+                      F8_DEQ_MUL)
 
 __all__ = ["MX_ELEMENTS", "MX_SCALE_MODES", "mx_quantize", "mx_dequantize", "mx_fake_quant",
            "nvfp4_quantize", "nvfp4_dequantize", "nvfp4_fake_quant"]
@@ -136,6 +137,26 @@ def _result(y, ax, out):
     return res
 
 
+def _pack_fp4(codes):
+    """FP4 codes (uint8 < 16, the block axis last) two per byte, element 2i
+    in the low nibble (:func:`pack_int4`'s order; without its checks, the
+    codes being the kernel's)."""
+    if codes.shape[-1] % 2 or sys.byteorder != "little":
+        return pack_int4(codes)
+    pair = codes.view(np.uint16)  # (element 2i in the low byte: little-endian)
+    return ((pair & 0x0F) | ((pair >> 4) & 0xF0)).astype(np.uint8)
+
+
+def _unpack_fp4(packed, n):
+    """The inverse of :func:`_pack_fp4`: n codes along the last axis."""
+    xp = A.array_module(packed)
+    b = packed.view(np.uint8)
+    out = xp.empty(b.shape[:-1] + (2 * b.shape[-1],), np.uint8)
+    out[..., 0::2] = b & 15
+    out[..., 1::2] = b >> 4
+    return out if n == out.shape[-1] else xp.ascontiguousarray(out[..., :n])
+
+
 def _back(a, ax):
     return None if a is None else A.array_module(a).ascontiguousarray(_from_last(a, ax))
 
@@ -154,6 +175,7 @@ def mx_quantize(x, elem, *, axis=-1, block_size=32, scale_mode=None, elem_roundi
         floor        e = E(amax) - emax                  (OCP, torchao default)
         ceil         e = E(amax) + (mantissa != 0) - emax
         even         e = E(amax rounded half up to the element's mantissa) - emax
+                     (int8: 6 fraction bits)
         rceil        e = ceil(f32 log2(amax / max_elem))    (torchao RCEIL, eager)
         rceil_exact  e = exact ceil(log2(amax / max_elem))  (NVIDIA cvt.rp.ue8m0)
         floor_log2   e = floor(f32 log2(amax or 2**-126)) - emax   (microxcaling)
@@ -207,7 +229,7 @@ def mx_quantize(x, elem, *, axis=-1, block_size=32, scale_mode=None, elem_roundi
     scodes, codes, _ = _block_run(arr, ax, bs, "mx", MX_ELEMENTS[name], mode, 0.0, 0.0, True,
                                   False, func)
     if name == "e2m1":
-        codes = pack_int4(codes)
+        codes = _pack_fp4(codes)
     elif name == "int8":
         codes = codes.view(np.int8)
     return _back(scodes, ax), _back(codes, ax)
@@ -259,7 +281,7 @@ def _unpacked_codes(arr, ax, packed4, length, func):
         n = 2 * moved.shape[-1] if length is None else A.as_int(length, "length", func)
         if not 2 * moved.shape[-1] - 1 <= n <= 2 * moved.shape[-1]:
             raise ValueError(f"{func}: length {n} does not fit {moved.shape[-1]} packed bytes")
-        moved = unpack_int4(moved, n)
+        moved = _unpack_fp4(moved, n)
     elif length is not None and A.as_int(length, "length", func) != moved.shape[-1]:
         raise ValueError(f"{func}: length {length} differs from codes.shape[axis] = "
                          f"{moved.shape[-1]}")
@@ -370,7 +392,7 @@ def nvfp4_quantize(x, global_scale=None, *, recipe="modelopt"):
     mode, p0, p1, g = _nvfp4_scales(arr, global_scale, recipe, func)
     scodes, codes, _ = _block_run(arr, ax, bs, "nvfp4", E2M1_ID, mode, p0, p1, True, False,
                                   func)
-    return pack_int4(codes), scodes, g
+    return _pack_fp4(codes), scodes, g
 
 
 @A.interop

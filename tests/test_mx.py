@@ -399,3 +399,24 @@ def test_both_cpu_builds_give_the_same_bits():
         K.select_simd(original)
     for a, b in zip(*results):
         assert_bits_equal(a, b)
+
+
+def test_out_argument():
+    """out= of the fake quants: written in place along the last axis, copied
+    for another axis, x itself allowed; a wrong dtype / shape is refused."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((6, 48)) * 3).astype(np.float32)
+    want = qc.mx_fake_quant(x, "e2m1")
+    out = np.empty_like(x)
+    assert qc.mx_fake_quant(x, "e2m1", out=out) is out
+    assert_bits_equal(out, want)
+    out0 = np.empty_like(x)
+    assert qc.mx_fake_quant(x, "e5m2", axis=0, block_size=4, out=out0) is out0
+    assert_bits_equal(out0, qc.mx_fake_quant(x, "e5m2", axis=0, block_size=4))
+    xc = x.copy()
+    assert qc.nvfp4_fake_quant(xc, np.float32(0.01), out=xc) is xc
+    assert_bits_equal(xc, qc.nvfp4_fake_quant(x, np.float32(0.01)))
+    with pytest.raises(TypeError, match="dtype"):
+        qc.mx_fake_quant(x, "e2m1", out=np.empty(x.shape, np.float64))
+    with pytest.raises(ValueError, match="shape"):
+        qc.nvfp4_fake_quant(x, out=np.empty((6, 47), np.float32))

@@ -241,9 +241,11 @@ template <typename T> struct QcFp8DecodeOp {
     return qc_f8_dequant((T)qc_mf_decode(code, m & QC_FMT_MASK), p[0], m);
   }
 #ifndef __CUDACC__
-  /* decode; ONNX DequantizeLinear (* s); modelopt (* s) / torchao (/ s) */
+  /* decode; ONNX DequantizeLinear (* s); modelopt (* s) / torchao (/ s);
+   * MX / NVFP4 elements (e2m3, e3m2, e2m1) * their block's scale */
   template <class F> static void dispatch(int mode, F f) {
-    qc_dispatch_among<0, 1, 2, 3, 512, 513, 514, 515, 1024, 1025>(mode & STATIC_BITS, f);
+    qc_dispatch_among<0, 1, 2, 3, 512, 513, 514, 515, 1024, 1025, 516, 517, 518>(
+        mode & STATIC_BITS, f);
   }
 #endif
 };

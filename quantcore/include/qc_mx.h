@@ -266,12 +266,14 @@ struct QcBlockMx {
     return ((mode & QC_MX_MXS) && v == 0.0f) ? 0.0f : r; /* sign(+-0) * ... = +0 */
   }
   QC_HDM unsigned code(float r) const {
-    if (r != r)
-      return elem == QC_MX_INT8 ? 0u
-             : (mode & QC_MX_TORCHAO) ? qc_mx_torchao_nan_code(elem)
-             : (f_kind() == QC_MF_FINITE ? 0u : 0x7fu);
-    if (elem == QC_MX_INT8) return (unsigned)(int)(r * 64.0f) & 0xffu;
-    return qc_mf_encode(r, elem, QC_F8_SATFINITE);
+    /* (selects, no early return: the CPU loop vectorises) */
+    const unsigned nan_code = elem == QC_MX_INT8 ? 0u
+                              : (mode & QC_MX_TORCHAO) ? qc_mx_torchao_nan_code(elem)
+                              : (f_kind() == QC_MF_FINITE ? 0u : 0x7fu);
+    const float rf = r == r ? r : 0.0f;
+    const unsigned c = elem == QC_MX_INT8 ? (unsigned)(int)(rf * 64.0f) & 0xffu
+                                          : qc_mf_encode(rf, elem, QC_F8_SATFINITE);
+    return r == r ? c : nan_code;
   }
   QC_HDM float fake(float r, const QcBlockQ &b) const { return r * b.deq; }
   QC_HDM int f_kind() const { return qc_minifloat(elem).kind; }
@@ -279,10 +281,9 @@ struct QcBlockMx {
 
 /* The e2m1 code of an already rounded, saturated value r: sign | magnitude
  * code; NaN by the recipe (modelopt: +6 = 0x7, torchao: 0x3). */
-QC_HD unsigned qc_e2m1_code(float r, int sign_of_zero, unsigned nan_code) {
-  if (r != r) return nan_code;
-  const unsigned c = qc_mf_encode(r, QC_FMT_E2M1FN, QC_F8_SATFINITE);
-  return sign_of_zero ? c : ((c & 7u) == 0u ? 0u : c);
+QC_HD unsigned qc_e2m1_code(float r, unsigned nan_code) {
+  const unsigned c = qc_mf_encode(r == r ? r : 0.0f, QC_FMT_E2M1FN, QC_F8_SATFINITE);
+  return r == r ? c : nan_code;
 }
 
 /* NVFP4 (spec §5), mode QC_NV_*, the global scale g:
@@ -338,7 +339,7 @@ struct QcBlockNvfp4 {
     return v != v ? 6.0f : (v == 0.0f ? 0.0f : r); /* sign = (v < 0): -0 -> +0, NaN -> +6 */
   }
   QC_HDM unsigned code(float r) const {
-    return qc_e2m1_code(r, 1, (mode & QC_NV_TORCHAO) ? 3u : 7u);
+    return qc_e2m1_code(r, (mode & QC_NV_TORCHAO) ? 3u : 7u);
   }
   /* (modelopt's value table holds +0 for the code 0x8) */
   QC_HDM float fake(float r, const QcBlockQ &b) const {
