@@ -420,3 +420,33 @@ def test_out_argument():
         qc.mx_fake_quant(x, "e2m1", out=np.empty(x.shape, np.float64))
     with pytest.raises(ValueError, match="shape"):
         qc.nvfp4_fake_quant(x, out=np.empty((6, 47), np.float32))
+
+
+@pytest.mark.parametrize("elem", sorted(mx.MX_ELEMENTS))
+def test_ties_on_every_element_grid(elem):
+    """Every midpoint between neighbouring values of the element grid (and
+    its negative), in a block whose scale is 1 (amax pinned to 2**emax), for
+    both roundings vs the reference: ties to even and ties away from zero
+    must differ on them (random input hardly ever holds a tie)."""
+    from reference import MX_ELEMS
+    _, mbits, _, vmax, emax = MX_ELEMS[elem]
+    if elem == "int8":
+        grid = np.arange(0, 128) / 64.0
+    else:
+        dt = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
+              "e2m3": ml_dtypes.float6_e2m3fn, "e3m2": ml_dtypes.float6_e3m2fn,
+              "e2m1": ml_dtypes.float4_e2m1fn}[elem]
+        vals = np.unique(np.abs(np.arange(256, dtype=np.uint8).view(dt).astype(np.float64)))
+        grid = vals[np.isfinite(vals) & (vals <= vmax)]
+    mid = ((grid[1:] + grid[:-1]) / 2).astype(np.float32)
+    mid = mid[mid < 2.0 ** emax]  # (below the pinned amax)
+    row = np.concatenate([[2.0 ** emax], mid, -mid]).astype(np.float32)[None, :]
+    results = {}
+    for rounding in ("rne", "half_away"):
+        y = qc.mx_fake_quant(row, elem, block_size=row.shape[1], elem_rounding=rounding)
+        code, _, y_ref = ref_mx_fake_quant(row, elem, row.shape[1], "floor",
+                                           rounding == "half_away")
+        assert code[0, 0] == 127
+        assert_bits_equal(y, y_ref)
+        results[rounding] = y
+    assert not np.array_equal(results["rne"], results["half_away"])
