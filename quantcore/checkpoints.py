@@ -39,7 +39,33 @@ DTYPES = {
 }
 _NAME_TO_ST = {v[1]: k for k, v in DTYPES.items()}
 _FP8 = {"F8_E4M3": "e4m3fn", "F8_E5M2": "e5m2"}
+#: a header larger than this is not believed (safetensors' own limit is 100 MB)
 _MAX_HEADER = 100 * 1024 * 1024
+
+
+def read_header(path):
+    """The header of a safetensors file: (header dict, its ``__metadata__``
+    included; offset of the data; data length in bytes).  ValueError naming
+    what is wrong when the file is not a well-formed safetensors file."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{path}: not a safetensors file (shorter than its 8-byte header)")
+        (length,) = struct.unpack("<Q", head)
+        if length > min(size - 8, _MAX_HEADER):
+            raise ValueError(f"{path}: not a safetensors file (header length {length} does "
+                             f"not fit the {size}-byte file)")
+        raw = fh.read(length)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        why = " ".join(str(exc).split())  # (one line)
+        raise ValueError(f"{path}: not a safetensors file (header is not JSON: "
+                         f"{why[:80]})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: not a safetensors file (header is not a JSON object)")
+    return header, 8 + length, size - 8 - length
 
 
 def _ml_dtype(name):
@@ -73,25 +99,9 @@ class SafetensorsReader(Mapping):
 
     def __init__(self, path):
         self.path = os.fspath(path)
-        size = os.path.getsize(self.path)
-        with open(self.path, "rb") as fh:
-            head = fh.read(8)
-            if len(head) != 8:
-                raise ValueError(f"{self.path}: not a safetensors file (shorter than 8 bytes)")
-            (n,) = struct.unpack("<Q", head)
-            if n > min(_MAX_HEADER, size - 8):
-                raise ValueError(f"{self.path}: not a safetensors file (header length {n} for a "
-                                 f"file of {size} bytes)")
-            try:
-                header = json.loads(fh.read(n))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise ValueError(f"{self.path}: the safetensors header is not JSON ({exc})") \
-                    from None
-        if not isinstance(header, dict):
-            raise ValueError(f"{self.path}: the safetensors header is not a JSON object")
+        header, self._data_start, data_size = read_header(self.path)
+        size = self._data_start + data_size
         self.metadata = dict(header.pop("__metadata__", None) or {})
-        self._data_start = 8 + n
-        data_size = size - self._data_start
         self._entries = {}
         for name, e in header.items():
             try:

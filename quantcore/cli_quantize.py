@@ -77,9 +77,10 @@ def add_parser(sub, formatter=None):
                          ".safetensors file",
         description="Quantize the weight matrices of a .safetensors checkpoint (BF16, F16, "
                     "F32, F64 or FP8; memory-mapped) group-wise to int4 / int8, or row-wise "
-                    "to FP8 e4m3fn, or block-scaled to MXFP8 / MXFP4 / NVFP4, write packed codes + scales (+ zero points) to a new "
-                    ".safetensors file and print each tensor's SQNR.  Layout: see "
-                    "'python -m pydoc quantcore.cli_quantize'.", **kw)
+                    "to FP8 e4m3fn, or block-scaled to MXFP8 / MXFP4 / NVFP4, write packed "
+                    "codes + scales (+ zero points) to a new .safetensors file and print each "
+                    "tensor's SQNR.  Layout: see 'python -m pydoc quantcore.cli_quantize'.",
+        **kw)
     p.add_argument("file", metavar="FILE", help="input .safetensors")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="output .safetensors")
     p.add_argument("--format", choices=FORMATS, default="int4", help="default int4")

@@ -2,7 +2,7 @@
 DequantizeLinear, and integer group quantization of LLM weights (int4 / int8
 with a scale and zero point per group), on numpy (CPU) and cupy (GPU).
 
-Exact semantics: ``shared/spec/formats.md`` §1-3 and §6.  Every per-element
+Exact semantics: the project's formats specification §1-3 and §6.  Every per-element
 rule is one template of ``include/qc_formats.h`` run by the CPU extension
 and the CUDA kernels alike; this module validates arguments, computes the
 per-tensor / per-channel scales (a few values) and lays the data out.

@@ -1,7 +1,7 @@
 """Block-scaled formats: OCP Microscaling (MXFP8 / MXFP6 / MXFP4 / MXINT8)
 and NVIDIA's NVFP4, on numpy (CPU) and cupy (GPU).
 
-Exact semantics: ``shared/spec/formats.md`` §4 (MX) and §5 (NVFP4).  Every
+Exact semantics: the project's formats specification, §4 (MX) and §5 (NVFP4).  Every
 per-block and per-element rule is one recipe of ``include/qc_mx.h``
 (``QcBlockMx``, ``QcBlockNvfp4``) run by the CPU extension and the CUDA
 kernel alike (``block_scaled_quant``); this module validates arguments,

@@ -215,8 +215,8 @@ def torch_layer(xp):
     return out
 
 
-SCENARIOS = [torch_layer, core_calibrators, mindspore_fq, tensorflow_functions, oneflow_modules, nvidia_functions,
-             nvidia_stateful, horizon_modules]
+SCENARIOS = [torch_layer, core_calibrators, mindspore_fq, tensorflow_functions, oneflow_modules,
+             nvidia_functions, nvidia_stateful, horizon_modules]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__)

@@ -1,4 +1,4 @@
-"""quantcore.formats against the spec vectors (shared/spec/formats_vectors.json,
+"""quantcore.formats against the specification's vectors (tests/data/formats_vectors.json,
 sections 1-3 and 6: every list case) and live against ml_dtypes, torch CPU
 casts and onnx.reference on random and edge inputs."""
 import json
@@ -17,11 +17,9 @@ from reference import assert_bits_equal
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_VECTORS = [os.path.join(_HERE, "..", "..", "shared", "spec", "formats_vectors.json"),
-            "/work/shared/spec/formats_vectors.json"]
-_PATH = next((p for p in _VECTORS if os.path.exists(p)), None)
-VEC = json.load(open(_PATH)) if _PATH else None
-needs_vectors = pytest.mark.skipif(VEC is None, reason="shared/spec/formats_vectors.json absent")
+# the specification's vectors, recorded by running the references (copied here)
+with open(os.path.join(_HERE, "data", "formats_vectors.json")) as _fh:
+    VEC = json.load(_fh)
 
 ML = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
       "e4m3fnuz": ml_dtypes.float8_e4m3fnuz, "e5m2fnuz": ml_dtypes.float8_e5m2fnuz}
@@ -90,7 +88,6 @@ _POLICIES = {"ml_dtypes": dict(overflow="nonsat", nan="ml_dtypes"),
              "ort_cast_sat1": dict(overflow="satfinite", nan="ml_dtypes")}
 
 
-@needs_vectors
 @pytest.mark.parametrize("case", cases("fp8_cast"))
 def test_fp8_cast_vectors(case):
     x = hexf(case["x"])
@@ -120,7 +117,6 @@ def _codes_equal(got, want, fmt, what):
     assert np.isnan(qc.fp8_decode(got[nan], fmt)).all(), what
 
 
-@needs_vectors
 @pytest.mark.parametrize("fmt", list(F.FP8_FORMATS))
 def test_fp8_decode_vectors(fmt):
     codes = np.arange(256, dtype=np.uint8)
@@ -133,7 +129,6 @@ def test_fp8_decode_vectors(fmt):
     assert np.array_equal(got[nan].view(np.uint32), np.uint32(0x7FC00000) | signs)
 
 
-@needs_vectors
 @pytest.mark.parametrize("case", cases("fp8_cast", lambda c: c["format"] in ("e4m3fn", "e5m2")))
 def test_fp8_cast_matches_the_gpu_intrinsics_observed(case):
     """cuda_cvt_satfinite / nosat (H100) = our satfinite / nonsat for every
@@ -202,7 +197,6 @@ def test_fake_cast_is_decode_of_cast_and_its_mask():
 
 
 # --------------------------------------------------- §2 vectors: ONNX FP8 QDQ
-@needs_vectors
 @pytest.mark.parametrize("case", cases("onnx_qdq_fp8"))
 def test_onnx_qdq_fp8_vectors(case):
     x = inp(case["x"])
@@ -219,7 +213,6 @@ def test_onnx_qdq_fp8_vectors(case):
 
 
 # ------------------------------------------------- §3 vectors: modelopt, torchao
-@needs_vectors
 @pytest.mark.parametrize("case", cases("modelopt_fp8"))
 def test_modelopt_fp8_vectors(case):
     x = inp(case["x"])
@@ -237,7 +230,6 @@ def test_modelopt_fp8_vectors(case):
         assert_bits_equal(qc.fp8_fake_quant(x), y)
 
 
-@needs_vectors
 @pytest.mark.parametrize("case", cases("torchao_float8", lambda c: "x" in c))
 def test_torchao_float8_vectors(case):
     x = inp(case["x"])
@@ -252,7 +244,6 @@ def test_torchao_float8_vectors(case):
     assert_bits_equal(qc.fp8_fake_quant(x, **kw).reshape(-1), hexf(case["dequant"]))
 
 
-@needs_vectors
 @pytest.mark.parametrize("case", cases("torchao_float8", lambda c: c.get("case") ==
                                        "amax_to_scale"))
 def test_torchao_amax_to_scale_vectors(case):
@@ -261,7 +252,6 @@ def test_torchao_amax_to_scale_vectors(case):
     assert_bits_equal(s, hexf(case["scale"]))
 
 
-@needs_vectors
 def test_torchao_pow2_probe_and_log2_table():
     probe = [c for c in VEC["torchao_float8"] if c.get("case", "").startswith("_round")][0]
     s = hexf(probe["s"])
@@ -304,7 +294,6 @@ def _w():
     return inp("int_w")
 
 
-@needs_vectors
 @pytest.mark.parametrize("case", cases("int_block", lambda c: c["ref"].startswith(
     "onnx QuantizeLinear/")))
 def test_onnx_blocked_int_vectors(case):
@@ -322,7 +311,6 @@ def test_onnx_blocked_int_vectors(case):
         ints_equal(qc.pack_int4(q.reshape(-1)), case["onnx_raw_data_packed"])
 
 
-@needs_vectors
 @pytest.mark.parametrize("case", cases("int_block", lambda c: "special" in c["ref"]))
 def test_onnx_special_value_vectors(case):
     t = case["type"].lower()
@@ -336,7 +324,6 @@ def test_onnx_special_value_vectors(case):
         assert_bits_equal(qc.dequantize_linear(q, s, z, input=t), hexf(case[key + "_dq"]))
 
 
-@needs_vectors
 @pytest.mark.parametrize("case", cases("int_block", lambda c: "MatMulNBits" in c["ref"]))
 def test_ort_matmulnbits_vectors(case):
     bits, g, sym = case["bits"], case["block_size"], case["is_symmetric"]
@@ -356,7 +343,6 @@ def test_ort_matmulnbits_vectors(case):
                           * np.repeat(s, g, 1)).astype(np.float32))
 
 
-@needs_vectors
 @pytest.mark.parametrize("case", cases("int_block", lambda c: "QDQ" in c["ref"]))
 def test_ort_qdq_vectors(case):
     q, s, z = qc.group_quantize(_w(), 4, case["block_size"], symmetric=case["is_symmetric"])
@@ -367,7 +353,6 @@ def test_ort_qdq_vectors(case):
         ints_equal(qc.pack_int4(z.T.reshape(-1)), case["zero_points_packed"])
 
 
-@needs_vectors
 @pytest.mark.parametrize("case", cases("int_block", lambda c: "DefaultWeightOnly" in c["ref"]))
 def test_ort_numpy_helper_vectors(case):
     sym = "quant_slice_symmetric" in case["ref"]
@@ -378,7 +363,6 @@ def test_ort_numpy_helper_vectors(case):
         ints_equal(z, case["zero_point"])
 
 
-@needs_vectors
 @pytest.mark.parametrize("case", cases("int_block", lambda c: c["ref"].startswith("torchao")))
 def test_torchao_group_vectors(case):
     g = case["group"]
@@ -403,7 +387,6 @@ def test_torchao_group_vectors(case):
     assert_bits_equal(qc.group_fake_quant(_w(), 4, g, **kw).reshape(-1), hexf(case["dq"]))
 
 
-@needs_vectors
 @pytest.mark.parametrize("case", cases("int_block", lambda c: "HQQ" in c["ref"]))
 def test_hqq_vectors(case):
     q, s, z = qc.group_quantize(_w(), case["bits"], case["group"], recipe="hqq")
@@ -412,7 +395,6 @@ def test_hqq_vectors(case):
     assert_bits_equal(z.reshape(-1), hexf(case["zero"]))
 
 
-@needs_vectors
 @pytest.mark.parametrize("case", cases("int_block", lambda c: c["ref"].startswith("formula")))
 def test_awq_gptq_vectors(case):
     rec = "awq" if "awq" in case["ref"] else "gptq"
@@ -428,7 +410,6 @@ def test_awq_gptq_vectors(case):
     assert mask.dtype == np.bool_ and mask.shape == _w().shape
 
 
-@needs_vectors
 def test_int4_packing_vectors():
     pk = VEC["int4_packing"]
     ints_equal(qc.pack_int4(np.array([1, -2, 7], np.int8)), pk["onnx_int4_[1,-2,7]"])
@@ -437,7 +418,7 @@ def test_int4_packing_vectors():
 
 # --------------------------------------------------------- live: onnx.reference
 def _onnx_run(op, inputs, attrs, out_type=None):
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
     names = [f"i{k}" for k in range(len(inputs))]

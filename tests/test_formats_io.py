@@ -82,7 +82,7 @@ def test_writer_round_trips_through_safetensors(tmp_path):
 
 
 @pytest.mark.parametrize("bad, match", [
-    (b"\x01", "shorter than 8 bytes"),
+    (b"\x01", "shorter than its 8-byte header"),
     (struct.pack("<Q", 10 ** 9) + b"{}", "header length"),
     (struct.pack("<Q", 4) + b"nope", "not JSON"),
     (struct.pack("<Q", 64) + json.dumps({"t": {"dtype": "F32", "shape": [4],
@@ -114,7 +114,8 @@ def _run_cli(argv, capsys):
 
 
 @pytest.mark.parametrize("fmt, extra", [("int4", []), ("int4", ["--symmetric"]),
-                                        ("int8", ["--recipe", "torchao", "--symmetric", "--group-size", "64"]),
+                                        ("int8", ["--recipe", "torchao", "--symmetric",
+                                                  "--group-size", "64"]),
                                         ("int4", ["--recipe", "tinygemm", "--group-size", "64"]),
                                         ("fp8", []), ("mxfp4", []), ("mxfp8", []),
                                         ("nvfp4", [])])

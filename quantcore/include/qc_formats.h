@@ -1,5 +1,5 @@
 /*
- * qc_formats.h -- the low-precision formats of shared/spec/formats.md, each
+ * qc_formats.h -- the low-precision formats of the project's formats specification, each
  * rule once, for the CPU extension and the CUDA sources:
  *
  *   qc_mf_encode / qc_mf_decode   float -> minifloat code and back, generic

@@ -1,5 +1,5 @@
 /*
- * qc_mx.h -- block-scaled formats of shared/spec/formats.md §4-5, each rule
+ * qc_mx.h -- block-scaled formats of the formats specification §4-5, each rule
  * once, for the CPU extension and the CUDA sources:
  *
  *   QcBlockMx     OCP microscaling (MX): blocks sharing an E8M0 scale, the
