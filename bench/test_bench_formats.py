@@ -35,7 +35,8 @@ def _threads(threads, impl):
 # op -> bytes moved (logical: read + written)
 OPS = {"cast_fp8": 5 * N, "fp8_decode": 5 * N, "fp8_fake_quant": 8 * N,
        "fp8_fake_quant_torchao": 8 * N, "quantize_linear_fp8": 5 * N,
-       "quantize_linear_int8": 5 * N, "group_quantize": 5 * N, "group_fake_quant": 8 * N}
+       "quantize_linear_int8": 5 * N, "group_quantize": 5 * N, "group_fake_quant": 8 * N,
+       "mx_fake_quant": 8 * N, "mx_fake_quant_e2m1": 8 * N, "nvfp4_fake_quant": 8 * N}
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
@@ -203,3 +204,60 @@ def test_group_fake_quant(benchmark, threads, impl, x):
     else:
         _threads(threads, impl)
         benchmark(lambda: qc.group_fake_quant(w, 4, G, recipe="torchao"))
+
+
+# ------------------------------------------------- MX / NVFP4 (issue 19)
+# Fake quant of a 4096 x 4096 weight, blocks along K (MX: 32, e4m3 or e2m1,
+# scale rule floor; NVFP4: 16) into a preallocated
+# output, against np.copyto above (target <= 2x) and torchao's CPU eager
+# path (to_mx + to_dtype; NVFP4: torchao's recipe with a per-tensor scale,
+# its nvfp4_quantize + the dequantisation composite; target >= 20x).
+def _torchao(module):
+    torch_or_skip()
+    return pytest.importorskip(module)
+
+
+@pytest.mark.parametrize("elem, impl", [(e, i) for e in ("e4m3", "e2m1") for i in IMPLS_QC]
+                         + [("e4m3", "torchao")])   # (torchao's e2m1: 4 s a run)
+def test_mx_fake_quant(benchmark, threads, impl, elem, x):
+    op = "mx_fake_quant" + ("" if elem == "e4m3" else "_e2m1")
+    annotate(benchmark, op, N, impl, OPS[op])
+    w = x.reshape(ROWS, K)
+    if impl == "torchao":
+        M = _torchao("torchao.prototype.mx_formats.mx_tensor")
+        import torch
+        dt = torch.float8_e4m3fn if elem == "e4m3" else torch.float4_e2m1fn_x2
+        t = torch.from_numpy(w)
+
+        def run():
+            s, d = M.to_mx(t, dt, 32)
+            return M.to_dtype(d, s, dt, 32, torch.float32)
+        benchmark(run)
+    else:
+        _threads(threads, impl)
+        out = np.empty_like(w)
+        benchmark(lambda: qc.mx_fake_quant(w, elem, out=out))
+
+
+@pytest.mark.parametrize("impl", IMPLS_QC + ["torchao"])
+def test_nvfp4_fake_quant(benchmark, threads, impl, x):
+    annotate(benchmark, "nvfp4_fake_quant", N, impl, OPS["nvfp4_fake_quant"])
+    w = x.reshape(ROWS, K)
+    if impl == "torchao":
+        NV = _torchao("torchao.prototype.mx_formats.nvfp4_tensor")
+        import torch
+        t = torch.from_numpy(w)
+        g = NV.per_tensor_amax_to_scale(t.abs().max())
+        lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
+
+        def run():  # its quantize, then value(code) * (g * s8) per block
+            s8, packed = NV.nvfp4_quantize(t, 16, g)
+            codes = torch.stack([packed & 15, packed >> 4], -1).reshape(ROWS, K).long()
+            f = (g * s8.float()).repeat_interleave(16, dim=1)
+            return lut[codes] * f
+        benchmark(run)
+    else:
+        _threads(threads, impl)
+        out = np.empty_like(w)
+        g = np.float32(np.abs(w).max()) / np.float32(2688)   # (torchao's recipe, as above)
+        benchmark(lambda: qc.nvfp4_fake_quant(w, g, recipe="torchao", out=out))

@@ -19,7 +19,9 @@ from .formats import (cast_fp8, dequantize_linear, fp8_decode, fp8_dequantize, f
                       group_quantize, pack_int4, quantize_linear, unpack_int4)
 from .formats_observers import (AmaxObserver, FP8FakeQuantize, GroupFakeQuantize,
                                 GroupMinMaxObserver)
-from . import formats
+from .mx import (mx_dequantize, mx_fake_quant, mx_quantize, nvfp4_dequantize, nvfp4_fake_quant,
+                 nvfp4_quantize)
+from . import formats, mx
 
 __version__ = "0.1.0"
 
@@ -34,6 +36,9 @@ __all__ = [
     "fp8_dequantize", "quantize_linear", "dequantize_linear", "group_quantize",
     "group_dequantize", "group_fake_quant", "pack_int4", "unpack_int4", "AmaxObserver",
     "GroupMinMaxObserver", "FP8FakeQuantize", "GroupFakeQuantize",
+    # block-scaled formats (quantcore.mx, also in quantcore.formats)
+    "mx", "mx_quantize", "mx_dequantize", "mx_fake_quant", "nvfp4_quantize", "nvfp4_dequantize",
+    "nvfp4_fake_quant",
 ]
 
 

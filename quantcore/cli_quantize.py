@@ -5,6 +5,7 @@ tensor by tensor, with the per-tensor SQNR table.
     quantcore quantize weights.safetensors --format int4 --group-size 128 -o q.safetensors
     quantcore quantize weights.safetensors --format int4 --symmetric --recipe awq -o q.safetensors
     quantcore quantize weights.safetensors --format fp8 -o q.safetensors
+    quantcore quantize weights.safetensors --format mxfp4 -o q.safetensors
 
 Which tensors: every floating-point tensor with at least two dimensions
 (``--tensors`` to choose by name); the others (biases, norms, integer
@@ -29,6 +30,18 @@ every scale is a dequantization multiplier):
   one amax per row of the last axis); ``W.scales`` F32 ``[...]``:
   ``W ~= decode(qweight) * scales``.
 
+- ``--format mxfp8`` / ``mxfp4`` (OCP microscaling, spec §4: blocks of 32
+  along K sharing an E8M0 power-of-two scale, scale rule "floor", elements
+  RNE): ``W.qweight`` F8_E4M3 ``[..., K]`` (mxfp8) or U8
+  ``[..., ceil(K / 2)]`` (mxfp4: e2m1 codes two per byte, element 2i in the
+  low nibble); ``W.scales`` U8 ``[..., ceil(K / 32)]``: the E8M0 codes c,
+  ``W ~= decode(qweight) * 2**(c - 127)``.
+- ``--format nvfp4`` (modelopt's NVFP4 export recipe, spec §5.1: blocks of
+  16 along K): ``W.qweight`` U8 ``[..., ceil(K / 2)]`` (e2m1, packed as
+  mxfp4); ``W.scales`` F8_E4M3 ``[..., ceil(K / 16)]``; ``W.scale_2`` F32
+  ``[1]`` (the per-tensor scale, amax / 2688 over the whole tensor):
+  ``W ~= decode(qweight) * f32(scales * scale_2)``.
+
 ``__metadata__`` records ``quantcore_format``, ``group_size``, ``recipe``,
 ``symmetric``, ``bits``, ``packing`` and the quantcore version, besides the
 input's own metadata.  The SQNR (dB, float64 over the finite values) and
@@ -49,7 +62,10 @@ from .checkpoints import SafetensorsReader, SafetensorsWriter
 #: temporaries of the SQNR): the peak stays below the size of a tensor of
 #: 16 Mi BF16 elements and above
 CHUNK_ELEMENTS = 1 << 20
-FORMATS = ("int4", "int8", "fp8")
+FORMATS = ("int4", "int8", "fp8", "mxfp4", "mxfp8", "nvfp4")
+_INT_FORMATS = ("int4", "int8")
+#: block-scaled formats: (block size, element type of quantcore.mx or None for NVFP4)
+_BLOCK_FORMATS = {"mxfp4": (32, "e2m1"), "mxfp8": (32, "e4m3"), "nvfp4": (16, None)}
 
 
 def add_parser(sub, formatter=None):
@@ -57,12 +73,14 @@ def add_parser(sub, formatter=None):
     object (``quantcore.cli`` calls this)."""
     kw = {"formatter_class": formatter} if formatter else {}
     p = sub.add_parser(
-        "quantize", help="weight-only int4 / int8 / fp8 quantization of a .safetensors file",
+        "quantize", help="weight-only int4 / int8 / fp8 / MX / NVFP4 quantization of a "
+                         ".safetensors file",
         description="Quantize the weight matrices of a .safetensors checkpoint (BF16, F16, "
                     "F32, F64 or FP8; memory-mapped) group-wise to int4 / int8, or row-wise "
-                    "to FP8 e4m3fn, write packed codes + scales (+ zero points) to a new "
-                    ".safetensors file and print each tensor's SQNR.  Layout: see "
-                    "'python -m pydoc quantcore.cli_quantize'.", **kw)
+                    "to FP8 e4m3fn, or block-scaled to MXFP8 / MXFP4 / NVFP4, write packed "
+                    "codes + scales (+ zero points) to a new .safetensors file and print each "
+                    "tensor's SQNR.  Layout: see 'python -m pydoc quantcore.cli_quantize'.",
+        **kw)
     p.add_argument("file", metavar="FILE", help="input .safetensors")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="output .safetensors")
     p.add_argument("--format", choices=FORMATS, default="int4", help="default int4")
@@ -112,6 +130,12 @@ def _plan(reader, name, args):
     lead, k = tuple(shape[:-1]), shape[-1]
     if args.format == "fp8":
         return [(f"{name}.qweight", "F8_E4M3", shape), (f"{name}.scales", "F32", lead)]
+    if args.format in _BLOCK_FORMATS:
+        bs, elem = _BLOCK_FORMATS[args.format]
+        out = [(f"{name}.qweight", "F8_E4M3" if elem == "e4m3" else "U8",
+                lead + ((k,) if elem == "e4m3" else ((k + 1) // 2,))),
+               (f"{name}.scales", "U8" if elem else "F8_E4M3", lead + (-(-k // bs),))]
+        return out + ([(f"{name}.scale_2", "F32", (1,))] if elem is None else [])
     bits = 4 if args.format == "int4" else 8
     qmin, _ = F.group_qrange(bits, args.recipe, args.symmetric)
     code = "I8" if qmin < 0 else "U8"
@@ -125,8 +149,18 @@ def _plan(reader, name, args):
     return out
 
 
-def _quantize_chunk(x, args):
-    """(outputs in _plan order, the dequantized chunk) of float32 rows x."""
+def _quantize_chunk(x, args, global_scale=None):
+    """(outputs in _plan order, the dequantized chunk) of float32 rows x
+    (NVFP4: without the per-tensor scale, which the caller writes)."""
+    if args.format in _BLOCK_FORMATS:
+        from . import mx
+        _, elem = _BLOCK_FORMATS[args.format]
+        k = x.shape[-1]
+        if elem is None:
+            q, s, _ = mx.nvfp4_quantize(x, global_scale)
+            return [q, s], mx.nvfp4_dequantize(q, s, global_scale, length=k)
+        s, q = mx.mx_quantize(x, elem)
+        return [q, s], mx.mx_dequantize(s, q, elem, length=k if elem == "e2m1" else None)
     if args.format == "fp8":
         codes, s = F.fp8_quantize(x, axis=0)
         inv = (np.float32(1) / s).astype(np.float32)
@@ -147,7 +181,7 @@ def _check_args(args, reader):
         raise _error("quantize reads and writes .safetensors files")
     if os.path.abspath(args.file) == os.path.abspath(args.output):
         raise _error("--output must differ from the input file")
-    if args.format != "fp8":
+    if args.format in _INT_FORMATS:
         if args.group_size < 1:
             raise _error(f"--group-size must be >= 1, got {args.group_size}")
         try:
@@ -186,7 +220,7 @@ def run(args):
             if not reader.is_float(n) or len(shape) < 1 or 0 in shape:
                 raise _error(f"{args.file}: tensor {n!r} ({dt}{list(shape)}) is not a "
                              "non-empty float tensor")
-            if args.format != "fp8" and args.recipe not in ("onnx", "onnx_numpy") and \
+            if args.format in _INT_FORMATS and args.recipe not in ("onnx", "onnx_numpy") and \
                     shape[-1] % args.group_size:
                 raise _error(f"tensor {n!r}: last axis {shape[-1]} is not a multiple of "
                              f"--group-size {args.group_size} (recipe {args.recipe})")
@@ -198,12 +232,17 @@ def run(args):
                 entries.append((n, reader.info(n)[0], reader.info(n)[1]))
         import quantcore
         meta = dict(reader.metadata)
+        block = _BLOCK_FORMATS.get(args.format)
         meta.update({"quantcore_format": args.format, "quantcore_version": quantcore.__version__,
-                     "recipe": "modelopt" if args.format == "fp8" else args.recipe,
-                     "group_size": "row" if args.format == "fp8" else str(args.group_size),
+                     "recipe": {"fp8": "modelopt", "nvfp4": "modelopt", "mxfp4": "ocp_floor",
+                                "mxfp8": "ocp_floor"}.get(args.format, args.recipe),
+                     "group_size": "row" if args.format == "fp8" else
+                     str(block[0] if block else args.group_size),
                      "symmetric": str(bool(args.symmetric)).lower(),
-                     "bits": {"int4": "4", "int8": "8", "fp8": "8"}[args.format],
-                     "packing": "low_first" if args.format == "int4" else "none"})
+                     "bits": {"int4": "4", "int8": "8", "fp8": "8", "mxfp4": "4", "mxfp8": "8",
+                              "nvfp4": "4"}[args.format],
+                     "packing": "low_first" if args.format in ("int4", "mxfp4", "nvfp4")
+                     else "none"})
         rows_out = []
         t0 = time.perf_counter()
         try:
@@ -230,13 +269,18 @@ def _quantize_tensor(reader, writer, name, args):
     plan = _plan(reader, name, args)
     parts = [[] for _ in plan]
     acc = _Sqnr()
-    for start in range(0, max(rows, 1), step):
-        flat_rows = slice(start, min(start + step, rows))
+    chunks = [slice(start, min(start + step, rows)) for start in range(0, max(rows, 1), step)]
+    g = None
+    if args.format == "nvfp4":  # modelopt's per-tensor scale: amax / 2688 over the whole tensor
+        amax = max(float(np.abs(reader.float32(name, c)).max(initial=0)) for c in chunks)
+        g = np.float32(np.float32(amax) / np.float32(2688))
+        parts[2].append(np.array([g], np.float32))
+    for flat_rows in chunks:
         x = reader.float32(name, flat_rows)
         if not np.isfinite(x).all():
             raise _error(f"tensor {name!r} holds NaN or inf values: not quantized (choose "
                          "tensors with --tensors)")
-        outs, y = _quantize_chunk(x, args)
+        outs, y = _quantize_chunk(x, args, g)
         acc.add(x, y)
         for i, o in enumerate(outs):
             parts[i].append(np.ascontiguousarray(o))
@@ -255,7 +299,8 @@ def _print_table(rows, args, seconds):
     fmt = "  ".join(f"{{:{'<' if i < 3 else '>'}{w}}}" for i, w in enumerate(widths))
     print(f"quantized {len(rows)} tensors to {args.format}"
           + ("" if args.format == "fp8" else
-             f" (group {args.group_size}, {args.recipe}, "
+             f" (blocks of {_BLOCK_FORMATS[args.format][0]})" if args.format in _BLOCK_FORMATS
+             else f" (group {args.group_size}, {args.recipe}, "
              f"{'symmetric' if args.symmetric else 'asymmetric'})")
           + f" in {seconds:.1f} s -> {args.output}")
     print(fmt.format(*head))

@@ -28,6 +28,9 @@ __all__ = [
     "fp8_quantize", "fp8_dequantize", "quantize_linear", "dequantize_linear",
     "group_quantize", "group_dequantize", "group_fake_quant", "group_qrange",
     "pack_int4", "unpack_int4", "pow2_scale_torch",
+    # block-scaled formats, defined in quantcore.mx (imported at the end)
+    "mx_quantize", "mx_dequantize", "mx_fake_quant", "nvfp4_quantize", "nvfp4_dequantize",
+    "nvfp4_fake_quant",
 ]
 
 F32 = np.float32
@@ -820,3 +823,8 @@ def unpack_int4(packed, n, *, signed=False, order="low_first"):
     if signed:
         return xp.ascontiguousarray(((out.astype(np.int16) ^ 8) - 8).astype(np.int8))
     return xp.ascontiguousarray(out)
+
+
+# ------------------------------------------- block-scaled formats (MX, NVFP4)
+from .mx import (mx_dequantize, mx_fake_quant, mx_quantize, nvfp4_dequantize,  # noqa: E402
+                 nvfp4_fake_quant, nvfp4_quantize)

@@ -38,7 +38,7 @@ __all__ = [
     "minmax", "minmax_channels", "minmax_finish", "minmax_device",
     "ew", "ew_tensor", "ste", "histc_f32", "qparams", "QP_SCHEMES", "ObserverState", "observe",
     "ENCODE_FAMILIES", "DECODE_FAMILIES", "GROUP_RECIPES", "encode", "decode", "encode_groups",
-    "decode_groups", "group_quant",
+    "decode_groups", "group_quant", "BLOCK_RECIPES", "block_scaled_quant",
 ]
 
 # --------------------------------------------------------------- sources
@@ -175,7 +175,22 @@ def _format_names():
     return tuple(names)
 
 
-SOURCES["formats.cu"] = _format_names()
+
+
+def _block_recipes():
+    """The block-scaled recipes [(name, struct)] of qc_families.h
+    (QC_BLOCK_RECIPES), in id order."""
+    with open(os.path.join(include_dir(), "qc_families.h"), encoding="utf-8") as fh:
+        text = fh.read()
+    block = text[text.index("#define QC_BLOCK_RECIPES(X)"):]
+    return re.findall(r"X\((\w+), (\w+)\)", block[:block.index("\n\n")])
+
+
+_BLOCK_LIST = _block_recipes()
+SOURCES["formats.cu"] = _format_names() + tuple(
+    f"qc_block_scaled<{rec}, {i}>" for _, rec in _BLOCK_LIST for i in _INDEX)
+#: block-scaled recipe name -> id (the CPU extension's BLOCK_RECIPES)
+BLOCK_RECIPES = {name: i for i, (name, _) in enumerate(_BLOCK_LIST)}
 #: encode / decode family name -> id and group recipe name -> id (the CPU
 #: extension's ids: the same lists)
 ENCODE_FAMILIES = {name: i for i, (name, *_) in enumerate(_ENC_LIST)}
@@ -620,7 +635,8 @@ class ObserverState:
             inv = (T(1) / sw).astype(self.dtype)
         self.scale[...] = cp.asarray(s)
         self.zero_point[...] = cp.asarray(z)
-        self.qp[...] = cp.asarray(np.concatenate([sw, inv, z.astype(np.float64).astype(self.dtype)]))
+        self.qp[...] = cp.asarray(np.concatenate([sw, inv,
+                                                  z.astype(np.float64).astype(self.dtype)]))
 
 
 def observe(x, outer, C, inner, state, *, observer="moving_average", averaging_constant=0.01,
@@ -778,3 +794,30 @@ def group_quant(recipe, x, codes, y, mask, scale, zp, rows, K, g, qmin, qmax, mo
     grid = max(1, min(-(-count // warps), _sm_count() * 8 * 4))
     fn((grid,), (_FMT_THREADS,), (x, codes, y, mask, scale, zp, it(int(rows)), it(K), it(g),
                                   np.float32(qmin), np.float32(qmax), np.int32(mode)))
+
+
+def block_scaled_quant(recipe, x, scodes, codes, y, rows, K, g, elem, mode, p0, p1,
+                       nthreads=None):
+    """The CPU's ``block_scaled_quant``: recipe `recipe` (``BLOCK_RECIPES``:
+    MX, NVFP4) over rows of K float32 values in blocks of g; writes scodes
+    (uint8 per block) and codes (uint8) / y (float32) when not None."""
+    func = "block_scaled_quant"
+    _check(x)
+    if x.dtype != np.float32:
+        raise ValueError(f"{func}: expected float32, got {x.dtype}")
+    if not 0 <= int(recipe) < len(_BLOCK_LIST):
+        raise ValueError(f"{func}: unknown recipe {recipe}")
+    n = int(x.size)
+    count, K, g, _ = _group_args(n, rows, K, g, func)
+    for a, name, size in ((scodes, "scodes", count), (codes, "codes", n), (y, "y", n)):
+        if a is not None and (_check(a, name).size != size):
+            raise ValueError(f"{func}: {name} must have {size} elements")
+    if n == 0:
+        return
+    ct, it = _index(n)
+    fn = _function("formats.cu", f"qc_block_scaled<{_BLOCK_LIST[int(recipe)][1]}, {ct}>")
+    warps = _FMT_THREADS // 32
+    grid = max(1, min(-(-count // warps), _sm_count() * 8 * 4))
+    fn((grid,), (_FMT_THREADS,), (x, scodes, codes, y, it(int(rows)), it(K), it(g),
+                                  np.int32(elem), np.int32(mode), np.float32(p0),
+                                  np.float32(p1)))

@@ -391,3 +391,173 @@ def ref_pq_affine_qparams(min_range, max_range, num_bits, dtype=np.float32):
         step = ((hi - lo).astype(dtype) / t(2.0 ** num_bits - 1)).astype(dtype)
         qzero = (np.rint((lo / step).astype(dtype)) + t(2.0 ** (num_bits - 1))).astype(dtype)
     return step, qzero
+
+
+# ------------------------------------------------- MX and NVFP4 (spec §4-5)
+# Written from the spec's formulas in float64 (every float32 operation is
+# computed exactly in float64 and rounded once), with numpy's float64 log2
+# rounded to float32 for torch's float32 log2 (spec §4.2: the same floor /
+# ceil for every probed input) and np.frexp for exact exponents; element
+# codes through ml_dtypes.
+#: element: (ebits, mbits, bias, max, emax); int8: 6 fraction bits, 127 / 64
+MX_ELEMS = {"e4m3": (4, 3, 7, 448.0, 8), "e5m2": (5, 2, 15, 57344.0, 15),
+            "e2m3": (2, 3, 1, 7.5, 2), "e3m2": (3, 2, 3, 28.0, 4),
+            "e2m1": (2, 1, 1, 6.0, 2), "int8": (0, 6, 0, 127 / 64, 0)}
+
+
+def r32(v):
+    return np.asarray(v, np.float64).astype(F32)
+
+
+def _exp_field(a32):
+    return ((a32.view(np.uint32).astype(np.int64) >> 23) & 0xFF) - 127
+
+
+def _log2_f32(v):
+    """torch's float32 log2, as RN32(float64 log2)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log2(np.asarray(v, np.float64)).astype(F32).astype(np.float64)
+
+
+def ref_mx_scale(amax, elem, scale_mode):
+    """E8M0 codes (int64) of float32 block amaxes (spec §4.2)."""
+    amax = np.asarray(amax, F32)
+    _, mbits, _, emax_v, emax = MX_ELEMS[elem]
+    nan = np.isnan(amax)
+    b = amax.view(np.uint32).astype(np.int64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if scale_mode in ("floor", "ceil", "even"):
+            if scale_mode == "even":
+                b = (b + (1 << (22 - mbits))) & 0xFF800000
+            e = ((b >> 23) & 0xFF) - 127 - emax
+            if scale_mode == "ceil":
+                e = e + ((b & 0x7FFFFF) != 0)
+            return np.where(nan, 255, np.clip(e, -127, 128) + 127)
+        if scale_mode in ("rceil", "rceil_exact"):
+            d = r32(amax.astype(np.float64) / emax_v)
+            if scale_mode == "rceil":
+                c = np.ceil(_log2_f32(d))
+            else:
+                m, ex = np.frexp(d.astype(np.float64))
+                c = np.where(m == 0.5, ex - 1, ex).astype(np.float64)
+                c = np.where(d == 0, -np.inf, c)
+            c = np.clip(np.where(np.isfinite(c), c, -1000), -127, 127) + 127
+            return np.where(np.isnan(d), 255, np.where(np.isinf(d), 254, c)).astype(np.int64)
+        if scale_mode == "floor_log2":
+            a = np.where(amax == 0, F32(2.0 ** -126), amax)
+            e = np.floor(_log2_f32(a)) - emax
+            bad = nan | ~np.isfinite(e) | (e > 127)
+            return np.where(bad, 255, np.maximum(np.where(bad, 0, e), -127) + 127).astype(np.int64)
+    raise ValueError(scale_mode)
+
+
+def ref_elem_round(v, elem, half_away=False, int8_min=-127):
+    """v (float64 holding float32 values) on the element grid, saturating;
+    NaN stays NaN, signs kept (exact, float64)."""
+    v = np.asarray(v, np.float64)
+    ebits, mbits, bias, vmax, _ = MX_ELEMS[elem]
+    rnd = (lambda t: np.floor(t + 0.5)) if half_away else np.rint
+    a = np.abs(v)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if elem == "int8":
+            q = np.clip(np.sign(v) * rnd(a * 64), int8_min, 127)
+            q = np.where(v == 0, v, q)  # (keep the sign of zero)
+            return np.copysign(q / 64, v)
+        _, ex = np.frexp(np.where(np.isfinite(a) & (a > 0), a, 1.0))
+        p = np.maximum(ex - 1, 1 - bias)          # the element exponent (min normal's below)
+        step = np.ldexp(1.0, p - mbits)
+        r = np.minimum(rnd(np.where(np.isfinite(a), a, 0) / step) * step, vmax)
+        r = np.where(np.isinf(a), vmax, r)
+        return np.where(np.isnan(v), np.nan, np.copysign(r, v))
+
+
+def _blocks(x2, bs):
+    rows, k = x2.shape
+    nb = -(-k // bs)
+    pad = np.zeros((rows, nb * bs), F32)
+    pad[:, :k] = x2
+    return pad.reshape(rows, nb, bs), k
+
+
+def ref_mx_fake_quant(x2, elem, bs=32, scale_mode="floor", half_away=False, compat=None,
+                      int8_min=-127):
+    """(scale codes [rows, nb], element values [rows, K] before the scale,
+    y float32 [rows, K]) of MX over the last axis of x2 (spec §4.2-4.3)."""
+    blk, k = _blocks(np.asarray(x2, F32), bs)
+    amax = np.max(np.abs(blk), axis=-1)
+    code = ref_mx_scale(amax, elem, scale_mode)
+    c = code[..., None]
+    X = np.ldexp(1.0, (c - 127).astype(np.int64))
+    xb = blk.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if compat == "torchao" and scale_mode == "rceil":
+            rcp = np.where(c == 0, 1.0, 1.0 / X)
+            v = r32(xb * np.where(c == 255, np.nan, rcp))
+        elif compat == "torchao":
+            v = r32(xb / np.where(c == 255, np.inf, np.maximum(X, 2.0 ** -126)))
+        else:
+            v = r32(xb / np.where(c == 255, np.nan, X))
+        r = ref_elem_round(v.astype(np.float64), elem, half_away, int8_min)
+        if compat == "microxcaling":
+            r = np.where(v == 0, 0.0, r)
+        y = r32(r * np.where(c == 255, np.nan, X))
+    rows = x2.shape[0]
+    return code, r.reshape(rows, -1)[:, :k], y.reshape(rows, -1)[:, :k]
+
+
+def ref_mx_codes(r, elem, compat=None):
+    """Element codes (int64) of rounded element values r (NaN: torchao's
+    codes with compat, else FP8 0x7F and 0 for the rest)."""
+    import ml_dtypes
+    r = np.asarray(r, np.float64)
+    nan = np.isnan(r)
+    if elem == "int8":
+        return np.where(nan, 0, np.nan_to_num(r) * 64).astype(np.int64) & 0xFF
+    dt = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
+          "e2m3": ml_dtypes.float6_e2m3fn, "e3m2": ml_dtypes.float6_e3m2fn,
+          "e2m1": ml_dtypes.float4_e2m1fn}[elem]
+    codes = np.where(nan, 0, r).astype(dt).view(np.uint8).astype(np.int64)
+    nan_code = {"e2m3": 12, "e3m2": 14, "e2m1": 3}.get(elem, 0x7F) if compat == "torchao" else \
+        (0x7F if elem in ("e4m3", "e5m2") else 0)
+    return np.where(nan, nan_code, codes)
+
+
+def ref_nvfp4(x2, g=None, recipe="modelopt"):
+    """(block scale codes, e2m1 codes, y) of NVFP4 over the last axis of x2
+    (spec §5.1 / §5.2); modelopt's g defaults to f32(amax / 2688)."""
+    import ml_dtypes
+    x2 = np.asarray(x2, F32)
+    blk, k = _blocks(x2, 16)
+    bamax = np.max(np.abs(blk), axis=-1).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if recipe == "modelopt":
+            if g is None:
+                g = r32(np.max(np.abs(x2)).astype(np.float64) / 2688)
+            g = np.float64(F32(g))
+            bs = r32(bamax / np.float64(r32(6 * g))).astype(np.float64)
+            bs = np.where(bs == 0, 1.0, bs)
+            s = np.where(np.isnan(bs), np.nan, np.clip(bs, 2.0 ** -9, 448))
+        else:
+            b = r32(bamax / 6).astype(np.float64)
+            pre = b if g is None else r32(b / np.float64(F32(g))).astype(np.float64)
+            s = np.where(np.isnan(pre), np.nan, np.clip(pre, 2.0 ** -6, 448))
+        s8c = r32(s).astype(ml_dtypes.float8_e4m3fn)
+        s8 = s8c.astype(np.float64)[..., None]
+        xb = blk.astype(np.float64)
+        if recipe == "modelopt":
+            sg = r32(s8 * np.float64(g)).astype(np.float64)
+            v = r32(xb / sg).astype(np.float64)
+            r = ref_elem_round(v, "e2m1")
+            r = np.where(np.isnan(v), 6.0, np.where(v == 0, 0.0, r))
+            y = r32((r + 0.0) * sg)
+        else:
+            rr = r32(1.0 / s8) if g is None else r32(np.float64(r32(1 / np.float64(F32(g)))) / s8)
+            v = r32(xb * rr).astype(np.float64)
+            r = ref_elem_round(v, "e2m1")
+            y = r32(r * (s8 if g is None else r32(np.float64(F32(g)) * s8)))
+    nan_code = 7 if recipe == "modelopt" else 3
+    codes = np.where(np.isnan(r), nan_code,
+                     ref_mx_codes(np.where(np.isnan(r), 0, r), "e2m1"))
+    rows = x2.shape[0]
+    return (s8c.view(np.uint8).astype(np.int64), codes.reshape(rows, -1)[:, :k],
+            y.reshape(rows, -1)[:, :k])

@@ -418,7 +418,7 @@ def test_int4_packing_vectors():
 
 # --------------------------------------------------------- live: onnx.reference
 def _onnx_run(op, inputs, attrs, out_type=None):
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
     names = [f"i{k}" for k in range(len(inputs))]

@@ -114,9 +114,11 @@ def _run_cli(argv, capsys):
 
 
 @pytest.mark.parametrize("fmt, extra", [("int4", []), ("int4", ["--symmetric"]),
-                                        ("int8", ["--recipe", "torchao", "--symmetric", "--group-size", "64"]),
+                                        ("int8", ["--recipe", "torchao", "--symmetric",
+                                                  "--group-size", "64"]),
                                         ("int4", ["--recipe", "tinygemm", "--group-size", "64"]),
-                                        ("fp8", [])])
+                                        ("fp8", []), ("mxfp4", []), ("mxfp8", []),
+                                        ("nvfp4", [])])
 def test_quantize_cli_layout_and_sqnr(ckpt, tmp_path, capsys, fmt, extra):
     out = str(tmp_path / "q.safetensors")
     code, stdout, err = _run_cli(["quantize", ckpt, "--format", fmt, "-o", out] + extra, capsys)
@@ -133,6 +135,24 @@ def test_quantize_cli_layout_and_sqnr(ckpt, tmp_path, capsys, fmt, extra):
     recipe = extra[extra.index("--recipe") + 1] if "--recipe" in extra else "onnx"
     g = int(extra[extra.index("--group-size") + 1]) if "--group-size" in extra else 128
     sym = "--symmetric" in extra
+    if fmt in ("mxfp4", "mxfp8", "nvfp4"):  # blocks along the last axis, one tensor scale
+        if fmt == "nvfp4":
+            q, s, g2 = qc.nvfp4_quantize(w)
+            assert_bits_equal(back["layer.w_bf16.scale_2"], np.array([g2], np.float32))
+            assert back["layer.w_bf16.scales"].dtype == ml_dtypes.float8_e4m3fn
+            y = qc.nvfp4_dequantize(q, s, g2)
+        else:
+            elem = "e2m1" if fmt == "mxfp4" else "e4m3"
+            s, q = qc.mx_quantize(w, elem)
+            y = qc.mx_dequantize(s, q, elem)
+        assert np.array_equal(back["layer.w_bf16.qweight"].view(np.uint8), q.view(np.uint8))
+        assert np.array_equal(back["layer.w_bf16.scales"].view(np.uint8), s)
+        line = [ln for ln in stdout.splitlines() if ln.startswith("layer.w_bf16 ")][0]
+        assert abs(float(line.split()[3]) - qc.cli.sqnr_db(w, y)) < 0.01
+        w3 = ref["layer.w3d"].astype(np.float32)
+        q3 = qc.nvfp4_quantize(w3)[0] if fmt == "nvfp4" else qc.mx_quantize(w3, elem)[1]
+        assert np.array_equal(back["layer.w3d.qweight"].view(np.uint8), q3.view(np.uint8))
+        return
     if fmt == "fp8":
         codes, s = F.fp8_quantize(w, axis=0)
         assert np.array_equal(back["layer.w_bf16.qweight"].view(np.uint8), codes)

@@ -129,6 +129,12 @@ CASES.update({
         *qc.group_quantize(xp.nan_to_num(x), 4, 5, axis=0, recipe="tinygemm"), 5, axis=0,
         recipe="tinygemm"),
     "pack_int4": lambda xp, x: qc.pack_int4(qc.group_quantize(xp.nan_to_num(x), 4, 8)[0]),
+    # block-scaled formats (quantcore.mx)
+    "mx_quantize_e2m1_axis1": lambda xp, x: qc.mx_quantize(x, "e2m1", axis=1, block_size=4),
+    "mx_fake_quant_int8_rceil": lambda xp, x: qc.mx_fake_quant(x, "int8", block_size=8,
+                                                              scale_mode="rceil"),
+    "nvfp4_quantize_torchao": lambda xp, x: qc.nvfp4_quantize(x, recipe="torchao")[:2],
+    "nvfp4_fake_quant_modelopt": lambda xp, x: qc.nvfp4_fake_quant(xp.nan_to_num(x)),
 })
 
 

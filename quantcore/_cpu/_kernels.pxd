@@ -40,6 +40,8 @@ cdef extern from "qc_families.h" nogil:
     const int qc_decode_family_np[]
     const int qc_encode_family_bytes[]
     const int qc_decode_family_bytes[]
+    int QC_BLK_COUNT
+    const char* qc_block_recipe_names[]
 
 
 cdef extern from "qc_kernels.h" nogil:
@@ -73,6 +75,9 @@ cdef extern from "qc_kernels.h" namespace "qc" nogil:
     void group_blocks(int recipe, const float* x, unsigned char* codes, float* y,
                       unsigned char* mask, float* scale, float* zp, int64_t b0, int64_t nb,
                       int64_t K, int64_t g, float qmin, float qmax, int mode)
+    void block_scaled(int recipe, const float* x, unsigned char* scodes, unsigned char* codes,
+                      float* y, int64_t b0, int64_t nb, int64_t K, int64_t g, int elem,
+                      int mode, float p0, float p1)
 
 
 cdef extern from "qc_qparams.h" nogil:

@@ -294,6 +294,8 @@ def fq_affine_exact(const floating[::1] x, floating[::1] y, unsigned char[::1] m
 ENCODE_FAMILIES = {qc_encode_family_names[i].decode(): i for i in range(QC_ENC_COUNT)}
 DECODE_FAMILIES = {qc_decode_family_names[i].decode(): i for i in range(QC_DEC_COUNT)}
 GROUP_RECIPES = {qc_group_recipe_names[i].decode(): i for i in range(QC_GRP_COUNT)}
+#: the block-scaled recipes of block_scaled (QC_BLOCK_RECIPES: MX, NVFP4)
+BLOCK_RECIPES = {qc_block_recipe_names[i].decode(): i for i in range(QC_BLK_COUNT)}
 
 
 cdef inline int _check_codes(cnp.ndarray codes, int64_t n, int allowed, bint writable,
@@ -500,6 +502,42 @@ def group_quant(int recipe, cnp.ndarray x, cnp.ndarray codes, cnp.ndarray y,
             if nb > per:
                 nb = per
             group_blocks(recipe, xp, cp, yp, mp, sp, zpp, b0, nb, K, g, fmin, fmax, mode)
+
+
+def block_scaled_quant(int recipe, cnp.ndarray x, cnp.ndarray scodes, cnp.ndarray codes,
+                 cnp.ndarray y, int64_t rows, int64_t K, int64_t g, int elem, int mode,
+                 double p0, double p1, int nthreads):
+    """Block-scaled quantization by recipe `recipe` (``BLOCK_RECIPES``) of x
+    (float32, rows of K, blocks of g along each row, the last may be
+    shorter): per block the amax, the recipe's scale code into scodes
+    (uint8[rows * ceil(K / g)]), then the element codes (uint8, one per
+    element) and the fake-quant values y (float32), each when not None."""
+    cdef int64_t n = cnp.PyArray_SIZE(x)
+    if not 0 <= recipe < QC_BLK_COUNT:
+        raise ValueError(f"block_scaled_quant: unknown recipe {recipe}")
+    if cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 or not cnp.PyArray_ISCARRAY_RO(x):
+        raise ValueError("block_scaled_quant: expected an aligned C-contiguous float32 array")
+    if g < 1 or K < 1 or rows * K != n:
+        raise ValueError(f"block_scaled_quant: {rows} rows of {K} in blocks of {g} do not fit {n} "
+                         "elements")
+    cdef int64_t ng = (K + g - 1) // g
+    cdef unsigned char* sp = <unsigned char*>_opt_ptr(scodes, cnp.NPY_UINT8, rows * ng, "scodes")
+    cdef unsigned char* cp = <unsigned char*>_opt_ptr(codes, cnp.NPY_UINT8, n, "codes")
+    cdef float* yp = <float*>_opt_ptr(y, cnp.NPY_FLOAT32, n, "y")
+    cdef const float* xp = <const float*>cnp.PyArray_DATA(x)
+    cdef int64_t per = BLOCK // g if g < BLOCK else 1
+    cdef int64_t nunits = (rows * ng + per - 1) // per
+    cdef int64_t u, b0, nb
+    cdef float f0 = p0, f1 = p1
+    if n == 0:
+        return
+    with nogil:
+        for u in prange(nunits, schedule='static', num_threads=nthreads if nunits > 1 else 1):
+            b0 = u * per
+            nb = rows * ng - b0
+            if nb > per:
+                nb = per
+            block_scaled(recipe, xp, sp, cp, yp, b0, nb, K, g, elem, mode, f0, f1)
 
 
 # ----------------------------------------------------------------- backward

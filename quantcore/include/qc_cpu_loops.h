@@ -354,5 +354,107 @@ static inline void group_blocks(int recipe, const float *x, unsigned char *codes
   }
 }
 
+/* ------------------------------------------------- block-scaled formats */
+
+/* max |x| of n floats with NaN propagation, as the integer max of the
+ * sign-cleared bits (every NaN's bits exceed Inf's): one pmaxud per vector;
+ * a NaN gives one of the NaNs. */
+static inline float block_amax(const float *x, qc_i64 n) {
+  unsigned m = 0u;
+  QC_PRAGMA(omp simd reduction(max : m))
+  for (qc_i64 i = 0; i < n; i++) {
+    const unsigned u = qc_bits(x[i]) & 0x7fffffffu;
+    m = u > m ? u : m;
+  }
+  return qc_from_bits(m);
+}
+
+/* One block's element codes / fake-quant values (each when not NULL). */
+template <class R>
+static inline __attribute__((always_inline)) void block_elements(
+    const R &rec, const float *xb, unsigned char *__restrict__ cb, float *__restrict__ yb,
+    const QcBlockQ &bq, qc_i64 n) {
+  if (cb) {
+    QC_SIMD for (qc_i64 i = 0; i < n; i++) cb[i] = (unsigned char)rec.code(rec.value(xb[i], bq));
+  }
+  if (yb) {
+    QC_SIMD for (qc_i64 i = 0; i < n; i++) yb[i] = rec.fake(rec.value(xb[i], bq), bq);
+  }
+}
+
+/* Block recipe R (qc_mx.h) over the blocks [b0, b0 + nb) of rows of K
+ * elements cut into blocks of g (the last of a row may be shorter), in
+ * row-major block order, a batch of QC_BLK_BATCH blocks at a time: the
+ * blocks' amaxes (block_amax), R::block of each (one vectorised loop across
+ * the batch: the scale codes into scodes), then per element the code
+ * (codes, one byte each) and the fake-quant value (y), each when not NULL. */
+#define QC_BLK_BATCH 64
+template <class R, int E, int M>
+static inline void block_scaled_op(const R &rec_rt, const float *x, unsigned char *scodes,
+                                   unsigned char *codes, float *y, qc_i64 b0, qc_i64 nb,
+                                   qc_i64 K, qc_i64 g) {
+  /* the element format E and mode bits M as constants (R::dispatch; -1: at
+   * run time), so that the element loops vectorise */
+  const R rec = {E < 0 ? rec_rt.elem : E,
+                 M < 0 ? rec_rt.mode : ((rec_rt.mode & ~(int)R::STATIC_BITS) | M), rec_rt.p0,
+                 rec_rt.p1};
+  const qc_i64 ng = (K + g - 1) / g;
+  qc_i64 r = b0 / ng, j = b0 - (b0 / ng) * ng; /* the block's row and index in it */
+  float amax[QC_BLK_BATCH], qmul[QC_BLK_BATCH], deq[QC_BLK_BATCH];
+  unsigned scode[QC_BLK_BATCH];
+  qc_i64 start[QC_BLK_BATCH], len[QC_BLK_BATCH];
+  for (qc_i64 b = b0; b < b0 + nb; b += QC_BLK_BATCH) {
+    const int m = (int)(b0 + nb - b < QC_BLK_BATCH ? b0 + nb - b : QC_BLK_BATCH);
+    for (int t = 0; t < m; t++) {
+      start[t] = r * K + j * g;
+      const qc_i64 n = K - j * g < g ? K - j * g : g;
+      len[t] = n;
+      const float *xb = x + start[t];
+      /* (the block sizes of MX and NVFP4 as constant trip counts) */
+      amax[t] = n == 32 ? block_amax(xb, 32) : (n == 16 ? block_amax(xb, 16)
+                                                         : block_amax(xb, n));
+      if (++j == ng) {
+        j = 0;
+        r++;
+      }
+    }
+    QC_SIMD for (int t = 0; t < m; t++) {
+      QcBlockQ bq;
+      rec.block(amax[t], &bq);
+      qmul[t] = bq.qmul;
+      deq[t] = bq.deq;
+      scode[t] = bq.scode;
+    }
+    if (scodes)
+      for (int t = 0; t < m; t++) scodes[b + t] = (unsigned char)scode[t];
+    for (int t = 0; t < m; t++) {
+      const QcBlockQ bq = {qmul[t], deq[t], scode[t]};
+      const float *xb = x + start[t];
+      unsigned char *cb = codes ? codes + start[t] : 0;
+      float *yb = y ? y + start[t] : 0;
+      if (len[t] == 32) block_elements(rec, xb, cb, yb, bq, 32);
+      else if (len[t] == 16) block_elements(rec, xb, cb, yb, bq, 16);
+      else block_elements(rec, xb, cb, yb, bq, len[t]);
+    }
+  }
+}
+
+/* By recipe id (QC_BLK_*), with the recipe's {elem, mode, p0, p1}. */
+static inline void block_scaled(int recipe, const float *x, unsigned char *scodes,
+                                unsigned char *codes, float *y, qc_i64 b0, qc_i64 nb, qc_i64 K,
+                                qc_i64 g, int elem, int mode, float p0, float p1) {
+  switch (recipe) {
+#define QC_BLK_CASE(name, R)                                                                   \
+  case QC_BLK_##name:                                                                          \
+    R::dispatch(elem, mode, [&](auto e, auto m) {                                              \
+      block_scaled_op<R, decltype(e)::value, decltype(m)::value>(R{elem, mode, p0, p1}, x,     \
+                                                                  scodes, codes, y, b0, nb, K, g); \
+    });                                                                                        \
+    break;
+    QC_BLOCK_RECIPES(QC_BLK_CASE)
+#undef QC_BLK_CASE
+  }
+}
+
 } /* namespace loops */
 } /* namespace QC_LOOPS_NS */

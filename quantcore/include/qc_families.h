@@ -138,6 +138,9 @@ template <int... V, class F> static inline void qc_dispatch_among(int bits, F f)
 #define QC_FP8_CASTS 0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35, 65, 81, 97
 #endif
 
+/* the block-scaled recipes (their CPU dispatch uses QcInt / qc_dispatch_among) */
+#include "qc_mx.h"
+
 /* fp8 (FP8 fake quant / fake cast, qc_fp8_fake): p = {p0: quantize
  * factor, p1: dequantize factor, p2: amax of the mask}; mode = format |
  * QC_F8_* */
@@ -238,9 +241,11 @@ template <typename T> struct QcFp8DecodeOp {
     return qc_f8_dequant((T)qc_mf_decode(code, m & QC_FMT_MASK), p[0], m);
   }
 #ifndef __CUDACC__
-  /* decode; ONNX DequantizeLinear (* s); modelopt (* s) / torchao (/ s) */
+  /* decode; ONNX DequantizeLinear (* s); modelopt (* s) / torchao (/ s);
+   * MX / NVFP4 elements (e2m3, e3m2, e2m1) * their block's scale */
   template <class F> static void dispatch(int mode, F f) {
-    qc_dispatch_among<0, 1, 2, 3, 512, 513, 514, 515, 1024, 1025>(mode & STATIC_BITS, f);
+    qc_dispatch_among<0, 1, 2, 3, 512, 513, 514, 515, 1024, 1025, 516, 517, 518>(
+        mode & STATIC_BITS, f);
   }
 #endif
 };
@@ -283,6 +288,19 @@ template <typename T> struct QcIntDecodeOp {
   X(hqq, QcGroupHqq)                                                           \
   X(awq, QcGroupAwq)                                                           \
   X(gptq, QcGroupGptq)
+
+/* X(name, Recipe) for every block-scaled recipe of qc_mx.h (read by
+ * quantcore_gpu/kernels.py as well). */
+#define QC_BLOCK_RECIPES(X)                                                    \
+  X(mx, QcBlockMx)                                                             \
+  X(nvfp4, QcBlockNvfp4)
+
+#define QC_BLK_ID(name, R) QC_BLK_##name,
+enum { QC_BLOCK_RECIPES(QC_BLK_ID) QC_BLK_COUNT };
+#undef QC_BLK_ID
+#define QC_BLK_NAME(name, R) #name,
+static const char *const qc_block_recipe_names[] = {QC_BLOCK_RECIPES(QC_BLK_NAME)};
+#undef QC_BLK_NAME
 
 /* ids QC_ENC_<name>, QC_DEC_<name>, QC_GRP_<name> and the names */
 #define QC_ENC_ID(name, Op) QC_ENC_##name,

@@ -70,7 +70,11 @@
     (int recipe, const float *x, unsigned char *codes, float *y, unsigned char *mask,          \
      float *scale, float *zp, qc_i64 b0, qc_i64 nb, qc_i64 K, qc_i64 g, float qmin,            \
      float qmax, int mode),                                                                    \
-    (recipe, x, codes, y, mask, scale, zp, b0, nb, K, g, qmin, qmax, mode))
+    (recipe, x, codes, y, mask, scale, zp, b0, nb, K, g, qmin, qmax, mode))                   \
+  X(block_scaled,                                                                              \
+    (int recipe, const float *x, unsigned char *scodes, unsigned char *codes, float *y,        \
+     qc_i64 b0, qc_i64 nb, qc_i64 K, qc_i64 g, int elem, int mode, float p0, float p1),        \
+    (recipe, x, scodes, codes, y, b0, nb, K, g, elem, mode, p0, p1))
 
 #define QC_DECLARE_ENTRY(name, params, args) static void name params;
 #define QC_DECLARE_BUILD(ns)                                                                   \

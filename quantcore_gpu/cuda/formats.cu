@@ -117,3 +117,46 @@ __global__ void qc_group(const float *x, unsigned char *codes, float *y, unsigne
     }
   }
 }
+
+/* Block-scaled quantization by recipe R (qc_mx.h: MX, NVFP4): one warp per
+ * block, as qc_group (grid-stride over rows * ceil(K / g) blocks): the
+ * lanes fold the block's (lo, hi, flags) into its amax (qc_block_amax), R's
+ * block() gives the scale code and factors, then the elements' codes and
+ * fake-quant values.  Outputs as the CPU's block_scaled: scodes per block,
+ * codes and y per element (each may be NULL). */
+template <class R, typename I>
+__global__ void qc_block_scaled(const float *x, unsigned char *scodes, unsigned char *codes,
+                                float *y, I rows, I K, I g, int elem, int mode, float p0,
+                                float p1) {
+  const R rec = {elem, qc_fmt_opaque(mode), p0, p1};
+  const I ng = (K + g - 1) / g;
+  const I nblocks = rows * ng;
+  const unsigned lane = threadIdx.x & 31u;
+  const I warps = (I)gridDim.x * (I)(blockDim.x >> 5);
+  for (I blk = (I)blockIdx.x * (I)(blockDim.x >> 5) + (I)(threadIdx.x >> 5); blk < nblocks;
+       blk += warps) {
+    const I r = blk / ng, j = blk - (blk / ng) * ng;
+    const I start = r * K + j * g;
+    const I n = K - j * g < g ? K - j * g : g;
+    QcMinMax<float> mm;
+    mm.init();
+    for (I i = lane; i < n; i += 32) mm.add(x[start + i]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float olo = __shfl_xor_sync(0xffffffffu, mm.lo, off);
+      const float ohi = __shfl_xor_sync(0xffffffffu, mm.hi, off);
+      const unsigned ofl = __shfl_xor_sync(0xffffffffu, mm.fl, off);
+      mm.fold(olo, ohi, ofl);
+    }
+    float lo = mm.lo, hi = mm.hi;
+    qc_minmax_finish(&lo, &hi, mm.fl);
+    QcBlockQ bq;
+    rec.block(qc_block_amax(lo, hi), &bq);
+    if (lane == 0 && scodes) scodes[blk] = (unsigned char)bq.scode;
+    for (I i = lane; i < n; i += 32) {
+      const float v = rec.value(x[start + i], bq);
+      if (codes) codes[start + i] = (unsigned char)rec.code(v);
+      if (y) y[start + i] = rec.fake(v, bq);
+    }
+  }
+}
