@@ -19,14 +19,20 @@ $(VENV)/.created:
 
 venv: $(VENV)/.created
 
-# Editable install with the test extras; rebuilt when a C/Cython source changes.
+# Editable installs, rebuilt when a C/Cython source changes.  `make demo`
+# installs the core and the `demo` extra only (a light venv); `make test`
+# adds every test extra (torch, TensorFlow, dask, ...) to the same venv.
+$(VENV)/.installed-demo: $(VENV)/.created $(SOURCES)
+	$(PIP) install --no-build-isolation -e ".[demo]"
+	touch $@
+
 $(VENV)/.installed: $(VENV)/.created $(SOURCES)
 	$(PIP) install --no-build-isolation -e ".[test,torch,demo,cli,tensorflow]"
-	touch $@
+	touch $@ $(VENV)/.installed-demo
 
 install: $(VENV)/.installed
 
-demo: install
+demo: $(VENV)/.installed-demo
 	$(PY) -m quantcore demo
 
 # the unit tests, then every benchmark once as a test (no timing), then the

@@ -104,6 +104,28 @@ def targets(rows):
     return checks
 
 
+def compat_table(rows):
+    """Markdown table of bench/test_bench_compat.py: each framework layer's
+    call at 1 Ki elements against the core call it maps to and the
+    framework's own op (issue 16: compat <= 2x core, and <= the framework)."""
+    lines = ["| compat call | compat | core | compat / core | framework | compat / framework |",
+             "|---|---|---|---|---|---|"]
+    for (op, n) in sorted(k for k in rows if k[0].startswith("compat_")):
+        impls = rows[(op, n)]
+        if "compat" not in impls:
+            continue
+        c = impls["compat"][0]
+
+        def cell(key):
+            return f"{impls[key][0] * 1e6:.1f} us" if key in impls else "-"
+
+        def rel(key):
+            return f"{c / impls[key][0]:.2f}" if key in impls else "-"
+        lines.append(f"| {op[len('compat_'):]} | {c * 1e6:.1f} us | {cell('core')} | "
+                     f"{rel('core')} | {cell('framework')} | {rel('framework')} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def targets_table(checks):
     """Markdown table of the checks; a speed-up check carries the largest
     speed-up the memory roofline allows (the other implementation's time /
@@ -150,7 +172,7 @@ def plot(rows, path):
     except ImportError:
         print("matplotlib not installed: no plot", file=sys.stderr)
         return
-    ops = sorted({op for op, _ in rows})
+    ops = sorted({op for op, _ in rows if not op.startswith("compat_")})
     ncol = 3
     nrow = (len(ops) + ncol - 1) // ncol
     fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 3.5 * nrow), squeeze=False)
@@ -192,6 +214,9 @@ def main(argv=None):
               "run on one thread, so it shows run-to-run noise there)")
     text = header + "\n\n" + table(rows) + "\n\nTargets (issue 7):\n\n" + \
         targets_table(targets(rows))
+    compat = compat_table(rows)
+    if compat:
+        text += "\n\nFramework layers at 1 Ki elements (issue 16):\n\n" + compat
     print(text)
     base = args.json.rsplit(".", 1)[0]
     with open(base + ".md", "w") as fh:

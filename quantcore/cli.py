@@ -1,18 +1,28 @@
 """The ``quantcore`` command line: calibrate tensors in files, apply saved
 qparams, run the demo.
 
-    quantcore calibrate weights.safetensors acts.npz -o qparams.json
-    quantcore calibrate w.npy --method entropy --bits 4 --plot hist.png
-    quantcore fake-quant w.npy --qparams qparams.json -o w_fq.npy
+    quantcore calibrate model.safetensors -o qparams.json
+    quantcore calibrate model.safetensors --weights-only --method mse --bits 4 --plot mse.png
+    quantcore fake-quant model.safetensors --qparams qparams.json -o model_fq.safetensors
     quantcore demo
 
-Errors (a bad file, a missing tensor, a bad option, an unwritable output)
-print one line on stderr and exit with status 2; an unexpected internal
-error prints one line and exits with status 1 (``QUANTCORE_DEBUG=1`` shows
-its traceback).  Never a traceback otherwise.
+Exit status: 0 when something was done; 2 for a user error (a bad file or
+option, an unwritable output, nothing left to calibrate), printed as one
+line on stderr; 1 for an unexpected internal error, also one line
+(``QUANTCORE_DEBUG=1`` shows its traceback).  A tensor that cannot be
+calibrated (not floating point, empty, no finite values, ...) is left out
+with a note; the run fails only when no tensor is left.
+
+Commands register themselves: ``_add_<command>(sub)`` adds a sub-parser to
+the ``sub`` of :func:`build_parser` and sets ``run=function``; the function
+takes the parsed arguments, returns the exit status and raises
+:class:`CliError` for user errors.  A new command is one such function and
+one line in :func:`build_parser`.
 """
 import argparse
+import fnmatch
 import json
+import math
 import os
 import sys
 import warnings
@@ -20,6 +30,11 @@ import warnings
 import numpy as np
 
 from . import qparams as Q
+from .cli_files import (CliError, check_writable, list_tensors, one_line,
+                        safetensors_metadata, save_tensors, write_or_fail)
+
+__all__ = ["main", "build_parser", "CliError", "METHODS", "method_range", "error_stats",
+           "sqnr_db"]
 
 METHODS = ("minmax", "moving_average", "percentile", "entropy", "mse")
 HIST_METHODS = ("percentile", "entropy", "mse")
@@ -27,100 +42,46 @@ ROUNDING = ("half_even", "half_up", "half_away")
 
 #: moving_average splits a tensor into at most this many batches
 MAX_BATCHES = 16
-#: the progress bar appears when a run lasts longer than this (seconds)
+#: the progress bar (on a terminal) appears when a run lasts longer than this (seconds)
 PROGRESS_DELAY = 1.0
-#: --plot draws at most this many tensors
-MAX_PLOTS = 16
+#: defaults of the histogram methods
+DEFAULT_BINS = 2048
+DEFAULT_PERCENTILE = 99.99
+#: entropy warns below this many values per histogram bin
+MIN_VALUES_PER_BIN = 16
 
 
-class CliError(Exception):
-    """A user error: reported as one line, exit status 2."""
+class Skip(Exception):
+    """A tensor this run cannot calibrate: left out with a note.  Tensors
+    with the same ``reason`` share one note, each with its ``detail``."""
+
+    def __init__(self, reason, detail=""):
+        super().__init__(f"{reason} ({detail})" if detail else reason)
+        self.reason, self.detail = reason, detail
 
 
-def _one_line(text):
-    return " ".join(str(text).split())
+# ---------------------------------------------------------------- schemes
+class Scheme:
+    """The integer grid of a run: bits, range, symmetric or affine, rounding."""
+
+    def __init__(self, bits, signed, symmetric, rounding="half_even"):
+        self.bits, self.signed, self.symmetric, self.rounding = bits, signed, symmetric, rounding
+        self.qmin, self.qmax = quant_range(bits, signed)
+
+    def qparams(self, lo, hi):
+        fn = Q.symmetric_qparams if self.symmetric else Q.affine_qparams
+        return fn(lo, hi, self.qmin, self.qmax)
+
+    def describe(self):
+        return (f"{self.bits} bits [{self.qmin}, {self.qmax}], "
+                f"{'symmetric' if self.symmetric else 'affine'}, rounding {self.rounding}")
 
 
-# -------------------------------------------------------------------- files
-def load_tensors(path, floats_only=True):
-    """{name: array} from a .npy, .npz or .safetensors file.  With
-    ``floats_only`` integer and bool tensors are left out (they are not
-    quantized); a file without any floating-point tensor is an error."""
-    if not os.path.exists(path):
-        raise CliError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise CliError(f"{path}: is a directory, expected a .npy, .npz or .safetensors file")
-    base = os.path.splitext(os.path.basename(path))[0]
-    try:
-        if path.endswith(".npy"):
-            tensors = {base: np.load(path, allow_pickle=False)}
-        elif path.endswith(".npz"):
-            with np.load(path, allow_pickle=False) as npz:
-                if not hasattr(npz, "files"):
-                    raise CliError(f"{path}: not an .npz archive")
-                tensors = {k: npz[k] for k in npz.files}
-        elif path.endswith(".safetensors"):
-            try:
-                from safetensors.numpy import load_file
-            except ImportError:
-                raise CliError("reading .safetensors needs the safetensors package "
-                               "(pip install 'quantcore[cli]')") from None
-            tensors = load_file(path)
-        else:
-            raise CliError(f"{path}: unknown file type (expected .npy, .npz or .safetensors)")
-    except CliError:
-        raise
-    except Exception as exc:  # any reader error becomes one clear line
-        raise CliError(f"{path}: cannot read: {_one_line(exc)}") from exc
-    floats = {name: arr for name, arr in tensors.items() if arr.dtype.kind == "f"}
-    if not floats:
-        kinds = sorted({str(arr.dtype) for arr in tensors.values()})
-        raise CliError(f"{path}: no floating-point tensors (found {', '.join(kinds) or 'none'})")
-    return floats if floats_only else tensors
-
-
-def save_tensors(tensors, path):
-    if path.endswith(".npy"):
-        if len(tensors) != 1:
-            raise CliError(f"{path}: .npy holds one tensor, got {len(tensors)}; use .npz")
-        writer = lambda: np.save(path, next(iter(tensors.values())))  # noqa: E731
-    elif path.endswith(".npz"):
-        writer = lambda: np.savez(path, **tensors)  # noqa: E731
-    elif path.endswith(".safetensors"):
-        try:
-            from safetensors.numpy import save_file
-        except ImportError:
-            raise CliError("writing .safetensors needs the safetensors package") from None
-        writer = lambda: save_file({k: np.ascontiguousarray(v)  # noqa: E731
-                                    for k, v in tensors.items()}, path)
-    else:
-        raise CliError(f"{path}: unknown output type (expected .npy, .npz or .safetensors)")
-    _write(path, writer)
-
-
-def _write(path, writer):
-    try:
-        writer()
-    except OSError as exc:
-        raise CliError(f"{path}: cannot write: {exc.strerror or _one_line(exc)}") from None
-
-
-def _check_writable(path, option):
-    """Fail before a long run when an output cannot be created."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CliError(f"{option} {path}: folder {folder} does not exist")
-    if os.path.isdir(path):
-        raise CliError(f"{option} {path}: is a directory")
-    if not os.access(folder, os.W_OK):
-        raise CliError(f"{option} {path}: folder {folder} is not writable")
-
-
-# ------------------------------------------------------------- calibration
 def quant_range(bits, signed):
     return (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2 ** bits - 1)
 
 
+# ------------------------------------------------------------- statistics
 def _n_batches(shape, axis):
     """How many batches ``_batches`` makes of an array of this shape."""
     shape = shape or (1,)
@@ -136,20 +97,84 @@ def _batches(x, axis):
     return np.array_split(x, _n_batches(x.shape, axis), axis=batch_axis)
 
 
-def method_range(x, method, bits, unsigned_hist, axis=None, averaging_constant=0.01,
-                 on_batch=None):
-    """(min, max) statistics of ``x`` for one calibration method.
+class Histograms:
+    """The histograms of one tensor, each collected once and shared by every
+    method that reads it: NVIDIA's ``|x|`` histogram (percentile, entropy,
+    mse) and a signed one over ``[-max|x|, max|x|]`` (affine percentile)."""
 
-    NaN values are ignored: minmax omits them, moving_average skips the
-    batches that hold one (the observer's ``nan_policy="skip"``), the
-    histogram methods (percentile, entropy, mse: NVIDIA's histogram
-    calibrator, per tensor) see only the finite values.  ``on_batch`` is
-    called after each batch (the progress bar).
+    def __init__(self, x, bins):
+        self.finite = x[np.isfinite(x)].reshape(-1)
+        self.bins = bins
+        self._abs = {}
+        self._signed = None
+
+    def calibrator(self, bits, unsigned):
+        """A HistogramCalibrator of ``|x|`` for these bits and sign."""
+        from .calib import HistogramCalibrator
+        key = (bits, unsigned)
+        if key not in self._abs:
+            cal = HistogramCalibrator(bits, None, unsigned, num_bins=self.bins)
+            if self._abs:  # the same histogram: copy the collected state
+                cal.load_state_dict(next(iter(self._abs.values())).state_dict())
+            else:
+                cal.collect(self.finite)
+            self._abs[key] = cal
+        return self._abs[key]
+
+    def signed(self):
+        """(counts, float32 edges) over [-t, t], t = max|x|, as onnxruntime's
+        HistogramCollector bins a tensor in one collect call."""
+        if self._signed is None:
+            t = np.float32(np.max(np.abs(self.finite)))   # float32: float32 edges, as ORT
+            self._signed = np.histogram(self.finite, self.bins, range=(-t, t))
+        return self._signed
+
+
+def two_sided_percentile(hist, edges, lo, hi, percentile):
+    """onnxruntime's percentile range of a signed histogram (symmetric=False)::
+
+        cdf = cumsum(hist / sum(hist));  c = (100 - percentile) / 200
+        range = (edges[searchsorted(cdf, c)], edges[searchsorted(cdf, 1 - c)])
+
+    each end clipped to the observed ``[lo, hi]``: ``(100 - percentile) / 2``
+    percent of the values are cut from each tail.
+    """
+    cdf = np.cumsum(hist / hist.sum())
+    cut = (100.0 - percentile) / 200.0
+    left = edges[min(int(np.searchsorted(cdf, cut)), len(edges) - 1)]
+    right = edges[min(int(np.searchsorted(cdf, 1.0 - cut)), len(edges) - 1)]
+    return np.float32(max(left, lo)), np.float32(min(right, hi))
+
+
+def method_range(x, method, scheme, *, axis=None, percentile=DEFAULT_PERCENTILE,
+                 bins=DEFAULT_BINS, averaging_constant=0.01, histograms=None, on_batch=None):
+    """(lo, hi) float32 arrays: the range one calibration method gives ``x``.
+
+    Parameters
+    ----------
+    x : float32 ndarray with at least one finite value (NaN values are
+        ignored, +-inf only by the histogram methods).
+    method : one of :data:`METHODS`
+        minmax: ``quantcore.minmax`` (NaN omitted).  moving_average:
+        ``MovingAverageMinMaxObserver(averaging_constant)`` over up to
+        MAX_BATCHES slices (batches holding NaN skipped).  percentile,
+        entropy, mse: per tensor, on the finite values.  Symmetric:
+        ``(-amax, amax)`` with NVIDIA's ``HistogramCalibrator`` amax of
+        ``|x|`` (``bins`` bins; ``percentile``: the left edge of the bin
+        where the cdf reaches it).  Affine: percentile cuts
+        ``(100 - percentile) / 2`` percent from each tail of the signed
+        histogram (:func:`two_sided_percentile`); entropy and mse search one
+        amax, so they calibrate ``[0, amax]`` (NVIDIA's unsigned search) for
+        a tensor without negative values and raise :class:`Skip` otherwise.
+    scheme : :class:`Scheme` (bits and symmetric are read).
+    axis : channel axis (minmax, moving_average) or None.
+    histograms : :class:`Histograms` of ``x`` to share between calls.
+    on_batch : called after each moving_average batch (the progress bar).
     """
     import quantcore as qc
     if method == "minmax":
-        lo, hi = qc.minmax(x, axis=axis, nan_policy="omit")
-    elif method == "moving_average":
+        return qc.minmax(x, axis=axis, nan_policy="omit")
+    if method == "moving_average":
         obs = qc.MovingAverageMinMaxObserver(averaging_constant, axis=axis)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # skipped NaN batches: counted
@@ -158,26 +183,28 @@ def method_range(x, method, bits, unsigned_hist, axis=None, averaging_constant=0
                 if on_batch:
                     on_batch()
         if not obs.num_batches:
-            raise CliError(f"every moving_average batch holds a NaN ({obs.nonfinite_batches} "
-                           "batches skipped)")
-        lo, hi = obs.min_val, obs.max_val
-    else:
-        from .calib import HistogramCalibrator
-        data = x[np.isfinite(x)]
-        cal = HistogramCalibrator(bits, None, unsigned_hist)
-        cal.collect(data)
-        kwargs = {"percentile": 99.99} if method == "percentile" else {}
-        amax = np.float32(cal.compute_amax(method, **kwargs))
-        lo = -amax if (data < 0).any() else np.float32(0)
-        lo, hi = np.asarray(lo, np.float32), np.asarray(amax, np.float32)
-    if on_batch and method != "moving_average":
-        on_batch()
-    return lo, hi
-
-
-def choose_qparams(lo, hi, qmin, qmax, symmetric):
-    fn = Q.symmetric_qparams if symmetric else Q.affine_qparams
-    return fn(lo, hi, qmin, qmax)
+            raise Skip(f"every moving_average batch holds a NaN ({obs.nonfinite_batches} "
+                       "batches skipped)")
+        return obs.min_val, obs.max_val
+    if method not in HIST_METHODS:
+        raise ValueError(f"unknown method {method!r}")
+    if axis is not None:
+        raise Skip(f"{method} is per tensor only")
+    hists = histograms or Histograms(x, bins)
+    data = hists.finite
+    lo, hi = np.float32(data.min()), np.float32(data.max())
+    if method == "percentile" and not scheme.symmetric:
+        return two_sided_percentile(*hists.signed(), lo, hi, percentile)
+    one_sided = not scheme.symmetric     # entropy / mse on [0, amax]
+    if one_sided and lo < 0:
+        raise Skip(f"negative values: {method} searches one amax on |x|, so with --affine it "
+                   "calibrates [0, amax] (tensors without negative values); use --symmetric "
+                   "(the default) or --method minmax / percentile for these",
+                   f"min {float(lo):.4g}")
+    cal = hists.calibrator(scheme.bits, one_sided)
+    kwargs = {"percentile": percentile} if method == "percentile" else {}
+    amax = np.float32(cal.compute_amax(method, **kwargs))
+    return (np.float32(0) if one_sided else -amax), amax
 
 
 def clipping_range(scale, zero_point, qmin, qmax):
@@ -187,124 +214,276 @@ def clipping_range(scale, zero_point, qmin, qmax):
     return (qmin - z) * s, (qmax - z) * s
 
 
+def error_stats(x, y, chunk=1 << 20):
+    """(SQNR in dB, max |x - y|) over the finite values of ``x``, in float64:
+    ``10 log10(sum x^2 / sum (x - y)^2)``; computed in chunks, so a large
+    tensor needs no float64 copy of itself."""
+    xs, ys = np.reshape(x, -1), np.reshape(y, -1)
+    signal = noise = worst = 0.0
+    for k in range(0, xs.size, chunk):
+        x64, y64 = xs[k:k + chunk].astype(np.float64), ys[k:k + chunk].astype(np.float64)
+        ok = np.isfinite(x64)
+        if not ok.all():
+            x64, y64 = x64[ok], y64[ok]
+        d = x64 - y64
+        signal += float(np.sum(x64 ** 2))
+        noise += float(np.sum(d ** 2))
+        worst = max(worst, float(np.max(np.abs(d)))) if d.size else worst
+    if noise == 0:
+        return float("inf"), worst
+    return (10 * math.log10(signal / noise) if signal else float("-inf")), worst
+
+
 def sqnr_db(x, y):
-    """10 log10(sum x^2 / sum (x - y)^2) in float64, finite values only."""
-    ok = np.isfinite(x)
-    x64, y64 = x[ok].astype(np.float64), y[ok].astype(np.float64)
-    noise = float(np.sum((x64 - y64) ** 2))
-    return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(x64 ** 2)) / noise)
+    """The SQNR of :func:`error_stats`."""
+    return error_stats(x, y)[0]
 
 
-def _check_finite(key, x, method):
-    """Clear errors for tensors whose statistics cannot be finite."""
+def quantize_with(arr, lo, hi, scheme, axis):
+    """(scale, zero_point, fake-quantized arr) for the range (lo, hi); the
+    fake quantization runs on the stored dtype, as ``fake-quant`` applies it."""
+    import quantcore as qc
+    scale, zp = scheme.qparams(lo, hi)
+    per_tensor = axis is None
+    y = qc.fake_quant(arr, scale[0] if per_tensor else scale, zp[0] if per_tensor else zp,
+                      scheme.qmin, scheme.qmax, axis=axis, rounding=scheme.rounding)
+    return scale, zp, y
+
+
+# ---------------------------------------------------------------- calibrate
+class _Work:
+    """One selected tensor of one file."""
+
+    def __init__(self, key, entry):
+        self.key, self.entry = key, entry
+
+
+def _gather(files):
+    """[_Work] of every tensor of the files (keys are FILE:name with several
+    files)."""
+    work, seen = [], {}
+    for path in files:
+        for entry in list_tensors(path):
+            key = entry.name if len(files) == 1 else f"{os.path.basename(path)}:{entry.name}"
+            if key in seen:
+                raise CliError(f"tensor {key!r} is in both {seen[key]} and {path}; rename a file")
+            seen[key] = path
+            work.append(_Work(key, entry))
+    return work
+
+
+def _select(work, patterns, weights_only, per_channel, per_channel_1d, notes):
+    """The tensors this run calibrates; the others go to ``notes``."""
+    if patterns:
+        def matches(w, pattern):   # the name, or FILE:name with several files
+            return fnmatch.fnmatchcase(w.key, pattern) or fnmatch.fnmatchcase(w.entry.name,
+                                                                             pattern)
+        unmatched = [p for p in patterns if not any(matches(w, p) for w in work)]
+        if unmatched:
+            known = ", ".join(w.key for w in work[:8])
+            raise CliError(f"--tensors: nothing matches {', '.join(unmatched)} (the files hold "
+                           f"{known}{', ...' if len(work) > 8 else ''})")
+        work = [w for w in work if any(matches(w, p) for p in patterns)]
+    left = {"not floating point": [], "1-D or scalar (--weights-only)": [],
+            "1-D or scalar (--per-channel)": []}  # reason: keys
+    chosen = []
+    for w in work:
+        e = w.entry
+        if not e.is_float and not e.problem:
+            left["not floating point"].append(f"{w.key} ({e.dtype})")
+        elif weights_only and e.ndim < 2:
+            left["1-D or scalar (--weights-only)"].append(w.key)
+        elif per_channel and e.ndim < 2 and not per_channel_1d:
+            left["1-D or scalar (--per-channel)"].append(w.key)
+        else:
+            chosen.append(w)
+    why = {"not floating point": "",
+           "1-D or scalar (--weights-only)": " (biases, norm weights, scalars)",
+           "1-D or scalar (--per-channel)": " (biases, norm weights: per channel they would get "
+                                            "one scale per value; --per-channel-1d includes them)"}
+    for reason, keys in left.items():
+        if keys:
+            notes.append(f"left out {len(keys)} tensor(s), {reason}{why[reason]}: "
+                         f"{_short_list(keys)}")
+    return chosen
+
+
+def _short_list(items, n=6):
+    items = list(items)
+    more = f", ... (+{len(items) - n} more)" if len(items) > n else ""
+    return ", ".join(items[:n]) + more
+
+
+def _check_values(x, method):
+    """Skip when no range can be computed; the number of NaN values."""
     finite = np.isfinite(x)
     if not finite.any():
-        raise CliError(f"{key}: no finite values to calibrate")
+        raise Skip("no finite values")
     if method in ("minmax", "moving_average") and np.isinf(x).any():
-        raise CliError(f"{key}: holds +-inf, so its {method} range is infinite; use "
-                       "--method percentile, entropy or mse (they use the finite values only)")
+        raise Skip(f"+-inf values, so the {method} range is infinite (--method percentile, "
+                   "entropy or mse use the finite values only)")
     return int(np.isnan(x).sum())
 
 
-def _resolve_axis(key, x, args):
+def _axis_of(x, args):
     if not args.per_channel:
         return None
     if x.ndim == 0:
-        raise CliError(f"{key}: a scalar cannot be quantized per channel")
+        raise Skip("a scalar cannot be quantized per channel")
     if not -x.ndim <= args.axis < x.ndim:
-        raise CliError(f"{key}: --axis {args.axis} is out of range for shape {x.shape}")
+        raise Skip(f"--axis {args.axis} is out of range", f"shape {x.shape}")
     return args.axis % x.ndim
 
 
+def _method_options(args):
+    return dict(percentile=args.percentile, bins=args.bins,
+                averaging_constant=args.averaging_constant)
+
+
+def _calibrate_one(w, args, scheme, bar):
+    """(row, qparams entry, plot data or None, notes, sparse-entropy loss or
+    None) of one tensor; Skip when it cannot be calibrated."""
+    arr = w.entry.load()
+    if arr.size == 0:
+        raise Skip("empty", f"shape {arr.shape}")
+    nans = _check_values(arr, args.method)
+    x = np.asarray(arr, dtype=np.float32)
+    axis = _axis_of(x, args)
+    hists = Histograms(x, args.bins) if (args.method in HIST_METHODS or args.plot) else None
+    lo, hi = method_range(x, args.method, scheme, axis=axis, histograms=hists,
+                          on_batch=lambda: bar.update(1), **_method_options(args))
+    if args.method != "moving_average":
+        bar.update(1)
+    scale, zp, y = quantize_with(arr, lo, hi, scheme, axis)
+    bar.update(1)
+    sqnr, err = error_stats(arr, y)
+    notes = []
+    if nans:
+        notes.append(f"{w.key}: {nans} NaN value(s) ignored")
+    if w.entry.widened:
+        notes.append(f"{w.key}: {w.entry.dtype} read as float32 (exact)")
+    sparse = None
+    if args.method == "entropy" and hists.finite.size < MIN_VALUES_PER_BIN * args.bins:
+        data = hists.finite
+        _, _, y_mm = quantize_with(arr, data.min(), data.max(), scheme, None)
+        sqnr_mm = sqnr_db(arr, y_mm)
+        if sqnr < sqnr_mm - 1:   # it did clip too much
+            sparse = f"{w.key} ({data.size} values: {sqnr:.1f} dB, minmax {sqnr_mm:.1f})"
+    entry = {"scale": scale.tolist(), "zero_point": zp.tolist(), "quant_min": scheme.qmin,
+             "quant_max": scheme.qmax, "axis": axis, "rounding": scheme.rounding,
+             "method": args.method, "symmetric": scheme.symmetric, "shape": list(arr.shape)}
+    if hists is not None:
+        lo_x, hi_x = hists.finite.min(), hists.finite.max()
+    else:   # (+-inf was refused above for minmax / moving_average)
+        lo_x, hi_x = method_range(x, "minmax", scheme)
+    row = (w.key, arr.shape, float(lo_x), float(hi_x), scale, zp, sqnr, err)
+    plot = _plot_data(w.key, arr, x, hists, scheme, args, (lo, hi, sqnr)) if args.plot else None
+    return row, entry, plot, notes, sparse
+
+
+def _plot_data(key, arr, x, hists, scheme, args, chosen):
+    """What the plot shows of one tensor: a histogram of its finite values
+    and, for every method, its per-tensor clipping range and SQNR (or why
+    it has none), plus the run's own result."""
+    from .cli_plot import TensorPlot
+    methods = {}
+    for method in METHODS:
+        try:
+            if method in ("minmax", "moving_average") and np.isinf(x).any():
+                raise Skip("+-inf values")
+            lo, hi = method_range(x, method, scheme, histograms=hists, **_method_options(args))
+        except (Skip, ValueError) as exc:
+            methods[method] = str(exc)
+            continue
+        scale, zp, y = quantize_with(arr, lo, hi, scheme, None)
+        c_lo, c_hi = clipping_range(scale, zp, scheme.qmin, scheme.qmax)
+        methods[method] = (float(c_lo[0]), float(c_hi[0]), sqnr_db(arr, y))
+    lo, hi, sqnr = chosen
+    s, z = scheme.qparams(lo, hi)
+    c_lo, c_hi = clipping_range(s, z, scheme.qmin, scheme.qmax)
+    if args.per_channel:  # the run's own result is a column of its own
+        methods[_run_label(args)] = (float(c_lo.min()), float(c_hi.max()), sqnr)
+    counts, edges = np.histogram(hists.finite, bins=120)
+    return TensorPlot(key, tuple(arr.shape), counts, edges, methods,
+                      (float(c_lo.min()), float(c_hi.max()), sqnr, args.per_channel))
+
+
+def _run_label(args):
+    return f"{args.method} per channel" if args.per_channel else args.method
+
+
 def calibrate(args):
-    import quantcore as qc
-    qmin, qmax = quant_range(args.bits, args.signed)
+    scheme = Scheme(args.bits, args.signed, args.symmetric, args.rounding)
     if args.per_channel and args.method in HIST_METHODS:
         raise CliError(f"--method {args.method} is per tensor only; use minmax or "
                        "moving_average with --per-channel")
     for path, option in ((args.output, "-o"), (args.plot, "--plot")):
         if path:
-            _check_writable(path, option)
-    files = list(args.files)
-    work, seen = [], {}
-    for path in files:
-        for name, arr in load_tensors(path).items():
-            key = name if len(files) == 1 else f"{os.path.basename(path)}:{name}"
-            if key in seen:
-                raise CliError(f"tensor {key!r} is in both {seen[key]} and {path}; rename a file")
-            seen[key] = path
-            work.append((key, name, arr))
-    if args.tensors:
-        wanted = set(args.tensors)
-        missing = wanted - {name for _, name, _ in work} - {key for key, _, _ in work}
-        if missing:
-            known = ", ".join(key for key, _, _ in work[:10])
-            raise CliError(f"tensor(s) not found: {', '.join(sorted(missing))} (the files hold "
-                           f"{known}{', ...' if len(work) > 10 else ''})")
-        work = [w for w in work if w[0] in wanted or w[1] in wanted]
-
-    results, rows, plots = {}, [], []
-    steps = [(_n_batches(arr.shape, args.axis % arr.ndim if args.per_channel and arr.ndim
-                         else None) if args.method == "moving_average" else 1) + 1
-             for _, _, arr in work]
-    with _progress(sum(steps), args) as bar:
-        for key, _, arr in work:
-            bar.set_postfix_str(key[-30:], refresh=False)
-            if arr.size == 0:
-                raise CliError(f"{key}: empty tensor (shape {arr.shape})")
-            nans = _check_finite(key, arr, args.method)
-            x = np.asarray(arr, dtype=np.float32)
-            axis = _resolve_axis(key, x, args)
+            check_writable(path, option)
+    if args.plot:
+        from .cli_plot import check_matplotlib
+        check_matplotlib()
+    notes = []
+    if args.method == "moving_average":
+        notes.append("warning: moving_average averages the ranges of successive batches of "
+                     "activations; on a static weight tensor it only averages the ranges of "
+                     f"{MAX_BATCHES} slices of it, which under-estimates its range: use minmax "
+                     "for weights")
+    work = _select(_gather(args.files), args.tensors, args.weights_only, args.per_channel,
+                   args.per_channel_1d, notes)
+    results, rows, plots, skipped, sparse = {}, [], [], {}, []
+    steps = sum((_n_batches(w.entry.shape, args.axis % w.entry.ndim if args.per_channel
+                            and w.entry.ndim and -w.entry.ndim <= args.axis < w.entry.ndim
+                            else None) if args.method == "moving_average" else 1) + 1
+                for w in work)
+    with _progress(steps, args) as bar:
+        for w in work:
+            bar.set_postfix_str(w.key[-30:], refresh=False)
             try:
-                lo, hi = method_range(x, args.method, args.bits, not args.signed, axis,
-                                      args.averaging_constant, on_batch=lambda: bar.update(1))
-            except CliError as exc:
-                raise CliError(f"{key}: {exc}") from None
-            scale, zp = choose_qparams(lo, hi, qmin, qmax, args.symmetric)
-            per_tensor = axis is None
-            # the error is measured as `fake-quant` will apply it: on the stored dtype
-            y = qc.fake_quant(arr, scale[0] if per_tensor else scale,
-                              zp[0] if per_tensor else zp, qmin, qmax, axis=axis,
-                              rounding=args.rounding)
-            bar.update(1)
-            finite = np.isfinite(arr)
-            err = float(np.max(np.abs(arr[finite].astype(np.float64) - y[finite])))
-            results[key] = {"scale": scale.tolist(), "zero_point": zp.tolist(),
-                            "quant_min": qmin, "quant_max": qmax, "axis": axis,
-                            "rounding": args.rounding, "method": args.method,
-                            "symmetric": args.symmetric, "shape": list(arr.shape)}
-            rows.append((key, arr.shape, float(x[np.isfinite(x)].min()),
-                         float(x[np.isfinite(x)].max()), scale, zp, sqnr_db(arr, y), err, nans))
-            if args.plot and len(plots) < MAX_PLOTS:
-                plots.append((key, x, _clipping_ranges(key, x, qmin, qmax, args)))
-    _print_table(rows, qmin, qmax, args)
+                row, entry, plot, tensor_notes, loss = _calibrate_one(w, args, scheme, bar)
+            except Skip as exc:
+                skipped.setdefault(exc.reason, []).append(
+                    f"{w.key} ({exc.detail})" if exc.detail else w.key)
+                continue
+            except (CliError, ValueError) as exc:   # unreadable values, a failed check
+                skipped.setdefault(one_line(exc), []).append(w.key)
+                continue
+            if loss:
+                sparse.append(loss)
+            rows.append(row)
+            results[w.key] = entry
+            notes.extend(tensor_notes)
+            if plot is not None:
+                plots.append(plot)
+    if sparse:
+        notes.append(
+            f"warning: entropy lost more than 1 dB to minmax on {len(sparse)} tensor(s) with "
+            f"fewer than {MIN_VALUES_PER_BIN} values per histogram bin: "
+            + _short_list(sparse, 4) + f". TensorRT's KL search needs a dense histogram (many "
+            "activation samples); on small tensors it can clip most values: prefer mse or "
+            "minmax there, or fewer --bins")
+    for reason, keys in skipped.items():
+        notes.append(f"left out {len(keys)} tensor(s), {reason}: {_short_list(keys)}")
+    if not rows:   # the notes on what was left out become the error
+        left = [n for n in notes if n.startswith("left out")]
+        _print_notes([n for n in notes if n not in left])
+        raise CliError(f"nothing calibrated: {'; '.join(left) or 'no tensor selected'}")
+    _print_table(rows, scheme, args)
+    _print_notes(notes)
     if args.output:
         def dump():
             with open(args.output, "w") as fh:
                 json.dump(results, fh, indent=1)
-        _write(args.output, dump)
+        write_or_fail(args.output, dump)
         print(f"qparams written to {args.output}")
     if args.plot:
-        _plot(plots, args.plot, len(work), args)
+        from .cli_plot import plot_calibration
+        granularity = (f"; methods per tensor, this run per channel (axis {args.axis})"
+                       if args.per_channel else ", per tensor")
+        written = plot_calibration(plots, args.plot, _run_label(args),
+                                   scheme.describe() + granularity)
+        print(f"plot written to {', '.join(written)}")
     return 0
-
-
-def _clipping_ranges(key, x, qmin, qmax, args):
-    """{method: (lo, hi)} per-tensor clipping range of every method that can
-    calibrate ``x`` (with this run's bits, sign and scheme)."""
-    ranges = {}
-    for method in METHODS:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                lo, hi = method_range(x, method, args.bits, not args.signed,
-                                      averaging_constant=args.averaging_constant)
-        except (CliError, ValueError):
-            continue  # e.g. +-inf for minmax: that method has no finite range
-        scale, zp = choose_qparams(lo, hi, qmin, qmax, args.symmetric)
-        c_lo, c_hi = clipping_range(scale, zp, qmin, qmax)
-        ranges[method] = (float(c_lo[0]), float(c_hi[0]))
-    return ranges
 
 
 class _NoBar:
@@ -322,17 +501,30 @@ class _NoBar:
 
 
 def _progress(total, args):
-    """A tqdm bar over the run's batches (each tensor's statistic batches
-    plus its fake-quant pass), on stderr.  It appears only once the run has
-    lasted PROGRESS_DELAY seconds (``--progress``: at once; ``-q``: never)."""
-    if args.quiet:
+    """A tqdm bar over the run's steps (each tensor's statistic batches plus
+    its fake-quant pass) on stderr, only when stderr is a terminal (or with
+    ``--progress``) and only once the run has lasted PROGRESS_DELAY seconds
+    (``--progress``: at once; ``-q``: never)."""
+    if args.quiet or not (args.progress or _is_terminal(sys.stderr)):
         return _NoBar()
     try:
         from tqdm import tqdm
     except ImportError:
         return _NoBar()
-    return tqdm(total=total, desc="calibrating", unit="batch", file=sys.stderr,
+    return tqdm(total=total, desc="calibrating", unit="step", file=sys.stderr,
                 delay=0 if args.progress else PROGRESS_DELAY, leave=bool(args.progress))
+
+
+def _is_terminal(stream):
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _print_notes(notes):
+    for note in notes:
+        print(note if note.startswith("warning:") else f"note: {note}")
 
 
 def _fmt(values, spec):
@@ -342,53 +534,18 @@ def _fmt(values, spec):
     return f"{format(values.min().item(), spec)}..{format(values.max().item(), spec)}"
 
 
-def _print_table(rows, qmin, qmax, args):
-    print(f"method {args.method}, {args.bits} bits [{qmin}, {qmax}], "
-          f"{'symmetric' if args.symmetric else 'affine'}, "
-          f"{'per channel axis ' + str(args.axis) if args.per_channel else 'per tensor'}, "
-          f"rounding {args.rounding}")
-    header = (f"{'tensor':<28}{'shape':<18}{'range':<24}{'scale':<26}{'zero point':<12}"
+def _print_table(rows, scheme, args):
+    granularity = (f"per channel (axis {args.axis})" if args.per_channel else "per tensor")
+    print(f"method {args.method}, {scheme.describe()}, {granularity}")
+    width = min(max(len("tensor"), *(len(r[0]) for r in rows)), 48) + 2
+    header = (f"{'tensor':<{width}}{'shape':<18}{'range':<24}{'scale':<26}{'zero point':<12}"
               f"{'SQNR dB':>9}{'max |err|':>12}")
     print(header)
     print("-" * len(header))
-    notes = []
-    for key, shape, lo, hi, scale, zp, sqnr, err, nans in rows:
-        print(f"{key[:27]:<28}{str(tuple(shape))[:17]:<18}{f'[{lo:.4g}, {hi:.4g}]':<24}"
+    for key, shape, lo, hi, scale, zp, sqnr, err in rows:
+        name = key if len(key) <= width - 2 else ".." + key[-(width - 4):]
+        print(f"{name:<{width}}{str(tuple(shape))[:17]:<18}{f'[{lo:.4g}, {hi:.4g}]':<24}"
               f"{_fmt(scale, '.6g'):<26}{_fmt(zp, 'd'):<12}{sqnr:>9.2f}{err:>12.4g}")
-        if nans:
-            notes.append(f"{key}: {nans} NaN value(s) ignored")
-    for note in notes:
-        print(f"note: {note}")
-
-
-def _plot(plots, path, n_tensors, args):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise CliError("--plot needs matplotlib (pip install matplotlib)") from None
-    n = len(plots)
-    fig, axes = plt.subplots(n, 1, figsize=(8, 2.8 * n), squeeze=False)
-    colors = dict(zip(METHODS, ["C1", "C2", "C3", "C4", "C5"]))
-    styles = dict(zip(METHODS, ["-", "--", "-.", ":", (0, (5, 1))]))
-    for ax, (key, x, ranges) in zip(axes[:, 0], plots):
-        finite = x[np.isfinite(x)].ravel()
-        ax.hist(finite, bins=200, color="0.6", log=True)
-        for method, (lo, hi) in ranges.items():
-            for k, v in enumerate((lo, hi)):
-                ax.axvline(v, color=colors[method], ls=styles[method], lw=1.2,
-                           label=f"{method} [{lo:.3g}, {hi:.3g}]" if k else None)
-        ax.set_title(f"{key}: values and each method's clipping range "
-                     f"({args.bits}-bit {'symmetric' if args.symmetric else 'affine'})",
-                     fontsize=9)
-        ax.legend(fontsize=7, ncol=3)
-    if n < n_tensors:
-        fig.suptitle(f"first {n} of {n_tensors} tensors", fontsize=9)
-    fig.tight_layout()
-    _write(path, lambda: fig.savefig(path, dpi=90))
-    plt.close(fig)
-    print(f"plot written to {path}")
 
 
 # --------------------------------------------------------------- fake quant
@@ -435,42 +592,50 @@ def fake_quant_files(args):
         with open(args.qparams, encoding="utf-8") as fh:
             saved = json.load(fh)
     except (OSError, ValueError, RecursionError) as exc:
-        raise CliError(f"{args.qparams}: cannot read qparams: {_one_line(exc)}") from None
+        raise CliError(f"{args.qparams}: cannot read qparams: {one_line(exc)}") from None
     if not isinstance(saved, dict):
         raise CliError(f"{args.qparams}: expected an object of tensor name -> qparams (as "
                        f"written by 'quantcore calibrate -o'), got {type(saved).__name__}")
-    _check_writable(args.output, "-o")
+    check_writable(args.output, "-o")
     if not args.output.endswith((".npy", ".npz", ".safetensors")):
         raise CliError(f"{args.output}: unknown output type (expected .npy, .npz or "
                        ".safetensors)")
-    tensors = load_tensors(args.file, floats_only=False)
-    out, applied = {}, 0
-    for name, arr in tensors.items():
-        key = f"{os.path.basename(args.file)}:{name}"
-        entry = saved[name] if name in saved else saved.get(key)
-        if arr.dtype.kind != "f":  # integer / bool tensors are kept as they are
-            if entry is not None:
-                raise CliError(f"{name}: has qparams but dtype {arr.dtype}; only floating-point "
-                               "tensors are fake-quantized")
-            out[name] = arr
+    entries = list_tensors(args.file)
+    out, applied, notes = {}, 0, []
+    for e in entries:
+        key = f"{os.path.basename(args.file)}:{e.name}"
+        qp = saved[e.name] if e.name in saved else saved.get(key)
+        if qp is not None and not e.is_float:
+            raise CliError(f"{e.name}: has qparams but dtype {e.dtype}; only floating-point "
+                           "tensors are fake-quantized")
+        if e.problem:
+            if qp is not None:
+                raise CliError(f"{e.name}: {e.problem}")
+            notes.append(f"{e.name} left out of the output: {e.problem}")
             continue
-        if entry is None:
-            if args.strict:
-                raise CliError(f"{args.qparams}: no qparams for tensor {name!r}")
-            out[name] = arr
+        if qp is None and args.strict and e.is_float:
+            raise CliError(f"{args.qparams}: no qparams for tensor {e.name!r}")
+        arr = e.load()
+        if e.widened:
+            notes.append(f"{e.name}: {e.dtype} written as float32")
+        if qp is None:
+            out[e.name] = arr
             continue
-        scale, zp, qmin, qmax, axis, rounding = _entry_params(name, entry, arr)
+        scale, zp, qmin, qmax, axis, rounding = _entry_params(e.name, qp, arr)
         try:
-            out[name] = qc.fake_quant(arr, scale, zp, qmin, qmax, axis=axis, rounding=rounding)
+            out[e.name] = qc.fake_quant(arr, scale, zp, qmin, qmax, axis=axis, rounding=rounding)
         except (TypeError, ValueError) as exc:
-            raise CliError(f"{name}: bad qparams entry: {_one_line(exc)}") from None
+            raise CliError(f"{e.name}: bad qparams entry: {one_line(exc)}") from None
         applied += 1
     if not applied:
         raise CliError(f"{args.qparams}: holds qparams for none of the floating-point tensors "
-                       f"of {args.file} ({', '.join(list(tensors)[:10])})")
-    save_tensors(out, args.output)
+                       f"of {args.file} ({', '.join(e.name for e in entries[:10])})")
+    meta = safetensors_metadata(args.file) if args.file.endswith(".safetensors") else None
+    save_tensors(out, args.output, meta)
     print(f"wrote {len(out)} tensor(s) to {args.output} ({applied} fake-quantized, "
           f"{len(out) - applied} copied)")
+    for note in notes:
+        print(f"note: {note}")
     return 0
 
 
@@ -479,7 +644,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit status 2)."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see '{self.prog} --help')\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see '{self.prog} --help')\n")
 
 
 def _method(value):
@@ -502,20 +667,25 @@ def _int_in(lo, hi):
     return parse
 
 
-def _fraction(value):
-    try:
-        v = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
-    return v
+def _real_in(lo, hi, lo_open=True):
+    def parse(value):
+        try:
+            v = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+        if not ((lo < v if lo_open else lo <= v) and v <= hi):
+            raise argparse.ArgumentTypeError(
+                f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {value}")
+        return v
+    return parse
 
 
 EXAMPLES = """examples:
   quantcore calibrate model.safetensors -o qparams.json
-  quantcore calibrate w.npy --method entropy --bits 4 --symmetric --plot w.png
-  quantcore calibrate conv.npz --per-channel --axis 0 --unsigned
+  quantcore calibrate model.safetensors --weights-only --per-channel -o qparams.json
+  quantcore calibrate w.npy --method mse --bits 4 --plot w.png
+  quantcore calibrate acts.npz --method percentile --percentile 99.9 --affine
+  quantcore calibrate model.npz --tensors 'blocks.*.weight' 'head.*'
   quantcore fake-quant model.safetensors --qparams qparams.json -o model_fq.safetensors
   quantcore demo
 
@@ -532,6 +702,120 @@ def _formatter(base):
     return Formatter
 
 
+def _add_calibrate(sub):
+    cal = sub.add_parser(
+        "calibrate", help="compute qparams for the tensors of .npy / .npz / .safetensors files",
+        description="Calibrate the floating-point tensors of the files: print each one's shape, "
+                    "range, scale, zero point, and the SQNR and max abs error after fake "
+                    "quantization; optionally write the qparams as JSON (for 'quantcore "
+                    "fake-quant') and plot which method suits which tensor.  NaN values are "
+                    "ignored (and counted); tensors that cannot be calibrated are left out with "
+                    "a note.  The defaults suit weights: 8-bit signed symmetric, as torch's and "
+                    "onnxruntime's weight defaults; use --affine (and --unsigned) for "
+                    "activations.",
+        formatter_class=_formatter(argparse.HelpFormatter))
+    cal.set_defaults(run=calibrate)
+    cal.add_argument("files", nargs="+", metavar="FILE", help=".npy, .npz or .safetensors")
+    opts = cal.add_argument_group("statistic")
+    opts.add_argument("--method", type=_method, default="minmax", metavar="METHOD",
+                      help="minmax (default); moving_average (MovingAverageMinMaxObserver over "
+                           f"{MAX_BATCHES} slices: meant for activation batches, it "
+                           "under-estimates a weight's range); percentile, entropy, mse "
+                           "(histogram methods, per tensor only: NVIDIA's calibrator on |x| "
+                           "when symmetric; with --affine percentile cuts each tail, entropy "
+                           "and mse give [0, amax] and leave out tensors with negative values)")
+    opts.add_argument("--percentile", type=_real_in(0, 100), default=DEFAULT_PERCENTILE,
+                      metavar="P", help=f"percentile: the share of values kept, in (0, 100] "
+                                        f"(default {DEFAULT_PERCENTILE:g})")
+    opts.add_argument("--bins", type=_int_in(16, 1 << 16), default=DEFAULT_BINS, metavar="N",
+                      help=f"histogram bins of percentile, entropy, mse (default {DEFAULT_BINS})")
+    opts.add_argument("--averaging-constant", type=_real_in(0, 1), default=0.01, metavar="C",
+                      help="moving_average: weight of a new batch, in (0, 1] (default 0.01)")
+    qopts = cal.add_argument_group("quantization")
+    qopts.add_argument("--bits", type=_int_in(2, 16), default=8,
+                       help="integer bits, 2..16 (default 8)")
+    sign = qopts.add_mutually_exclusive_group()
+    sign.add_argument("--signed", dest="signed", action="store_true", default=True,
+                      help="signed range [-2**(bits-1), 2**(bits-1) - 1] (default)")
+    sign.add_argument("--unsigned", dest="signed", action="store_false",
+                      help="unsigned range [0, 2**bits - 1]")
+    sch = qopts.add_mutually_exclusive_group()
+    sch.add_argument("--symmetric", dest="symmetric", action="store_true", default=True,
+                     help="symmetric: zero point 0 (signed) or the middle (unsigned), scale "
+                          "from max|x| (default: torch's and onnxruntime's weight scheme)")
+    sch.add_argument("--affine", dest="symmetric", action="store_false",
+                     help="affine: zero point from the range (activations)")
+    qopts.add_argument("--per-channel", action="store_true",
+                       help="one scale / zero point per channel (minmax, moving_average); "
+                            "tensors of fewer than 2 dimensions are left out")
+    qopts.add_argument("--axis", type=int, default=0,
+                       help="channel axis with --per-channel (default 0)")
+    qopts.add_argument("--per-channel-1d", action="store_true",
+                       help="with --per-channel, also 1-D tensors (one scale per value)")
+    qopts.add_argument("--rounding", choices=ROUNDING, default="half_even",
+                       help="rounding of the fake quantization (default half_even)")
+    sel = cal.add_argument_group("tensors")
+    sel.add_argument("--tensors", nargs="+", metavar="PATTERN",
+                     help="only tensors whose name (or FILE:name) matches one of these globs, "
+                          "e.g. 'blocks.*.weight'")
+    sel.add_argument("--weights-only", action="store_true",
+                     help="only tensors of 2 or more dimensions (matrices, convolution kernels, "
+                          "embeddings): leaves out 1-D biases, norm weights and scalars")
+    out = cal.add_argument_group("output")
+    out.add_argument("-o", "--output", metavar="JSON", help="write the qparams to this file")
+    out.add_argument("--plot", metavar="PNG",
+                     help="plot which method suits which tensor: an SQNR summary of every "
+                          "tensor and method, then each tensor's histogram with every method's "
+                          "range (PNG pages, or one PDF; needs matplotlib)")
+    bar = out.add_mutually_exclusive_group()
+    bar.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    bar.add_argument("--progress", action="store_true",
+                     help="show the progress bar at once, also when stderr is not a terminal "
+                          f"(default: on a terminal, after {PROGRESS_DELAY:g} s)")
+
+
+def _add_fake_quant(sub):
+    fq = sub.add_parser("fake-quant", help="apply saved qparams to the tensors of a file",
+                        description="Fake-quantize the tensors of FILE with the qparams "
+                                    "written by 'quantcore calibrate -o' and save them to OUT "
+                                    "(tensors without qparams are copied unchanged).")
+    fq.set_defaults(run=fake_quant_files)
+    fq.add_argument("file", metavar="FILE", help=".npy, .npz or .safetensors")
+    fq.add_argument("--qparams", required=True, metavar="JSON", help="from 'calibrate -o'")
+    fq.add_argument("-o", "--output", required=True, metavar="OUT",
+                    help=".npy, .npz or .safetensors")
+    fq.add_argument("--strict", action="store_true",
+                    help="fail when a tensor has no qparams (default: copy it unchanged)")
+
+
+def _run_demo(args):
+    if args.plot:
+        check_writable(args.plot, "--plot")
+    from .demo import run_demo
+    run_demo(seed=args.seed, plot_path=args.plot)
+    return 0
+
+
+def _add_demo(sub):
+    demo = sub.add_parser("demo", help="train, post-training quantize and QAT a NumPy MLP "
+                                       "on scikit-learn's digits (the main job)")
+    demo.set_defaults(run=_run_demo)
+    demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    demo.add_argument("--plot", default="quantcore_demo.png",
+                      help="where to save the training curves ('' for none)")
+
+
+def _run_info(args):
+    import quantcore
+    for key, value in quantcore.build_info().items():
+        print(f"{key:20s} {value}")
+    return 0
+
+
+def _add_info(sub):
+    sub.add_parser("info", help="print how the extension was built").set_defaults(run=_run_info)
+
+
 def build_parser():
     parser = _Parser(
         prog="quantcore",
@@ -541,89 +825,11 @@ def build_parser():
         epilog=EXAMPLES, formatter_class=_formatter(argparse.RawDescriptionHelpFormatter))
     sub = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND",
                                 help="quantcore COMMAND --help for its options")
-
-    cal = sub.add_parser(
-        "calibrate", help="compute qparams for the tensors of .npy / .npz / .safetensors files",
-        description="Calibrate every floating-point tensor of the files: print its shape, "
-                    "range, scale, zero point, and the SQNR and max abs error after fake "
-                    "quantization; optionally write the qparams as JSON (for 'quantcore "
-                    "fake-quant') and plot each tensor's histogram with every method's "
-                    "clipping range.  NaN values are ignored (and counted).",
-        formatter_class=_formatter(argparse.HelpFormatter))
-    cal.add_argument("files", nargs="+", metavar="FILE", help=".npy, .npz or .safetensors")
-    opts = cal.add_argument_group("statistic")
-    opts.add_argument("--method", type=_method, default="minmax", metavar="METHOD",
-                      help="minmax; moving_average (MovingAverageMinMaxObserver over up to "
-                           f"{MAX_BATCHES} batches along axis 0); percentile (99.99), entropy "
-                           "or mse (NVIDIA histogram calibrator, per tensor only); default minmax")
-    opts.add_argument("--averaging-constant", type=_fraction, default=0.01, metavar="C",
-                      help="moving_average: weight of a new batch, in (0, 1] (default 0.01)")
-    qopts = cal.add_argument_group("quantization")
-    qopts.add_argument("--bits", type=_int_in(2, 16), default=8, help="integer bits, 2..16 (default 8)")
-    sign = qopts.add_mutually_exclusive_group()
-    sign.add_argument("--signed", dest="signed", action="store_true", default=True,
-                      help="signed range [-2**(bits-1), 2**(bits-1) - 1] (default)")
-    sign.add_argument("--unsigned", dest="signed", action="store_false",
-                      help="unsigned range [0, 2**bits - 1]")
-    sch = qopts.add_mutually_exclusive_group()
-    sch.add_argument("--symmetric", dest="symmetric", action="store_true", default=False,
-                     help="symmetric scheme (fixed zero point)")
-    sch.add_argument("--affine", dest="symmetric", action="store_false",
-                     help="affine scheme, zero point from the range (default)")
-    qopts.add_argument("--per-channel", action="store_true",
-                       help="one scale / zero point per channel (minmax, moving_average)")
-    qopts.add_argument("--axis", type=int, default=0, help="channel axis with --per-channel (default 0)")
-    qopts.add_argument("--rounding", choices=ROUNDING, default="half_even",
-                       help="rounding of the fake quantization (default half_even)")
-    out = cal.add_argument_group("input and output")
-    out.add_argument("--tensors", nargs="+", metavar="NAME",
-                     help="only these tensors (name, or FILE:name with several files)")
-    out.add_argument("-o", "--output", metavar="JSON", help="write the qparams to this file")
-    out.add_argument("--plot", metavar="PNG",
-                     help="histograms with each method's clipping range (needs matplotlib)")
-    bar = out.add_mutually_exclusive_group()
-    bar.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    bar.add_argument("--progress", action="store_true",
-                     help=f"show the progress bar at once (default: after {PROGRESS_DELAY:g} s)")
-
-    fq = sub.add_parser("fake-quant", help="apply saved qparams to the tensors of a file",
-                        description="Fake-quantize the tensors of FILE with the qparams "
-                                    "written by 'quantcore calibrate -o' and save them to OUT "
-                                    "(tensors without qparams are copied unchanged).")
-    fq.add_argument("file", metavar="FILE", help=".npy, .npz or .safetensors")
-    fq.add_argument("--qparams", required=True, metavar="JSON", help="from 'calibrate -o'")
-    fq.add_argument("-o", "--output", required=True, metavar="OUT",
-                    help=".npy, .npz or .safetensors")
-    fq.add_argument("--strict", action="store_true",
-                    help="fail when a tensor has no qparams (default: copy it unchanged)")
-
-    demo = sub.add_parser("demo", help="train, post-training quantize and QAT a NumPy MLP "
-                                       "on scikit-learn's digits (the main job)")
-    demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    demo.add_argument("--plot", default="quantcore_demo.png",
-                      help="where to save the training curves ('' for none)")
-    sub.add_parser("info", help="print how the extension was built")
+    _add_calibrate(sub)
+    _add_fake_quant(sub)
+    _add_demo(sub)
+    _add_info(sub)
     return parser
-
-
-def _run(args, parser):
-    if args.command == "calibrate":
-        return calibrate(args)
-    if args.command == "fake-quant":
-        return fake_quant_files(args)
-    if args.command == "demo":
-        if args.plot:
-            _check_writable(args.plot, "--plot")
-        from .demo import run_demo
-        run_demo(seed=args.seed, plot_path=args.plot)
-        return 0
-    if args.command == "info":
-        import quantcore
-        for key, value in quantcore.build_info().items():
-            print(f"{key:20s} {value}")
-        return 0
-    parser.print_help()
-    return 0
 
 
 def main(argv=None):
@@ -632,13 +838,13 @@ def main(argv=None):
         args = parser.parse_args(argv)  # option errors: one line, status 2
     except SystemExit as exc:  # --help (0) or a bad option (2): returned, not raised
         return exc.code
-    try:
-        return _run(args, parser)
-    except CliError as exc:
-        print(f"quantcore: error: {_one_line(exc)}", file=sys.stderr)
+    if getattr(args, "run", None) is None:  # no command: the usage, status 2
+        parser.print_help(sys.stderr)
         return 2
-    except (ValueError, TypeError, OSError) as exc:
-        print(f"quantcore: error: {_one_line(exc)}", file=sys.stderr)
+    try:
+        return args.run(args)
+    except (CliError, ValueError, TypeError, OSError) as exc:
+        print(f"quantcore: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("quantcore: interrupted", file=sys.stderr)
@@ -646,6 +852,6 @@ def main(argv=None):
     except Exception as exc:  # noqa: BLE001 - the CLI never shows a traceback
         if os.environ.get("QUANTCORE_DEBUG"):
             raise
-        print(f"quantcore: internal error: {type(exc).__name__}: {_one_line(exc)} "
+        print(f"quantcore: internal error: {type(exc).__name__}: {one_line(exc)} "
               "(QUANTCORE_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1

@@ -217,6 +217,25 @@ def sum_f32(x, vec=8):
     return acc
 
 
+def sum_f32_columns(cols, vec=8):
+    """:func:`sum_f32` of every column of the 2-D float32 array ``cols`` at
+    once: the same float32 additions in the same order, each one done for all
+    columns in one NumPy operation.  Returns a float32 array of
+    ``cols.shape[1]`` sums."""
+    cols = np.ascontiguousarray(cols, dtype=_f32)
+    n, count = cols.shape
+    if n < vec:
+        return _row_sum(cols).astype(_f32) if n else np.zeros(count, _f32)
+    nvec = n // vec
+    lanes = _row_sum(cols[:nvec * vec].reshape(nvec, vec, count))
+    acc = np.zeros(count, _f32)
+    for v in cols[nvec * vec:]:
+        acc = acc + v
+    for v in lanes:
+        acc = acc + v
+    return acc
+
+
 def cumsum_f32(x):
     """``torch.cumsum`` of float32 on CPU: double accumulator, float32 out."""
     return np.cumsum(np.asarray(x, dtype=np.float64)).astype(_f32)

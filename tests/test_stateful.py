@@ -1071,8 +1071,12 @@ def test_state_dict_round_trip_continues_identically(k, rng):
     xs = [rng.normal(size=(4, 3)).astype(F32) * (1 + i) for i in range(6)]
     xs[1][0, 0] = -0.0
     xs[2][1, 1] = np.inf
-    for x in xs[:3]:
-        obs(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for x in xs[:3]:
+            obs(x)
+    skipped = [w for w in caught if "a batch containing NaN or inf was skipped" in str(w.message)]
+    assert len(skipped) == (obs.nan_policy == "skip") and len(caught) == len(skipped)
     state = obs.state_dict()
     assert all(isinstance(v, (np.ndarray, int, float, bool, str)) for v in state.values())
     twin.load_state_dict(state)
@@ -1099,7 +1103,9 @@ def _special_objects():
     nan = qc.MinMaxObserver(nan_policy="propagate")
     nan(f32([np.nan, 1]))
     objs.append(nan)
-    negzero = qc.MinMaxObserver(axis=0)
+    # nan_policy="propagate": the default ("skip") would skip these +-inf
+    # batches (with a warning) and leave no +-inf in the state
+    negzero = qc.MinMaxObserver(axis=0, nan_policy="propagate")
     negzero(f32([[-0.0, 0.0], [1, -np.inf], [np.inf, 2]]))
     objs.append(negzero)
     ma = qc.MovingAverageMinMaxObserver(0.1, nan_policy="propagate")
@@ -1112,8 +1118,9 @@ def _special_objects():
     mom = qc.MomentumMinMaxObserver(0.95)
     mom(f32([-0.0, 0.0]))
     objs.append(mom)
-    fq = qc.FakeQuantize(qc.MinMaxObserver(axis=1), -8, 7, symmetric=True, axis=1,
-                         quant_delay=3, packed_mask=True, rounding="half_up", eps=2.0 ** -12)
+    fq = qc.FakeQuantize(qc.MinMaxObserver(axis=1, nan_policy="propagate"), -8, 7,
+                         symmetric=True, axis=1, quant_delay=3, packed_mask=True,
+                         rounding="half_up", eps=2.0 ** -12)
     fq(f32([[1, -0.0, 3], [-2, 5, np.inf]]))
     fq.disable_observer()
     fq.eval()

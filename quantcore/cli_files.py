@@ -1,0 +1,323 @@
+"""Tensor files for the command line: ``.npy``, ``.npz`` and ``.safetensors``.
+
+Each file is listed first (names, shapes, dtypes from the headers) and each
+tensor read only when it is used, so a large checkpoint is never held in
+memory at once.  Problems of the whole file (missing, not the format its
+name says, a corrupt header) raise :class:`CliError`; a tensor that cannot
+be read as numbers (Python objects, an unknown dtype, bytes missing) is
+listed with a ``problem`` and left out by the caller, with a note.
+
+Nothing is ever unpickled.  safetensors files are read and written here
+(the format is an 8-byte little-endian header length, a JSON header of
+``{name: {"dtype", "shape", "data_offsets"}}`` and the raw little-endian
+bytes), so neither reading nor writing needs the safetensors package;
+bfloat16 is widened to float32 exactly, float8 (E4M3, E5M2) too when
+``ml_dtypes`` is installed.
+"""
+import json
+import math
+import os
+import struct
+import zipfile
+
+import numpy as np
+
+__all__ = ["CliError", "TensorEntry", "list_tensors", "save_tensors", "check_writable",
+           "write_or_fail", "one_line"]
+
+#: safetensors dtype names numpy reads directly
+_SAFETENSORS_DTYPES = {
+    "F64": "<f8", "F32": "<f4", "F16": "<f2",
+    "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
+    "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?",
+}
+#: and the float formats numpy lacks: (bytes per value, ml_dtypes name)
+_WIDENED = {"BF16": (2, None), "F8_E4M3": (1, "float8_e4m3fn"), "F8_E5M2": (1, "float8_e5m2")}
+_SAFETENSORS_CODES = {np.dtype(v): k for k, v in _SAFETENSORS_DTYPES.items()}
+#: a header larger than this is not believed (safetensors' own limit is 100 MB)
+_MAX_HEADER = 100 * 1024 * 1024
+
+
+class CliError(Exception):
+    """A user error: reported as one line, exit status 2."""
+
+
+def one_line(text):
+    return " ".join(str(text).split())
+
+
+class TensorEntry:
+    """One tensor of a file, read on demand.
+
+    Attributes
+    ----------
+    name : str
+    shape : tuple of int
+    dtype : str
+        The file's dtype name (numpy's, or safetensors' for the formats
+        numpy lacks, e.g. ``"BF16"``).
+    is_float : bool
+        Floating point (what ``calibrate`` quantizes), readable or not.
+    problem : str or None
+        Why the values cannot be read; ``load`` raises CliError with it.
+    widened : bool
+        ``load`` returns float32 for a narrower float format (exact).
+    """
+
+    def __init__(self, name, shape, dtype, is_float, reader, problem=None, widened=False):
+        self.name, self.shape, self.dtype = name, tuple(int(d) for d in shape), str(dtype)
+        self.is_float, self.problem, self.widened = bool(is_float), problem, widened
+        self._reader = reader
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def load(self):
+        """The values as a numpy array (float formats numpy lacks: float32)."""
+        if self.problem:
+            raise CliError(self.problem)
+        try:
+            return self._reader()
+        except CliError:
+            raise
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise CliError(f"cannot read: {one_line(exc)}") from None
+
+
+def _dtype_problem(dtype):
+    """Why a numpy dtype is not read (None: it is)."""
+    if dtype.hasobject:
+        return f"holds Python objects (dtype {dtype}), which are never unpickled"
+    if dtype.kind not in "fiub":
+        return f"dtype {dtype} is not a real number type"
+    return None
+
+
+# ------------------------------------------------------------------- .npy
+def _npy_header(fh, where):
+    """(shape, fortran_order, dtype) of the .npy stream at its start."""
+    try:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(fh)
+        return np.lib.format.read_array_header_2_0(fh)
+    except (ValueError, EOFError, SyntaxError, TypeError) as exc:
+        raise CliError(f"{where}: not a .npy array ({one_line(exc)})") from None
+
+
+def _list_npy(path, base):
+    with open(path, "rb") as fh:
+        if fh.read(6) != b"\x93NUMPY":
+            raise CliError(f"{path}: not a .npy file (no NumPy header)")
+        fh.seek(0)
+        shape, _, dtype = _npy_header(fh, path)
+        start, end = fh.tell(), os.fstat(fh.fileno()).st_size
+
+    def read():
+        return np.load(path, allow_pickle=False)
+    problem = _dtype_problem(dtype)
+    if problem is None and end - start < math.prod(shape) * dtype.itemsize:
+        problem = (f"cannot read: the file holds {end - start} bytes of data, shape {shape} "
+                   f"needs {math.prod(shape) * dtype.itemsize}")
+    return [TensorEntry(base, shape, dtype, dtype.kind == "f", read, problem)]
+
+
+# ------------------------------------------------------------------- .npz
+def _list_npz(path):
+    if not zipfile.is_zipfile(path):
+        raise CliError(f"{path}: not an .npz file (not a zip archive)")
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise CliError(f"{path}: cannot read: {one_line(exc)}") from None
+    entries = []
+    with archive:
+        for member in archive.namelist():
+            name = member[:-4] if member.endswith(".npy") else member
+            try:
+                with archive.open(member) as fh:
+                    shape, _, dtype = _npy_header(fh, f"{path}:{name}")
+            except CliError as exc:
+                entries.append(TensorEntry(name, (), "unknown", False, None, str(exc)))
+                continue
+            except (zipfile.BadZipFile, OSError, EOFError) as exc:
+                entries.append(TensorEntry(name, (), "unknown", False, None,
+                                           f"cannot read: {one_line(exc)}"))
+                continue
+
+            def read(member=member):
+                with np.load(path, allow_pickle=False) as npz:
+                    return npz[member[:-4] if member.endswith(".npy") else member]
+            entries.append(TensorEntry(name, shape, dtype, dtype.kind == "f", read,
+                                       _dtype_problem(dtype)))
+    return entries
+
+
+# ----------------------------------------------------------- .safetensors
+def _safetensors_header(path):
+    """(header dict, offset of the data, data length); CliError when the
+    file is not a well-formed safetensors file."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise CliError(f"{path}: not a safetensors file (shorter than its 8-byte header)")
+        (length,) = struct.unpack("<Q", head)
+        if length > min(size - 8, _MAX_HEADER):
+            raise CliError(f"{path}: not a safetensors file (header length {length} does not "
+                           f"fit the {size}-byte file)")
+        raw = fh.read(length)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CliError(f"{path}: not a safetensors file (header is not JSON: "
+                       f"{one_line(exc)[:80]})") from None
+    if not isinstance(header, dict):
+        raise CliError(f"{path}: not a safetensors file (header is not a JSON object)")
+    return header, 8 + length, size - 8 - length
+
+
+def _safetensors_entry(path, name, info, data_start, data_len):
+    def problem(why):
+        return TensorEntry(name, (), "unknown", False, None, f"bad safetensors entry: {why}")
+    if not isinstance(info, dict):
+        return problem("not an object")
+    code, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool)
+                                            and d >= 0 for d in shape)):
+        return problem(f"shape {shape!r}")
+    if not (isinstance(offsets, list) and len(offsets) == 2
+            and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+            and 0 <= offsets[0] <= offsets[1] <= data_len):
+        return problem(f"data_offsets {offsets!r} (data holds {data_len} bytes)")
+    if code in _SAFETENSORS_DTYPES:
+        dtype, widen = np.dtype(_SAFETENSORS_DTYPES[code]), None
+        itemsize = dtype.itemsize
+    elif code in _WIDENED:
+        itemsize, widen = _WIDENED[code]
+        dtype = None
+    else:
+        return TensorEntry(name, shape, code, False, None,
+                           f"dtype {code!r} is not read (not a real number type numpy holds)")
+    count = math.prod(shape)
+    if offsets[1] - offsets[0] != count * itemsize:
+        return problem(f"{offsets[1] - offsets[0]} bytes for shape {tuple(shape)} of {code}")
+    start = data_start + offsets[0]
+
+    def raw(dt):
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            values = np.fromfile(fh, dtype=dt, count=count)
+        if values.size != count:
+            raise CliError(f"cannot read: the file ends {count - values.size} values early")
+        return values.reshape(shape)
+
+    if dtype is not None:
+        return TensorEntry(name, shape, dtype.newbyteorder("="), dtype.kind == "f",
+                           lambda: raw(dtype).astype(dtype.newbyteorder("="), copy=False))
+    if code == "BF16":   # the upper 16 bits of a float32: widening is exact
+        return TensorEntry(name, shape, code, True, lambda: (
+            raw(np.dtype("<u2")).astype(np.uint32) << 16).view(np.float32), widened=True)
+    try:
+        import ml_dtypes
+    except ImportError:
+        return TensorEntry(name, shape, code, True, None,
+                           f"{code} values need the ml_dtypes package to be read "
+                           "(pip install ml_dtypes)")
+    fp8 = np.dtype(getattr(ml_dtypes, widen))
+    return TensorEntry(name, shape, code, True, lambda: raw(fp8).astype(np.float32),
+                       widened=True)
+
+
+def _list_safetensors(path):
+    header, data_start, data_len = _safetensors_header(path)
+    return [_safetensors_entry(path, name, info, data_start, data_len)
+            for name, info in header.items() if name != "__metadata__"]
+
+
+def safetensors_metadata(path):
+    """The ``__metadata__`` of a safetensors file ({} when absent)."""
+    meta = _safetensors_header(path)[0].get("__metadata__")
+    return {str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {}
+
+
+# ------------------------------------------------------------------ public
+def list_tensors(path):
+    """The :class:`TensorEntry` list of a .npy, .npz or .safetensors file."""
+    if not os.path.exists(path):
+        raise CliError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise CliError(f"{path}: is a directory, expected a .npy, .npz or .safetensors file")
+    base = os.path.splitext(os.path.basename(path))[0]
+    try:
+        if path.endswith(".npy"):
+            return _list_npy(path, base)
+        if path.endswith(".npz"):
+            return _list_npz(path)
+        if path.endswith(".safetensors"):
+            return _list_safetensors(path)
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read: {exc.strerror or one_line(exc)}") from None
+    raise CliError(f"{path}: unknown file type (expected .npy, .npz or .safetensors)")
+
+
+def _save_safetensors(tensors, path, metadata):
+    header, offset, arrays = {}, 0, []
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, arr in tensors.items():
+        arr = np.asarray(arr)        # (ascontiguousarray would make a 0-d array 1-D)
+        arr = arr.astype(arr.dtype.newbyteorder("<"), order="C", copy=False)
+        code = _SAFETENSORS_CODES.get(arr.dtype.newbyteorder("<"))
+        if code is None:
+            raise CliError(f"{name}: dtype {arr.dtype} cannot be written to a safetensors file")
+        header[name] = {"dtype": code, "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + arr.nbytes]}
+        offset += arr.nbytes
+        arrays.append(arr)
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)          # the data starts 8-byte aligned
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)))
+        fh.write(raw)
+        for arr in arrays:
+            fh.write(arr.tobytes())
+
+
+def save_tensors(tensors, path, metadata=None):
+    """Write ``{name: array}`` to a .npy (one tensor), .npz or .safetensors
+    file (``metadata``: the safetensors ``__metadata__`` strings)."""
+    if path.endswith(".npy"):
+        if len(tensors) != 1:
+            raise CliError(f"{path}: .npy holds one tensor, got {len(tensors)}; use .npz")
+        writer = lambda: np.save(path, next(iter(tensors.values())))  # noqa: E731
+    elif path.endswith(".npz"):
+        writer = lambda: np.savez(path, **tensors)  # noqa: E731
+    elif path.endswith(".safetensors"):
+        writer = lambda: _save_safetensors(tensors, path, metadata)  # noqa: E731
+    else:
+        raise CliError(f"{path}: unknown output type (expected .npy, .npz or .safetensors)")
+    write_or_fail(path, writer)
+
+
+def write_or_fail(path, writer):
+    try:
+        writer()
+    except OSError as exc:
+        raise CliError(f"{path}: cannot write: {exc.strerror or one_line(exc)}") from None
+
+
+def check_writable(path, option):
+    """Fail before a long run when an output cannot be created."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CliError(f"{option} {path}: folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise CliError(f"{option} {path}: is a directory")
+    if not os.access(folder, os.W_OK):
+        raise CliError(f"{option} {path}: folder {folder} is not writable")
