@@ -562,8 +562,9 @@ def _hist_grid(n):
 def histogram_f32(x, edges, uniform, absolute=False, skip_zeros=False):
     """``numpy.histogram`` counts (int64[len(edges) - 1], on the device) of
     a C-contiguous float32 device array: ``|x|`` when ``absolute``, zeros
-    left out when ``skip_zeros``.  ``edges``: float32 bin edges (host or
-    device; the caller makes them as numpy does, and checks them);
+    left out when ``skip_zeros``.  ``edges``: float32 or float64 bin edges
+    (host or device; compared in float64 as numpy does; the caller makes
+    them as numpy does, and checks them);
     ``uniform``: the bins of ``np.histogram(x, bins=len(edges) - 1)``
     (edges from the data's range), else those of ``np.histogram(x,
     bins=edges)`` (see qc_hist_edges in histogram.cu)."""
@@ -571,16 +572,18 @@ def histogram_f32(x, edges, uniform, absolute=False, skip_zeros=False):
     _check(x)
     if x.dtype != np.float32:
         raise ValueError(f"histogram_f32: expected a float32 array, got {x.dtype}")
-    e = _param(edges, np.float32)
+    e = _param(edges, np.float64)
     bins = int(e.size) - 1
     if bins < 1:
         raise ValueError(f"histogram_f32: need at least 2 edges, got {e.size}")
     counts = cp.zeros(bins, dtype=np.uint64)
     n = int(x.size)
     if n:
-        host = np.asarray(edges, dtype=np.float32) if not isinstance(edges, cp.ndarray) else None
+        host = np.asarray(edges) if not isinstance(edges, cp.ndarray) else None
         if uniform and host is None:
             raise ValueError("histogram_f32: the uniform rule needs host edges")
+        if uniform and host.dtype != np.float32:
+            raise ValueError("histogram_f32: the uniform rule takes float32 edges")
         first = np.float32(host[0]) if uniform else np.float32(0)
         denom = np.float32(host[-1] - host[0]) if uniform else np.float32(1)
         ct, it = _index(n)

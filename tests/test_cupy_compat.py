@@ -179,8 +179,10 @@ def core_calibrators(xp):
         mc.collect(xp(X * (k + 1)))
         hc.collect(xp(X * (k + 1)))
         out.append(th.collect(xp(X - k)))
-    out.append(State(mc.compute_amax(), hc.compute_amax("percentile", percentile=99.9),
-                     *th.calculate_qparams()))
+    # MaxCalibrator's amax stays where the data is (PQ's amax is a tensor on
+    # the data's device); the histogram statistics are host state
+    out.append(mc.compute_amax())
+    out.append(State(hc.compute_amax("percentile", percentile=99.9), *th.calculate_qparams()))
     return out
 
 

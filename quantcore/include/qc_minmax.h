@@ -112,10 +112,11 @@ QC_HD float qc_ema_f32(float m, float b, float d, float c) {
   return md + bc;
 }
 
-/* min(v, 0) / max(v, 0) as numpy's np.minimum / np.maximum on scalars:
- * (a <= b || isnan(a)) ? a : b, so -0.0 and NaN are kept. */
-QC_HD float qc_np_min0_f32(float v) { return v > 0.0f ? 0.0f : v; }
-QC_HD float qc_np_max0_f32(float v) { return v < 0.0f ? 0.0f : v; }
+/* np.minimum(v, 0) / np.maximum(v, 0) as numpy computes them: NaN
+ * propagates, and between equal values (-0.0 vs +0.0) the second argument
+ * wins, so -0.0 becomes +0.0. */
+QC_HD float qc_np_min0_f32(float v) { return (v < 0.0f || v != v) ? v : 0.0f; }
+QC_HD float qc_np_max0_f32(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }
 
 /* One side of the momentum average: the batch where the state is 0. */
 QC_HD float qc_momentum_f32(float m, float b, float d, float c) {

@@ -29,6 +29,7 @@ qc_histc(const float *__restrict__ x, I n, float lo, float hi, int bins, int abs
   const I step = (I)gridDim.x * (I)blockDim.x;
   for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
     const float v = absolute ? fabsf(x[i]) : x[i];
+    const double vd = v; /* exact */
     const int b = (skip_zeros && v == 0.0f) ? -1 : qc_histc_bin_f32(v, lo, hi, fbins, bins);
     if (b < 0) continue;
     if (in_shared)
@@ -43,9 +44,10 @@ qc_histc(const float *__restrict__ x, I n, float lo, float hi, int bins, int abs
 }
 
 /* numpy.histogram's counts of |x| (`absolute`) or x, zeros left out when
- * `skip_zeros`: the bins are edges[0..bins] (float32, non-decreasing, in
- * device memory); values outside [edges[0], edges[bins]] (and NaN) are not
- * counted.  Two rules, each numpy's own:
+ * `skip_zeros`: the bins are edges[0..bins] (non-decreasing, in device
+ * memory, as float64: numpy compares float32 data with float64 edges in
+ * float64, and float32 edges are exact in it); values outside
+ * [edges[0], edges[bins]] (and NaN) are not counted.  Two rules, each numpy's own:
  *   uniform   np.histogram(x, bins=n): the bin of v estimated as
  *             k = int(f32(f32(v - first) / denom) * f32(n)), k == n -> n - 1,
  *             then moved down one if v < edges[k] and up one if
@@ -57,7 +59,7 @@ qc_histc(const float *__restrict__ x, I n, float lo, float hi, int bins, int abs
  * Counted with integer atomics: exact whatever the launch shape. */
 template <typename I>
 __global__ void __launch_bounds__(QC_HIST_THREADS)
-qc_hist_edges(const float *__restrict__ x, I n, const float *__restrict__ edges, int bins,
+qc_hist_edges(const float *__restrict__ x, I n, const double *__restrict__ edges, int bins,
               int uniform, float first, float denom, int absolute, int skip_zeros,
               unsigned long long *counts) {
   __shared__ unsigned int s_counts[QC_HIST_SMEM];
@@ -65,23 +67,25 @@ qc_hist_edges(const float *__restrict__ x, I n, const float *__restrict__ edges,
   if (in_shared)
     for (int b = threadIdx.x; b < bins; b += blockDim.x) s_counts[b] = 0u;
   __syncthreads();
-  const float lo = edges[0], hi = edges[bins], fbins = (float)bins;
+  const double lo = edges[0], hi = edges[bins];
+  const float fbins = (float)bins;
   const I step = (I)gridDim.x * (I)blockDim.x;
   for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
     const float v = absolute ? fabsf(x[i]) : x[i];
-    if ((skip_zeros && v == 0.0f) || !(v >= lo && v <= hi)) continue;
+    const double vd = v; /* exact */
+    if ((skip_zeros && v == 0.0f) || !(vd >= lo && vd <= hi)) continue;
     int k;
     if (uniform) {
       const float f = ((v - first) / denom) * fbins;
       k = (int)f;
       if (k == bins) k--;
-      if (v < edges[k]) k--;
-      if (v >= edges[k + 1] && k != bins - 1) k++;
+      if (vd < edges[k]) k--;
+      if (vd >= edges[k + 1] && k != bins - 1) k++;
     } else {
       int a = 0, b = bins + 1; /* the number of edges <= v */
       while (a < b) {
         const int mid = (a + b) >> 1;
-        if (edges[mid] <= v)
+        if (edges[mid] <= vd)
           a = mid + 1;
         else
           b = mid;

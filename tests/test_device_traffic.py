@@ -1,0 +1,71 @@
+"""Bytes crossing host <-> device (the emulator's ``cupy.TRANSFERS``) while
+observers and calibrators work on a 1e5-element cupy tensor: only scalars
+and per-bin / per-channel arrays may cross, never the tensor.
+
+Runs on the CUDA emulator only (real CuPy does not count transfers).
+"""
+import numpy as np
+import pytest
+
+import quantcore as qc
+import quantcore_gpu
+from quantcore import calib
+
+cp = pytest.importorskip("cupy")
+_OK, _REASON = quantcore_gpu.can_use()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _OK, reason=str(_REASON)),
+              pytest.mark.skipif(not hasattr(cp, "TRANSFERS"),
+                                 reason="needs the CUDA emulator's transfer counters")]
+
+N = 100_000
+TENSOR_BYTES = N * 4
+
+
+@pytest.fixture(scope="module")
+def x():
+    rng = np.random.default_rng(7)
+    return cp.asarray((rng.normal(size=(10, N // 10)) * 3).astype(np.float32))
+
+
+def moved(step):
+    """(bytes to the host, bytes to the device) while ``step()`` runs."""
+    before = dict(cp.TRANSFERS)
+    step()
+    return (cp.TRANSFERS["to_host"] - before["to_host"],
+            cp.TRANSFERS["to_device"] - before["to_device"])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: qc.MinMaxObserver(),
+    lambda: qc.MovingAverageMinMaxObserver(0.1, axis=0),
+    lambda: qc.EMAMinMaxObserver(0.9),
+    lambda: qc.MomentumMinMaxObserver(0.9, symmetric=True, axis=0),
+], ids=["minmax", "moving_average_per_channel", "ema", "momentum_per_channel"])
+def test_observer_step_moves_no_tensor(x, make):
+    obs = make()
+    obs.update(x)  # the first step uploads the (host) state: a few small arrays
+    to_host, to_device = moved(lambda: obs.update(x * 2))
+    assert (to_host, to_device) == (0, 0)  # a step: one launch, no synchronisation
+    to_host, to_device = moved(lambda: obs.calculate_qparams())
+    assert to_device == 0 and to_host <= 16  # the batch counts ("no batch yet" check)
+
+
+def test_calibrator_collects_move_no_tensor(x):
+    bins = 256
+    limit = 8 * bins + 64  # the counts of the bins and a few scalars
+    assert limit < TENSOR_BYTES // 100
+    mc = calib.MaxCalibrator(8, axis=0)
+    mc.collect(x)
+    assert max(moved(lambda: mc.collect(x * 2))) <= 64
+    for torch_hist in (True, False):
+        hc = calib.HistogramCalibrator(8, None, False, num_bins=bins, torch_hist=torch_hist)
+        hc.collect(x)
+        for scale in (0.5, 2.0):  # within the range, then grown (about twice the bins)
+            to_host, to_device = moved(lambda: hc.collect(x * scale))
+            assert to_host <= 2 * limit and to_device <= 2 * limit, (torch_hist, to_host,
+                                                                     to_device)
+    th = calib.TorchHistogram(bins=bins)
+    th.collect(x)
+    for shift in (0.0, 5.0):
+        to_host, to_device = moved(lambda: th.collect(x + shift))
+        assert to_host <= limit and to_device <= limit, (to_host, to_device)
