@@ -198,11 +198,20 @@ def stage_cupy(func):
     return wrapper
 
 
+def device_native(func):
+    """Mark a compat-layer entry point that takes cupy arrays itself
+    (tensor-sized work on the device): :func:`stage_cupy_api` leaves it
+    alone."""
+    func.__quantcore_device__ = True
+    return func
+
+
 def stage_cupy_api(namespace, names):
     """Apply :func:`stage_cupy` to the public functions ``names`` of a module
     namespace and to the public methods (and ``__call__``) of its public
     classes and of their bases defined in the same module, in place.
-    Properties, class methods and static methods are left alone."""
+    Properties, class methods and static methods are left alone, and so
+    are entry points marked :func:`device_native`."""
     module = namespace.get("__name__")
     for name in names:
         obj = namespace.get(name)
@@ -213,9 +222,11 @@ def stage_cupy_api(namespace, names):
                 for attr, member in list(vars(cls).items()):
                     if (attr == "__call__" or not attr.startswith("_")) and \
                             type(member) is types.FunctionType and \
-                            not getattr(member, "__quantcore_staged__", False):
+                            not getattr(member, "__quantcore_staged__", False) and \
+                            not getattr(member, "__quantcore_device__", False):
                         setattr(cls, attr, stage_cupy(member))
-        elif type(obj) is types.FunctionType and not getattr(obj, "__quantcore_staged__", False):
+        elif type(obj) is types.FunctionType and not getattr(obj, "__quantcore_staged__", False) \
+                and not getattr(obj, "__quantcore_device__", False):
             namespace[name] = stage_cupy(obj)
 
 

@@ -229,7 +229,11 @@ class FakeQuantize(Switches):
         Notes)."""
         obs = self._observer
         if obs.initialized:  # (the setters would refuse a NaN scale)
-            self._store_qparams(*self.calculate_qparams())
+            # an observer that keeps its statistics on the device (cupy
+            # batches of an observer without a fused device rule here, see
+            # _forward_device) gives device qparams: the host keeps them
+            # (a small copy)
+            self._store_qparams(*(A.to_host(v) for v in self.calculate_qparams()))
         elif obs.nonfinite_batches > skipped_before:
             zp = self._zero_point
             self._store_qparams(np.full(channels, np.nan, F32),

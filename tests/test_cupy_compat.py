@@ -130,7 +130,7 @@ def nvidia_stateful(xp):
     cal = nv.MaxCalibrator(8, 0)
     cal.collect(xp(X))
     cal.collect(xp(X * 3))
-    out.append(State(cal.compute_amax()))
+    out.append(cal.compute_amax())  # (PQ's amax: a tensor on the data's device)
     hist = nv.HistogramCalibrator(8, None, False, num_bins=256)
     hist.collect(xp(X))
     hist.collect(xp(X * 4))

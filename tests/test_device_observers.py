@@ -238,3 +238,25 @@ def test_numpy_histogram_kernel_matches_numpy(absolute, skip_zeros):
     ref = np.histogram(on_edges, bins=edges)[0]
     got = G.histogram_f32(cp.asarray(on_edges), edges, True, absolute, False)
     assert np.array_equal(to_numpy(got), ref)
+
+
+@pytest.mark.parametrize("pattern", ["cccc", "cncn"])
+@pytest.mark.parametrize("make", [lambda: qc.EMAMinMaxObserver(0.9),
+                                  lambda: qc.MomentumMinMaxObserver(0.8, axis=0)],
+                         ids=["ema", "momentum_per_channel"])
+def test_fake_quantize_with_device_observer(make, pattern):
+    """FakeQuantize around an observer without a fused device rule: the
+    observer updates on the device, the qparams come to the host (a small
+    copy); the outputs have the numpy path's bits, in any order of numpy
+    (n) and cupy (c) batches."""
+    xs = [(RNG.normal(size=(4, 6)) * s).astype(F32) for s in (1.0, 2.0, 0.5, 3.0)]
+    axis = make().axis
+    host = qc.FakeQuantize(make(), -128, 127, axis=axis)
+    dev = qc.FakeQuantize(make(), -128, 127, axis=axis)
+    for x, side in zip(xs, pattern):
+        want = host(x)
+        got = dev(cp.asarray(x) if side == "c" else x)
+        assert isinstance(got, cp.ndarray if side == "c" else np.ndarray)
+        assert_bits_equal(to_numpy(got), want)
+    assert_bits_equal(to_numpy(dev.scale), host.scale)
+    assert_bits_equal(to_numpy(dev.observer.max_val), host.observer.max_val)

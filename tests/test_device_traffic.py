@@ -69,3 +69,26 @@ def test_calibrator_collects_move_no_tensor(x):
     for shift in (0.0, 5.0):
         to_host, to_device = moved(lambda: th.collect(x + shift))
         assert to_host <= limit and to_device <= limit, (to_host, to_device)
+
+
+def test_compat_calibrators_move_no_tensor(x):
+    """torch's HistogramObserver step and the NVIDIA calibrators' collect
+    (the frameworks synchronise there too: ``.item()`` of the range, the
+    histogram's counts)."""
+    from quantcore.compat import nvidia as nv
+    from quantcore.compat import torch as T
+    bins = 256
+    limit = 8 * bins + 64
+    obs = T.HistogramObserver(bins=bins)
+    obs(x)
+    for shift in (0.0, 4.0):  # the same range, then a wider one
+        to_host, to_device = moved(lambda: obs(x + shift))
+        assert to_host <= limit and to_device <= limit, (to_host, to_device)
+    amax = nv.MaxCalibrator(8, axis=0)
+    amax.collect(x)
+    assert max(moved(lambda: amax.collect(x * 2))) <= 64
+    assert isinstance(amax.compute_amax(), cp.ndarray)
+    hist = nv.HistogramCalibrator(8, None, False, num_bins=bins)
+    hist.collect(x)
+    to_host, to_device = moved(lambda: hist.collect(x * 0.5))
+    assert to_host <= limit and to_device <= limit, (to_host, to_device)

@@ -507,8 +507,11 @@ class MaxCalibrator(_calib.MaxCalibrator):
         super().__init__(8, axis, unsigned, track_amax)
         self._num_bits = num_bits
 
+    @A.device_native
     def collect(self, x):
-        """Update the running amax with ``max |x|`` over the reduced axes."""
+        """Update the running amax with ``max |x|`` over the reduced axes (a
+        cupy x on the device: the amax stays a device array; one byte, the
+        NaN check, is read)."""
         try:
             super().collect(x)
         except ValueError as exc:

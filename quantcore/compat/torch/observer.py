@@ -335,11 +335,14 @@ class HistogramObserver(_UniformObserver):
     def max_val(self, value):
         self._hist.max_val = np.array(value, dtype=F32).reshape(())
 
+    @A.device_native
     def forward(self, x_orig):
         """Add x to the histogram and return it (float32 statistics: torch bins
-        float64 / float16 input in that precision, not reproduced)."""
-        if isinstance(x_orig, (np.ndarray, np.generic)) and x_orig.dtype.kind in "biu" \
-                and np.size(x_orig):
+        float64 / float16 input in that precision, not reproduced).  A cupy
+        x is binned on the device; its min / max and the bins' counts cross
+        to the host (torch's ``.item()`` calls synchronise there too)."""
+        if (isinstance(x_orig, (np.ndarray, np.generic)) or A.is_cupy_array(x_orig)) and \
+                x_orig.dtype.kind in "biu" and x_orig.size:
             # torch.histc has no integer kernel
             raise NotImplementedError('"histogram_cpu" not implemented for '
                                       f"'{_torch_dtype_name(x_orig.dtype)}'")
