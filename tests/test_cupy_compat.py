@@ -208,16 +208,52 @@ def torch_layer(xp):
             0.01, 0, 255, 0))
     out += state
     for obs in (T.MinMaxObserver(), T.PerChannelMinMaxObserver(ch_axis=1),
-                T.HistogramObserver(bins=64)):
-        out += [obs(xp(X)), obs(xp(X * 2))]
-        out.append(State(*obs.calculate_qparams()))
+                T.MovingAverageMinMaxObserver(0.25, qscheme="per_tensor_symmetric"),
+                T.MovingAveragePerChannelMinMaxObserver(0.5, ch_axis=2)):
+        # observed on the device: the statistics and qparams are device arrays
+        out += [obs(xp(X)), obs(xp(X * 2)), obs.min_val, obs.max_val]
+        out += list(obs.calculate_qparams())
+        obs.min_val = obs.min_val - 1  # (set on the host: the next call is not a first)
+        out += [obs(xp(X * 0.5)), obs.min_val, obs.max_val]
+    obs = T.HistogramObserver(bins=64)  # binned on the device; the histogram is host state
+    out += [obs(xp(X)), obs(xp(X * 2)), State(*obs.calculate_qparams())]
+    ints = T.MinMaxObserver()
+    out += [ints(xp(np.arange(-5, 7, dtype=np.int32))), ints.min_val, ints.max_val]
     for fq in (T.FakeQuantize(), T.FusedMovingAvgObsFakeQuantize(),
                T.default_per_channel_weight_fake_quant()):
         out += [fq(xp(X)), fq(xp(X * 3)), fq.backward(xp(G)), State(fq.scale, fq.zero_point)]
     return out
 
 
-SCENARIOS = [torch_layer, core_calibrators, mindspore_fq, tensorflow_functions, oneflow_modules, nvidia_functions,
+def torch_functional_cases(xp):
+    """The torch fake-quant ops' dtype and range cases, on the device for
+    cupy input: float / half zero points (kept on the device), float64
+    input, int32-size ranges (the exact-integer kernel), empty x,
+    tensor qparams."""
+    from quantcore.compat import torch as T
+    out = []
+    w = X.reshape(4, -1)
+    s_c = np.linspace(0.02, 0.1, 4).astype(np.float32)
+    for z_c in (np.array([-3.5, 0.25, 7.0, 100.5], np.float32),
+                np.array([1.5, -2.0, 0.0, 3.25], np.float16), np.arange(4, dtype=np.int32)):
+        for x in (w, w.astype(np.float64) * 3):
+            out += list(T.fake_quantize_per_channel_affine_cachemask(xp(x), xp(s_c), xp(z_c), 0,
+                                                                     -128, 127))
+        out.append(T.fake_quantize_per_channel_affine(xp(w * 1e4), xp(s_c), xp(z_c), 0,
+                                                      -2 ** 31, 2 ** 31 - 1))
+    out.append(T.fake_quantize_per_channel_affine(xp(np.zeros((0, 4), np.float32)), xp(s_c),
+                                                  xp(np.zeros(4, np.int32)), 1, 0, 255))
+    out += list(T.fake_quantize_per_tensor_affine_cachemask(xp(X * 1e5), 0.5, 3, -2 ** 31,
+                                                            2 ** 31 - 1))
+    out += list(T.fake_quantize_per_tensor_affine_cachemask(
+        xp(X.astype(np.float64)), xp(np.array([0.03], np.float32)),
+        xp(np.array([7], np.int32)), 0, 255))
+    with pytest.raises(NotImplementedError, match="not implemented for 'Int'"):
+        T.fake_quantize_per_tensor_affine(xp(np.arange(3, dtype=np.int32)), 0.1, 0, 0, 255)
+    return out
+
+
+SCENARIOS = [torch_layer, torch_functional_cases, core_calibrators, mindspore_fq, tensorflow_functions, oneflow_modules, nvidia_functions,
              nvidia_stateful, horizon_modules]
 
 

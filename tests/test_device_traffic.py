@@ -92,3 +92,36 @@ def test_compat_calibrators_move_no_tensor(x):
     hist.collect(x)
     to_host, to_device = moved(lambda: hist.collect(x * 0.5))
     assert to_host <= limit and to_device <= limit, (to_host, to_device)
+
+
+@pytest.mark.parametrize("make", [
+    lambda T: T.MinMaxObserver(), lambda T: T.MovingAverageMinMaxObserver(),
+    lambda T: T.PerChannelMinMaxObserver(ch_axis=0),
+    lambda T: T.MovingAveragePerChannelMinMaxObserver(ch_axis=1)],
+    ids=["minmax", "moving_average", "per_channel", "moving_average_per_channel"])
+def test_torch_observer_step_moves_nothing(x, make):
+    """torch's observers' forward does not synchronise: nor do these."""
+    from quantcore.compat import torch as T
+    obs = make(T)
+    obs(x)
+    assert moved(lambda: obs(x * 2)) == (0, 0)
+
+
+def test_torch_fake_quant_ops_move_no_tensor(x):
+    """torch's fake-quant ops on cupy: per tensor (Python qparams) nothing
+    crosses but the kernel's scalar arguments; per channel with a float zero
+    point nothing is read back (an int32 zero point: its C values, which
+    torch reads for the range check)."""
+    from quantcore.compat import torch as T
+    C = x.shape[0]
+    scale = cp.asarray(np.linspace(0.01, 0.1, C).astype(np.float32))
+    zp_float = cp.asarray(np.linspace(-3, 3, C).astype(np.float32))
+    zp_int = cp.asarray(np.arange(C, dtype=np.int32))
+    to_host, to_device = moved(lambda: T.fake_quantize_per_tensor_affine(x, 0.05, 3, 0, 255))
+    assert to_host == 0 and to_device <= 64
+    to_host, to_device = moved(lambda: T.fake_quantize_per_channel_affine_cachemask(
+        x, scale, zp_float, 0, -128, 127))
+    assert to_host == 0 and to_device <= 64
+    to_host, to_device = moved(lambda: T.fake_quantize_per_channel_affine(
+        x, scale, zp_int, 0, -128, 127))
+    assert to_host <= 4 * C and to_device <= 16 * C
