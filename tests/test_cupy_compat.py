@@ -219,9 +219,17 @@ def torch_layer(xp):
     out += [obs(xp(X)), obs(xp(X * 2)), State(*obs.calculate_qparams())]
     ints = T.MinMaxObserver()
     out += [ints(xp(np.arange(-5, 7, dtype=np.int32))), ints.min_val, ints.max_val]
-    for fq in (T.FakeQuantize(), T.FusedMovingAvgObsFakeQuantize(),
-               T.default_per_channel_weight_fake_quant()):
-        out += [fq(xp(X)), fq(xp(X * 3)), fq.backward(xp(G)), State(fq.scale, fq.zero_point)]
+    for fq in (T.FakeQuantize(), T.default_per_channel_weight_fake_quant(),
+               T.FakeQuantize(T.HistogramObserver, quant_min=0, quant_max=255)):
+        # observed and quantized on the device: the qparams are device arrays
+        out += [fq(xp(X)), fq(xp(X * 3)), fq.backward(xp(G)), fq.scale, fq.zero_point]
+        fq.disable_observer()
+        fq.disable_fake_quant()
+        out += [fq(xp(X)), fq.backward(xp(G))]
+    fixed = T.default_fixed_qparams_range_0to1_fake_quant()
+    out += [fixed(xp(X)), fixed.backward(xp(G)), State(fixed.scale, fixed.zero_point)]
+    fq = T.FusedMovingAvgObsFakeQuantize()  # (through host memory)
+    out += [fq(xp(X)), fq(xp(X * 3)), fq.backward(xp(G)), State(fq.scale, fq.zero_point)]
     return out
 
 

@@ -125,3 +125,19 @@ def test_torch_fake_quant_ops_move_no_tensor(x):
     to_host, to_device = moved(lambda: T.fake_quantize_per_channel_affine(
         x, scale, zp_int, 0, -128, 127))
     assert to_host <= 4 * C and to_device <= 16 * C
+
+
+def test_torch_fake_quantize_step_moves_no_tensor(x):
+    """A compat FakeQuantize step (observe, qparams, fake quant) and its
+    backward: per tensor the qparams are read (8 bytes) and the validity
+    check (2 bytes); per channel the C int32 zero points; nothing else."""
+    from quantcore.compat import torch as T
+    C = x.shape[0]
+    for fq, host_limit, device_limit in ((T.FakeQuantize(), 16, 0),
+                                         (T.default_per_channel_weight_fake_quant(),
+                                          4 * C + 8, 8 * C)):
+        fq(x)
+        to_host, to_device = moved(lambda: fq(x * 2))
+        assert to_host <= host_limit and to_device <= device_limit, (to_host, to_device)
+        assert isinstance(fq.scale, cp.ndarray)
+        assert moved(lambda: fq.backward(x)) == (0, 0)

@@ -820,5 +820,7 @@ class TensorQuantizer:
         return f"TensorQuantizer({self.extra_repr()})"
 
 
-# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+# cupy input: MaxCalibrator.collect and HistogramCalibrator (quantcore.calib's) compute on
+# the device (amax stays a device array; the histogram's range and counts cross); the
+# rest is computed on the CPU path through host memory (see _arrays.stage_cupy)
 A.stage_cupy_api(globals(), __all__)
