@@ -121,7 +121,11 @@ def nvidia_functions(xp):
             nv.tensor_quant(xp(X), xp(amax_c), 4, False, False),
             nv.fake_tensor_quant(xp(np.abs(X)), xp(amax_c), 8, True),
             nv.fake_tensor_quant_backward(xp(G), xp(X), xp(np.float32(2.0))),
-            nv.fake_affine_tensor_quant(xp(X), xp(np.float32(-1.0)), xp(np.float32(3.0)))]
+            nv.fake_affine_tensor_quant(xp(X), xp(np.float32(-1.0)), xp(np.float32(3.0))),
+            nv.fake_affine_tensor_quant_backward(xp(G), xp(X), -1.0, 3.0),
+            # float16 input, an amax over two axes (one channel per element)
+            nv.tensor_quant(xp(X.astype(np.float16)), xp(np.abs(X).max(axis=2, keepdims=True))),
+            nv.fake_tensor_quant(xp(X), 1.5, 6, False, False)]
 
 
 def nvidia_stateful(xp):

@@ -141,3 +141,16 @@ def test_torch_fake_quantize_step_moves_no_tensor(x):
         assert to_host <= host_limit and to_device <= device_limit, (to_host, to_device)
         assert isinstance(fq.scale, cp.ndarray)
         assert moved(lambda: fq.backward(x)) == (0, 0)
+
+
+def test_nvidia_functions_move_no_tensor(x):
+    """PQ's functions on cupy: nothing tensor-sized crosses (PQ reads
+    ``amax.min() < 0`` too: a byte)."""
+    from quantcore.compat import nvidia as nv
+    amax = cp.asarray(np.full((x.shape[0], 1), 4.0, np.float32))
+    for call in (lambda: nv.fake_tensor_quant(x, amax),
+                 lambda: nv.tensor_quant(x, amax),
+                 lambda: nv.fake_tensor_quant_backward(x, x, amax),
+                 lambda: nv.fake_affine_tensor_quant(x, -1.0, 3.0)):
+        to_host, to_device = moved(call)
+        assert to_host <= 8 and to_device <= 64, (to_host, to_device)

@@ -288,8 +288,11 @@ QUANT_DESC_8BIT_CONVTRANSPOSE3D_WEIGHT_PER_CHANNEL = QuantDescriptor(num_bits=8,
 
 # ------------------------------------------------------ argument helpers
 def _as_param(value, name, func):
-    """amax / range argument as a float ndarray (Python numbers: float32)."""
-    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
+    """amax / range argument as a float ndarray (Python numbers: float32); a
+    cupy array stays on the device."""
+    if A.is_cupy_array(value):
+        arr = value
+    elif isinstance(value, np.ndarray) or isinstance(value, np.generic):
         arr = np.asarray(value)
     else:
         try:
@@ -342,15 +345,19 @@ def _plan(arr, param, func):
     except ValueError:
         raise ValueError(f"{func}: amax of shape {param.shape} does not broadcast against "
                          f"inputs of shape {arr.shape}") from None
-    x = arr if arr.shape == shape else np.broadcast_to(arr, shape)
+    xp = A.array_module(arr)
+    if A.is_cupy_array(param) and xp is np:  # (numpy x, device amax: a small copy)
+        param = param.get()
+    x = arr if arr.shape == shape else xp.broadcast_to(arr, shape)
     if param.size == 1:
         return x, param.reshape(1), None, shape
     p = param.reshape((1,) * (len(shape) - param.ndim) + param.shape)
     big = [d for d in range(len(shape)) if p.shape[d] != 1]
     if len(big) == 1:
         return x, p.reshape(-1), big[0], shape
-    x = np.ascontiguousarray(x).reshape(-1)
-    return x, np.ascontiguousarray(np.broadcast_to(p, shape)).reshape(-1), 0, shape
+    pm = A.array_module(p)
+    x = xp.ascontiguousarray(x).reshape(-1)
+    return x, pm.ascontiguousarray(pm.broadcast_to(p, shape)).reshape(-1), 0, shape
 
 
 def _q_of(y, div, axis, ndim):
@@ -368,11 +375,14 @@ def _q_of(y, div, axis, ndim):
         shape = [1] * ndim
         shape[axis] = d.shape[0]
         d = d.reshape(shape)
+    if A.is_cupy_array(y):  # (an IEEE product and rint of floats)
+        return A.array_module(y).rint(y * A.array_module(y).asarray(d)).astype(y.dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         return np.rint(y * d).astype(y.dtype)
 
 
 # ------------------------------------------------------------ functions
+@A.device_native
 def fake_tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=True):
     """PQ's ``fake_tensor_quant``: quantize with ``amax`` and dequantize.
 
@@ -399,6 +409,7 @@ def fake_tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=Tru
     return y.reshape(shape)
 
 
+@A.device_native
 def tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=True):
     """PQ's ``tensor_quant``: ``(q, scale)`` with ``q`` as floats.
 
@@ -426,6 +437,7 @@ def tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=True):
     return q.astype(arr.dtype), scale.astype(arr.dtype)
 
 
+@A.device_native
 def fake_tensor_quant_backward(grad_outputs, inputs, amax):
     """Gradient of :func:`fake_tensor_quant` / :func:`tensor_quant` with
     respect to ``inputs``: clipped straight-through estimator::
@@ -450,7 +462,8 @@ def _ste(g, mask, func):
         raise ValueError(f"{func}: grad_outputs of shape {g.shape} does not broadcast against "
                          f"the inputs' shape {mask.shape}") from None
     # PQ: torch.where(mask, grad_outputs, zero), a select (+0.0 outside)
-    return np.where(np.broadcast_to(mask, shape).view(np.bool_), np.broadcast_to(g, shape),
+    xp = A.array_module(g)
+    return xp.where(xp.broadcast_to(mask, shape).view(np.bool_), xp.broadcast_to(g, shape),
                     g.dtype.type(0))
 
 
@@ -465,6 +478,7 @@ def _affine_args(inputs, min_range, max_range, num_bits, func):
     return arr, lo, hi, nb
 
 
+@A.device_native
 def fake_affine_tensor_quant(inputs, min_range, max_range, num_bits=8):
     """PQ's ``fake_affine_tensor_quant`` (gemmlowp-style, per tensor).
 
@@ -484,6 +498,7 @@ def fake_affine_tensor_quant(inputs, min_range, max_range, num_bits=8):
     return _affine(arr, step, -qzero, qmin, qmax, mode, func=func)
 
 
+@A.device_native
 def fake_affine_tensor_quant_backward(grad_outputs, inputs, min_range, max_range):
     """Gradient of :func:`fake_affine_tensor_quant`: ``grad_outputs`` where
     ``min_range <= x <= max_range`` (inclusive), else 0."""
