@@ -93,7 +93,14 @@ def tensorflow_functions(xp):
             tf.fake_quant_with_min_max_vars_gradient(xp(G), xp(X), xp(mn), xp(mx)),
             tf.fake_quant_with_min_max_vars_per_channel(xp(X), xp(cmn), xp(cmx)),
             tf.fake_quant_with_min_max_vars_per_channel_gradient(xp(G), xp(X), xp(cmn),
-                                                                 xp(cmx))]
+                                                                 xp(cmx)),
+            # min == max == 0 (zeros), Python min / max, float64 / int inputs
+            tf.fake_quant_with_min_max_vars(xp(X), xp(np.float32(0)), xp(np.float32(0))),
+            tf.fake_quant_with_min_max_vars(xp(X.astype(np.float64)), -1.0, 1.0),
+            tf.fake_quant_with_min_max_vars_per_channel(
+                xp(X), xp(np.where(cmn > -2, 0, cmn).astype(np.float32) * (np.arange(5) % 2)),
+                xp(cmx * (np.arange(5) % 2))),
+            tf.fake_quant_with_min_max_args(xp(np.arange(-4, 5, dtype=np.int32)))]
 
 
 def oneflow_modules(xp):

@@ -154,3 +154,18 @@ def test_nvidia_functions_move_no_tensor(x):
                  lambda: nv.fake_affine_tensor_quant(x, -1.0, 3.0)):
         to_host, to_device = moved(call)
         assert to_host <= 8 and to_device <= 64, (to_host, to_device)
+
+
+def test_tensorflow_forward_moves_nothing(x):
+    """TF's fake_quant_with_min_max_vars(_per_channel) with device min / max:
+    the nudged range is computed on the device and read there by the
+    kernel (TF does not synchronise either)."""
+    from quantcore.compat import tensorflow as tf
+    mn, mx = cp.asarray(np.float32(-2.0)), cp.asarray(np.float32(3.0))
+    assert moved(lambda: tf.fake_quant_with_min_max_vars(x, mn, mx)) == (0, 0)
+    y = x.reshape(-1, 10)
+    cmn = cp.asarray(np.full(10, -1.0, np.float32))
+    cmx = cp.asarray(np.linspace(0.5, 3, 10).astype(np.float32))
+    assert moved(lambda: tf.fake_quant_with_min_max_vars_per_channel(y, cmn, cmx)) == (0, 0)
+    to_host, to_device = moved(lambda: tf.fake_quant_with_min_max_args(x, -1.0, 2.0))
+    assert to_host == 0 and to_device <= 64
