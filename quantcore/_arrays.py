@@ -368,6 +368,10 @@ def as_real_float(x, name, func):
     framework's TypeError."""
     if isinstance(x, np.ndarray) and x.dtype.kind == "f":
         return as_float_array(x, name, func)
+    if is_cupy_array(x):  # (on the device: correctly rounded casts)
+        if x.dtype.kind == "f":
+            return as_float_array(x, name, func)
+        return x.astype(np.float32) if x.dtype.kind in "biu" else None
     require_cpu(x, func)
     try:
         arr = np.asarray(x)

@@ -113,7 +113,12 @@ def oneflow_modules(xp):
         s, z = obs(xp(w))
         fq = of.FakeQuantization(formula, 8, scheme)
         q = of.Quantization(formula, 8, scheme)
-        out += [s, z, fq(xp(w), s, z), q(xp(w), s, z)]
+        out += [s, z, fq(xp(w), s, z), q(xp(w), s, z), fq.backward(xp(w))]
+    per_channel = of.MinMaxObserver("google", 8, "affine", per_layer_quantization=False)
+    s, z = per_channel(xp(w))
+    out += [s, z, of.FakeQuantization("google", 8, "affine")(xp(w), s, z),
+            of.FakeQuantization("google", 6, "symmetric")(xp(w.astype(np.float64)), 0.05, 0),
+            of.MinMaxObserver()(xp(np.arange(-3, 9, dtype=np.int32)))]
     ma = of.MovingAverageMinMaxObserver(stop_update_after_iters=3, quantization_scheme="affine")
     for step in range(4):
         out += list(ma(xp(w * (step + 1)), xp(np.array([step], np.int64))))

@@ -169,3 +169,15 @@ def test_tensorflow_forward_moves_nothing(x):
     assert moved(lambda: tf.fake_quant_with_min_max_vars_per_channel(y, cmn, cmx)) == (0, 0)
     to_host, to_device = moved(lambda: tf.fake_quant_with_min_max_args(x, -1.0, 2.0))
     assert to_host == 0 and to_device <= 64
+
+
+def test_oneflow_observer_and_fake_quant_move_nothing(x):
+    """OneFlow's MinMaxObserver gives device qparams and FakeQuantization
+    reads them on the device (google formula)."""
+    from quantcore.compat import oneflow as of
+    for scheme in ("symmetric", "affine"):
+        obs, fq = of.MinMaxObserver("google", 8, scheme), of.FakeQuantization("google", 8, scheme)
+        s, z = obs(x)
+        assert moved(lambda: obs(x)) == (0, 0)
+        to_host, to_device = moved(lambda: fq(x, s, z))
+        assert to_host == 0 and to_device <= 64, (to_host, to_device)

@@ -130,6 +130,7 @@ class _Module:
         """Evaluation mode; returns self."""
         return self.train(False)
 
+    @A.device_native  # (forward takes cupy itself, or is staged)
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
@@ -159,7 +160,10 @@ class MinMaxObserver(_Module):
             raise ValueError(f"{cls}: per-channel quantization is not implemented for the "
                              "cambricon formula (per_layer_quantization must be True)")
 
+    @A.device_native
     def forward(self, input):
+        """(scale, zero_point) of ``input``; a cupy input gives device qparams
+        (the reduction and the formula on the device, no synchronisation)."""
         x = _as_input(input, type(self).__name__)
         lo, hi = minmax(x, axis=None if self.per_layer_quantization else 0)
         return Q.oneflow_qparams(lo, hi, self.quantization_bit, self.quantization_scheme,
@@ -257,10 +261,18 @@ class FakeQuantization(_Module):
             return 0, 2 ** b - 1
         return -2 ** (b - 1), 2 ** (b - 1) - 1
 
+    @A.device_native
     def forward(self, input, scale, zero_point):
+        """The fake-quantized (or, Quantization, integer) ``input``.  cupy
+        input is computed on the device; device scale / zero_point stay there
+        (cambricon reads ``scale[0]``, 4 bytes, to form its step)."""
         cls = type(self).__name__
         x = _as_input(input, cls)
-        s = np.asarray(scale, dtype=np.float64).reshape(-1)
+        if A.is_cupy_array(scale) and (self.quantization_formula == "cambricon" or
+                                       not A.is_cupy_array(x)):
+            scale = scale.get()
+        s = scale.astype(np.float64).reshape(-1) if A.is_cupy_array(scale) else \
+            np.asarray(scale, dtype=np.float64).reshape(-1)
         if s.size == 0:
             raise ValueError(f"{cls}: scale is empty")
         affine = self.quantization_formula == "google" and self.quantization_scheme == "affine"
@@ -273,7 +285,8 @@ class FakeQuantization(_Module):
                                  f"needs x.shape[0] of them, x has shape {x.shape}")
             axis = 0
         if affine:
-            z = np.asarray(zero_point, dtype=np.float64).reshape(-1)
+            z = zero_point.astype(np.float64).reshape(-1) if A.is_cupy_array(zero_point) \
+                else np.asarray(zero_point, dtype=np.float64).reshape(-1)
             if z.size != s.size:
                 raise ValueError(f"{cls}: zero_point has {z.size} values, scale {s.size}")
         else:
@@ -287,6 +300,7 @@ class FakeQuantization(_Module):
         with np.errstate(all="ignore"):
             return _affine(x, s.astype(work), z.astype(work), lo, hi, mode, axis=axis, func=cls)
 
+    @A.device_native
     def backward(self, dy):
         """Identity (straight-through, no clipping mask): returns ``dy``."""
         return A.as_float_array(dy, "dy", f"{type(self).__name__}.backward").copy()
@@ -299,5 +313,7 @@ class Quantization(FakeQuantization):
     _output_q = True
 
 
-# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+# cupy input: MinMaxObserver, FakeQuantization and Quantization compute on the device
+# (device qparams stay there); MovingAverageMinMaxObserver is computed on the CPU path
+# through host memory (see _arrays.stage_cupy)
 A.stage_cupy_api(globals(), __all__)
