@@ -14,9 +14,18 @@ import numpy as np
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
+#: type -> whether it is cupy's (a per-call check on every CPU path: cached)
+_CUPY_TYPES = {np.ndarray: False}
+
+
 def is_cupy_array(x):
     """True for a cupy.ndarray, checked without importing cupy."""
-    return type(x).__module__.split(".")[0] == "cupy"
+    t = type(x)
+    try:
+        return _CUPY_TYPES[t]
+    except KeyError:
+        found = _CUPY_TYPES[t] = t.__module__.split(".")[0] == "cupy"
+        return found
 
 
 def backend_of(x):

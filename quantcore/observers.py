@@ -77,6 +77,9 @@ class ObserverBase:
 
     #: whether merge() combines two observers exactly
     mergeable = False
+    #: (bound by reset; class defaults so that store_into's look-up of a new
+    #: instance's arrays does not go through __getattr__)
+    min_val = max_val = None
     _FIELDS = ()  # extra scalar configuration saved in state_dict
 
     def __init__(self, axis=None, nan_policy="skip"):
