@@ -171,17 +171,24 @@ def horizon_modules(xp):
         fq = hz.FakeQuantize(**kw)
         for k in range(3):
             out.append(fq(xp(X * (k + 1))))
-        out += [fq.backward(xp(G)), State(fq.scale, fq.zero_point)]
+        out += [fq.backward(xp(G)), State(fq.zero_point)]
+        out.append(fq.scale)  # (a device array on the observer path, host on the fused one)
         fq.set_qparams(xp(np.float32(0.05)))
         fq.eval()
-        out.append(fq(xp(X)))
+        out += [fq(xp(X)), State(fq.scale)]
     data = xp(X.copy())
     fq = hz.FakeQuantize(in_place=True)
     res = fq(data)
     out += [res, data]  # in place: the caller's (device) array holds the result
     obs = hz.MovingAverageMinMaxObserver(dtype="qint16")
     obs(xp(X))
-    out.append(State(*obs.calculate_qparams(), obs.min_val, obs.max_val))
+    out += [*obs.calculate_qparams(), obs.min_val, obs.max_val]  # (device state)
+    hz.set_march("bernoulli")
+    try:
+        fq = hz.FakeQuantize(in_place=False)
+        out += [fq(xp(X)), fq(xp(X * 3))]
+    finally:
+        hz.set_march(None)
     return out
 
 

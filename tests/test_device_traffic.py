@@ -181,3 +181,17 @@ def test_oneflow_observer_and_fake_quant_move_nothing(x):
         assert moved(lambda: obs(x)) == (0, 0)
         to_host, to_device = moved(lambda: fq(x, s, z))
         assert to_host == 0 and to_device <= 64, (to_host, to_device)
+
+
+def test_horizon_fake_quantize_moves_no_tensor(x):
+    """Horizon's FakeQuantize: per tensor (the fused core step: its scale is
+    read back and set again each call, so the core's small device state is
+    uploaded again: ~100 bytes) and per channel (observer on the device;
+    the batch count is read, 16 bytes)."""
+    from quantcore.compat import horizon as hz
+    for fq in (hz.FakeQuantize(),
+               hz.FakeQuantize(observer=hz.MovingAveragePerChannelMinMaxObserver, ch_axis=0)):
+        fq(x)
+        to_host, to_device = moved(lambda: fq(x * 2))
+        assert to_host <= 64 and to_device <= 128, (to_host, to_device)
+        assert moved(lambda: fq.backward(x)) == (0, 0)
