@@ -9,6 +9,8 @@ was given cupy arrays must be a cupy array.  Object state (attributes
 such as ``scale``) and results of calls given no array (``compute_amax()``,
 ``calculate_qparams()``) stay numpy: they are marked ``State`` below.
 """
+import warnings
+
 import numpy as np
 import pytest
 
@@ -79,7 +81,14 @@ def mindspore_fq(xp):
         fq = ms.FakeQuantWithMinMaxObserver(**kw)
         out.append(fq(xp(X)))                   # inference
         fq.set_train()
-        out += [fq(xp(X)), fq(xp(X * 2)), fq.backward(xp(G), xp(X)), State(fq.minq, fq.maxq)]
+        out += [fq(xp(X)), fq(xp(X * 2)), fq.backward(xp(G), xp(X)), fq.minq.copy(),
+                fq.maxq.copy()]  # (copies: the state is updated in place)
+        bad = X.copy()
+        bad[0, 0, 0] = np.nan  # skipped (counted), the state stays
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # (numpy's skip warning)
+            out += [fq(xp(bad)), fq.minq.copy(), fq.maxq.copy()]
+        out += [fq(X * 3), State(fq.minq, fq.maxq)]  # a numpy batch: the state comes back
     return out
 
 

@@ -195,3 +195,19 @@ def test_horizon_fake_quantize_moves_no_tensor(x):
         to_host, to_device = moved(lambda: fq(x * 2))
         assert to_host <= 64 and to_device <= 128, (to_host, to_device)
         assert moved(lambda: fq.backward(x)) == (0, 0)
+
+
+@pytest.mark.parametrize("kw", [{}, {"ema": True, "ema_decay": 0.99},
+                                {"per_channel": True, "channel_axis": 0, "num_channels": 10}],
+                         ids=["batch", "ema", "per_channel"])
+def test_mindspore_step_moves_nothing_back(x, kw):
+    """MindSpore's FakeQuantWithMinMaxObserver training step: minq / maxq
+    updated on the device, nothing read back (only the observer's zero
+    batch counts, 16 bytes, go down)."""
+    from quantcore.compat import mindspore as ms
+    fq = ms.FakeQuantWithMinMaxObserver(**kw).set_train()
+    fq(x)
+    to_host, to_device = moved(lambda: fq(x * 2))
+    assert to_host == 0 and to_device <= 64, (to_host, to_device)
+    assert isinstance(fq.minq, cp.ndarray)
+    assert moved(lambda: fq.backward(x, x)) == (0, 0)
