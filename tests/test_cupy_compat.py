@@ -169,6 +169,13 @@ def nvidia_stateful(xp):
     tq.disable_calib()
     tq.enable_quant()
     out += [tq(xp(X)), State(tq.amax)]
+    for desc in (nv.QuantDescriptor(num_bits=6, axis=(1,), scale_amax=0.75),  # dynamic amax
+                 nv.QuantDescriptor(fake_quant=False, unsigned=False),        # real quant
+                 nv.QuantDescriptor(calib_method="histogram")):
+        tq = nv.TensorQuantizer(desc, if_calib=True)
+        out.append(tq(xp(X)))
+        if desc.fake_quant is False:
+            out.append(tq.scale)
     return out
 
 

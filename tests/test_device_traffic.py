@@ -211,3 +211,13 @@ def test_mindspore_step_moves_nothing_back(x, kw):
     assert to_host == 0 and to_device <= 64, (to_host, to_device)
     assert isinstance(fq.minq, cp.ndarray)
     assert moved(lambda: fq.backward(x, x)) == (0, 0)
+
+
+def test_nvidia_tensor_quantizer_moves_no_tensor(x):
+    """PQ's TensorQuantizer on cupy: calibration (max) and fake quant with a
+    dynamic per-channel amax on the device."""
+    from quantcore.compat import nvidia as nv
+    tq = nv.TensorQuantizer(nv.QuantDescriptor(axis=(0,)), if_calib=True)
+    tq(x)
+    to_host, to_device = moved(lambda: tq(x * 2))
+    assert to_host <= 16 and to_device <= 64, (to_host, to_device)

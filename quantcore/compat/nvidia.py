@@ -732,7 +732,7 @@ class TensorQuantizer:
             else:
                 raise RuntimeError(err_msg + " Passing 'strict=False' to `load_calib_amax()` "
                                    "will ignore the error.")
-        calib_amax = np.asarray(calib_amax)
+        calib_amax = np.asarray(A.to_host(calib_amax))  # (a device amax: C values read)
         if not hasattr(self, "_amax"):
             self._amax = calib_amax.copy()
         else:
@@ -759,6 +759,10 @@ class TensorQuantizer:
             reducer = _calib.MaxCalibrator(axis=self._axis)
             reducer.collect(inputs)
             amax = reducer.compute_amax()
+        if A.is_cupy_array(amax):  # (a dynamic amax of cupy inputs: on the device)
+            if self._scale_amax is not None:
+                amax = (amax * amax.dtype.type(self._scale_amax)).astype(amax.dtype)
+            return amax if amax.dtype in (np.float32, np.float64) else amax.astype(F32)
         if self._scale_amax is not None:
             amax = np.asarray(amax)
             amax = (amax * amax.dtype.type(self._scale_amax)).astype(amax.dtype)
@@ -783,11 +787,16 @@ class TensorQuantizer:
         outputs, self._scale = tensor_quant(inputs, amax, self._num_bits, self._unsigned)
         return outputs
 
+    @A.device_native
     def __call__(self, inputs):
         return self.forward(inputs)
 
+    @A.device_native
     def forward(self, inputs):
-        """Calibrate / clip / quantize ``inputs`` as the switches say."""
+        """Calibrate / clip / quantize ``inputs`` as the switches say.  cupy
+        inputs are calibrated and quantized on the device (a fixed amax is
+        copied down, C values; the Clip stage of learn_amax still computes
+        through host memory)."""
         if self._disabled:
             return inputs
         inputs = A.as_float_array(inputs, "inputs", "TensorQuantizer")
@@ -835,7 +844,7 @@ class TensorQuantizer:
         return f"TensorQuantizer({self.extra_repr()})"
 
 
-# cupy input: MaxCalibrator.collect and HistogramCalibrator (quantcore.calib's) compute on
-# the device (amax stays a device array; the histogram's range and counts cross); the
-# rest is computed on the CPU path through host memory (see _arrays.stage_cupy)
+# cupy input: the functions, MaxCalibrator.collect, HistogramCalibrator (quantcore.calib's)
+# and TensorQuantizer's forward compute on the device (see their docstrings for what
+# crosses); Clip computes on the CPU path through host memory (see _arrays.stage_cupy)
 A.stage_cupy_api(globals(), __all__)
