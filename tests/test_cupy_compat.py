@@ -131,7 +131,16 @@ def oneflow_modules(xp):
     ma = of.MovingAverageMinMaxObserver(stop_update_after_iters=3, quantization_scheme="affine")
     for step in range(4):
         out += list(ma(xp(w * (step + 1)), xp(np.array([step], np.int64))))
-    out.append(State(ma.moving_max, ma.moving_min))
+    out += [ma.moving_max, ma.moving_min]  # (device buffers, updated in place)
+    sym = of.MovingAverageMinMaxObserver(stop_update_after_iters=2)
+    bad = w.copy()
+    bad[1, 1] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (numpy's skip warning)
+        for step, batch in enumerate((w, bad, w * 3, w * 5)):  # NaN skipped; step 3: no update
+            out += list(sym(xp(batch), np.array([step], np.int64))) + [sym.moving_max.copy()]
+    out += list(sym(w * 0.5, np.array([1], np.int64)))  # numpy: the buffers come back
+    out.append(State(sym.moving_max, sym.moving_min))
     return out
 
 

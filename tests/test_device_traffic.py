@@ -221,3 +221,13 @@ def test_nvidia_tensor_quantizer_moves_no_tensor(x):
     tq(x)
     to_host, to_device = moved(lambda: tq(x * 2))
     assert to_host <= 16 and to_device <= 64, (to_host, to_device)
+
+
+def test_oneflow_moving_average_observer_moves_nothing(x):
+    """OneFlow's MovingAverageMinMaxObserver: the buffers are updated on the
+    device and the qparams formed there (a host step tensor: no read)."""
+    from quantcore.compat import oneflow as of
+    obs = of.MovingAverageMinMaxObserver(stop_update_after_iters=10)
+    obs(x, np.array([0], np.int64))
+    assert moved(lambda: obs(x * 2, np.array([1], np.int64))) == (0, 0)
+    assert isinstance(obs.moving_max, cp.ndarray)

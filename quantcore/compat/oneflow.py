@@ -170,6 +170,14 @@ class MinMaxObserver(_Module):
                                  self.quantization_formula, zp_rounding="half_even")
 
 
+def _device_buffer(value, xp):
+    """A one-element float32 device buffer holding ``value`` (itself when it
+    is one already)."""
+    if A.is_cupy_array(value) and value.dtype == F32 and value.shape == (1,):
+        return value
+    return xp.asarray(np.asarray(A.to_host(value), F32).reshape(-1)[:1].copy())
+
+
 class MovingAverageMinMaxObserver(_Module):
     """Momentum-averaged min / max with OneFlow's buffers (per layer).
 
@@ -218,17 +226,37 @@ class MovingAverageMinMaxObserver(_Module):
         self.moving_max = np.zeros(1, F32)
         self.moving_min = np.zeros(1, F32)
 
+    def _update_device(self, x):
+        """The update of a cupy batch: the core observer's state is a view of
+        the (device) buffers, written in place by its kernel; a skipped batch
+        leaves them alone."""
+        xp = A.array_module(x)
+        self.moving_min = _device_buffer(self.moving_min, xp)
+        self.moving_max = _device_buffer(self.moving_max, xp)
+        obs = self._observer
+        obs.min_val, obs.max_val = self.moving_min.reshape(()), self.moving_max.reshape(())
+        obs.update(x)
+
+    @A.device_native
     def forward(self, input, current_train_step):
+        """Update the buffers (training, up to ``stop_update_after_iters``)
+        and return their qparams.  A cupy input is observed on the device:
+        the buffers become device arrays updated in place by the momentum
+        rule in the reduction's last block, and the qparams are device
+        arrays; a cupy ``current_train_step`` is read (8 bytes)."""
         cls = type(self).__name__
         x = _as_input(input, cls)
-        step = np.asarray(current_train_step)
+        step = np.asarray(A.to_host(current_train_step))
         if step.size != 1 or step.dtype.kind not in "iu":
             raise TypeError(f"{cls}: current_train_step must be an integer tensor of one "
                             f"element, got {current_train_step!r}")
-        if self.training and int(step.reshape(-1)[0]) <= self.stop_update_after_iters:
+        if self.training and int(step.reshape(-1)[0]) <= self.stop_update_after_iters and \
+                A.is_cupy_array(x):
+            self._update_device(x)
+        elif self.training and int(step.reshape(-1)[0]) <= self.stop_update_after_iters:
             obs = self._observer
-            obs.min_val = np.asarray(self.moving_min, F32).reshape(-1)[0].reshape(())
-            obs.max_val = np.asarray(self.moving_max, F32).reshape(-1)[0].reshape(())
+            obs.min_val = np.asarray(A.to_host(self.moving_min), F32).reshape(-1)[0].reshape(())
+            obs.max_val = np.asarray(A.to_host(self.moving_max), F32).reshape(-1)[0].reshape(())
             before = obs.num_batches
             obs.update(x)
             if obs.num_batches != before:
@@ -313,7 +341,7 @@ class Quantization(FakeQuantization):
     _output_q = True
 
 
-# cupy input: MinMaxObserver, FakeQuantization and Quantization compute on the device
-# (device qparams stay there); MovingAverageMinMaxObserver is computed on the CPU path
-# through host memory (see _arrays.stage_cupy)
+# cupy input: every module computes on the device (device qparams and buffers stay
+# there; see the forward docstrings for the small reads); the rest takes no tensor (see
+# _arrays.stage_cupy)
 A.stage_cupy_api(globals(), __all__)
