@@ -255,6 +255,18 @@ def torch_layer(xp):
             xp(X * (k + 1)), xp(np.ones(1, np.int64)), xp(np.ones(1, np.int64)), *state,
             0.01, 0, 255, 0))
     out += state
+    w = X.reshape(4, -1)
+    rows = [xp(np.full(4, np.inf, np.float32)), xp(np.full(4, -np.inf, np.float32)),
+            xp(np.ones(4, np.float32)), xp(np.zeros(4, np.int32))]
+    for k, (obs_on, fq_on) in enumerate(((1, 1), (1, 0), (0, 1), (1, 1))):
+        batch = w * (k + 1)
+        if k == 3:
+            batch = batch.copy()
+            batch[1, 2] = np.inf  # a row's range at infinity
+        out.append(T.fused_moving_avg_obs_fake_quant(
+            xp(batch), np.array([obs_on]), np.array([fq_on]), *rows, 0.25, -128, 127, 0, True,
+            True))
+        out += [r.copy() for r in rows]
     for obs in (T.MinMaxObserver(), T.PerChannelMinMaxObserver(ch_axis=1),
                 T.MovingAverageMinMaxObserver(0.25, qscheme="per_tensor_symmetric"),
                 T.MovingAveragePerChannelMinMaxObserver(0.5, ch_axis=2)):
@@ -276,8 +288,11 @@ def torch_layer(xp):
         out += [fq(xp(X)), fq.backward(xp(G))]
     fixed = T.default_fixed_qparams_range_0to1_fake_quant()
     out += [fixed(xp(X)), fixed.backward(xp(G)), State(fixed.scale, fixed.zero_point)]
-    fq = T.FusedMovingAvgObsFakeQuantize()  # (through host memory)
-    out += [fq(xp(X)), fq(xp(X * 3)), fq.backward(xp(G)), State(fq.scale, fq.zero_point)]
+    for fq in (T.FusedMovingAvgObsFakeQuantize(),
+               T.FusedMovingAvgObsFakeQuantize(T.MovingAveragePerChannelMinMaxObserver,
+                                               ch_axis=0, qscheme="per_channel_symmetric",
+                                               dtype="qint8", quant_min=-128, quant_max=127)):
+        out += [fq(xp(X)), fq(xp(X * 3)), fq.backward(xp(G)), fq.scale, fq.zero_point]
     return out
 
 
@@ -322,3 +337,20 @@ def test_in_place_horizon_result_is_the_callers_array(cp):
     from quantcore.compat import horizon as hz
     data = cp.asarray(X.copy())
     assert hz.FakeQuantize(in_place=True)(data) is data
+
+
+def test_fused_op_device_state_rules(cp):
+    """The fused op on cupy x updates cupy state in place; numpy state for a
+    cupy x, and empty cupy per-row buffers (which torch resizes in place),
+    raise."""
+    from quantcore.compat import torch as T
+    w = cp.asarray(X.reshape(4, -1))
+    on = np.ones(1, np.int64)
+    host_state = [np.full(4, np.inf, np.float32), np.full(4, -np.inf, np.float32),
+                  np.ones(4, np.float32), np.zeros(4, np.int32)]
+    with pytest.raises(TypeError, match="must be a cupy array"):
+        T.fused_moving_avg_obs_fake_quant(w, on, on, *host_state, 0.01, 0, 255, 0, True)
+    empty = [cp.zeros(0, cp.float32), cp.zeros(0, cp.float32), cp.ones(1, cp.float32),
+             cp.zeros(1, cp.int32)]
+    with pytest.raises(ValueError, match="must be resized to 4"):
+        T.fused_moving_avg_obs_fake_quant(w, on, on, *empty, 0.01, 0, 255, 0, True)

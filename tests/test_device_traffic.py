@@ -231,3 +231,20 @@ def test_oneflow_moving_average_observer_moves_nothing(x):
     obs(x, np.array([0], np.int64))
     assert moved(lambda: obs(x * 2, np.array([1], np.int64))) == (0, 0)
     assert isinstance(obs.moving_max, cp.ndarray)
+
+
+def test_torch_fused_op_moves_no_tensor(x):
+    """torch's fused op on cupy: per tensor the new qparams are read for the
+    fake-quant call (8 bytes), per row the int32 zero points (C values)."""
+    from quantcore.compat import torch as T
+    C = x.shape[0]
+    on = np.ones(1, np.int64)
+    tensor_state = [cp.asarray(np.array([v], np.float32)) for v in (np.inf, -np.inf, 1.0)] + \
+        [cp.zeros(1, cp.int32)]
+    row_state = [cp.full(C, np.inf, cp.float32), cp.full(C, -np.inf, cp.float32),
+                 cp.ones(C, cp.float32), cp.zeros(C, cp.int32)]
+    for state, per_row, host_limit in ((tensor_state, False, 16), (row_state, True, 4 * C + 8)):
+        T.fused_moving_avg_obs_fake_quant(x, on, on, *state, 0.01, 0, 255, 0, per_row)
+        to_host, to_device = moved(lambda: T.fused_moving_avg_obs_fake_quant(
+            x * 2, on, on, *state, 0.01, 0, 255, 0, per_row))
+        assert to_host <= host_limit and to_device <= 16 * C + 64, (to_host, to_device)

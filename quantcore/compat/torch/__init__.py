@@ -17,12 +17,11 @@ dtypes, ranges, ``with_args`` and the module base.  How torch computes
 (float32 histc, linspace, cascade sums, FMA, x86 integer conversions) is
 modelled in :mod:`quantcore.torch_numerics`.
 
-cupy input: the observers, the fake-quant ops and FakeQuantize /
-FixedQParamsFakeQuantize compute on the device (marked
+cupy input: the observers, the fake-quant ops, the fused op and the
+FakeQuantize modules compute on the device (marked
 ``_arrays.device_native``); what crosses to the host, and where, is listed
-in ``docs/compat_torch.md``.  FusedMovingAvgObsFakeQuantize,
-``fused_moving_avg_obs_fake_quant`` and the LSQ functions still compute
-through host memory (the staging wrapper below).
+in ``docs/compat_torch.md``.  The LSQ functions still compute through host
+memory (the staging wrapper below).
 """
 from ... import _arrays as _A
 from .defaults import *  # noqa: F401,F403

@@ -66,8 +66,7 @@ class _FakeQuantizeBase(Switches, _Module):
         if g.size == 0:
             return g
         if A.is_cupy_array(g) != A.is_cupy_array(mask):
-            # (a forward on the other side: FusedMovingAvgObsFakeQuantize's
-            # forward still computes through host memory for cupy input)
+            # (a grad on the other side from the last forward's x)
             mask = A.array_module(g).asarray(mask) if A.is_cupy_array(g) else mask.get()
         return _ops.ste_backward(g, mask)
 
@@ -236,7 +235,11 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         self._init_flags()
         self.is_symmetric_quant = _is_symmetric(self.activation_post_process.qscheme)
 
+    @A.device_native
     def forward(self, X):
+        """One fused call (a cupy X on the device: see
+        :func:`fused_moving_avg_obs_fake_quant`; the running values and
+        qparams become device arrays)."""
         app = self.activation_post_process
         res = _fused(X, int(self.observer_enabled[0]), int(self.fake_quant_enabled[0]),
                      app.min_val, app.max_val, self.scale, self.zero_point,
