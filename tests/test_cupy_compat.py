@@ -324,8 +324,9 @@ def torch_functional_cases(xp):
     return out
 
 
-SCENARIOS = [torch_layer, torch_functional_cases, core_calibrators, mindspore_fq, tensorflow_functions, oneflow_modules, nvidia_functions,
-             nvidia_stateful, horizon_modules]
+SCENARIOS = [torch_layer, torch_functional_cases, core_calibrators, mindspore_fq,
+             tensorflow_functions, oneflow_modules, nvidia_functions, nvidia_stateful,
+             horizon_modules]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__)

@@ -29,7 +29,6 @@ qc_histc(const float *__restrict__ x, I n, float lo, float hi, int bins, int abs
   const I step = (I)gridDim.x * (I)blockDim.x;
   for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
     const float v = absolute ? fabsf(x[i]) : x[i];
-    const double vd = v; /* exact */
     const int b = (skip_zeros && v == 0.0f) ? -1 : qc_histc_bin_f32(v, lo, hi, fbins, bins);
     if (b < 0) continue;
     if (in_shared)
@@ -47,7 +46,8 @@ qc_histc(const float *__restrict__ x, I n, float lo, float hi, int bins, int abs
  * `skip_zeros`: the bins are edges[0..bins] (non-decreasing, in device
  * memory, as float64: numpy compares float32 data with float64 edges in
  * float64, and float32 edges are exact in it); values outside
- * [edges[0], edges[bins]] (and NaN) are not counted.  Two rules, each numpy's own:
+ * [edges[0], edges[bins]] (and NaN) are not counted.  Two rules, each
+ * numpy's own:
  *   uniform   np.histogram(x, bins=n): the bin of v estimated as
  *             k = int(f32(f32(v - first) / denom) * f32(n)), k == n -> n - 1,
  *             then moved down one if v < edges[k] and up one if
