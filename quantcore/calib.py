@@ -1004,16 +1004,16 @@ class TorchHistogram:
             # torch compares a float32 tensor with a Python float in float32
             a32 = float(_f32(next_alpha * total))
             b32 = float(_f32(next_beta * total))
-            # first l in [start, end] with csum[l] >= a32 (csum is non-decreasing)
-            l = min(max(bisect.bisect_left(csum, a32), start), max(end, start))
-            # last r in [start, end] with csum[r] <= b32
-            r = max(min(bisect.bisect_right(csum, b32) - 1, end), start)
+            # first bin lo in [start, end] with csum[lo] >= a32 (csum is non-decreasing)
+            lo = min(max(bisect.bisect_left(csum, a32), start), max(end, start))
+            # last bin hi in [start, end] with csum[hi] <= b32
+            hi = max(min(bisect.bisect_right(csum, b32) - 1, end), start)
             next_start, next_end = start, end
-            if (l - start) > (end - r):
-                next_start = l
+            if (lo - start) > (end - hi):
+                next_start = lo
                 alpha = next_alpha
             else:
-                next_end = r
+                next_end = hi
                 beta = next_beta
             if next_start == start and next_end == end:
                 continue

@@ -239,7 +239,8 @@ class ObserverBase:
         state_dict shares its buffers' storage: copy them to keep a snapshot)."""
         with self._lock:
             d = {"min_val": self.min_val, "max_val": self.max_val,
-                 "num_batches": int(self.num_batches), "nonfinite_batches": int(self.nonfinite_batches),
+                 "num_batches": int(self.num_batches),
+                 "nonfinite_batches": int(self.nonfinite_batches),
                  "axis": -1 if self.axis is None else int(self.axis),
                  "per_channel": self.axis is not None, "nan_policy": self.nan_policy}
             for name in self._FIELDS:

@@ -644,7 +644,8 @@ class ObserverState:
             inv = (T(1) / sw).astype(self.dtype)
         self.scale[...] = cp.asarray(s)
         self.zero_point[...] = cp.asarray(z)
-        self.qp[...] = cp.asarray(np.concatenate([sw, inv, z.astype(np.float64).astype(self.dtype)]))
+        self.qp[...] = cp.asarray(np.concatenate([sw, inv,
+                                                  z.astype(np.float64).astype(self.dtype)]))
 
 
 def observe(x, outer, C, inner, state, *, observer="moving_average", averaging_constant=0.01,

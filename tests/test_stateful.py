@@ -400,7 +400,8 @@ def test_bad_state_files(tmp_path, rng):
     with pytest.raises(ValueError, match="__format__"):
         qc.load_state(foreign)
     pickled = tmp_path / "pickled.npz"
-    np.savez(pickled, __format__=np.array("quantcore-state-1"), __class__=np.array("MinMaxObserver"),
+    np.savez(pickled, __format__=np.array("quantcore-state-1"),
+             __class__=np.array("MinMaxObserver"),
              min_val=np.array([object()], dtype=object), max_val=np.zeros(1))
     with pytest.raises(ValueError, match="not a valid"):
         qc.load_state(pickled)
