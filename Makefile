@@ -35,10 +35,11 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed-demo
 	$(PY) -m quantcore demo
 
-# the unit tests, then every benchmark once as a test (no timing), then the
-# tests that take cupy arrays on the CUDA emulator (the real .cu kernels run
-# on the CPU)
+# ruff (pyproject.toml: E, F, W at 100 columns), the unit tests, then every
+# benchmark once as a test (no timing), then the tests that take cupy arrays
+# on the CUDA emulator (the real .cu kernels run on the CPU)
 test: install
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q -m "not gpu" tests bench --benchmark-disable $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory gpu-emu-test
 

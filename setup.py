@@ -109,7 +109,10 @@ V3_PROBE = textwrap.dedent(
     """
     #pragma GCC target("avx2,fma")
     #include <immintrin.h>
-    static float twice(float x) { __m256 v = _mm256_set1_ps(x); return _mm256_cvtss_f32(_mm256_add_ps(v, v)); }
+    static float twice(float x) {
+        __m256 v = _mm256_set1_ps(x);
+        return _mm256_cvtss_f32(_mm256_add_ps(v, v));
+    }
     int main(void) {
         __builtin_cpu_init();
         return (__builtin_cpu_supports("avx2") ? 0 : 0) + (twice(1.0f) == 2.0f ? 0 : 1);
@@ -202,10 +205,36 @@ class BuildExt(build_ext):
         for ext in self.extensions:
             ext.extra_compile_args = cflags
             ext.extra_link_args = ldflags
-            if v3:  # the loops again for AVX2 + FMA, chosen at run time (qc_kernels.h)
+            if v3 and ext.name == "quantcore._cpu._kernels":
+                # the loops again for AVX2 + FMA, chosen at run time (qc_kernels.h)
                 ext.sources.append(os.path.join(CPU, "qc_loops_v3.cpp"))
                 ext.define_macros.append(("QC_HAVE_V3", "1"))
+        _compile_in_parallel(self.compiler)
         super().build_extensions()
+
+
+def _compile_in_parallel(compiler):
+    """Compile an extension's source files at the same time, one job per
+    core (setuptools compiles them one after another; the kernels' three
+    translation units each take about a minute).  The objects and the
+    command lines are setuptools' own (``_setup_compile`` / ``_compile``)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def compile_all(sources, output_dir=None, macros=None, include_dirs=None, debug=False,
+                    extra_preargs=None, extra_postargs=None, depends=None):
+        macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
+            output_dir, macros, include_dirs, sources, depends, extra_postargs)
+        cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+
+        def one(obj):
+            src, ext = build[obj]
+            compiler._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
+
+        with ThreadPoolExecutor(max(1, min(len(objects), os.cpu_count() or 1))) as pool:
+            list(pool.map(one, objects))  # (re-raises the first compile error)
+        return objects
+
+    compiler.compile = compile_all
 
 
 extensions = [
@@ -218,7 +247,16 @@ extensions = [
                        [os.path.join(CPU, "_kernels.pxd"), os.path.join(CPU, "qc_loops_v3.cpp")]),
         language="c++",
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
-    )
+    ),
+    # _hist: numpy.histogram's bins (onnxruntime's calibrators), same flags
+    Extension(
+        "quantcore._cpu._hist",
+        [os.path.join(CPU, "_hist.pyx")],
+        include_dirs=[INCLUDE, numpy.get_include()],
+        depends=[os.path.join(INCLUDE, "qc_np_histogram.h")],
+        language="c++",
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
+    ),
 ]
 
 setup(ext_modules=extensions, cmdclass={"build_ext": BuildExt})

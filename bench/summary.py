@@ -173,6 +173,8 @@ def plot(rows, path):
         print("matplotlib not installed: no plot", file=sys.stderr)
         return
     ops = sorted({op for op, _ in rows if not op.startswith("compat_")})
+    if not ops:  # (a run of the compat benchmarks only: nothing to plot)
+        return
     ncol = 3
     nrow = (len(ops) + ncol - 1) // ncol
     fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 3.5 * nrow), squeeze=False)
@@ -209,7 +211,8 @@ def main(argv=None):
               f"{machine.get('cpu', {}).get('count', '?')} cores; medians of one run "
               f"({doc.get('datetime', '?')[:10]}, commit "
               f"{doc.get('commit_info', {}).get('id', '?')[:8]}); '/ copy' = quantcore "
-              "time / time of np.copyto (GPU: cupy.copyto) of the same array; 'x NumPy', 'x torch' = speed-up; "
+              "time / time of np.copyto (GPU: cupy.copyto) of the same array; "
+              "'x NumPy', 'x torch' = speed-up; "
               "'2t vs 1t' = 1-thread time / 2-thread time (below 64 Ki elements both "
               "run on one thread, so it shows run-to-run noise there)")
     text = header + "\n\n" + table(rows) + "\n\nTargets (issue 7):\n\n" + \

@@ -71,15 +71,17 @@ def _cases():
         "tf_fake_quant_with_min_max_args": {
             "compat": lambda: lambda: tfq.fake_quant_with_min_max_args(X, -1.5, 2.0),
             "core": lambda: lambda: qc.fake_quant_nudged(X, *nudged[:3]),
-            "framework": lambda: (lambda tf, t: lambda: tf.quantization.fake_quant_with_min_max_args(
-                t, -1.5, 2.0))(_tf(), _tf().constant(X)),
+            "framework": lambda: (
+                lambda tf, t: lambda: tf.quantization.fake_quant_with_min_max_args(
+                    t, -1.5, 2.0))(_tf(), _tf().constant(X)),
         },
         "tf_fake_quant_with_min_max_vars": {
             "compat": lambda: lambda: tfq.fake_quant_with_min_max_vars(
                 X, np.float32(-1.5), np.float32(2.0)),
             "core": lambda: lambda: qc.fake_quant_nudged(X, *nudged[:3]),
-            "framework": lambda: (lambda tf, t: lambda: tf.quantization.fake_quant_with_min_max_vars(
-                t, -1.5, 2.0))(_tf(), _tf().constant(X)),
+            "framework": lambda: (
+                lambda tf, t: lambda: tf.quantization.fake_quant_with_min_max_vars(
+                    t, -1.5, 2.0))(_tf(), _tf().constant(X)),
         },
         "nvidia_fake_tensor_quant": {
             "compat": lambda: lambda: nv.fake_tensor_quant(X, np.float32(2.5)),

@@ -95,9 +95,15 @@ def test_gpu_minmax(benchmark, impl, n):
 def test_gpu_fake_quantize_forward(benchmark, impl, n):
     """Observe + qparams + fake quant: quantcore's two launches with the
     qparams kept on the device, against torch's CUDA FakeQuantize module."""
+    _fake_quantize_step(benchmark, impl, n, "gpu_fake_quantize_forward", qc.FakeQuantize)
+
+
+def _fake_quantize_step(benchmark, impl, n, op, make_quantcore_module):
+    """One forward of a FakeQuantize module (``make_quantcore_module()``, or
+    torch's own CUDA FakeQuantize for impl "torch-cuda") on a device array."""
     _gpu_or_skip()
     x = device_input(n)
-    annotate(benchmark, "gpu_fake_quantize_forward", n, impl, 9 * n)
+    annotate(benchmark, op, n, impl, 9 * n)
     if impl == "torch-cuda":
         torch = torch_cuda_or_skip()
         fq = torch.ao.quantization.FakeQuantize().cuda()
@@ -108,7 +114,7 @@ def test_gpu_fake_quantize_forward(benchmark, impl, n):
                 return fq(t)
         benchmark(synced(torch_forward))
     else:
-        fq = qc.FakeQuantize()
+        fq = make_quantcore_module()
         benchmark(synced(lambda: fq(x)))
 
 
@@ -118,22 +124,8 @@ def test_gpu_compat_fake_quantize_step(benchmark, impl, n):
     """One training step of compat.torch's FakeQuantize (moving-average
     observer, per tensor) on a device array, against torch's own CUDA
     FakeQuantize module."""
-    _gpu_or_skip()
-    x = device_input(n)
-    annotate(benchmark, "gpu_compat_fake_quantize_step", n, impl, 9 * n)
-    if impl == "torch-cuda":
-        torch = torch_cuda_or_skip()
-        fq = torch.ao.quantization.FakeQuantize().cuda()
-        t = torch.from_dlpack(x)
-
-        def torch_forward():
-            with torch.no_grad():
-                return fq(t)
-        benchmark(synced(torch_forward))
-    else:
-        from quantcore.compat import torch as T
-        fq = T.FakeQuantize()
-        benchmark(synced(lambda: fq(x)))
+    from quantcore.compat import torch as T
+    _fake_quantize_step(benchmark, impl, n, "gpu_compat_fake_quantize_step", T.FakeQuantize)
 
 
 @pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)

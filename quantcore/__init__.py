@@ -14,6 +14,12 @@ from .observers import (EMAMinMaxObserver, MinMaxObserver, MomentumMinMaxObserve
 from .fake_quantize import FakeQuantize
 from .state import load_state, save_state
 from . import qparams
+from .formats import (cast_fp8, dequantize_linear, fp8_decode, fp8_dequantize, fp8_fake_cast,
+                      fp8_fake_quant, fp8_quantize, group_dequantize, group_fake_quant,
+                      group_quantize, pack_int4, quantize_linear, unpack_int4)
+from .formats_observers import (AmaxObserver, FP8FakeQuantize, GroupFakeQuantize,
+                                GroupMinMaxObserver)
+from . import formats
 
 __version__ = "0.1.0"
 
@@ -23,6 +29,11 @@ __all__ = [
     "set_num_threads", "get_num_threads", "backend_of", "build_info", "__version__",
     "MinMaxObserver", "MovingAverageMinMaxObserver", "EMAMinMaxObserver",
     "MomentumMinMaxObserver", "FakeQuantize", "save_state", "load_state", "qparams",
+    # low-precision formats (quantcore.formats, quantcore.formats_observers)
+    "formats", "cast_fp8", "fp8_decode", "fp8_fake_cast", "fp8_fake_quant", "fp8_quantize",
+    "fp8_dequantize", "quantize_linear", "dequantize_linear", "group_quantize",
+    "group_dequantize", "group_fake_quant", "pack_int4", "unpack_int4", "AmaxObserver",
+    "GroupMinMaxObserver", "FP8FakeQuantize", "GroupFakeQuantize",
 ]
 
 

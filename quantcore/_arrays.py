@@ -319,8 +319,8 @@ def as_float_array(x, name, func):
         try:
             arr = np.asarray(x)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"{func}: {name} must be a float array, got "
-                            f"{type(x).__name__}") from exc
+            raise TypeError(
+                f"{func}: {name} must be a float array, got {type(x).__name__}") from exc
         if arr.dtype.kind in "iub" and not isinstance(x, np.generic):
             # Python ints / lists of ints: float64, as numpy reads Python floats
             arr = arr.astype(np.float64)

@@ -6,9 +6,9 @@ Two families, on numpy or cupy arrays (no SciPy, no PyTorch at run time):
   ``pytorch_quantization`` (PQ) calibrators bit for bit on float32, including
   the float32 rules of ``torch.histc``, ``torch.linspace`` and ``torch.arange``
   that PQ's default ``torch_hist=True`` path depends on
-  (spec/nvidia_horizon.md section 3).
+  (the project's NVIDIA / Horizon specification section 3).
 * :class:`TorchHistogram` is the statistics half of PyTorch's
-  ``torch.ao.quantization.HistogramObserver`` (spec/torch.md section 2): the
+  ``torch.ao.quantization.HistogramObserver`` (the project's PyTorch specification section 2): the
   running histogram with its re-binning on range growth, and the greedy L2
   ("NormMinimization") search for the clipping range.  Turning the range into
   ``(scale, zero_point)`` is left to ``quantcore.qparams``.

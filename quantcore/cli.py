@@ -459,7 +459,7 @@ def calibrate(args):
         notes.append(
             f"warning: entropy lost more than 1 dB to minmax on {len(sparse)} tensor(s) with "
             f"fewer than {MIN_VALUES_PER_BIN} values per histogram bin: "
-            + _short_list(sparse, 4) + f". TensorRT's KL search needs a dense histogram (many "
+            + _short_list(sparse, 4) + ". TensorRT's KL search needs a dense histogram (many "
             "activation samples); on small tensors it can clip most values: prefer mse or "
             "minmax there, or fewer --bins")
     for reason, keys in skipped.items():
@@ -798,7 +798,8 @@ def _run_demo(args):
 
 def _add_demo(sub):
     demo = sub.add_parser("demo", help="train, post-training quantize and QAT a NumPy MLP "
-                                       "on scikit-learn's digits (the main job)")
+                                       "on scikit-learn's digits, and quantize a conv net as "
+                                       "ONNX next to ONNX Runtime's calibrators (the main job)")
     demo.set_defaults(run=_run_demo)
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     demo.add_argument("--plot", default="quantcore_demo.png",
@@ -829,6 +830,10 @@ def build_parser():
     _add_fake_quant(sub)
     _add_demo(sub)
     _add_info(sub)
+    from .cli_quantize import add_parser as add_quantize  # (quantcore/cli_quantize.py)
+    add_quantize(sub, _formatter(argparse.HelpFormatter))
+    from .cli_onnx import add_parser as add_onnx  # (quantcore/cli_onnx.py)
+    add_onnx(sub, _formatter(argparse.HelpFormatter))
     return parser
 
 

@@ -34,8 +34,6 @@ _SAFETENSORS_DTYPES = {
 #: and the float formats numpy lacks: (bytes per value, ml_dtypes name)
 _WIDENED = {"BF16": (2, None), "F8_E4M3": (1, "float8_e4m3fn"), "F8_E5M2": (1, "float8_e5m2")}
 _SAFETENSORS_CODES = {np.dtype(v): k for k, v in _SAFETENSORS_DTYPES.items()}
-#: a header larger than this is not believed (safetensors' own limit is 100 MB)
-_MAX_HEADER = 100 * 1024 * 1024
 
 
 class CliError(Exception):
@@ -162,24 +160,11 @@ def _list_npz(path):
 def _safetensors_header(path):
     """(header dict, offset of the data, data length); CliError when the
     file is not a well-formed safetensors file."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise CliError(f"{path}: not a safetensors file (shorter than its 8-byte header)")
-        (length,) = struct.unpack("<Q", head)
-        if length > min(size - 8, _MAX_HEADER):
-            raise CliError(f"{path}: not a safetensors file (header length {length} does not "
-                           f"fit the {size}-byte file)")
-        raw = fh.read(length)
+    from .checkpoints import read_header
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise CliError(f"{path}: not a safetensors file (header is not JSON: "
-                       f"{one_line(exc)[:80]})") from None
-    if not isinstance(header, dict):
-        raise CliError(f"{path}: not a safetensors file (header is not a JSON object)")
-    return header, 8 + length, size - 8 - length
+        return read_header(path)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _safetensors_entry(path, name, info, data_start, data_len):

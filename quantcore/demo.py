@@ -1,4 +1,4 @@
-"""The README's main job: quantize a small NumPy MLP on real data.
+"""The README's main job: quantize small NumPy networks on real data.
 
 scikit-learn's bundled ``load_digits`` (8x8 handwritten digits, no
 download) is split 75/25 with a fixed seed.  A 64-128-10 ReLU MLP is
@@ -13,9 +13,20 @@ trained in float32 with plain NumPy, then
    through the straight-through estimator (``FakeQuantize.backward``).
 
 It prints the accuracy table and saves the training curves as a PNG
-(matplotlib, when installed).  Deterministic for a given seed; a few
-seconds on 2 cores.
+(matplotlib, when installed).
+
+3. With onnx and onnxruntime (the ``demo`` extra): a small conv net
+   (:class:`ConvNet`) trained in NumPy is written as ONNX with
+   ``onnx.helper``, calibrated by every method of :mod:`quantcore.onnx`
+   and, for ONNX Runtime's four methods, by ORT's own calibrators on the
+   same model and reader (time, peak traced memory, identical ranges), and
+   quantized by ORT's ``quantize_static``; the table shows each quantized
+   model's test accuracy.
+
+Deterministic accuracies for a given seed; offline (the digits ship with
+scikit-learn); about ten seconds on 2 cores.
 """
+import contextlib
 import time
 
 import numpy as np
@@ -30,7 +41,8 @@ def load_data(seed):
     try:
         from sklearn.datasets import load_digits
     except ImportError as exc:  # pragma: no cover - make demo installs it
-        raise SystemExit("quantcore demo needs scikit-learn (pip install 'quantcore[demo]')") from exc
+        raise SystemExit(
+            "quantcore demo needs scikit-learn (pip install 'quantcore[demo]')") from exc
     x, y = load_digits(return_X_y=True)
     x = (x / 16.0).astype(F32)
     order = np.random.default_rng(seed).permutation(len(x))
@@ -39,23 +51,18 @@ def load_data(seed):
     return x[tr], y[tr], x[te], y[te]
 
 
-class MLP:
-    """64-128-10 ReLU network with manual forward/backward and Adam."""
+class Adam:
+    """``params`` (name -> float32 array) trained with Adam."""
 
-    def __init__(self, rng, sizes=(64, 128, 10)):
-        self.params = {}
-        for k, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
-            self.params[f"W{k}"] = (rng.normal(size=(fan_in, fan_out)) *
-                                    np.sqrt(2.0 / fan_in)).astype(F32)
-            self.params[f"b{k}"] = np.zeros(fan_out, F32)
-        self.adam = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in self.params.items()}
+    def __init__(self, params):
+        self.params = params
+        self.adam = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in params.items()}
         self.t = 0
 
     def copy(self):
-        other = MLP.__new__(MLP)
-        other.params = {k: v.copy() for k, v in self.params.items()}
-        other.adam = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in self.params.items()}
-        other.t = 0
+        """The same parameters (copied), a fresh optimizer state."""
+        other = self.__class__.__new__(self.__class__)
+        Adam.__init__(other, {k: v.copy() for k, v in self.params.items()})
         return other
 
     def step(self, grads, lr, beta1=0.9, beta2=0.999, eps=1e-8):
@@ -69,6 +76,21 @@ class MLP:
             mhat = m / (1 - beta1 ** self.t)
             vhat = v / (1 - beta2 ** self.t)
             self.params[k] -= (lr * mhat / (np.sqrt(vhat) + eps)).astype(F32)
+
+
+def he_normal(rng, shape, fan_in):
+    return (rng.normal(size=shape) * np.sqrt(2.0 / fan_in)).astype(F32)
+
+
+class MLP(Adam):
+    """64-128-10 ReLU network with manual forward/backward and Adam."""
+
+    def __init__(self, rng, sizes=(64, 128, 10)):
+        params = {}
+        for k, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
+            params[f"W{k}"] = he_normal(rng, (fan_in, fan_out), fan_in)
+            params[f"b{k}"] = np.zeros(fan_out, F32)
+        super().__init__(params)
 
 
 def softmax_xent(logits, y):
@@ -183,8 +205,10 @@ def post_training_quantize(net, x_cal, bits):
     return quant
 
 
-def run_demo(seed=0, plot_path="quantcore_demo.png", epochs=40, qat_epochs=15):
-    """Train, quantize, print the accuracy table; returns the accuracies."""
+def run_demo(seed=0, plot_path="quantcore_demo.png", epochs=40, qat_epochs=15, onnx=True):
+    """Train, quantize, print the accuracy table; returns the accuracies.
+    ``onnx``: then :func:`run_onnx_demo` (when onnx and onnxruntime are
+    installed); its test accuracies under ``"onnx"``."""
     t0 = time.perf_counter()
     x_tr, y_tr, x_te, y_te = load_data(seed)
     rng = np.random.default_rng(seed)
@@ -207,8 +231,243 @@ def run_demo(seed=0, plot_path="quantcore_demo.png", epochs=40, qat_epochs=15):
         print(f"{name:<12}{100 * acc:>14.2f}%")
     if plot_path:
         _plot(float_curve, qat_curve, plot_path)
+    if onnx:
+        try:
+            import onnx as _  # noqa: F401
+            import onnxruntime as _  # noqa: F401,F811
+        except ImportError:
+            print("(onnx / onnxruntime not installed: no ONNX part; pip install 'quantcore[demo]')")
+        else:
+            rows = run_onnx_demo(x_tr, y_tr, x_te, y_te, seed)
+            results["onnx"] = {k: v if k == "float" else v["quantized_accuracy"]
+                               for k, v in rows.items()}
     print(f"done in {time.perf_counter() - t0:.1f} s")
     return results
+
+
+# ------------------------------------------------------------------ ONNX part
+class ConvNet(Adam):
+    """Conv 3x3 (1 -> ``channels``, padding 1) -> ReLU -> AveragePool 2x2 ->
+    Flatten (channel-major, as ONNX's) -> Gemm -> ReLU -> Gemm (10 logits),
+    in NumPy: the convolution is a product of the 3x3 patches of every
+    pixel, ``(N, 64, 9) @ (9, channels)``."""
+
+    def __init__(self, rng, channels=8, hidden=32):
+        flat = channels * 16
+        super().__init__({
+            "conv_w": he_normal(rng, (9, channels), 9), "conv_b": np.zeros(channels, F32),
+            "fc1_w": he_normal(rng, (flat, hidden), flat), "fc1_b": np.zeros(hidden, F32),
+            "fc2_w": he_normal(rng, (hidden, 10), hidden), "fc2_b": np.zeros(10, F32)})
+
+    @staticmethod
+    def patches(x):
+        """(N, 64, 9): the zero-padded 3x3 neighbourhood of every pixel of
+        the 8x8 images ``x`` (N, 64), row-major as ONNX's Conv weights."""
+        img = np.pad(x.reshape(-1, 8, 8), ((0, 0), (1, 1), (1, 1)))
+        return np.lib.stride_tricks.sliding_window_view(img, (3, 3), axis=(1, 2)).reshape(-1, 64, 9)
+
+    def forward(self, x):
+        """Logits and the cache of :meth:`backward`."""
+        p = self.params
+        cols = self.patches(x)
+        pre = cols @ p["conv_w"] + p["conv_b"]                     # (N, 64 pixels, C)
+        n, c = len(x), pre.shape[2]
+        pooled = np.maximum(pre, 0).reshape(n, 4, 2, 4, 2, c).mean(axis=(2, 4))
+        flat = pooled.transpose(0, 3, 1, 2).reshape(n, -1)         # (N, C * 16)
+        h_pre = flat @ p["fc1_w"] + p["fc1_b"]
+        h = np.maximum(h_pre, 0)
+        return h @ p["fc2_w"] + p["fc2_b"], (cols, pre, flat, h_pre, h)
+
+    def backward(self, cache, dlogits):
+        cols, pre, flat, h_pre, h = cache
+        p = self.params
+        n, c = len(dlogits), pre.shape[2]
+        g = {"fc2_w": h.T @ dlogits, "fc2_b": dlogits.sum(axis=0)}
+        dh = (dlogits @ p["fc2_w"].T) * (h_pre > 0)
+        g["fc1_w"], g["fc1_b"] = flat.T @ dh, dh.sum(axis=0)
+        dpool = (dh @ p["fc1_w"].T).reshape(n, c, 4, 4).transpose(0, 2, 3, 1) / 4
+        dpre = np.repeat(np.repeat(dpool, 2, axis=1), 2, axis=2).reshape(n, 64, c) * (pre > 0)
+        g["conv_w"] = np.einsum("npk,npc->kc", cols, dpre)
+        g["conv_b"] = dpre.sum(axis=(0, 1))
+        return {k: v.astype(F32) for k, v in g.items()}
+
+    def fit(self, x, y, epochs, lr, rng, batch=64):
+        for _ in range(epochs):
+            order = rng.permutation(len(x))
+            for start in range(0, len(x), batch):
+                idx = order[start:start + batch]
+                logits, cache = self.forward(x[idx])
+                self.step(self.backward(cache, softmax_xent(logits, y[idx])[1]), lr)
+
+    def accuracy(self, x, y):
+        return float((self.forward(x)[0].argmax(axis=1) == y).mean())
+
+    def to_onnx(self):
+        """The trained network as an ONNX model (onnx.helper, opset 19:
+        float 8 QDQ needs it), input ``x`` (N, 1, 8, 8), output ``logits``."""
+        from onnx import TensorProto, helper, numpy_helper
+        p = self.params
+        weights = {"conv_w": p["conv_w"].T.reshape(-1, 1, 3, 3), "conv_b": p["conv_b"],
+                   "fc1_w": p["fc1_w"], "fc1_b": p["fc1_b"],
+                   "fc2_w": p["fc2_w"], "fc2_b": p["fc2_b"]}
+        node = helper.make_node
+        nodes = [node("Conv", ["x", "conv_w", "conv_b"], ["conv"], kernel_shape=[3, 3],
+                      pads=[1, 1, 1, 1]),
+                 node("Relu", ["conv"], ["conv_relu"]),
+                 node("AveragePool", ["conv_relu"], ["pool"], kernel_shape=[2, 2], strides=[2, 2]),
+                 node("Flatten", ["pool"], ["flat"], axis=1),
+                 node("Gemm", ["flat", "fc1_w", "fc1_b"], ["fc1"]),
+                 node("Relu", ["fc1"], ["fc1_relu"]),
+                 node("Gemm", ["fc1_relu", "fc2_w", "fc2_b"], ["logits"])]
+        graph = helper.make_graph(
+            nodes, "digits_convnet",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 8, 8])],
+            [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+            [numpy_helper.from_array(np.ascontiguousarray(v, F32), k) for k, v in weights.items()])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+
+
+#: quantize_static's types per method (Distribution is ORT's float 8 calibrator)
+QUANT_TYPES = {"distribution": ("QFLOAT8E4M3FN", "QFLOAT8E4M3FN")}
+#: NVIDIA's entropy / mse try every bin as the clip point (in Python): a 512-bin
+#: histogram instead of 2048 keeps the demo short
+DEMO_OPTIONS = {"nvidia_entropy": {"num_bins": 512}, "nvidia_mse": {"num_bins": 512}}
+
+
+def _measure(fn):
+    """(result, seconds) of one run of ``fn()`` and the tracemalloc peak
+    (bytes) of a second run: numpy's and Python's allocations."""
+    import tracemalloc
+    t0 = time.perf_counter()
+    result = fn()
+    seconds = time.perf_counter() - t0
+    tracemalloc.start()
+    try:
+        fn()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return result, seconds, peak
+
+
+def _ort_calibrate(model_path, reader, method, op_types, workdir):
+    """ORT's own calibrator, as quantize_static runs it (one collect_data
+    call over the whole reader); its progress prints are swallowed."""
+    import contextlib
+    import io
+    import os
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
+    from .compat import onnxruntime as O
+    reader.rewind()
+    with contextlib.redirect_stdout(io.StringIO()):
+        cal = create_calibrator(model_path, op_types,
+                                augmented_model_path=os.path.join(workdir, "augmented.onnx"),
+                                calibrate_method=CalibrationMethod[O._method_of(method).name])
+        cal.collect_data(reader)
+        return cal.compute_data()
+
+
+@contextlib.contextmanager
+def _quiet_ort_logging():
+    """Without quantize_static's advice to pre-process the model (root
+    logger warnings), restored afterwards."""
+    import logging
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
+def _same_ranges(ours, theirs):
+    """Every tensor's lowest / highest (and Distribution's avg / std) equal bit for bit."""
+    if set(ours.keys()) != set(theirs.keys()):
+        return False
+    for name, td in theirs.items():
+        for key in ("lowest", "highest", "avg", "std"):
+            try:
+                want = np.atleast_1d(getattr(td, key))
+            except AttributeError:
+                continue
+            got = np.atleast_1d(getattr(ours[name], key))
+            if got.dtype != want.dtype or not np.array_equal(got.view(np.uint8),
+                                                             want.view(np.uint8)):
+                return False
+    return True
+
+
+def run_onnx_demo(x_tr, y_tr, x_te, y_te, seed=0, epochs=20, batch_size=32):
+    """Train :class:`ConvNet`, write it as ONNX, calibrate it with every
+    method of :mod:`quantcore.onnx` (ORT-exact methods with ``passes=2``,
+    ORT's default single-call result) next to ORT's own calibrators on the
+    same model and reader, quantize with ORT's quantize_static and print the
+    test accuracies, calibration times and peak traced memory.  Returns
+    ``{method: row}`` (row: ``quantized_accuracy``, ``seconds``,
+    ``peak_bytes``, and for ORT's methods ``ort_seconds``, ``ort_peak_bytes``,
+    ``same_ranges``), plus ``"float"``: the float model's test accuracy."""
+    import os
+    import tempfile
+    import onnx
+    from . import onnx as qonnx
+
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    net = ConvNet(rng)
+    net.fit(x_tr, y_tr, epochs, 1e-2, rng)
+    numpy_acc = net.accuracy(x_te, y_te)
+    # whole batches: ORT's single collect_data call stacks them (equal shapes)
+    n_calib = len(x_tr) // batch_size * batch_size
+    calib = qonnx.NpzReader({"x": x_tr[:n_calib].reshape(-1, 1, 8, 8)}, batch_size)
+    test = qonnx.NpzReader({"x": x_te.reshape(-1, 1, 8, 8)}, 256)
+    op_types = qonnx.quantizable_op_types()
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="quantcore_demo_") as workdir, _quiet_ort_logging():
+        model_path = os.path.join(workdir, "convnet.onnx")
+        onnx.save(net.to_onnx(), model_path)
+        for method in qonnx.METHODS:
+            ort_exact = method in qonnx.ORT_METHODS
+
+            def ours():
+                calib.rewind()
+                return qonnx.calibrate(model_path, calib, method, passes=2 if ort_exact else 1,
+                                       options=DEMO_OPTIONS.get(method),
+                                       op_types_to_calibrate=op_types)
+            res, seconds, peak = _measure(ours)
+            row = {"seconds": seconds, "peak_bytes": peak}
+            if ort_exact:
+                theirs, row["ort_seconds"], row["ort_peak_bytes"] = _measure(
+                    lambda: _ort_calibrate(model_path, calib, method, op_types, workdir))
+                row["same_ranges"] = _same_ranges(res.tensors_range, theirs)
+            act_type, weight_type = QUANT_TYPES.get(method, ("QUInt8", "QInt8"))
+            qdq_path = os.path.join(workdir, f"convnet.{method}.qdq.onnx")
+            qonnx.quantize(model_path, qdq_path, tensors_range=res.tensors_range,
+                           activation_type=act_type, weight_type=weight_type)
+            ev = qonnx.evaluate(model_path, qdq_path, test, labels=y_te)
+            rows["float"] = ev["accuracy"][0]
+            row["quantized_accuracy"] = ev["accuracy"][1]
+            row["format"] = "fp8" if act_type.startswith("QFLOAT8") else "int8"
+            rows[method] = row
+
+    print(f"\nONNX: a conv net (Conv 3x3 x8 - Relu - AveragePool - Gemm 128x32 - Relu - Gemm) "
+          f"trained in NumPy, written with onnx.helper, calibrated on {n_calib} training "
+          f"images ({len(calib)} batches of {batch_size}), quantized by ONNX Runtime's "
+          f"quantize_static (QDQ)")
+    print(f"float32 test accuracy: {100 * rows['float']:.2f}% in ONNX Runtime "
+          f"({100 * numpy_acc:.2f}% in NumPy)")
+    print("calibration time and peak traced memory (tracemalloc: numpy + Python), quantcore "
+          "and ORT's own calibrator on the same model and reader; ORT-exact methods: passes=2")
+    print(f"{'method':<32}{'test acc':>9}{'quantcore':>22}{'ORT 1.32':>22}  ranges")
+    for method in qonnx.METHODS:
+        row = rows[method]
+        ours = f"{row['seconds']:.3f} s {row['peak_bytes'] / 2**20:6.2f} MiB"
+        theirs = (f"{row['ort_seconds']:.3f} s {row['ort_peak_bytes'] / 2**20:6.2f} MiB"
+                  if "ort_seconds" in row else "-")
+        same = ("identical" if row["same_ranges"] else "DIFFERENT") if "same_ranges" in row else ""
+        label = f"{method} ({row['format']}{', 512 bins' if method in DEMO_OPTIONS else ''})"
+        print(f"{label:<32}{100 * row['quantized_accuracy']:>8.2f}%{ours:>22}{theirs:>22}  {same}")
+    print(f"(ONNX part: {time.perf_counter() - t0:.1f} s)")
+    return rows
 
 
 def _plot(float_curve, qat_curve, path):

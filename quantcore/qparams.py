@@ -272,7 +272,7 @@ def nudge_tensorflow(min_val, max_val, quant_min, quant_max):
 
 
 def nudge_mindspore(min_val, max_val, quant_min, quant_max):
-    """MindSpore's nudged range (Ascend rule, DECISIONS.md), float32.
+    """MindSpore's nudged range (Ascend rule, the specification's decisions), float32.
 
     ::
 

@@ -314,4 +314,5 @@ def load_state(path, expected=None):
         raise
     except (OSError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, KeyError, TypeError,
             ValueError, IndexError, AttributeError, OverflowError, RecursionError) as exc:
-        raise ValueError(f"load_state: {path!r} is not a valid quantcore state file: {exc}") from exc
+        raise ValueError(
+            f"load_state: {path!r} is not a valid quantcore state file: {exc}") from exc

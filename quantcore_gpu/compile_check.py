@@ -126,7 +126,8 @@ def compile_source(lib, name, code, options, name_expressions, arch):
         for expr in name_expressions:
             status = lib.nvrtcAddNameExpression(prog, expr.encode())
             if status != NVRTC_SUCCESS:
-                return CompileResult(name, arch, False, err(status, f"nvrtcAddNameExpression {expr}"))
+                return CompileResult(name, arch, False,
+                                     err(status, f"nvrtcAddNameExpression {expr}"))
         opts = [o.encode() for o in options] + [f"--gpu-architecture={arch}".encode()]
         arr = (c.c_char_p * len(opts))(*opts)
         status = lib.nvrtcCompileProgram(prog, len(opts), arr)

@@ -37,8 +37,9 @@ __all__ = [
     "SOURCES", "FAMILIES", "FAMILY_PARAMS", "compile_options", "include_dir", "cuda_dir",
     "minmax", "minmax_channels", "minmax_finish", "minmax_device",
     "ew", "ew_tensor", "fq_affine_exact", "ste", "histc_f32", "histogram_f32", "qparams",
-    "QP_SCHEMES",
-    "ObserverState", "observe",
+    "QP_SCHEMES", "ObserverState", "observe",
+    "ENCODE_FAMILIES", "DECODE_FAMILIES", "GROUP_RECIPES", "encode", "decode", "encode_groups",
+    "decode_groups", "group_quant",
 ]
 
 # --------------------------------------------------------------- sources
@@ -136,6 +137,52 @@ def read_source(name):
 _FAMILY_LIST = _families()
 #: every .cu source and the template instantiations (name expressions) used
 SOURCES = _names(_FAMILY_LIST)
+
+
+def _format_lists():
+    """The encode / decode families [(name, Op, NP, CODE_BYTES)] and the group
+    recipes [(name, struct)] of qc_families.h (QC_ENCODE_FAMILIES,
+    QC_DECODE_FAMILIES, QC_GROUP_RECIPES), in id order."""
+    with open(os.path.join(include_dir(), "qc_families.h"), encoding="utf-8") as fh:
+        text = fh.read()
+    info = {op: (int(np_), int(cb)) for op, np_, cb in re.findall(
+        r"struct (\w+) \{\s*enum \{ NP = (\d+), STATIC_BITS = [^,]+,\s*CODE_BYTES = (\d+) \}",
+        text)}
+
+    def listed(macro):
+        block = text[text.index(f"#define {macro}(X)"):]
+        return re.findall(r"X\((\w+), (\w+)\)", block[:block.index("\n\n")])
+    enc = [(n, op) + info[op] for n, op in listed("QC_ENCODE_FAMILIES")]
+    dec = [(n, op) + info[op] for n, op in listed("QC_DECODE_FAMILIES")]
+    return enc, dec, listed("QC_GROUP_RECIPES")
+
+
+_ENC_LIST, _DEC_LIST, _RECIPE_LIST = _format_lists()
+_CODE_TYPES = {1: "unsigned char", 2: "unsigned short"}
+
+
+def _format_names():
+    names = []
+    for kernel, families in (("qc_enc", _ENC_LIST), ("qc_dec", _DEC_LIST)):
+        for _, op, _, cb in families:
+            for t in _FLOATS:
+                for width, q in _CODE_TYPES.items():
+                    if cb & width:
+                        for i in _INDEX:
+                            for layout in (0, 1, 2):
+                                names.append(f"{kernel}<{op}, {t}, {q}, {i}, {layout}>")
+    for _, rec in _RECIPE_LIST:
+        for i in _INDEX:
+            names.append(f"qc_group<{rec}, {i}>")
+    return tuple(names)
+
+
+SOURCES["formats.cu"] = _format_names()
+#: encode / decode family name -> id and group recipe name -> id (the CPU
+#: extension's ids: the same lists)
+ENCODE_FAMILIES = {name: i for i, (name, *_) in enumerate(_ENC_LIST)}
+DECODE_FAMILIES = {name: i for i, (name, *_) in enumerate(_DEC_LIST)}
+GROUP_RECIPES = {name: i for i, (name, _) in enumerate(_RECIPE_LIST)}
 #: elementwise family name -> id (the CPU extension's ids: the same list)
 FAMILIES = {name: i for i, (name, _, _) in enumerate(_FAMILY_LIST)}
 #: family name -> number of per-channel parameters
@@ -711,3 +758,109 @@ def observe(x, outer, C, inner, state, *, observer="moving_average", averaging_c
     if qscheme is not None:
         last.q_scale, last.q_zp, last.qp = state.scale, state.zero_point, state.qp
     _reduce(x, int(outer), int(C), int(inner), last, counter=state.counter)
+
+
+# ------------------------------------------------ codes and group recipes
+
+_FMT_THREADS = 256   # QC_FMT_THREADS in formats.cu
+
+
+def _code_launch(enc, family, x, codes, n_rows, a, b, c, layout, params, u0, u1, mode, func):
+    """One launch of qc_enc / qc_dec: x is the float side, codes the integer
+    side, both C-contiguous 1-D of one size."""
+    _check(x)
+    _check(codes, "codes")
+    families = _ENC_LIST if enc else _DEC_LIST
+    if not 0 <= int(family) < len(families):
+        raise ValueError(f"{func}: unknown family {family}")
+    _, op, nparam, cbytes = families[int(family)]
+    width = codes.dtype.itemsize
+    if codes.dtype.kind not in "iu" or not cbytes & width or codes.size != x.size:
+        raise ValueError(f"{func}: expected an integer code array of {x.size} elements with a "
+                         "width the family supports")
+    n = int(x.size)
+    if n == 0:
+        return
+    dtype = _dt(x)
+    T = dtype.type
+    params = _param(params, dtype)
+    count = n_rows
+    if params.size < nparam * count:
+        raise ValueError(f"{func}: expected {nparam * count} parameters, got {params.size}")
+    ct, it = _index(n)
+    kernel = "qc_enc" if enc else "qc_dec"
+    fn = _function("formats.cu",
+                   f"{kernel}<{op}, {_CTYPE[dtype]}, {_CODE_TYPES[width]}, {ct}, {layout}>")
+    grid = max(1, min(-(-n // _FMT_THREADS), _sm_count() * 8 * 4))
+    codes = codes.view(np.uint8 if width == 1 else np.uint16)  # (the kernels' code types)
+    head = (x, codes) if enc else (codes, x)
+    fn((grid,), (_FMT_THREADS,), head + (it(n), it(a), it(b), it(c), it(count), params, T(u0),
+                                         T(u1), np.int32(mode)))
+
+
+def _view_args(n, outer, C, inner, func):
+    if int(outer) * int(C) * int(inner) != n:
+        raise ValueError(f"{func}: the view ({outer}, {C}, {inner}) does not have {n} elements")
+    return (int(C), (int(inner), int(C), 0, 1)) if int(C) > 1 else (1, (1, 1, 0, 0))
+
+
+def encode(family, x, codes, outer, C, inner, params, u0, u1, mode, nthreads=None):
+    """The CPU's ``encode``: encode family `family` (``ENCODE_FAMILIES``) over
+    the (outer, C, inner) view of x into codes (cupy integer arrays)."""
+    count, (a, b, c, layout) = _view_args(int(x.size), outer, C, inner, "encode")
+    _code_launch(True, family, x, codes, count, a, b, c, layout, params, u0, u1, mode, "encode")
+
+
+def decode(family, codes, y, outer, C, inner, params, u0, u1, mode, nthreads=None):
+    """The CPU's ``decode``: codes into y over the (outer, C, inner) view."""
+    count, (a, b, c, layout) = _view_args(int(y.size), outer, C, inner, "decode")
+    _code_launch(False, family, y, codes, count, a, b, c, layout, params, u0, u1, mode, "decode")
+
+
+def _group_args(n, rows, K, g, func):
+    rows, K, g = int(rows), int(K), int(g)
+    if g < 1 or rows * K != n:
+        raise ValueError(f"{func}: {rows} rows of {K} in groups of {g} do not fit {n} elements")
+    ng = -(-K // g)
+    return rows * ng, K, g, ng
+
+
+def encode_groups(family, x, codes, rows, K, g, params, u0, u1, mode, nthreads=None):
+    """The CPU's ``encode_groups``: one parameter set per group of g
+    consecutive elements of each row of K."""
+    count, K, g, ng = _group_args(int(x.size), rows, K, g, "encode_groups")
+    _code_launch(True, family, x, codes, count, K, g, ng, 2, params, u0, u1, mode,
+                 "encode_groups")
+
+
+def decode_groups(family, codes, y, rows, K, g, params, u0, u1, mode, nthreads=None):
+    """The CPU's ``decode_groups``."""
+    count, K, g, ng = _group_args(int(y.size), rows, K, g, "decode_groups")
+    _code_launch(False, family, y, codes, count, K, g, ng, 2, params, u0, u1, mode,
+                 "decode_groups")
+
+
+def group_quant(recipe, x, codes, y, mask, scale, zp, rows, K, g, qmin, qmax, mode,
+                nthreads=None):
+    """The CPU's ``group_quant``: recipe `recipe` (``GROUP_RECIPES``) over
+    rows of K float32 values in groups of g; writes scale / zp (float32 per
+    group) and codes (uint8) / y (float32) / mask (uint8) when not None."""
+    _check(x)
+    if x.dtype != np.float32:
+        raise ValueError(f"group_quant: expected float32, got {x.dtype}")
+    if not 0 <= int(recipe) < len(_RECIPE_LIST):
+        raise ValueError(f"group_quant: unknown recipe {recipe}")
+    n = int(x.size)
+    count, K, g, _ = _group_args(n, rows, K, g, "group_quant")
+    for a, name, size in ((codes, "codes", n), (y, "y", n), (mask, "mask", n),
+                          (scale, "scale", count), (zp, "zp", count)):
+        if a is not None and (_check(a, name).size != size):
+            raise ValueError(f"group_quant: {name} must have {size} elements")
+    if n == 0:
+        return
+    ct, it = _index(n)
+    fn = _function("formats.cu", f"qc_group<{_RECIPE_LIST[int(recipe)][1]}, {ct}>")
+    warps = _FMT_THREADS // 32
+    grid = max(1, min(-(-count // warps), _sm_count() * 8 * 4))
+    fn((grid,), (_FMT_THREADS,), (x, codes, y, mask, scale, zp, it(int(rows)), it(K), it(g),
+                                  np.float32(qmin), np.float32(qmax), np.int32(mode)))

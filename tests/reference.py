@@ -12,8 +12,10 @@ import os
 
 import numpy as np
 
-#: examples per recipe property test; CI uses the default (2000)
-RECIPE_EXAMPLES = int(os.environ.get("QC_HYPOTHESIS_EXAMPLES", "2000"))
+#: examples per recipe property test: 500 by default (CI: about 30 recipe x
+#: mode tests, each against the float64 reference); QC_HYPOTHESIS_EXAMPLES=5000
+#: for a deeper run, lower for a quick one
+RECIPE_EXAMPLES = int(os.environ.get("QC_HYPOTHESIS_EXAMPLES", "500"))
 
 
 def rounder(dtype):
@@ -174,6 +176,34 @@ def bits_equal(a, b):
     ia = a.view(np.dtype(f"u{a.dtype.itemsize}"))
     ib = b.view(np.dtype(f"u{b.dtype.itemsize}"))
     return bool(np.array_equal(ia[~nan_a], ib[~nan_b]))
+
+
+def spec_f32(values):
+    """A float32 array from a specification vector: its numbers, with the
+    strings ("nan", "inf", "-0.0", ...) read by ``np.float32``."""
+    return np.array([np.float32(s) if isinstance(s, str) else s for s in np.ravel(values)],
+                    dtype=np.float32).reshape(np.shape(values))
+
+
+def assert_spec_bits(actual, expected):
+    """``actual`` is bit for bit the specification vector ``expected``
+    (NaN lanes: both NaN)."""
+    assert_bits_equal(np.asarray(actual), spec_f32(expected))
+
+
+def assert_same_bytes(a, b):
+    """Same dtype, shape and bytes (NaN payloads included): for two CPU
+    computations that must be identical, e.g. two SIMD builds or two code
+    paths of one kernel; sequences compare element by element."""
+    if isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for u, v in zip(a, b):
+            assert_same_bytes(u, v)
+        return
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, a.shape, b.dtype, b.shape)
+    assert np.array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
+                          np.ascontiguousarray(b).reshape(-1).view(np.uint8))
 
 
 def assert_bits_equal(actual, expected, msg=""):

@@ -204,7 +204,8 @@ def _fq_nan_batch():
     scale = fq.scale.copy()
     with pytest.warns(RuntimeWarning, match="NaN or inf was skipped"):
         y = fq(XNAN)
-    return bits_equal(fq.scale, scale) and fq.observer.nonfinite_batches == 1 and np.isnan(y.flat[0])
+    return (bits_equal(fq.scale, scale) and fq.observer.nonfinite_batches == 1
+            and np.isnan(y.flat[0]))
 
 
 result(FQ, "NaN/inf data", _fq_nan_batch, bool)
@@ -272,7 +273,8 @@ result(TORCH, "NaN/inf qparams", lambda: tq.fake_quantize_per_tensor_affine(X, n
 result(TORCH, "scale <= 0", lambda: tq.fake_quantize_per_tensor_affine(X, 0.0, 0, -128, 127),
        lambda y: not np.any(y))  # scale 0: +-0 outputs, as torch
 raises(TORCH, "qmin >= qmax", lambda: tq.fake_quantize_per_tensor_affine(X, 0.1, 0, 127, -128),
-       ValueError, "`quant_min` should be less than or         equal to `quant_max`.")  # torch's text
+       ValueError,
+       "`quant_min` should be less than or         equal to `quant_max`.")  # torch's text
 raises(TORCH, "bits", lambda: tq.MinMaxObserver(dtype="qint8", quant_min=-1000, quant_max=1000),
        ValueError, "quantization range should be positive and not exceed the maximum bit range")
 raises(TORCH, "bits", lambda: tq.MinMaxObserver(dtype="qint3"), ValueError,

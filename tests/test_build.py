@@ -125,5 +125,6 @@ def test_gil_is_released_during_kernels():
         stop.set()
         t.join()
         qc.set_num_threads(None)
-    inside = sum(1 for a, b in windows for s_ in stamps if a + (b - a) * 0.2 < s_ < b - (b - a) * 0.2)
+    inside = sum(1 for a, b in windows for s_ in stamps
+                 if a + (b - a) * 0.2 < s_ < b - (b - a) * 0.2)
     assert inside > 0, "no other Python thread ran during a kernel: the GIL was not released"

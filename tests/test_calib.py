@@ -1,6 +1,6 @@
 """Calibrators (quantcore.calib): NVIDIA pytorch_quantization's max and
-histogram calibrators (spec/nvidia_horizon.md section 3) and the statistics
-of PyTorch's HistogramObserver (spec/torch.md section 2).
+histogram calibrators (the project's NVIDIA / Horizon specification section 3) and the statistics
+of PyTorch's HistogramObserver (the project's PyTorch specification section 2).
 
 The live comparisons need torch (installed by ``make test``) and skip
 without it.
@@ -599,7 +599,6 @@ def _pq_entropy_amax(hist, edges, num_bits, unsigned, stride, start_bin):
     from scipy.stats import entropy
     bins = np.array(hist, dtype=np.int64)
     bins[0] = bins[1]
-    total_data = np.sum(bins)
     divergences = []
     nbins = 1 << (num_bits - 1 + int(unsigned))
     new_density_counts = np.zeros(nbins, dtype=np.float64)

@@ -1,6 +1,6 @@
 """quantcore.compat.horizon: Horizon FakeQuantize semantics.
 
-Every vector of spec/nvidia_horizon.md section 6 is a test here; the
+Every vector of the project's NVIDIA / Horizon specification section 6 is a test here; the
 randomized cases compare against the float32 emulation below, written from
 the spec independently of quantcore's kernels, and (``test_live_*``, skipped
 without torch) against Horizon's Python reference functions and v1 observer
@@ -12,6 +12,7 @@ import pytest
 from quantcore.compat import horizon as hz
 from quantcore.compat.horizon import (FakeQuantize, MovingAverageMinMaxObserver,
                                       MovingAveragePerChannelMinMaxObserver, QuantRoundMode)
+from reference import assert_bits_equal
 
 F32 = np.float32
 EPS = F32(np.finfo(F32).eps)
@@ -65,16 +66,7 @@ def ref_fake_quant(x, scale, qmin, qmax, mode="bpu_round"):
     return (q * scale).astype(F32), (r >= qmin) & (r <= qmax)
 
 
-def bits(a):
-    return np.asarray(a).view(np.uint32)
-
-
-def assert_bits(actual, expected):
-    actual, expected = np.asarray(actual), np.asarray(expected)
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape, \
-        (actual.dtype, actual.shape, expected.dtype, expected.shape)
-    same = (bits(actual) == bits(expected)) | (np.isnan(actual) & np.isnan(expected))
-    assert same.all(), f"{(~same).sum()} differ: {actual[~same][:5]} vs {expected[~same][:5]}"
+assert_bits = assert_bits_equal  # (NaN lanes: both NaN)
 
 
 def unpack(fq, shape):

@@ -1,6 +1,6 @@
 """quantcore.compat.mindspore: FakeQuantWithMinMaxObserver (issue 5).
 
-Oracles: the spec's vectors (spec/mindspore_tensorflow_oneflow.md §1), the
+Oracles: the spec's vectors (the project's MindSpore / TensorFlow / OneFlow specification §1), the
 seed page's example (a doctest of the module), and an independent NumPy
 float32 model of the kernels written below (one rounding per operation).
 """
@@ -21,13 +21,10 @@ DOC_X = np.array([[1, 2, 1], [-2, 0, -1]], dtype=F32)
 X9 = np.array([-1.5, -1, -0.3, 0, 0.2, 1.1, 2.9, 3, 3.5], dtype=F32)
 
 
-def f32(v):
-    return np.array([np.float32(s) if isinstance(s, str) else s for s in np.ravel(v)],
-                    dtype=F32).reshape(np.shape(v))
+f32 = ref.spec_f32
 
 
-def bits(actual, expected):
-    ref.assert_bits_equal(np.asarray(actual), f32(expected))
+bits = ref.assert_spec_bits
 
 
 # --------------------------------------------------- independent reference
@@ -150,7 +147,7 @@ def test_training_ema_vector_ascend_rule():
 
 def test_gpu_rule_range_vector():
     # the spec's GPU-rule EMA range (-2.004, 2.004) (not the rule quantcore
-    # uses, DECISIONS.md) fed in as the stored range: the forward still matches
+    # uses, the specification's decisions) fed in as the stored range: the forward still matches
     d = F32(0.999)
     om = F32(1) - d
     lo = np.minimum(d * F32(-2) + om * F32(-6), F32(0))
@@ -422,7 +419,7 @@ def test_quant_dtype_enum():
     assert str(QuantDtype.INT8) == "INT8"
     fq = FakeQuantWithMinMaxObserver(quant_dtype="uint4")
     assert fq.quant_dtype is QuantDtype.UINT4 and fq.quant_max == 15
-    for d in QuantDtype:  # every width 2..8 is accepted (DECISIONS.md)
+    for d in QuantDtype:  # every width 2..8 is accepted (the specification's decisions)
         assert FakeQuantWithMinMaxObserver(quant_dtype=d).quant_max == 2 ** d.num_bits - 1
 
 

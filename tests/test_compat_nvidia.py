@@ -1,6 +1,6 @@
 """quantcore.compat.nvidia: NVIDIA pytorch_quantization semantics.
 
-Every vector of spec/nvidia_horizon.md sections 1-4 is a test here; the
+Every vector of the project's NVIDIA / Horizon specification sections 1-4 is a test here; the
 randomized cases compare against the float32 emulation below, written from
 the spec independently of quantcore's kernels, and (``test_live_*``, skipped
 without torch / scipy) against PQ's CPU code paths written with torch ops:
@@ -24,6 +24,7 @@ from quantcore.compat.nvidia import (HistogramCalibrator, MaxCalibrator, QuantDe
                                      ScaledQuantDescriptor, TensorQuantizer,
                                      fake_affine_tensor_quant, fake_affine_tensor_quant_backward,
                                      fake_tensor_quant, fake_tensor_quant_backward, tensor_quant)
+from reference import assert_bits_equal
 
 F32 = np.float32
 needs_yaml = pytest.mark.skipif(yaml is None, reason="PyYAML (the 'nvidia' extra) not installed")
@@ -60,20 +61,7 @@ def ref_affine(x, lo, hi, num_bits=8):
     return ((q + qz).astype(F32) * step).astype(F32)
 
 
-def bits(a):
-    a = np.asarray(a)
-    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
-
-
-def assert_bits(actual, expected):
-    actual, expected = np.asarray(actual), np.asarray(expected)
-    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    same = (bits(actual) == bits(expected)) | (np.isnan(actual) & np.isnan(expected))
-    if not same.all():
-        idx = np.argwhere(~same)[:5]
-        raise AssertionError(f"{(~same).sum()} elements differ, e.g. at {idx.tolist()}: "
-                             f"{actual[tuple(idx.T)]} vs {expected[tuple(idx.T)]}")
+assert_bits = assert_bits_equal  # (NaN lanes: both NaN)
 
 
 # ------------------------------------------------------- spec §2 vectors
@@ -330,7 +318,8 @@ def test_descriptor_str():
     assert str(d) == ("n: (unsigned 8bit fake axis= per-tensor amax=1.0 full_range learn_amax "
                       "scale_amax=2.0)")
     assert str(QuantDescriptor()).startswith("QuantDescriptor(")
-    assert str(QuantDescriptor(fake_quant=False, axis=(0,))) == "QuantDescriptor(8bit real axis=(0,))"
+    assert (str(QuantDescriptor(fake_quant=False, axis=(0,)))
+            == "QuantDescriptor(8bit real axis=(0,))")
 
 
 def test_descriptor_amax_storage():

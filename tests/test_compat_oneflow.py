@@ -1,7 +1,7 @@
 """quantcore.compat.oneflow: MinMaxObserver, MovingAverageMinMaxObserver,
 FakeQuantization, Quantization (issue 5).
 
-Oracles: the spec's vectors (spec/mindspore_tensorflow_oneflow.md §3) and an
+Oracles: the spec's vectors (the project's MindSpore / TensorFlow / OneFlow specification §3) and an
 independent NumPy float32 model of OneFlow's kernels written below.
 """
 import doctest
@@ -21,13 +21,10 @@ DOC_X = np.array([[1, 2, 1], [-2, 0, -1]], dtype=F32)
 W = np.array([[0.3, -0.7, 1.5, 2.0], [-0.1, 0.05, 0.2, -0.4]], dtype=F32)
 
 
-def f32(v):
-    return np.array([np.float32(s) if isinstance(s, str) else s for s in np.ravel(v)],
-                    dtype=F32).reshape(np.shape(v))
+f32 = ref.spec_f32
 
 
-def bits(actual, expected):
-    ref.assert_bits_equal(np.asarray(actual), f32(expected))
+bits = ref.assert_spec_bits
 
 
 # --------------------------------------------------- independent reference
@@ -373,7 +370,7 @@ def test_random_moving_average_against_model(seed):
 def test_affine_negative_zero_point_uses_float_zp():
     # all-positive input: MinMaxObserver has no 0-inclusion, so zp < 0.  The
     # CPU kernel's uint8(round(zp)) = 129 would give q = 255 at x = 1; the
-    # float zero point (OneFlow's GPU path, DECISIONS.md) gives q = 0.
+    # float zero point (OneFlow's GPU path, the specification's decisions) gives q = 0.
     x = f32([1, 2, 3])
     s, z = MinMaxObserver(quantization_scheme="affine")(x)
     bits(s, [F32(2) / F32(255)]), bits(z, [-127])  # rint(127.49999) = 127

@@ -1,6 +1,6 @@
 """quantcore.compat.tensorflow: tf.quantization.fake_quant_with_min_max_* (issue 5).
 
-Oracles: the spec's vectors (spec/mindspore_tensorflow_oneflow.md §2, from
+Oracles: the spec's vectors (the project's MindSpore / TensorFlow / OneFlow specification §2, from
 tensorflow-cpu 2.21) and an independent NumPy float32 model of the current
 TF kernels written below.  The comparison against live TensorFlow is in
 test_compat_tensorflow_live.py (skipped cleanly without TensorFlow).
@@ -24,13 +24,10 @@ DOC_X = np.array([[1, 2, 1], [-2, 0, -1]], dtype=F32)
 X9 = np.array([-1.5, -1, -0.3, 0, 0.2, 1.1, 2.9, 3, 3.5], dtype=F32)
 
 
-def f32(v):
-    return np.array([np.float32(s) if isinstance(s, str) else s for s in np.ravel(v)],
-                    dtype=F32).reshape(np.shape(v))
+f32 = ref.spec_f32
 
 
-def bits(actual, expected):
-    ref.assert_bits_equal(np.asarray(actual), f32(expected))
+bits = ref.assert_spec_bits
 
 
 # --------------------------------------------------- independent reference

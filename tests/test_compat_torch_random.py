@@ -30,7 +30,8 @@ from test_compat_torch import F32, npy, same, same_value, tt  # noqa: E402
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
               pytest.mark.filterwarnings("ignore::RuntimeWarning")]
 
-CASES = 1000
+#: random cases per comparison with torch (QC_TORCH_CASES for a deeper run)
+CASES = int(os.environ.get("QC_TORCH_CASES", "500"))
 HIST_CASES = int(os.environ.get("QC_HIST_CASES", CASES))
 INT32_EXACT = True
 #: float64 input with a float zero point per channel: torch rounds

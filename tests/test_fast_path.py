@@ -6,6 +6,7 @@ import pytest
 
 import quantcore as qc
 from quantcore import _arrays as A
+from reference import assert_same_bytes
 
 RNG = np.random.default_rng(7)
 
@@ -22,10 +23,7 @@ def general(x):
     return np.asfortranarray(x.reshape(2, -1))
 
 
-def same(a, b):
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.dtype == b.dtype and a.shape == b.shape
-    assert np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
+same = assert_same_bytes
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

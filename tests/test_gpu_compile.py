@@ -43,7 +43,8 @@ def test_compile_check_cli_reports_success(capsys):
 
 def test_compile_error_is_reported_with_the_nvrtc_log():
     cc, lib = _nvrtc()
-    bad = '#include "qc_elementwise.h"\ntemplate <typename T> __global__ void k(T *x) { x[0] = undefined_name; }\n'
+    bad = ('#include "qc_elementwise.h"\n'
+           'template <typename T> __global__ void k(T *x) { x[0] = undefined_name; }\n')
     r = cc.compile_source(lib, "bad.cu", bad, kernels.compile_options(with_digest=False),
                           ["k<float>"], "compute_90")
     assert not r.ok

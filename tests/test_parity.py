@@ -103,6 +103,35 @@ CASES = {
 }
 
 
+# the low-precision formats (quantcore.formats)
+CASES.update({
+    "cast_fp8": lambda xp, x: qc.cast_fp8(x),
+    "cast_fp8_e5m2_nonsat": lambda xp, x: qc.cast_fp8(x, "e5m2", overflow="nonsat",
+                                                      nan="ml_dtypes"),
+    "fp8_decode_fnuz": lambda xp, x: qc.fp8_decode(qc.cast_fp8(x, "e4m3fnuz"), "e4m3fnuz"),
+    "fp8_fake_cast_mask": lambda xp, x: qc.fp8_fake_cast(x, "e5m2", return_mask=True),
+    "fp8_fake_quant_modelopt": lambda xp, x: qc.fp8_fake_quant(x, 3.0, return_mask=True),
+    "fp8_fake_quant_torchao_axis0": lambda xp, x: qc.fp8_fake_quant(
+        xp.nan_to_num(x), recipe="torchao", pow2=True, axis=0),
+    "fp8_quantize_axis2": lambda xp, x: qc.fp8_quantize(xp.nan_to_num(x), axis=2),
+    "quantize_linear_int8": lambda xp, x: qc.quantize_linear(x, 0.05, np.int8(3)),
+    "quantize_linear_fp8_axis1": lambda xp, x: qc.quantize_linear(
+        x, _scales(_ch(x, 1)), axis=1, output="float8_e4m3fn"),
+    "qdq_linear_int4_blocked": lambda xp, x: qc.dequantize_linear(qc.quantize_linear(
+        x, np.full(x.shape[:2] + (3,), 0.25, np.float32), axis=2, block_size=8, output="int4"),
+        np.full(x.shape[:2] + (3,), 0.25, np.float32), axis=2, block_size=8, input="int4"),
+    "group_quantize_onnx": lambda xp, x: qc.group_quantize(xp.nan_to_num(x), 4, 8),
+    "group_quantize_torchao_sym_axis0": lambda xp, x: qc.group_quantize(
+        xp.nan_to_num(x), 4, 5, axis=0, recipe="torchao", symmetric=True),
+    "group_fake_quant_awq_axis0": lambda xp, x: qc.group_fake_quant(
+        xp.nan_to_num(x), 4, 5, axis=0, recipe="awq", return_mask=True),
+    "group_dequantize_tinygemm": lambda xp, x: qc.group_dequantize(
+        *qc.group_quantize(xp.nan_to_num(x), 4, 5, axis=0, recipe="tinygemm"), 5, axis=0,
+        recipe="tinygemm"),
+    "pack_int4": lambda xp, x: qc.pack_int4(qc.group_quantize(xp.nan_to_num(x), 4, 8)[0]),
+})
+
+
 def _returns_out(xp, call, out):
     """call(out), checking that the result is ``out`` itself."""
     res = call(out)

@@ -6,8 +6,9 @@ memory layout: C, Fortran, strided, negative strides, unaligned).
 One test per recipe: the affine family once per mode (rounding x where the
 zero point goes x multiply-or-divide) per tensor and per channel, the
 nudged family once per formula and layout, and so on.  Each runs
-``RECIPE_EXAMPLES`` (2000 under ``make test``; ``QC_HYPOTHESIS_EXAMPLES``
-lowers it for quick local runs) valid examples, and asserts that it did.
+``RECIPE_EXAMPLES`` (500 under ``make test``; ``QC_HYPOTHESIS_EXAMPLES``
+sets it: more for a deep run, fewer for a quick one) valid examples, and
+asserts that it did.
 """
 import itertools
 

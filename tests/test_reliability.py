@@ -193,7 +193,8 @@ def test_more_than_2_31_elements():
 BAD_STATEFUL = [
     (lambda: qc.FakeQuantize()(np.arange(4)), TypeError, "floating dtype"),
     (lambda: qc.FakeQuantize()(np.zeros(3, complex)), TypeError, "floating dtype"),
-    (lambda: qc.FakeQuantize()(np.zeros(3, F32), out=np.zeros(2, F32)), ValueError, "out has shape"),
+    (lambda: qc.FakeQuantize()(np.zeros(3, F32), out=np.zeros(2, F32)), ValueError,
+     "out has shape"),
     (lambda: qc.FakeQuantize().backward(np.zeros(3, F32)), None, None),
     (lambda: qc.MinMaxObserver(axis="0"), TypeError, "axis must be an int"),
     (lambda: qc.MinMaxObserver(axis=2)(np.zeros(3, F32)), ValueError, "out of range"),
@@ -201,7 +202,8 @@ BAD_STATEFUL = [
     (lambda: qc.MinMaxObserver().load_state_dict([1]), TypeError, "expected a dict"),
     (lambda: qc.MinMaxObserver().load_state_dict({"min_val": np.zeros(2), "max_val": np.zeros(2)}),
      ValueError, "ndim"),
-    (lambda: qc.FakeQuantize(quant_min=0, quant_max=255.5), TypeError, "quant_max must be an integer"),
+    (lambda: qc.FakeQuantize(quant_min=0, quant_max=255.5), TypeError,
+     "quant_max must be an integer"),
     (lambda: qc.EMAMinMaxObserver(decay=2), ValueError, "decay"),
 ]
 

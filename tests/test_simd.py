@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 import quantcore as qc
-from quantcore import ops, torch_numerics
+from quantcore import torch_numerics
 from quantcore._cpu import _kernels as K
 from quantcore.compat import torch as T
+from reference import assert_same_bytes
 
 pytestmark = pytest.mark.skipif(not K.simd_v3_built(), reason="no AVX2 build on this platform")
 
@@ -39,16 +40,7 @@ def both():
     K.select_simd(original)
 
 
-def same(a, b):
-    if isinstance(a, (tuple, list)):
-        assert len(a) == len(b)
-        for u, v in zip(a, b):
-            same(u, v)
-        return
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.dtype == b.dtype and a.shape == b.shape
-    assert np.array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
-                          np.ascontiguousarray(b).reshape(-1).view(np.uint8))
+same = assert_same_bytes
 
 
 def data(dtype, shape, seed):

@@ -188,7 +188,8 @@ FAKE_QUANTIZE_TAMPERING = [
     (_set_array("scale", "__ndarray__", [0.0]), "'scale' must be > 0"),
     (_set_array("zero_point", "dtype", "<f4"), None),  # integral float zero points load
     (lambda doc: (doc["zero_point"].update(dtype="<f4", __ndarray__=[0.5])), "integral"),
-    (lambda doc: (doc["scale"].update(__ndarray__=[0.1, 0.2], shape=[2])), "scale and zero_point must be 1-D arrays of one shape"),
+    (lambda doc: (doc["scale"].update(__ndarray__=[0.1, 0.2], shape=[2])),
+     "scale and zero_point must be 1-D arrays of one shape"),
     (_set("observer/min_val", "x"), "'observer/min_val' must be a numeric array"),
     (_set("observer/junk", 0), "unexpected keys ['junk']"),
 ]

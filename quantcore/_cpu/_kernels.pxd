@@ -35,6 +35,14 @@ cdef extern from "qc_families.h" nogil:
     int QC_EW_COUNT
     const char* qc_ew_family_names[]
     const int qc_ew_family_np[]
+    int QC_ENC_COUNT, QC_DEC_COUNT, QC_GRP_COUNT
+    const char* qc_encode_family_names[]
+    const char* qc_decode_family_names[]
+    const char* qc_group_recipe_names[]
+    const int qc_encode_family_np[]
+    const int qc_decode_family_np[]
+    const int qc_encode_family_bytes[]
+    const int qc_decode_family_bytes[]
 
 
 cdef extern from "qc_kernels.h" nogil:
@@ -57,6 +65,17 @@ cdef extern from "qc_kernels.h" namespace "qc" nogil:
                           unsigned char* flags)
     void histc_block(const float* x, int64_t n, float lo, float hi, int bins, int absolute,
                      int skip_zeros, int64_t* counts)
+    void enc_block[T](int family, const T* x, void* codes, int code_bytes, int64_t n,
+                      const T* params, int64_t C, int64_t c, T u0, T u1, int mode)
+    void enc_rowvec[T](int family, const T* x, void* codes, int code_bytes, int64_t rows,
+                       int64_t C, const T* params, T u0, T u1, int mode)
+    void dec_block[T](int family, const void* codes, int code_bytes, T* y, int64_t n,
+                      const T* params, int64_t C, int64_t c, T u0, T u1, int mode)
+    void dec_rowvec[T](int family, const void* codes, int code_bytes, T* y, int64_t rows,
+                       int64_t C, const T* params, T u0, T u1, int mode)
+    void group_blocks(int recipe, const float* x, unsigned char* codes, float* y,
+                      unsigned char* mask, float* scale, float* zp, int64_t b0, int64_t nb,
+                      int64_t K, int64_t g, float qmin, float qmax, int mode)
 
 
 cdef extern from "qc_qparams.h" nogil:

@@ -2,7 +2,7 @@
 
 ``FakeQuantize``, its moving-average observers and the global
 ``QuantRoundMode`` with Horizon's names, arguments, defaults and attributes
-(spec/nvidia_horizon.md section 6).  This layer only translates arguments:
+(the project's NVIDIA / Horizon specification section 6).  This layer only translates arguments:
 statistics come from :class:`quantcore.observers.MovingAverageMinMaxObserver`
 (Horizon's in-place EMA), scales from
 :func:`quantcore.qparams.symmetric_qparams`, every element goes through the
@@ -18,7 +18,7 @@ kernel of :class:`quantcore.FakeQuantize`; the backward is
 >>> fq.scale                                               # 2 / 127.5
 array([0.01568628], dtype=float32)
 
-Decisions (spec/DECISIONS.md, "Horizon")
+Decisions (the specification's decisions, "Horizon")
 ----------------------------------------
 - Rounding: the seed page's ``floor(x / scale + 0.5)`` is the default
   (``QuantRoundMode`` ``"bpu_round"``); ``QuantRoundMode.set("half_to_even")``

@@ -29,7 +29,7 @@ training mode the statistics are updated first:
 >>> fq.minq, fq.maxq
 (array([-2.], dtype=float32), array([2.], dtype=float32))
 
-Decisions (spec/DECISIONS.md, "MindSpore")
+Decisions (the specification's decisions, "MindSpore")
 ------------------------------------------
 - Integer range: the kernels' unsigned range, ``qmin = 0`` (``1`` with
   ``narrow_range``), ``qmax = 2**num_bits - 1``; the signedness of
@@ -59,7 +59,7 @@ Decisions (spec/DECISIONS.md, "MindSpore")
   must equal ``x.shape[channel_axis]`` (rank-1 input: axis 0), else
   ValueError.
 
-Choices beyond DECISIONS.md
+Choices beyond the specification's decisions
 ---------------------------
 - The gradient is MindSpore's GPU kernel's select
   (``0 if x < nudge_min or x > nudge_max else dout``), not ``dout * mask``:

@@ -2,7 +2,7 @@
 
 The descriptor, the quantization functions, the calibrators and
 ``TensorQuantizer`` of ``pytorch_quantization`` with PQ's names, argument
-order, defaults and error messages (spec/nvidia_horizon.md sections 1-4).
+order, defaults and error messages (the project's NVIDIA / Horizon specification sections 1-4).
 This layer only translates arguments: every element goes through
 :func:`quantcore.ops._amax` (the shared ``qc_fq_amax`` formula),
 :func:`quantcore.ops._affine` and :func:`quantcore.ops._nudged` (its range
@@ -18,7 +18,7 @@ mask, for the backward's select); statistics come from
 >>> float(fake_tensor_quant(x, np.float32(1.0))[1])
 0.29921260476112366
 
-Decisions (spec/DECISIONS.md, "NVIDIA pytorch_quantization")
+Decisions (the specification's decisions, "NVIDIA pytorch_quantization")
 ------------------------------------------------------------
 - The CPU path is the reference: ``fake_tensor_quant`` computes
   ``q = clamp(rint(x * scale), min_bound, max_bound)`` with the multiplier

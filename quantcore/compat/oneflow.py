@@ -37,7 +37,7 @@ Formulas (b = quantization_bit, all float32, one rounding per operation)
   ``q = clamp(rint(x / s), -2**(b-1), 2**(b-1) - 1)``, ``y = q * s``.
   Quantization returns ``q`` (as floats).  NaN is not clamped.
 
-Decisions (spec/DECISIONS.md, "OneFlow")
+Decisions (the specification's decisions, "OneFlow")
 ----------------------------------------
 - Ties to even for values and for the MinMaxObserver zero point; ties away
   from zero for the MovingAverageMinMaxObserver zero point (as OneFlow).
@@ -48,7 +48,7 @@ Decisions (spec/DECISIONS.md, "OneFlow")
 - Gradient of FakeQuantization (and Quantization): identity,
   ``backward(dy)`` returns ``dy`` (OneFlow has no clipping mask).
 
-Choices beyond DECISIONS.md
+Choices beyond the specification's decisions
 ---------------------------
 - Invalid ``quantization_bit`` (not 2..8), ``quantization_scheme`` or
   ``quantization_formula`` (OneFlow: a check failure when the op runs) and

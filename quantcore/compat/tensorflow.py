@@ -16,7 +16,7 @@ reductions.
 [[ 0.9882353  1.9764706  0.9882353]
  [-1.9764706  0.        -0.9882353]]
 
-Decisions (spec/DECISIONS.md, "TensorFlow")
+Decisions (the specification's decisions, "TensorFlow")
 -------------------------------------------
 - Current TF (2.21) formulas, bit-exact with TF 2.21 CPU, gradients
   included: ``quant_zero = floor(f32(-nudged_min * inv) + 0.5)``,
@@ -35,7 +35,7 @@ Decisions (spec/DECISIONS.md, "TensorFlow")
   ``min > max`` is computed literally, as in TF.
 - per_channel works along the LAST axis (inputs viewed as ``[-1, d]``).
 
-Choices beyond DECISIONS.md
+Choices beyond the specification's decisions
 ---------------------------
 - TF's InvalidArgumentError is raised as ValueError with TF's message text
   (without the ``{{function_node ...}}`` / ``[Op:...]`` decoration); TF's

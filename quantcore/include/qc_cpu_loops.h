@@ -49,43 +49,49 @@ template <typename T, int NP> struct QcParamValues {
 /* The loops below take the Op and the parameters by value and the mode as
  * a compile-time part CM: locals that no store to y or the mask can alias,
  * so the compiler keeps them in registers, hoists every test of the mode
- * out of the loop and vectorises it. */
-template <int CM, class Op, typename T>
-static inline void ew_block_loop(const Op op, const T *x, T *y, unsigned char *mask, qc_i64 n,
-                                 const QcParamValues<T, Op::NP> p) {
+ * out of the loop and vectorises it.  Each is a function of its own
+ * (QC_LOOP_BODY, not inlined into the dispatcher): GCC stops if-converting
+ * the loops once many are inlined into one body (the fp8 family dispatches
+ * on 15 modes).  In / Out: T for the elementwise families; T / a code type
+ * for the encode families, the other way round for the decode families. */
+#define QC_LOOP_BODY __attribute__((noinline))
+
+template <int CM, class Op, typename In, typename Out, typename T>
+QC_LOOP_BODY static void ew_block_loop(const Op op, const In *x, Out *y, unsigned char *mask,
+                                       qc_i64 n, const QcParamValues<T, Op::NP> p) {
   const int m = qc_loop_mode<Op, CM>(op.mode);
   if (mask) {
-    QC_SIMD for (qc_i64 i = 0; i < n; i++) y[i] = op(x[i], p.v, 1, m, &mask[i]);
+    QC_SIMD for (qc_i64 i = 0; i < n; i++) y[i] = (Out)op(x[i], p.v, 1, m, &mask[i]);
   } else {
     QC_SIMD for (qc_i64 i = 0; i < n; i++) {
       unsigned char k;
-      y[i] = op(x[i], p.v, 1, m, &k);
+      y[i] = (Out)op(x[i], p.v, 1, m, &k);
     }
   }
 }
 
-template <int CM, class Op, typename T>
-static inline void ew_rowvec_loop(const Op op, const T *x, T *y, unsigned char *mask,
-                                  qc_i64 rows, qc_i64 C, const T *params) {
+template <int CM, class Op, typename In, typename Out, typename T>
+QC_LOOP_BODY static void ew_rowvec_loop(const Op op, const In *x, Out *y, unsigned char *mask,
+                                        qc_i64 rows, qc_i64 C, const T *params) {
   const int m = qc_loop_mode<Op, CM>(op.mode);
   for (qc_i64 r = 0; r < rows; r++) {
-    const T *xr = x + r * C;
-    T *yr = y + r * C;
+    const In *xr = x + r * C;
+    Out *yr = y + r * C;
     if (mask) {
       unsigned char *mr = mask + r * C;
-      QC_SIMD for (qc_i64 c = 0; c < C; c++) yr[c] = op(xr[c], params + c, C, m, &mr[c]);
+      QC_SIMD for (qc_i64 c = 0; c < C; c++) yr[c] = (Out)op(xr[c], params + c, C, m, &mr[c]);
     } else {
       QC_SIMD for (qc_i64 c = 0; c < C; c++) {
         unsigned char k;
-        yr[c] = op(xr[c], params + c, C, m, &k);
+        yr[c] = (Out)op(xr[c], params + c, C, m, &k);
       }
     }
   }
 }
 
 /* Family Op over n contiguous elements of channel c (mask may be NULL). */
-template <class Op, typename T>
-static inline void ew_block_op(const Op op, const T *x, T *y, unsigned char *mask, qc_i64 n,
+template <class Op, typename In, typename Out, typename T>
+static inline void ew_block_op(const Op op, const In *x, Out *y, unsigned char *mask, qc_i64 n,
                                const T *params, qc_i64 C, qc_i64 c) {
   QcParamValues<T, Op::NP> p;
   for (int j = 0; j < Op::NP; j++) p.v[j] = params[j * C + c];
@@ -96,8 +102,8 @@ static inline void ew_block_op(const Op op, const T *x, T *y, unsigned char *mas
 
 /* Family Op over `rows` rows of C elements; element c of a row uses
  * channel c's parameters. */
-template <class Op, typename T>
-static inline void ew_rowvec_op(const Op op, const T *x, T *y, unsigned char *mask,
+template <class Op, typename In, typename Out, typename T>
+static inline void ew_rowvec_op(const Op op, const In *x, Out *y, unsigned char *mask,
                                 qc_i64 rows, qc_i64 C, const T *params) {
   Op::dispatch(op.mode, [=](auto cm) {
     ew_rowvec_loop<decltype(cm)::value>(op, x, y, mask, rows, C, params);
@@ -125,6 +131,78 @@ void ew_rowvec(int family, const T *x, T *y, unsigned char *mask, qc_i64 rows, q
   case QC_EW_##name: ew_rowvec_op(Op<T>{u0, u1, mode}, x, y, mask, rows, C, params); break;
     QC_EW_FAMILIES(QC_EW_CASE)
 #undef QC_EW_CASE
+  }
+}
+
+/* ------------------------------------------------------- encode / decode */
+
+/* f(code pointer) with the family's code type of `code_bytes` bytes
+ * (Op::CODE_BYTES says which exist; any other is ignored). */
+template <class Op, typename F> static inline void with_codes(void *codes, int code_bytes, F f) {
+  if ((Op::CODE_BYTES & 1) && code_bytes == 1) f((unsigned char *)codes);
+  if ((Op::CODE_BYTES & 2) && code_bytes == 2) f((unsigned short *)codes);
+}
+
+/* Encode family `family` (QC_ENC_*) over n contiguous elements of channel c
+ * into codes of `code_bytes` bytes, and over `rows` rows of C elements. */
+template <typename T>
+void enc_block(int family, const T *x, void *codes, int code_bytes, qc_i64 n, const T *params,
+               qc_i64 C, qc_i64 c, T u0, T u1, int mode) {
+  switch (family) {
+#define QC_ENC_CASE(name, Op)                                                                  \
+  case QC_ENC_##name:                                                                          \
+    with_codes<Op<T>>(codes, code_bytes, [&](auto *q) {                                        \
+      ew_block_op(Op<T>{u0, u1, mode}, x, q, (unsigned char *)0, n, params, C, c);             \
+    });                                                                                        \
+    break;
+    QC_ENCODE_FAMILIES(QC_ENC_CASE)
+#undef QC_ENC_CASE
+  }
+}
+
+template <typename T>
+void enc_rowvec(int family, const T *x, void *codes, int code_bytes, qc_i64 rows, qc_i64 C,
+                const T *params, T u0, T u1, int mode) {
+  switch (family) {
+#define QC_ENC_CASE(name, Op)                                                                  \
+  case QC_ENC_##name:                                                                          \
+    with_codes<Op<T>>(codes, code_bytes, [&](auto *q) {                                        \
+      ew_rowvec_op(Op<T>{u0, u1, mode}, x, q, (unsigned char *)0, rows, C, params);            \
+    });                                                                                        \
+    break;
+    QC_ENCODE_FAMILIES(QC_ENC_CASE)
+#undef QC_ENC_CASE
+  }
+}
+
+/* Decode family `family` (QC_DEC_*): the same from codes into y. */
+template <typename T>
+void dec_block(int family, const void *codes, int code_bytes, T *y, qc_i64 n, const T *params,
+               qc_i64 C, qc_i64 c, T u0, T u1, int mode) {
+  switch (family) {
+#define QC_DEC_CASE(name, Op)                                                                  \
+  case QC_DEC_##name:                                                                          \
+    with_codes<Op<T>>((void *)codes, code_bytes, [&](auto *q) {                                \
+      ew_block_op(Op<T>{u0, u1, mode}, q, y, (unsigned char *)0, n, params, C, c);             \
+    });                                                                                        \
+    break;
+    QC_DECODE_FAMILIES(QC_DEC_CASE)
+#undef QC_DEC_CASE
+  }
+}
+
+template <typename T>
+void dec_rowvec(int family, const void *codes, int code_bytes, T *y, qc_i64 rows, qc_i64 C,
+                const T *params, T u0, T u1, int mode) {
+  switch (family) {
+#define QC_DEC_CASE(name, Op)                                                                  \
+  case QC_DEC_##name:                                                                          \
+    with_codes<Op<T>>((void *)codes, code_bytes, [&](auto *q) {                                \
+      ew_rowvec_op(Op<T>{u0, u1, mode}, q, y, (unsigned char *)0, rows, C, params);            \
+    });                                                                                        \
+    break;
+    QC_DECODE_FAMILIES(QC_DEC_CASE)
+#undef QC_DEC_CASE
   }
 }
 
@@ -214,6 +292,65 @@ static inline void histc_block(const float *__restrict__ x, qc_i64 n, float lo, 
       if (b1 >= 0) counts2[b1]++;
     }
     if (j < m && idx[j] >= 0) counts[idx[j]]++;
+  }
+}
+
+/* ------------------------------------------------------ group quantization */
+
+/* Recipe R over the groups [b0, b0 + nb) of rows of K elements cut into
+ * groups of g (the last of a row may be shorter), in row-major group order:
+ * each group's min / max (finished), its qparams (scale[b], zp[b]), then
+ * per element q = qc_group_q: codes (q as a two's complement byte), y
+ * (R::dq(q), the fake-quant value) and mask, each when not NULL. */
+template <class R>
+static inline void group_blocks_op(const R &rec, const float *x, unsigned char *codes, float *y,
+                                   unsigned char *mask, float *scale, float *zp, qc_i64 b0,
+                                   qc_i64 nb, qc_i64 K, qc_i64 g) {
+  const qc_i64 ng = (K + g - 1) / g;
+  for (qc_i64 b = b0; b < b0 + nb; b++) {
+    const qc_i64 r = b / ng, j = b - (b / ng) * ng;
+    const qc_i64 start = r * K + j * g;
+    const qc_i64 n = K - j * g < g ? K - j * g : g;
+    const float *xb = x + start;
+    float lo, hi;
+    unsigned char fl;
+    minmax_block(xb, n, &lo, &hi, &fl);
+    qc_minmax_finish(&lo, &hi, fl);
+    QcGroupQ gq;
+    rec.qparams(lo, hi, &gq);
+    if (scale) scale[b] = gq.scale;
+    if (zp) zp[b] = gq.zp;
+    if (codes) {
+      unsigned char *__restrict__ cb = codes + start;
+      QC_SIMD for (qc_i64 i = 0; i < n; i++) {
+        unsigned char k;
+        cb[i] = (unsigned char)(int)qc_group_q(rec, xb[i], gq, &k);
+      }
+    }
+    if (y) {
+      float *yb = y + start;
+      if (mask) {
+        unsigned char *__restrict__ mb = mask + start;
+        QC_SIMD for (qc_i64 i = 0; i < n; i++) yb[i] = rec.dq(qc_group_q(rec, xb[i], gq, &mb[i]), gq);
+      } else {
+        QC_SIMD for (qc_i64 i = 0; i < n; i++) {
+          unsigned char k;
+          yb[i] = rec.dq(qc_group_q(rec, xb[i], gq, &k), gq);
+        }
+      }
+    }
+  }
+}
+
+/* By recipe id (QC_GRP_*), with the recipe's {qmin, qmax, mode}. */
+static inline void group_blocks(int recipe, const float *x, unsigned char *codes, float *y,
+                                unsigned char *mask, float *scale, float *zp, qc_i64 b0, qc_i64 nb,
+                                qc_i64 K, qc_i64 g, float qmin, float qmax, int mode) {
+  switch (recipe) {
+#define QC_GRP_CASE(name, R)                                                                   \
+  case QC_GRP_##name: group_blocks_op(R{qmin, qmax, mode}, x, codes, y, mask, scale, zp, b0, nb, K, g); break;
+    QC_GROUP_RECIPES(QC_GRP_CASE)
+#undef QC_GRP_CASE
   }
 }
 

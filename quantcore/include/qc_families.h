@@ -30,6 +30,7 @@
 #define QC_FAMILIES_H
 
 #include "qc_elementwise.h"
+#include "qc_formats.h"
 
 /* A compile-time int (what the CPU loops specialise on). */
 template <int V> struct QcInt {
@@ -112,6 +113,50 @@ template <typename T> struct QcAmaxOp {
 #endif
 };
 
+#ifndef __CUDACC__ /* (the CPU loops only) */
+/* f(QcInt<V>()) for the first V of the list equal to `bits`, else
+ * f(QcInt<-1>()) (every bit at run time): the mode words that get a CPU loop
+ * of their own.  (The loop-invariant selects of a mode bit left at run time
+ * can keep GCC from vectorising a loop: list the combinations in use.) */
+template <int... V> struct QcAmong;
+template <> struct QcAmong<> {
+  template <class F> static void run(int, F f) { f(QcInt<-1>()); }
+};
+template <int V0, int... V> struct QcAmong<V0, V...> {
+  template <class F> static void run(int bits, F f) {
+    if (bits == V0) f(QcInt<V0>());
+    else QcAmong<V...>::run(bits, f);
+  }
+};
+template <int... V, class F> static inline void qc_dispatch_among(int bits, F f) {
+  QcAmong<V...>::run(bits, f);
+}
+
+/* The four FP8 formats under each overflow policy, and e5m2 with the
+ * ml_dtypes NaN (the only format it changes: quantcore.formats drops the bit
+ * for the others) -- fake casts and cast_fp8. */
+#define QC_FP8_CASTS 0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35, 65, 81, 97
+#endif
+
+/* fp8 (FP8 fake quant / fake cast, qc_fp8_fake): p = {p0: quantize
+ * factor, p1: dequantize factor, p2: amax of the mask}; mode = format |
+ * QC_F8_* */
+template <typename T> struct QcFp8FakeOp {
+  enum { NP = 3, STATIC_BITS = 4095 };
+  T unused0, unused1;
+  int mode;
+  QC_HDM T operator()(T x, const T *p, qc_i64 ps, int m, unsigned char *mask) const {
+    return qc_fp8_fake(x, p[0], p[ps], p[2 * ps], m, mask);
+  }
+#ifndef __CUDACC__
+  /* fake casts; modelopt (e4m3fn, x * s, q * (1 / s), |x| <= amax);
+   * torchao (e4m3fn / e5m2, x * s, q / s) */
+  template <class F> static void dispatch(int mode, F f) {
+    qc_dispatch_among<QC_FP8_CASTS, 2688, 1152, 1153>(mode & STATIC_BITS, f);
+  }
+#endif
+};
+
 /* The mode a loop specialised on CM passes to the Op: CM's bits as
  * constants, the rest of `mode` at run time (CM = -1: all at run time). */
 template <class Op, int CM> QC_HD int qc_loop_mode(int mode) {
@@ -123,7 +168,8 @@ template <class Op, int CM> QC_HD int qc_loop_mode(int mode) {
 #define QC_EW_FAMILIES(X)                                                      \
   X(affine, QcAffineOp)                                                        \
   X(nudged, QcNudgedOp)                                                        \
-  X(amax, QcAmaxOp)
+  X(amax, QcAmaxOp)                                                            \
+  X(fp8, QcFp8FakeOp)
 
 /* family ids: QC_EW_affine, ... (QC_EW_COUNT of them), and their names */
 #define QC_EW_ID(name, Op) QC_EW_##name,
@@ -135,5 +181,131 @@ static const char *const qc_ew_family_names[] = {QC_EW_FAMILIES(QC_EW_NAME)};
 #define QC_EW_NP(name, Op) (int)Op<float>::NP,
 static const int qc_ew_family_np[] = {QC_EW_FAMILIES(QC_EW_NP)};
 #undef QC_EW_NP
+
+/* ------------------------------------------------------------------------
+ * Code families: encode (T -> code) and decode (code -> T), declared like
+ * the elementwise families (NP, STATIC_BITS, the aggregate {u0, u1, mode},
+ * dispatch) with CODE_BYTES: the code widths the family writes / reads
+ * (1: one-byte codes, 2: two-byte codes, 3: both).  An encode Op returns
+ * the code (an unsigned) of x; a decode Op takes the code and returns y.
+ * The same generic loops (qc_cpu_loops.h) and one generic CUDA kernel per
+ * kind (quantcore_gpu/cuda/formats.cu) run them.
+ * ---------------------------------------------------------------------- */
+
+/* fp8 encode: code = qc_mf_encode(v) of v = x, x * p0 or x / p0
+ * (QC_F8_SCALE_*): cast_fp8 and ONNX QuantizeLinear to FP8 */
+template <typename T> struct QcFp8EncodeOp {
+  enum { NP = 1, STATIC_BITS = 511, CODE_BYTES = 1 };
+  T unused0, unused1;
+  int mode;
+  QC_HDM unsigned operator()(T x, const T *p, qc_i64, int m, unsigned char *) const {
+    return qc_mf_encode(qc_f8_scaled(x, p[0], m), m & QC_FMT_MASK, m);
+  }
+#ifndef __CUDACC__
+  /* casts; ONNX QuantizeLinear (x / s, ml_dtypes NaN, satfinite / nonsat);
+   * fp8_quantize (e4m3fn / e5m2, x * s) */
+  template <class F> static void dispatch(int mode, F f) {
+    qc_dispatch_among<QC_FP8_CASTS, 320, 321, 322, 323, 336, 337, 338, 339, 128, 129>(
+        mode & STATIC_BITS, f);
+  }
+#endif
+};
+
+/* int encode (ONNX QuantizeLinear, qc_int_quant): p = {scale, zero point};
+ * u0, u1 = qmin, qmax; mode = code width | QC_INT_* */
+template <typename T> struct QcIntEncodeOp {
+  enum { NP = 2, STATIC_BITS = QC_INT_WRAP32, CODE_BYTES = 3 };
+  T qmin, qmax;
+  int mode;
+  QC_HDM unsigned operator()(T x, const T *p, qc_i64 ps, int m, unsigned char *) const {
+    return qc_int_code(qc_int_quant(x, p[0], p[ps], qmin, qmax, m), m & QC_INT_WIDTH_MASK);
+  }
+#ifndef __CUDACC__
+  template <class F> static void dispatch(int mode, F f) {
+    if (mode & QC_INT_WRAP32) f(QcInt<QC_INT_WRAP32>());
+    else f(QcInt<0>());
+  }
+#endif
+};
+
+/* fp8 decode (ONNX DequantizeLinear from FP8): y = decode(code), times or
+ * divided by p0 (QC_F8_DEQ_*) */
+template <typename T> struct QcFp8DecodeOp {
+  enum { NP = 1, STATIC_BITS = QC_FMT_MASK | QC_F8_DEQ_MUL | QC_F8_DEQ_DIV, CODE_BYTES = 1 };
+  T unused0, unused1;
+  int mode;
+  QC_HDM T operator()(unsigned code, const T *p, qc_i64, int m, unsigned char *) const {
+    return qc_f8_dequant((T)qc_mf_decode(code, m & QC_FMT_MASK), p[0], m);
+  }
+#ifndef __CUDACC__
+  /* decode; ONNX DequantizeLinear (* s); modelopt (* s) / torchao (/ s) */
+  template <class F> static void dispatch(int mode, F f) {
+    qc_dispatch_among<0, 1, 2, 3, 512, 513, 514, 515, 1024, 1025>(mode & STATIC_BITS, f);
+  }
+#endif
+};
+
+/* int decode (ONNX DequantizeLinear, qc_int_dequant): p = {scale, zero
+ * point, float zero point added after (QC_INT_ADD_FLOAT)}; mode = code
+ * width | QC_INT_* */
+template <typename T> struct QcIntDecodeOp {
+  enum { NP = 3, STATIC_BITS = QC_INT_WIDTH_MASK | QC_INT_SIGNED | QC_INT_ADD_FLOAT,
+         CODE_BYTES = 3 };
+  T unused0, unused1;
+  int mode;
+  QC_HDM T operator()(unsigned code, const T *p, qc_i64 ps, int m, unsigned char *) const {
+    return qc_int_dequant(code, p[0], p[ps], p[2 * ps], m);
+  }
+#ifndef __CUDACC__
+  template <class F> static void dispatch(int mode, F f) {
+    qc_dispatch_among<8, 40, 16, 48, 136, 168>(mode & STATIC_BITS, f);
+  }
+#endif
+};
+
+/* X(name, Op) for every encode / decode family (quantcore_gpu/kernels.py
+ * reads these lists too: one entry per line). */
+#define QC_ENCODE_FAMILIES(X)                                                  \
+  X(fp8, QcFp8EncodeOp)                                                        \
+  X(int, QcIntEncodeOp)
+
+#define QC_DECODE_FAMILIES(X)                                                  \
+  X(fp8, QcFp8DecodeOp)                                                        \
+  X(int, QcIntDecodeOp)
+
+/* X(name, Recipe) for every group recipe of qc_formats.h (read by
+ * quantcore_gpu/kernels.py as well). */
+#define QC_GROUP_RECIPES(X)                                                    \
+  X(onnx, QcGroupOrt)                                                          \
+  X(onnx_numpy, QcGroupOrtNumpy)                                               \
+  X(torchao, QcGroupTorchao)                                                   \
+  X(tinygemm, QcGroupTinygemm)                                                 \
+  X(hqq, QcGroupHqq)                                                           \
+  X(awq, QcGroupAwq)                                                           \
+  X(gptq, QcGroupGptq)
+
+/* ids QC_ENC_<name>, QC_DEC_<name>, QC_GRP_<name> and the names */
+#define QC_ENC_ID(name, Op) QC_ENC_##name,
+enum { QC_ENCODE_FAMILIES(QC_ENC_ID) QC_ENC_COUNT };
+#undef QC_ENC_ID
+#define QC_DEC_ID(name, Op) QC_DEC_##name,
+enum { QC_DECODE_FAMILIES(QC_DEC_ID) QC_DEC_COUNT };
+#undef QC_DEC_ID
+#define QC_GRP_ID(name, R) QC_GRP_##name,
+enum { QC_GROUP_RECIPES(QC_GRP_ID) QC_GRP_COUNT };
+#undef QC_GRP_ID
+#define QC_FAM_NAME(name, Op) #name,
+static const char *const qc_encode_family_names[] = {QC_ENCODE_FAMILIES(QC_FAM_NAME)};
+static const char *const qc_decode_family_names[] = {QC_DECODE_FAMILIES(QC_FAM_NAME)};
+static const char *const qc_group_recipe_names[] = {QC_GROUP_RECIPES(QC_FAM_NAME)};
+#undef QC_FAM_NAME
+#define QC_FAM_NP(name, Op) (int)Op<float>::NP,
+static const int qc_encode_family_np[] = {QC_ENCODE_FAMILIES(QC_FAM_NP)};
+static const int qc_decode_family_np[] = {QC_DECODE_FAMILIES(QC_FAM_NP)};
+#undef QC_FAM_NP
+#define QC_FAM_BYTES(name, Op) (int)Op<float>::CODE_BYTES,
+static const int qc_encode_family_bytes[] = {QC_ENCODE_FAMILIES(QC_FAM_BYTES)};
+static const int qc_decode_family_bytes[] = {QC_DECODE_FAMILIES(QC_FAM_BYTES)};
+#undef QC_FAM_BYTES
 
 #endif /* QC_FAMILIES_H */

@@ -42,14 +42,35 @@
   X(minmax_block, (const T *x, qc_i64 n, T *lo, T *hi, unsigned char *flags),                  \
     (x, n, lo, hi, flags))                                                                     \
   X(minmax_rowvec, (const T *x, qc_i64 rows, qc_i64 C, T *lo, T *hi, unsigned char *flags),   \
-    (x, rows, C, lo, hi, flags))
+    (x, rows, C, lo, hi, flags))                                                               \
+  X(enc_block,                                                                                 \
+    (int family, const T *x, void *codes, int code_bytes, qc_i64 n, const T *params, qc_i64 C, \
+     qc_i64 c, T u0, T u1, int mode),                                                          \
+    (family, x, codes, code_bytes, n, params, C, c, u0, u1, mode))                             \
+  X(enc_rowvec,                                                                                \
+    (int family, const T *x, void *codes, int code_bytes, qc_i64 rows, qc_i64 C,               \
+     const T *params, T u0, T u1, int mode),                                                   \
+    (family, x, codes, code_bytes, rows, C, params, u0, u1, mode))                             \
+  X(dec_block,                                                                                 \
+    (int family, const void *codes, int code_bytes, T *y, qc_i64 n, const T *params, qc_i64 C, \
+     qc_i64 c, T u0, T u1, int mode),                                                          \
+    (family, codes, code_bytes, y, n, params, C, c, u0, u1, mode))                             \
+  X(dec_rowvec,                                                                                \
+    (int family, const void *codes, int code_bytes, T *y, qc_i64 rows, qc_i64 C,               \
+     const T *params, T u0, T u1, int mode),                                                   \
+    (family, codes, code_bytes, y, rows, C, params, u0, u1, mode))
 
 /* The same for entry points that exist in float only. */
 #define QC_CPU_ENTRIES_F32(X)                                                                  \
   X(histc_block,                                                                               \
     (const float *x, qc_i64 n, float lo, float hi, int bins, int absolute, int skip_zeros,     \
      qc_i64 *counts),                                                                          \
-    (x, n, lo, hi, bins, absolute, skip_zeros, counts))
+    (x, n, lo, hi, bins, absolute, skip_zeros, counts))                                        \
+  X(group_blocks,                                                                              \
+    (int recipe, const float *x, unsigned char *codes, float *y, unsigned char *mask,          \
+     float *scale, float *zp, qc_i64 b0, qc_i64 nb, qc_i64 K, qc_i64 g, float qmin,            \
+     float qmax, int mode),                                                                    \
+    (recipe, x, codes, y, mask, scale, zp, b0, nb, K, g, qmin, qmax, mode))
 
 #define QC_DECLARE_ENTRY(name, params, args) static void name params;
 #define QC_DECLARE_BUILD(ns)                                                                   \

@@ -1,0 +1,240 @@
+"""ONNX Runtime's calibrators vs quantcore's on the same activation stream.
+
+The spec's anchor (the project's ONNX Runtime specification section 17): a model with input
+``x[n]`` and a chain of 19 ``Add`` (20 calibrated float32 tensors), ``B``
+batches, ORT's ``create_calibrator`` defaults, one ``collect_data`` call;
+quantcore: ``quantcore.onnx.calibrate(..., passes=2)``, the same single-call
+result (the ranges are asserted identical) in constant memory.  Both run the
+model with onnxruntime on the same reader; each side is timed once, end to
+end (session, inference, statistics, thresholds).  The bare model runs
+(read every batch, infer once: what any calibrator pays) are timed in the
+same run, so the report has the speed-up of the total and of the
+calibration overhead (total minus the bare runs; quantcore's overhead
+includes its second inference pass).
+
+Sizes: ``QC_ORT_BENCH_FULL=1`` runs the spec's 20 tensors x 50 batches x
+1 Mi values (3.8 GiB of activations); by default 20 x 8 x 64 Ki (CI).
+:func:`test_peak_memory` measures the peak RSS each side adds, each in a
+fresh process.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+FULL = os.environ.get("QC_ORT_BENCH_FULL") == "1"
+N, BATCHES, TENSORS = (1 << 20, 50, 20) if FULL else (1 << 16, 8, 20)
+METHODS = ("MinMax", "Entropy", "Percentile", "Distribution")
+
+
+def chain_model(path, n=N, tensors=TENSORS):
+    from onnx import TensorProto, helper, numpy_helper
+    nodes, inits = [], []
+    prev = "x"
+    for i in range(tensors - 1):
+        c = f"c{i}"
+        inits.append(numpy_helper.from_array(np.array([0.01 * (i + 1)], np.float32), c))
+        out = f"t{i}" if i < tensors - 2 else "y"
+        nodes.append(helper.make_node("Add", [prev, c], [out]))
+        prev = out
+    g = helper.make_graph(nodes, "chain",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+class Reader:
+    """``batches`` float32 batches of ``n`` values, re-readable (``rewind``):
+    batch ``i`` is a fixed normal sample rolled by ``i`` positions and scaled
+    by ``1 + 0.1 (i + 1)`` (every batch different, each range wider), made
+    in about a millisecond per 1 Mi values so that the reader costs both
+    sides little (quantcore's ``passes=2`` reads it twice).  Build it
+    outside the timed region."""
+
+    def __init__(self, n=N, batches=BATCHES):
+        self.n, self.batches = n, batches
+        self.base = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+        self.rewind()
+
+    def rewind(self):
+        self.i = 0
+
+    def get_next(self):
+        if self.i >= self.batches:
+            return None
+        self.i += 1
+        x = np.roll(self.base, self.i * 7919)
+        x *= np.float32(1 + 0.1 * self.i)
+        return {"x": x}
+
+
+def run_ort(model, method, reader=None):
+    """ORT's own calibrator, one collect_data call (quantize_static's way)."""
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
+    reader = reader or Reader()
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        cal = create_calibrator(model, augmented_model_path=os.path.join(d, "aug.onnx"),
+                                calibrate_method=CalibrationMethod[method])
+        cal.collect_data(reader)
+        td = cal.compute_data()
+        return time.perf_counter() - t0, {k: (float(np.asarray(v.lowest).ravel()[0]),
+                                              float(np.asarray(v.highest).ravel()[0]))
+                                          for k, v in td.items()}
+
+
+def run_quantcore(model, method, reader=None):
+    """quantcore.onnx.calibrate in ORT-exact single-call mode (passes=2)."""
+    from quantcore import onnx as qonnx
+    reader = reader or Reader()
+    t0 = time.perf_counter()
+    res = qonnx.calibrate(model, reader, method.lower(), passes=2)
+    return time.perf_counter() - t0, res.ranges()
+
+
+def run_model_only(model, reader=None):
+    """What any calibrator pays: read every batch and run the model once
+    with every calibrated tensor as an output (quantcore.onnx's session)."""
+    from quantcore import onnx as qonnx
+    reader = reader or Reader()
+    t0 = time.perf_counter()
+    m = qonnx.load_model(model)
+    tensors, infos = qonnx.select_tensors(m)
+    sess = qonnx._session(m, tensors, infos, None)
+    names = [o.name for o in sess.get_outputs()]
+    for feed in iter(reader.get_next, None):
+        sess.run(names, feed)
+    return time.perf_counter() - t0
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return chain_model(str(tmp_path_factory.mktemp("ort") / "chain.onnx"))
+
+
+def cpu_seconds():
+    """User + system CPU time of this process, every thread included."""
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def quiet(fn, *args):
+    """fn(*args) without ORT calibrators' progress prints."""
+    import contextlib
+    import io
+    with contextlib.redirect_stdout(io.StringIO()):
+        return fn(*args)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_calibrators_vs_ort(benchmark, model, method):
+    """quantcore's timing under pytest-benchmark, ORT's and the bare model
+    runs (read + infer once: what any calibrator pays) measured in the same
+    run on the same reader; identical ranges (ORT-exact mode).  Reported:
+    the speed-up of the total and of the calibration overhead (total minus
+    the bare model runs) and the CPU time of each side (every thread: a
+    measure that a busy machine disturbs less than the wall time)."""
+    reader = Reader()
+    run_model_only(model, reader)        # onnxruntime's first session in the process is slower
+    reader.rewind()
+    model_s = run_model_only(model, reader)
+    reader.rewind()
+    cpu = cpu_seconds()
+    ort_s, ort_ranges = quiet(run_ort, model, method, reader)
+    ort_cpu = cpu_seconds() - cpu
+    qc = {}
+
+    def target():
+        reader.rewind()
+        cpu = cpu_seconds()
+        qc["seconds"], qc["ranges"] = run_quantcore(model, method, reader)
+        qc["cpu"] = cpu_seconds() - cpu
+    benchmark.pedantic(target, rounds=1, iterations=1)
+    assert qc["ranges"] == ort_ranges
+    qc_s = qc["seconds"]
+    benchmark.group = f"ort_calibration {TENSORS}x{BATCHES}x{N}"
+    benchmark.extra_info.update({
+        "op": "ort_calibration", "method": method, "size": N * BATCHES * TENSORS,
+        "impl": "quantcore", "quantcore_seconds": qc_s, "ort_seconds": ort_s,
+        "model_runs_seconds": model_s, "speedup_vs_ort": ort_s / qc_s,
+        "ort_cpu_seconds": ort_cpu, "quantcore_cpu_seconds": qc["cpu"],
+        "overhead_speedup_vs_ort": ((ort_s - model_s) / (qc_s - model_s)
+                                    if qc_s > model_s else None)})
+
+
+PEAK_SCRIPT = r"""
+import contextlib, io, json, re, sys
+sys.path.insert(0, {bench!r})
+import test_bench_ort as B
+import onnx, onnxruntime.quantization.calibrate  # what either side imports
+from quantcore import onnx as qonnx
+
+
+def status():
+    text = open("/proc/self/status").read()
+    return {{k: int(re.search(k + r":\s+(\d+) kB", text).group(1)) / 1024
+             for k in ("VmRSS", "VmHWM")}}
+
+
+side, method, model = sys.argv[1:4]
+reader = B.Reader()
+onnx.load(model)
+with open("/proc/self/clear_refs", "w") as fh:  # peak RSS := current RSS
+    fh.write("5")
+before = status()["VmRSS"]
+run = B.run_ort if side == "ort" else B.run_quantcore
+with contextlib.redirect_stdout(io.StringIO()):
+    seconds, _ = run(model, method, reader)
+peak = status()["VmHWM"]
+print(json.dumps({{"seconds": seconds, "rss_before_mib": before, "peak_rss_mib": peak}}))
+"""
+
+
+def peak_rss(side, method, model):
+    """A fresh process imports everything, builds the reader, loads the
+    model, resets its peak RSS (Linux ``/proc/self/clear_refs``: the imports
+    peak higher than a small calibration) and calibrates with ``side``:
+    ``{"rss_before_mib", "peak_rss_mib", "seconds"}``."""
+    script = PEAK_SCRIPT.format(bench=os.path.dirname(os.path.abspath(__file__)))
+    res = subprocess.run([sys.executable, "-c", script, side, method, model],
+                         capture_output=True, text=True, timeout=900,
+                         env=dict(os.environ, QC_ORT_BENCH_FULL="1" if FULL else "0"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK),
+                    reason="the peak-RSS reset needs Linux /proc/self/clear_refs")
+@pytest.mark.parametrize("method", ["Entropy", "Percentile"])
+def test_peak_memory(model, method, benchmark):
+    """Peak RSS during the calibration, each side in its own process, above
+    what the process held before it (the histogram methods: ORT keeps every
+    batch's activations, quantcore at most two batches)."""
+    ort = peak_rss("ort", method, model)
+    qc = peak_rss("quantcore", method, model)
+    ort_added = ort["peak_rss_mib"] - ort["rss_before_mib"]
+    qc_added = qc["peak_rss_mib"] - qc["rss_before_mib"]
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+    benchmark.group = f"ort_peak_memory {TENSORS}x{BATCHES}x{N}"
+    benchmark.extra_info.update({
+        "op": "ort_peak_memory", "method": method,
+        "ort_added_peak_mib": ort_added, "quantcore_added_peak_mib": qc_added,
+        "ort_process_peak_mib": ort["peak_rss_mib"],
+        "quantcore_process_peak_mib": qc["peak_rss_mib"],
+        "ort_seconds": ort["seconds"], "quantcore_seconds": qc["seconds"]})
+    batch_mib = TENSORS * N * 4 / 2**20          # one batch of every calibrated tensor
+    assert ort_added >= batch_mib * BATCHES      # ORT holds every batch
+    assert qc_added <= 4 * batch_mib + 48        # constant: a few batches, not all
+    assert qc_added < ort_added
+    if FULL:
+        assert qc["peak_rss_mib"] <= 512         # the issue's target, whole process

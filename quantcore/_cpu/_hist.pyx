@@ -1,0 +1,251 @@
+# cython: language_level=3
+"""numpy.histogram's counts of float32 data, bit for bit, in one pass.
+
+onnxruntime's histogram calibrators call ``np.histogram`` (numpy 2.x); the
+per-element rules are in ``quantcore/include/qc_np_histogram.h``:
+
+* :func:`hist_uniform_f32` -- ``np.histogram(a, n, range=(first, last))``
+  (numpy's float32 estimate of the bin and its two corrections against the
+  float32 edges ``np.linspace(first, last, n + 1)``);
+* :func:`hist_edges_f32` -- ``np.histogram(a, bins=edges)`` for explicit,
+  non-decreasing edges (numpy's sort + searchsorted path, without sorting);
+* :func:`absmin_f32` -- ``np.abs(a).min()`` with numpy's NaN propagation.
+
+Each thread counts a contiguous share of the data into its own int64
+histogram; the shares are added at the end, so the counts do not depend on
+the thread count.  ``absolute`` bins ``|x|`` without a temporary array.
+"""
+import numpy as np
+
+cimport numpy as cnp
+from cython.parallel cimport prange
+from libc.stdint cimport int32_t, int64_t
+from libc.math cimport INFINITY, fabsf
+
+cdef extern from "qc_np_histogram.h":
+    float qc_np_hist_uniform_estimate_f32(float x, float first, float denom,
+                                          float fn) noexcept nogil
+    int32_t qc_np_hist_uniform_sure_index_f32(float f, float margin) noexcept nogil
+    int64_t qc_np_hist_uniform_bin_f32(float x, float first, float last, float denom, float fn,
+                                       int64_t n, const float *edges) noexcept nogil
+    int32_t qc_np_hist_uniform_index_f32(float f, int32_t n) noexcept nogil
+    int64_t qc_np_hist_uniform_correct_f32(float x, int64_t i, int64_t n,
+                                           const float *edges) noexcept nogil
+    int64_t qc_np_hist_edges_bin(double x, const double *edges, int64_t n,
+                                 int64_t guess) noexcept nogil
+
+cnp.import_array()
+
+#: below this many elements one thread counts everything
+cdef int64_t SERIAL_BELOW = 32768
+
+cdef enum:
+    CHUNK = 256   # values per estimate / count round (three buffers on the stack)
+    SUB = 4       # interleaved histograms per thread (a power of two)
+    LANES = 16    # running minima of absmin_f32
+
+
+cdef void _uniform_block(const float *xp, int64_t cnt, float first, float last, float denom,
+                         float fn, int64_t n, const float *edges, float margin, int32_t zero_bin,
+                         bint absolute, int64_t *counts) noexcept nogil:
+    """Count ``cnt`` values into ``counts``: SUB interleaved histograms of
+    ``n + 1`` bins (consecutive values of one bin do not wait on each
+    other's increment; the last bin takes the values that are not counted,
+    so that skipping them is not a branch).  Per chunk of CHUNK values, in a
+    branch-free loop that vectorises: numpy's float32 estimate of each
+    value's bin, and the bin itself where the estimate is more than
+    ``margin`` inside it (-1: it may need numpy's corrections; ``n``: not
+    counted), and ``zero_bin`` for a zero (often an edge: (-t, t) in an even
+    number of bins; a ReLU's output is half zeros).  Then one value at a
+    time: count, or correct and count (values near an edge)."""
+    cdef float absvals[CHUNK]
+    cdef float est[CHUNK]
+    cdef int32_t idx[CHUNK]
+    cdef const float *vals
+    cdef int64_t base = 0, m, k
+    cdef int32_t n32 = <int32_t>n, i
+    cdef float v
+    cdef int64_t *sub[SUB]
+    for k in range(SUB):
+        sub[k] = counts + k * (n + 1)
+    while base < cnt:
+        m = cnt - base
+        if m > CHUNK:
+            m = CHUNK
+        vals = xp + base
+        if absolute:
+            for k in range(m):
+                absvals[k] = fabsf(vals[k])
+            vals = absvals
+        for k in range(m):
+            v = vals[k]
+            est[k] = qc_np_hist_uniform_estimate_f32(v, first, denom, fn)
+            i = qc_np_hist_uniform_sure_index_f32(est[k], margin)
+            i = zero_bin if v == 0 else i
+            idx[k] = i if (v >= first) & (v <= last) else n32
+        for k in range(m):
+            i = idx[k]
+            if i < 0:
+                i = <int32_t>qc_np_hist_uniform_correct_f32(
+                    vals[k], qc_np_hist_uniform_index_f32(est[k], n32), n, edges)
+            sub[k & (SUB - 1)][i] += 1
+        base += m
+
+
+cdef float _sure_margin(cnp.ndarray edges, float first, float last, int64_t n):
+    """The margin of qc_np_hist_uniform_sure_index_f32 for numpy's edges of
+    (first, last, n), in bins: twice (the error of numpy's estimate,
+    ``4.01 n 2**-24`` relative to the exact position ``n (x - first) /
+    (last - first)`` -- four float32 roundings -- plus ``n 2**-149 / width``
+    for a subnormal ``x - first``, plus the largest distance of a float32
+    edge from ``first + i width / n``, plus float64's error of that).  0.5
+    (no value is sure) when it would be wider or ``n > 2**24``."""
+    cdef double width = <double>last - <double>first      # exact in float64
+    cdef double scale = max(abs(<double>first), abs(<double>last))
+    if n > 16777216 or not width > 0:
+        return 0.5
+    ideal = <double>first + np.arange(n + 1, dtype=np.float64) * (width / n)
+    edge_error = float(np.max(np.abs(edges.astype(np.float64) - ideal))) * n / width
+    margin = 2.0 * (4.01 * n * 2.0 ** -24 + n * 2.0 ** -149 / width + edge_error +
+                    8 * scale * 2.0 ** -52 * n / width)
+    return <float>min(margin, 0.5)
+
+
+cdef void _edges_block(const float *xp, int64_t cnt, const double *edges, int64_t n,
+                       double inv_width, bint absolute, int64_t *counts) noexcept nogil:
+    cdef int64_t k, b, guess
+    cdef double v, g
+    for k in range(cnt):
+        v = fabsf(xp[k]) if absolute else xp[k]
+        g = (v - edges[0]) * inv_width   # a starting point only; the walk is exact
+        if g >= 0 and g < n:
+            guess = <int64_t>g
+        else:
+            guess = 0 if not g >= 0 else n - 1
+        b = qc_np_hist_edges_bin(v, edges, n, guess)
+        if b >= 0:
+            counts[b] += 1
+
+
+cdef _check_x(cnp.ndarray x, str func):
+    if cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 or not cnp.PyArray_ISCARRAY_RO(x):
+        raise ValueError(f"{func}: expected an aligned C-contiguous float32 array")
+
+
+cdef int _threads(int64_t size, int nthreads):
+    return 1 if nthreads < 1 or size < SERIAL_BELOW else nthreads
+
+
+def hist_uniform_f32(cnp.ndarray x, cnp.ndarray edges, float first, float last, bint absolute,
+                     int nthreads):
+    """``np.histogram(x, n, range=(first, last))`` counts (int64[n]) of the
+    float32 values of ``x`` (``|x|`` with ``absolute``); ``edges`` are the
+    float32 ``np.linspace(first, last, n + 1)`` numpy builds for that call."""
+    _check_x(x, "hist_uniform_f32")
+    if cnp.PyArray_TYPE(edges) != cnp.NPY_FLOAT32 or not cnp.PyArray_ISCARRAY_RO(edges):
+        raise ValueError("hist_uniform_f32: edges must be a C-contiguous float32 array")
+    cdef int64_t n = cnp.PyArray_SIZE(edges) - 1
+    if n < 1:
+        raise ValueError(f"hist_uniform_f32: need at least 2 edges, got {n + 1}")
+    if n > 2147483646:
+        raise ValueError(f"hist_uniform_f32: at most 2**31 - 2 bins, got {n}")
+    cdef int64_t size = cnp.PyArray_SIZE(x)
+    cdef int nt = _threads(size, nthreads)
+    cdef int64_t share = (size + nt - 1) // nt
+    cdef int64_t t, start, cnt
+    cdef float denom = last - first
+    cdef float fn = <float>n
+    cdef float margin = _sure_margin(edges, first, last, n)
+    cdef int32_t zero_bin = <int32_t>qc_np_hist_uniform_bin_f32(0.0, first, last, denom, fn, n,
+                                                                <const float *>cnp.PyArray_DATA(edges))
+    parts_a = np.zeros((nt * SUB, n + 1), dtype=np.int64)   # column n: values not counted
+    cdef int64_t[:, ::1] parts = parts_a
+    cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
+    cdef const float *ep = <const float *>cnp.PyArray_DATA(edges)
+    if size > 0:
+        if nt == 1:
+            with nogil:
+                _uniform_block(xp, size, first, last, denom, fn, n, ep, margin, zero_bin,
+                               absolute, &parts[0, 0])
+        else:
+            for t in prange(nt, nogil=True, schedule='static', num_threads=nt):
+                start = t * share
+                cnt = size - start
+                if cnt > share:
+                    cnt = share
+                if cnt > 0:
+                    _uniform_block(xp + start, cnt, first, last, denom, fn, n, ep, margin,
+                                   zero_bin, absolute, &parts[t * SUB, 0])
+    return parts_a[:, :n].sum(axis=0)
+
+
+def hist_edges_f32(cnp.ndarray x, cnp.ndarray edges, bint absolute, int nthreads):
+    """``np.histogram(x, bins=edges)`` counts (int64[len(edges) - 1]) of the
+    float32 values of ``x`` (``|x|`` with ``absolute``) for non-decreasing
+    float64 ``edges`` (float32 edges are passed widened: exact)."""
+    _check_x(x, "hist_edges_f32")
+    if cnp.PyArray_TYPE(edges) != cnp.NPY_FLOAT64 or not cnp.PyArray_ISCARRAY_RO(edges):
+        raise ValueError("hist_edges_f32: edges must be a C-contiguous float64 array")
+    cdef int64_t n = cnp.PyArray_SIZE(edges) - 1
+    if n < 1:
+        raise ValueError(f"hist_edges_f32: need at least 2 edges, got {n + 1}")
+    cdef const double *ep = <const double *>cnp.PyArray_DATA(edges)
+    cdef double span = ep[n] - ep[0]
+    cdef double inv_width = n / span if span > 0 else 0.0
+    cdef int64_t size = cnp.PyArray_SIZE(x)
+    cdef int nt = _threads(size, nthreads)
+    cdef int64_t share = (size + nt - 1) // nt
+    cdef int64_t t, start, cnt
+    parts_a = np.zeros((nt, n), dtype=np.int64)
+    cdef int64_t[:, ::1] parts = parts_a
+    cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
+    if size > 0:
+        if nt == 1:
+            with nogil:
+                _edges_block(xp, size, ep, n, inv_width, absolute, &parts[0, 0])
+        else:
+            for t in prange(nt, nogil=True, schedule='static', num_threads=nt):
+                start = t * share
+                cnt = size - start
+                if cnt > share:
+                    cnt = share
+                if cnt > 0:
+                    _edges_block(xp + start, cnt, ep, n, inv_width, absolute, &parts[t, 0])
+    return parts_a.sum(axis=0) if nt > 1 else parts_a[0]
+
+
+def absmin_f32(cnp.ndarray x):
+    """``np.abs(x).min()`` of a non-empty float32 array as a Python float:
+    NaN when x holds a NaN (numpy's minimum propagates it).  LANES running
+    minima side by side (a loop the compiler vectorises; |x| has no signed
+    zero, so the order of the comparisons cannot change the result)."""
+    _check_x(x, "absmin_f32")
+    cdef int64_t size = cnp.PyArray_SIZE(x), k, j, body
+    if size == 0:
+        raise ValueError("absmin_f32: empty array")
+    cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
+    cdef float low[LANES]
+    cdef int nan[LANES]
+    cdef float m, v
+    cdef bint any_nan = False
+    with nogil:
+        for j in range(LANES):
+            low[j] = INFINITY
+            nan[j] = 0
+        body = size - size % LANES
+        k = 0
+        while k < body:
+            for j in range(LANES):
+                v = fabsf(xp[k + j])
+                low[j] = v if v < low[j] else low[j]
+                nan[j] = nan[j] | (v != v)
+            k += LANES
+        m = INFINITY
+        for j in range(LANES):
+            m = low[j] if low[j] < m else m
+            any_nan = any_nan | nan[j]
+        for k in range(body, size):
+            v = fabsf(xp[k])
+            m = v if v < m else m
+            any_nan = any_nan | (v != v)
+    return float("nan") if any_nan else float(m)

@@ -1,0 +1,119 @@
+/*
+ * formats.cu -- the GPU kernels of the low-precision formats: one generic
+ * kernel per kind, instantiated for every family of qc_families.h by
+ * quantcore_gpu/kernels.py (which reads the lists):
+ *
+ *   qc_enc<Op, T, Q, I, L>   encode families (QC_ENCODE_FAMILIES): x -> codes
+ *   qc_dec<Op, T, Q, I, L>   decode families (QC_DECODE_FAMILIES): codes -> y
+ *   qc_group<R, I>           group quantization by a recipe of
+ *                            QC_GROUP_RECIPES: per group min / max, qparams,
+ *                            codes / fake-quant values / mask
+ *
+ * No formula lives here: the per-element rules are those of qc_formats.h
+ * through the families' Ops (the CPU extension runs the same), compiled with
+ * --fmad=false.  T: float | double; Q: the code type (unsigned char |
+ * unsigned short); I: the index type (unsigned int | unsigned long long,
+ * 64 bits when n >= 2**31).
+ *
+ * Parameter layouts (L), element i of the C-contiguous 1-D arrays:
+ *   0  per tensor            parameter 0
+ *   1  per channel           (i / a) % b of the (outer, C = b, inner = a) view
+ *   2  per group             (i / a) * c + (i % a) / b: rows of a = K
+ *                            elements, groups of b, c = ceil(K / b) per row
+ * Each family's NP parameters come as NP arrays (params[j * P + p], P the
+ * parameter count of the layout).
+ */
+#include "qc_families.h"
+#include "qc_minmax.h"
+
+#define QC_FMT_THREADS 256 /* blockDim.x of every kernel here (kernels.py) */
+
+/* The parameter index of element i in layout L. */
+template <int L, typename I> __device__ __forceinline__ I qc_param_index(I i, I a, I b, I c) {
+  if (L == 1) return (i / a) % b;
+  if (L == 2) return (i / a) * c + (i % a) / b;
+  return 0;
+}
+
+/* The mode word, hidden from the optimiser (see qc_opaque in fake_quant.cu:
+ * no per-mode-bit copies of the loops). */
+__device__ __forceinline__ int qc_fmt_opaque(int v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
+
+/* Encode family Op over x into codes: grid-stride. */
+template <template <typename> class Op, typename T, typename Q, typename I, int L>
+__global__ void qc_enc(const T *x, Q *codes, I n, I a, I b, I c, I np_stride,
+                       const T *__restrict__ params, T u0, T u1, int mode) {
+  const Op<T> op = {u0, u1, mode};
+  const int m = qc_fmt_opaque(mode);
+  const I nthr = (I)gridDim.x * (I)blockDim.x;
+  for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += nthr) {
+    unsigned char k;
+    codes[i] = (Q)op(x[i], params + qc_param_index<L>(i, a, b, c), (qc_i64)np_stride, m, &k);
+  }
+}
+
+/* Decode family Op over codes into y: grid-stride. */
+template <template <typename> class Op, typename T, typename Q, typename I, int L>
+__global__ void qc_dec(const Q *codes, T *y, I n, I a, I b, I c, I np_stride,
+                       const T *__restrict__ params, T u0, T u1, int mode) {
+  const Op<T> op = {u0, u1, mode};
+  const int m = qc_fmt_opaque(mode);
+  const I nthr = (I)gridDim.x * (I)blockDim.x;
+  for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += nthr) {
+    unsigned char k;
+    y[i] = op((unsigned)codes[i], params + qc_param_index<L>(i, a, b, c), (qc_i64)np_stride, m,
+              &k);
+  }
+}
+
+/* Group quantization by recipe R: one warp per group (grid-stride over the
+ * rows * ceil(K / g) groups, row-major).  The lanes reduce the group's
+ * (lo, hi, flags) (qc_minmax.h), fold them with butterfly shuffles so that
+ * every lane holds the same finished min / max, compute the recipe's
+ * qparams, and quantize the group's elements (coalesced).  Outputs as the
+ * CPU's group_blocks: scale / zp per group, codes, y, mask (each may be
+ * NULL). */
+template <class R, typename I>
+__global__ void qc_group(const float *x, unsigned char *codes, float *y, unsigned char *mask,
+                         float *scale, float *zp, I rows, I K, I g, float qmin, float qmax,
+                         int mode) {
+  const R rec = {qmin, qmax, qc_fmt_opaque(mode)};
+  const I ng = (K + g - 1) / g;
+  const I ngroups = rows * ng;
+  const unsigned lane = threadIdx.x & 31u;
+  const I warps = (I)gridDim.x * (I)(blockDim.x >> 5);
+  for (I grp = (I)blockIdx.x * (I)(blockDim.x >> 5) + (I)(threadIdx.x >> 5); grp < ngroups;
+       grp += warps) {
+    const I r = grp / ng, j = grp - (grp / ng) * ng;
+    const I start = r * K + j * g;
+    const I n = K - j * g < g ? K - j * g : g;
+    QcMinMax<float> mm;
+    mm.init();
+    for (I i = lane; i < n; i += 32) mm.add(x[start + i]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float olo = __shfl_xor_sync(0xffffffffu, mm.lo, off);
+      const float ohi = __shfl_xor_sync(0xffffffffu, mm.hi, off);
+      const unsigned ofl = __shfl_xor_sync(0xffffffffu, mm.fl, off);
+      mm.fold(olo, ohi, ofl);
+    }
+    float lo = mm.lo, hi = mm.hi;
+    qc_minmax_finish(&lo, &hi, mm.fl);
+    QcGroupQ gq;
+    rec.qparams(lo, hi, &gq);
+    if (lane == 0) {
+      if (scale) scale[grp] = gq.scale;
+      if (zp) zp[grp] = gq.zp;
+    }
+    for (I i = lane; i < n; i += 32) {
+      unsigned char k;
+      const float q = qc_group_q(rec, x[start + i], gq, &k);
+      if (codes) codes[start + i] = (unsigned char)(int)q;
+      if (y) y[start + i] = rec.dq(q, gq);
+      if (mask) mask[start + i] = k;
+    }
+  }
+}

@@ -1,0 +1,270 @@
+"""Checkpoints (quantcore.checkpoints), the ``quantcore quantize`` command and
+the format observers / FakeQuantize-style modules."""
+import json
+import struct
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import quantcore as qc
+from quantcore import checkpoints as CK
+from quantcore import formats as F
+from quantcore.cli import main
+from reference import assert_bits_equal
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+
+def _weights(seed=0):
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((64, 256)) * 0.05).astype(np.float32)
+    return {
+        "layer.w_bf16": w.astype(ml_dtypes.bfloat16),
+        "layer.w_f16": (w * 2).astype(np.float16),
+        "layer.w_f32": w[:32, :192].copy(),
+        "layer.w_fp8": np.clip(w * 100, -448, 448).astype(ml_dtypes.float8_e4m3fn),
+        "layer.w_e5m2": (w * 10).astype(ml_dtypes.float8_e5m2),
+        "layer.w3d": w.reshape(4, 16, 256).astype(ml_dtypes.bfloat16),
+        "layer.bias": w[0].astype(ml_dtypes.bfloat16),
+        "layer.steps": np.arange(5, dtype=np.int64),
+    }
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    path = str(tmp_path / "w.safetensors")
+    safetensors_numpy.save_file(_weights(), path, metadata={"origin": "test"})
+    return path
+
+
+def test_reader_maps_bf16_fp16_fp8_without_refusing(ckpt):
+    ref = _weights()
+    with CK.load_safetensors(ckpt) as r:
+        assert set(r) == set(ref) and r.metadata == {"origin": "test"}
+        for name, want in ref.items():
+            got = r[name]
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+            assert isinstance(got.base, np.memmap) or isinstance(got, np.memmap) or \
+                got.base is not None  # a view of the file, not a copy
+            if r.is_float(name):
+                assert_bits_equal(r.float32(name), want.astype(np.float32))
+        assert r.info("layer.w_bf16") == ("BF16", (64, 256))
+        assert_bits_equal(r.float32("layer.w3d", slice(3, 9)),
+                          ref["layer.w3d"].astype(np.float32).reshape(-1, 256)[3:9])
+        with pytest.raises(ValueError, match="not a float tensor"):
+            r.float32("layer.steps")
+        with pytest.raises(KeyError, match="no tensor"):
+            r["nope"]
+
+
+def test_writer_round_trips_through_safetensors(tmp_path):
+    ref = _weights()
+    path = str(tmp_path / "o.safetensors")
+    with CK.SafetensorsWriter(path, [(k, v.dtype, v.shape) for k, v in ref.items()],
+                              {"a": 1}) as w:
+        for k, v in ref.items():
+            w.write(k, v)
+    back = CK.load_safetensors(path)
+    for k, v in ref.items():
+        assert np.array_equal(back[k].view(np.uint8), v.view(np.uint8))
+    # the safetensors package reads what it supports of the file (no FP8 in numpy)
+    import safetensors
+    with safetensors.safe_open(path, framework="numpy") as fh:
+        assert np.array_equal(fh.get_tensor("layer.w_f16"), ref["layer.w_f16"])
+    with pytest.raises(ValueError, match="expected tensor"):
+        with CK.SafetensorsWriter(path + "2", [("a", "F32", (2,))]) as w:
+            w.write("b", np.zeros(2, np.float32))
+    import os
+    assert not os.path.exists(path + "2") and not os.path.exists(path + "2.partial")
+
+
+@pytest.mark.parametrize("bad, match", [
+    (b"\x01", "shorter than its 8-byte header"),
+    (struct.pack("<Q", 10 ** 9) + b"{}", "header length"),
+    (struct.pack("<Q", 4) + b"nope", "not JSON"),
+    (struct.pack("<Q", 64) + json.dumps({"t": {"dtype": "F32", "shape": [4],
+                                                "data_offsets": [0, 99]}}).encode().ljust(64),
+     "outside the file"),
+])
+def test_reader_refuses_malformed_files_clearly(tmp_path, bad, match):
+    p = tmp_path / "bad.safetensors"
+    p.write_bytes(bad)
+    with pytest.raises(ValueError, match=match):
+        CK.SafetensorsReader(str(p))
+
+
+def test_unknown_dtype_tensor_is_kept_as_raw_bytes(tmp_path):
+    header = json.dumps({"odd": {"dtype": "F8_E8M0", "shape": [3], "data_offsets": [0, 3]},
+                         "w": {"dtype": "F32", "shape": [1], "data_offsets": [3, 7]}}).encode()
+    p = tmp_path / "odd.safetensors"
+    p.write_bytes(struct.pack("<Q", len(header)) + header + b"\x7f\x80\x81" +
+                  np.float32(2).tobytes())
+    with CK.SafetensorsReader(str(p)) as r:
+        assert r["odd"].tolist() == [0x7F, 0x80, 0x81]
+        assert r["w"].tolist() == [2.0]
+
+
+def _run_cli(argv, capsys):
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("fmt, extra", [("int4", []), ("int4", ["--symmetric"]),
+                                        ("int8", ["--recipe", "torchao", "--symmetric", "--group-size", "64"]),
+                                        ("int4", ["--recipe", "tinygemm", "--group-size", "64"]),
+                                        ("fp8", [])])
+def test_quantize_cli_layout_and_sqnr(ckpt, tmp_path, capsys, fmt, extra):
+    out = str(tmp_path / "q.safetensors")
+    code, stdout, err = _run_cli(["quantize", ckpt, "--format", fmt, "-o", out] + extra, capsys)
+    assert code == 0, err
+    assert "SQNR dB" in stdout and "layer.w_bf16" in stdout
+    back = CK.load_safetensors(out)
+    meta = back.metadata
+    assert meta["quantcore_format"] == fmt and meta["origin"] == "test"
+    ref = _weights()
+    # copied tensors: bytes for bytes
+    assert np.array_equal(back["layer.bias"].view(np.uint8), ref["layer.bias"].view(np.uint8))
+    assert np.array_equal(back["layer.steps"], ref["layer.steps"])
+    w = ref["layer.w_bf16"].astype(np.float32)
+    recipe = extra[extra.index("--recipe") + 1] if "--recipe" in extra else "onnx"
+    g = int(extra[extra.index("--group-size") + 1]) if "--group-size" in extra else 128
+    sym = "--symmetric" in extra
+    if fmt == "fp8":
+        codes, s = F.fp8_quantize(w, axis=0)
+        assert np.array_equal(back["layer.w_bf16.qweight"].view(np.uint8), codes)
+        assert_bits_equal(back["layer.w_bf16.scales"], (np.float32(1) / s).astype(np.float32))
+        return
+    bits = 4 if fmt == "int4" else 8
+    q, s, z = F.group_quantize(w, bits, g, symmetric=sym, recipe=recipe)
+    qw = back["layer.w_bf16.qweight"]
+    assert np.array_equal(qw.view(np.uint8), (F.pack_int4(q) if bits == 4 else q).view(np.uint8))
+    assert_bits_equal(back["layer.w_bf16.scales"], s)
+    assert ("layer.w_bf16.zero_points" in back) == (not sym)
+    if not sym:
+        assert np.array_equal(back["layer.w_bf16.zero_points"], z)
+    # the printed SQNR is that of the dequantized tensor
+    y = F.group_dequantize(q, s, z, g, recipe=recipe, bits=bits)
+    want = qc.cli.sqnr_db(w, y)
+    line = [ln for ln in stdout.splitlines() if ln.startswith("layer.w_bf16 ")][0]
+    assert abs(float(line.split()[3]) - want) < 0.01
+    # the 3-D tensor: groups along its last axis
+    w3 = ref["layer.w3d"].astype(np.float32)
+    q3, _, _ = F.group_quantize(w3, bits, g, symmetric=sym, recipe=recipe)
+    assert np.array_equal(back["layer.w3d.qweight"].view(np.uint8),
+                          (F.pack_int4(q3) if bits == 4 else q3).view(np.uint8))
+
+
+def test_quantize_cli_errors_are_one_line(ckpt, tmp_path, capsys):
+    out = str(tmp_path / "q.safetensors")
+    code, _, err = _run_cli(["quantize", ckpt, "--recipe", "awq", "--group-size", "100",
+                             "-o", out], capsys)
+    assert code == 2 and "not a multiple of --group-size" in err and err.count("\n") == 1
+    code, _, err = _run_cli(["quantize", ckpt, "--tensors", "nope", "-o", out], capsys)
+    assert code == 2 and "no tensor 'nope'" in err
+    code, _, err = _run_cli(["quantize", str(tmp_path / "missing.safetensors"), "-o", out],
+                            capsys)
+    assert code == 2 and "no such file" in err
+    code, _, err = _run_cli(["quantize", ckpt, "-o", str(tmp_path / "q.npz")], capsys)
+    assert code == 2 and ".safetensors" in err
+    bad = tmp_path / "nan.safetensors"
+    safetensors_numpy.save_file({"w": np.full((2, 128), np.nan, np.float32)}, str(bad))
+    code, _, err = _run_cli(["quantize", str(bad), "-o", out], capsys)
+    assert code == 2 and "NaN or inf" in err
+    import os
+    assert not os.path.exists(out) and not os.path.exists(out + ".partial")
+
+
+def test_quantize_peak_memory_is_a_fraction_of_the_largest_tensor(tmp_path, capsys,
+                                                                   monkeypatch):
+    """Traced allocations while quantizing a 2-tensor BF16 file stay below
+    1.2x the largest tensor (its stored bytes): memory-mapped input, chunked
+    conversion, streamed output."""
+    from quantcore import cli_quantize
+    monkeypatch.setattr(cli_quantize, "CHUNK_ELEMENTS", 1 << 16)
+    rng = np.random.default_rng(0)
+    path = str(tmp_path / "big.safetensors")
+    big = rng.standard_normal((2048, 1024)).astype(ml_dtypes.bfloat16)   # 4 MiB
+    safetensors_numpy.save_file({"a": big, "b": big[:1024]}, path)
+    del big
+    tracemalloc.start()
+    try:
+        assert main(["quantize", path, "-o", str(tmp_path / "q.safetensors"), "-q"]) == 0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.2 * 2048 * 1024 * 2, peak
+
+
+# ---------------------------------------------------------------- observers
+def test_amax_observer_granularities_and_state():
+    rng = np.random.default_rng(1)
+    xs = [(rng.standard_normal((6, 32)) * (k + 1)).astype(np.float32) for k in range(3)]
+    per_tensor, per_row, per_group = qc.AmaxObserver(), qc.AmaxObserver(axis=0), \
+        qc.AmaxObserver(group_size=8)
+    for x in xs:
+        for o in (per_tensor, per_row, per_group):
+            assert o(x) is x
+    allx = np.stack(xs)
+    assert per_tensor.amax == np.abs(allx).max()
+    assert np.array_equal(per_row.amax, np.abs(allx).max(axis=(0, 2)))
+    assert np.array_equal(per_group.amax, np.abs(allx).reshape(3, 6, 4, 8).max(axis=(0, 3)))
+    other = qc.AmaxObserver(axis=0)
+    other.load_state_dict(per_row.state_dict())
+    assert np.array_equal(other.amax, per_row.amax)
+    split = qc.AmaxObserver(axis=0)
+    split.update(xs[0])
+    rest = qc.AmaxObserver(axis=0)
+    rest.update(xs[1])
+    rest.update(xs[2])
+    assert np.array_equal(split.merge(rest).amax, per_row.amax)
+
+
+def test_observers_nan_policy():
+    x = np.ones((2, 8), np.float32)
+    x[0, 0] = np.nan
+    o = qc.AmaxObserver()
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        o.update(x)
+    assert o.num_batches == 0 and o.nonfinite_batches == 1
+    with pytest.raises(ValueError, match="NaN or inf"):
+        qc.GroupMinMaxObserver(4, nan_policy="raise").update(x)
+    p = qc.AmaxObserver(nan_policy="propagate")
+    p.update(x)
+    assert np.isnan(p.amax)
+
+
+def test_fp8_fake_quantize_module_and_ste():
+    rng = np.random.default_rng(2)
+    fq = qc.FP8FakeQuantize()
+    x = (rng.standard_normal((4, 16)) * 3).astype(np.float32)
+    y = fq(x)
+    assert_bits_equal(y, qc.fp8_fake_quant(x, np.abs(x).max()))
+    x2 = x * 2
+    fq.eval()
+    y2 = fq(x2)     # eval: the observed amax, values beyond it saturate
+    assert_bits_equal(y2, qc.fp8_fake_quant(x2, np.abs(x).max()))
+    g = np.ones_like(x2)
+    assert np.array_equal(fq.backward(g), (np.abs(x2) <= np.abs(x).max()).astype(np.float32))
+    dyn = qc.FP8FakeQuantize("e5m2", recipe="torchao", axis=0, dynamic=True)
+    assert_bits_equal(dyn(x2), qc.fp8_fake_quant(x2, fmt="e5m2", recipe="torchao", axis=0))
+    with pytest.raises(RuntimeError, match="no amax observed"):
+        cold = qc.FP8FakeQuantize()
+        cold.eval()
+        cold(x)
+
+
+def test_group_fake_quantize_module():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((8, 64)).astype(np.float32)
+    m = qc.GroupFakeQuantize(4, 32, recipe="awq", symmetric=True)
+    y = m(w)
+    assert_bits_equal(y, qc.group_fake_quant(w, 4, 32, recipe="awq", symmetric=True))
+    q, s, z = m.quantize(w)
+    assert q.dtype == np.int8 and s.shape == (8, 2)
+    assert np.array_equal(m.observer.min_val, w.reshape(8, 2, 32).min(axis=2))
+    grad = m.backward(np.ones_like(w))
+    assert grad.shape == w.shape and set(np.unique(grad)) <= {0.0, 1.0}

@@ -1,0 +1,364 @@
+"""quantcore.onnx end to end: the spec's model (Conv -> Relu -> GAP -> Flatten
+-> MatMul -> Add) calibrated by quantcore and quantized by ORT's own
+quantize_static through the calibration cache, against the 20 recorded
+quantize_static runs of tests/data/onnxruntime_vectors.json (end_to_end) and
+against live onnxruntime's own calibration."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnxruntime.quantization import CalibrationDataReader  # noqa: E402
+
+from quantcore import onnx as qonnx  # noqa: E402
+from quantcore.compat import onnxruntime as O  # noqa: E402
+from ort_vectors import V, dec, same_bits  # noqa: E402
+
+E2E = V["end_to_end"]
+F32 = np.float32
+
+
+def spec_model():
+    init = {k: dec(v) for k, v in E2E["initializers"].items()}
+    nodes = [
+        helper.make_node("Conv", ["x", "W", "Bc"], ["conv_out"]),
+        helper.make_node("Relu", ["conv_out"], ["relu_out"]),
+        helper.make_node("GlobalAveragePool", ["relu_out"], ["gap_out"]),
+        helper.make_node("Flatten", ["gap_out"], ["flat_out"]),
+        helper.make_node("MatMul", ["flat_out", "W2"], ["mm_out"]),
+        helper.make_node("Add", ["mm_out", "B2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "spec", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])],
+        [numpy_helper.from_array(v, k) for k, v in init.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+class Reader(CalibrationDataReader):
+    def __init__(self, batches):
+        self.batches = batches
+        self.set_range(0, len(batches))
+
+    def __len__(self):
+        return len(self.batches)
+
+    def set_range(self, start_index, end_index):
+        self.it = iter(self.batches[start_index:end_index])
+
+    def rewind(self):
+        self.set_range(0, len(self.batches))
+
+    def get_next(self):
+        return next(self.it, None)
+
+
+def batches():
+    return [{"x": dec(b)} for b in E2E["batches"]]
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("m") / "spec.onnx"
+    onnx.save(spec_model(), str(path))
+    # the recorded model: its float output on batch 0 (to float32 rounding: ORT's
+    # Conv accumulates in a CPU-dependent order, the spec's machine had AVX2 only)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    y = session.run(None, batches()[0])[0]
+    np.testing.assert_allclose(y, dec(E2E["float_y_batch0"]), rtol=1e-5, atol=1e-6)
+    return str(path)
+
+
+def _kwargs(cfg):
+    kw = dict(cfg["kwargs"])
+    method = kw.pop("calibrate_method", "CalibrationMethod.MinMax").split(".")[-1]
+    extra = {}
+    for k, v in cfg["extra_options"].items():
+        if k == "TensorQuantOverrides":
+            v = {t: [{kk: (dec(vv) if isinstance(vv, dict) else vv) for kk, vv in ov.items()}
+                     for ov in lst] for t, lst in v.items()}
+        extra[k] = v
+    return method, kw, extra
+
+
+def _config_run(cfg, model_path, out):
+    method, kw, extra = _kwargs(cfg)
+    return qonnx.quantize(
+        model_path, out, Reader(batches()), method=method.lower(), passes=2,  # ORT's one call
+        per_channel=kw.get("per_channel", False), reduce_range=kw.get("reduce_range", False),
+        activation_type=kw["activation_type"], weight_type=kw["weight_type"],
+        quant_format=kw["quant_format"], op_types_to_quantize=kw.get("op_types_to_quantize"),
+        extra_options=extra)
+
+
+def _ort_run(cfg, model_path, out):
+    from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType,
+                                          quantize_static)
+    method, kw, extra = _kwargs(cfg)
+    quantize_static(model_path, out, Reader(batches()), calibrate_method=CalibrationMethod[method],
+                    quant_format=QuantFormat[kw["quant_format"]],
+                    activation_type=QuantType[kw["activation_type"]],
+                    weight_type=QuantType[kw["weight_type"]],
+                    per_channel=kw.get("per_channel", False),
+                    reduce_range=kw.get("reduce_range", False),
+                    op_types_to_quantize=kw.get("op_types_to_quantize"), extra_options=extra)
+
+
+def _activations(model_path, reader):
+    """The calibrated tensors of the spec model on a reader's batches."""
+    m = qonnx.load_model(model_path)
+    tensors, infos = qonnx.select_tensors(m)
+    sess = qonnx._session(m, tensors, infos, None)
+    names = [o.name for o in sess.get_outputs()]
+    for feed in iter(reader.get_next, None):
+        yield {n: v for n, v in zip(names, sess.run(names, feed)) if n in tensors}
+
+
+def _initializers(path):
+    return {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
+
+
+@pytest.mark.parametrize("name", sorted(E2E["configs"]))
+def test_end_to_end_configs(name, model_path, tmp_path):
+    """Every recorded quantize_static configuration: ORT's quantizer fed with
+    quantcore's ranges (through the cache) writes the model ORT's own
+    calibration writes here, initializer for initializer and output for
+    output; the ranges are the recorded ones (the input's bit for bit, the
+    Conv-derived ones to float32 rounding: see model_path)."""
+    cfg = E2E["configs"][name]
+    ours, theirs = str(tmp_path / "qc.onnx"), str(tmp_path / "ort.onnx")
+    res = _config_run(cfg, model_path, ours)
+    _ort_run(cfg, model_path, theirs)
+    a, b = _initializers(ours), _initializers(theirs)
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert same_bits(a[k], b[k]), k
+    assert set(cfg["initializers"]) <= set(a)
+    ya = ort.InferenceSession(ours, providers=["CPUExecutionProvider"]).run(None, batches()[0])[0]
+    yb = ort.InferenceSession(theirs, providers=["CPUExecutionProvider"]).run(None, batches()[0])[0]
+    assert same_bits(ya, yb)
+    rec = cfg["tensors_range"]["data"]
+    if name == "qdq_u8s8_strided":
+        # recorded with a reader whose set_range honoured only the start: the
+        # calls read batches [0, 1, 2, 3] and [2, 3]
+        class StartOnly(Reader):
+            def set_range(self, start_index, end_index):
+                self.it = iter(self.batches[start_index:])
+        cal = qonnx.make_calibrator("minmax", {"moving_average": True})
+        for r in (StartOnly(batches()), StartOnly(batches()[2:])):
+            cal.collect_data(_activations(model_path, r))
+        res = qonnx.CalibrationResult(cal.compute_data(), 4, {}, 0.0)
+    got = res.tensors_range
+    assert sorted(got.keys()) == sorted(rec)
+    for t, exp in rec.items():
+        for key in ("lowest", "highest", "avg", "std"):
+            if key in exp:
+                g, e = np.asarray(getattr(got[t], key)), dec(exp[key])
+                if t == "x":
+                    assert same_bits(g, e), (t, key)
+                else:
+                    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6, err_msg=f"{t} {key}")
+
+
+@pytest.mark.parametrize("method,extra", [
+    ("MinMax", {}), ("Entropy", {}), ("Percentile", {}), ("Distribution", {}),
+    ("Entropy", {"num_bins": 512, "num_quantized_bins": 128}),
+    ("Percentile", {"percentile": 99.0, "symmetric": False}),
+    ("MinMax", {"moving_average": True, "symmetric": True}),
+])
+@pytest.mark.parametrize("per_batch", [False, True])
+def test_live_ort_calibration_on_random_data(method, extra, per_batch, model_path):
+    """quantcore.onnx.calibrate == ORT's create_calibrator on the same model
+    and fresh random data, called once (passes=2) or once per batch (passes=1)."""
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
+    rng = np.random.default_rng(hash((method, per_batch, str(extra))) % 2**32)
+    data = [{"x": (rng.standard_normal((2, 3, 5, 5)) * rng.uniform(0.1, 5)).astype(F32)}
+            for _ in range(5)]
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        cal = create_calibrator(model_path, augmented_model_path=f"{d}/aug.onnx",
+                                calibrate_method=CalibrationMethod[method], extra_options=extra)
+        if per_batch:
+            for b in data:
+                cal.collect_data(Reader([b]))
+        else:
+            cal.collect_data(Reader(data))
+        ref = cal.compute_data()
+    opts = dict(extra)
+    if method == "MinMax" and per_batch:
+        opts["ema_per_batch"] = True  # MinMax is one ORT call per reader unless asked
+    res = qonnx.calibrate(model_path, Reader(data), method.lower(), options=opts,
+                          passes=1 if per_batch else 2)
+    assert sorted(res.tensors_range.keys()) == sorted(ref.keys())
+    for t in ref.keys():
+        for key in ("lowest", "highest", "avg", "std"):
+            if hasattr(ref[t], key):
+                assert same_bits(np.asarray(getattr(res.tensors_range[t], key)),
+                                 np.asarray(getattr(ref[t], key))), (t, key)
+        if method in ("Entropy", "Distribution"):
+            key = "hist" if hasattr(ref[t], "hist") else None
+            assert np.array_equal(res.tensors_range[t].hist, ref[t].hist)
+
+
+def test_tensorrt_table_and_cache_files(model_path, tmp_path):
+    res = qonnx.quantize(model_path, str(tmp_path / "q.onnx"), batches(),
+                         cache_path=str(tmp_path / "cache.json"),
+                         tensorrt_table=str(tmp_path / "trt"))
+    back = O.load_tensors_data(tmp_path / "cache.json")
+    assert sorted(back.keys()) == sorted(res.tensors_range.keys())
+    cache_text = (tmp_path / "trt" / "calibration.cache").read_text()
+    lines = dict(line.split() for line in cache_text.splitlines())
+    for t, (lo, hi) in res.ranges().items():
+        assert float(lines[t]) == max(abs(lo), abs(hi))  # the correct amax, not max(hi, lo)
+
+
+def _one_node_model(path, op="Relu"):
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+@pytest.mark.parametrize("method", qonnx.ORT_METHODS)
+def test_bad_data_gets_a_clear_result_or_error(method, tmp_path):
+    path = _one_node_model(str(tmp_path / "relu.onnx"))
+    zeros = [{"x": np.zeros((4, 8), F32)}]
+    res = qonnx.calibrate(path, zeros, method)
+    for t, (lo, hi) in res.ranges().items():
+        assert lo <= 0 <= hi or (lo, hi) == (0.0, 0.0) or method == "distribution", (t, lo, hi)
+        if method != "distribution":
+            assert (abs(lo), abs(hi)) == (0.0, 0.0)
+    const = [{"x": np.full((4, 8), 2.5, F32)}]
+    res = qonnx.calibrate(path, const, method)
+    assert res.ranges()["x"][1] == 2.5
+    with pytest.raises(ValueError, match="No data is collected"):
+        qonnx.calibrate(path, [], method)
+    nan = np.ones((4, 8), F32)
+    nan[1, 2] = np.nan
+    if method == "percentile":  # ORT: |x| histogram of a first call with NaN fails
+        with pytest.raises(ValueError, match=r"autodetected range of \[nan, nan\] is not finite"):
+            qonnx.calibrate(path, [{"x": nan}, {"x": -nan}], method)
+    else:
+        res = qonnx.calibrate(path, [{"x": nan}, {"x": -nan}], method)
+        assert res.nan_batches["x"] == 2
+        lo, hi = res.ranges()["x"]
+        assert np.isfinite(lo) and np.isfinite(hi)
+    if method in ("entropy", "distribution", "percentile"):
+        all_nan = [{"x": np.full((4, 8), np.nan, F32)}]
+        with pytest.raises(ValueError, match="not finite"):
+            qonnx.calibrate(path, all_nan, method)
+
+
+def test_passes_2_needs_a_rereadable_reader(model_path):
+    with pytest.raises(TypeError, match="reads the data twice"):
+        qonnx.calibrate(model_path, iter(batches()), "entropy", passes=2)
+    res = qonnx.calibrate(model_path, batches, "entropy", passes=2)  # a callable is fine
+    assert res.batches == 4
+
+
+def test_quantcore_methods_quantize(model_path, tmp_path):
+    for method in qonnx.QUANTCORE_METHODS:
+        out = str(tmp_path / f"{method}.onnx")
+        # 256 bins: NVIDIA's entropy / mse try every bin (2048: 30 s here)
+        res = qonnx.quantize(model_path, out, batches(), method=method,
+                             calibration_options={"num_bins": 256})
+        for t, (lo, hi) in res.ranges().items():
+            assert np.isfinite(lo) and np.isfinite(hi) and lo <= hi, (method, t)
+        ev = qonnx.evaluate(model_path, out, batches())
+        assert ev["sqnr_db"]["y"] > 10, (method, ev)
+
+
+def _same_result(a, b):
+    assert sorted(a.tensors_range.keys()) == sorted(b.tensors_range.keys())
+    for t in a.tensors_range.keys():
+        x, y = a.tensors_range[t], b.tensors_range[t]
+        for key in ("lowest", "highest", "avg", "std", "hist", "hist_edges"):
+            if hasattr(y, key):
+                assert same_bits(np.asarray(getattr(x, key)), np.asarray(getattr(y, key))), (t, key)
+    assert (a.batches, a.nan_batches) == (b.batches, b.nan_batches)
+
+
+@pytest.fixture(scope="module")
+def batch_model_path(tmp_path_factory):
+    """The spec model with a free batch dimension."""
+    m = spec_model()
+    for vi in (m.graph.input[0], m.graph.output[0]):
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"
+    path = str(tmp_path_factory.mktemp("m") / "spec_n.onnx")
+    onnx.save(m, path)
+    return path
+
+
+@pytest.mark.parametrize("method,passes", [(m, p) for m in qonnx.ORT_METHODS for p in (1, 2)] +
+                         [("torch_histogram", 1), ("nvidia_percentile", 1)])
+def test_parallel_calibration_is_the_sequential_one(method, passes, batch_model_path):
+    """parallel=True (inference one batch ahead in a thread, tensors reduced
+    by a thread pool) gives what one batch at a time gives, bit for bit, on
+    batches large enough for the kernels' parallel paths, NaN included."""
+    rng = np.random.default_rng(5)
+    data = [{"x": (rng.standard_normal((1400, 3, 5, 5)) * (i + 1)).astype(F32)} for i in range(4)]
+    data[2]["x"][7, 1, 2, 3] = np.nan
+    opts = {"num_bins": 256} if method in qonnx.QUANTCORE_METHODS else None
+    # (quantcore's own methods reduce in the calling thread: only the
+    # inference thread differs for them)
+    if method == "percentile":       # |x| of a first call with NaN: ORT's error, both ways
+        data[2]["x"][7, 1, 2, 3] = 0.5
+    par = qonnx.calibrate(batch_model_path, data, method, passes=passes, options=opts)
+    seq = qonnx.calibrate(batch_model_path, data, method, passes=passes, options=opts,
+                          parallel=False)
+    _same_result(par, seq)
+
+
+class _Counted:
+    alive = 0
+    most = 0
+
+    def __init__(self):
+        _Counted.alive += 1
+        _Counted.most = max(_Counted.most, _Counted.alive)
+
+    def __del__(self):
+        _Counted.alive -= 1
+
+
+def test_prefetch_reads_one_batch_ahead_at_most():
+    """A fast producer and a slow consumer: the producer waits (no unbounded
+    read-ahead); the consumer's previous item is still bound while it asks
+    for the next, so three exist for a moment."""
+    import time
+    made = []
+
+    def produce():
+        for i in range(12):
+            made.append(i)
+            yield _Counted()
+
+    seen = 0
+    for item in qonnx._prefetch(produce):
+        time.sleep(0.01)
+        assert len(made) <= seen + 2
+        seen += 1
+    assert seen == 12 and _Counted.most <= 3
+
+
+def test_prefetch_raises_the_readers_error_and_stops_its_thread(model_path):
+    import threading
+
+    class Broken:
+        def __init__(self):
+            self.n = 0
+
+        def get_next(self):
+            self.n += 1
+            if self.n == 3:
+                raise OSError("disk gone")
+            return batches()[0]
+
+    with pytest.raises(OSError, match="disk gone"):
+        qonnx.calibrate(model_path, Broken(), "entropy")
+    gen = qonnx._prefetch(lambda: iter(range(100)))
+    assert next(gen) == 0
+    gen.close()
+    assert not [t for t in threading.enumerate() if t.name == "quantcore-onnx-inference"]
