@@ -14,9 +14,18 @@ import numpy as np
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
+#: type -> whether it is cupy's (a per-call check on every CPU path: cached)
+_CUPY_TYPES = {np.ndarray: False}
+
+
 def is_cupy_array(x):
     """True for a cupy.ndarray, checked without importing cupy."""
-    return type(x).__module__.split(".")[0] == "cupy"
+    t = type(x)
+    try:
+        return _CUPY_TYPES[t]
+    except KeyError:
+        found = _CUPY_TYPES[t] = t.__module__.split(".")[0] == "cupy"
+        return found
 
 
 def backend_of(x):
@@ -198,11 +207,20 @@ def stage_cupy(func):
     return wrapper
 
 
+def device_native(func):
+    """Mark a compat-layer entry point that takes cupy arrays itself
+    (tensor-sized work on the device): :func:`stage_cupy_api` leaves it
+    alone."""
+    func.__quantcore_device__ = True
+    return func
+
+
 def stage_cupy_api(namespace, names):
     """Apply :func:`stage_cupy` to the public functions ``names`` of a module
     namespace and to the public methods (and ``__call__``) of its public
     classes and of their bases defined in the same module, in place.
-    Properties, class methods and static methods are left alone."""
+    Properties, class methods and static methods are left alone, and so
+    are entry points marked :func:`device_native`."""
     module = namespace.get("__name__")
     for name in names:
         obj = namespace.get(name)
@@ -213,9 +231,11 @@ def stage_cupy_api(namespace, names):
                 for attr, member in list(vars(cls).items()):
                     if (attr == "__call__" or not attr.startswith("_")) and \
                             type(member) is types.FunctionType and \
-                            not getattr(member, "__quantcore_staged__", False):
+                            not getattr(member, "__quantcore_staged__", False) and \
+                            not getattr(member, "__quantcore_device__", False):
                         setattr(cls, attr, stage_cupy(member))
-        elif type(obj) is types.FunctionType and not getattr(obj, "__quantcore_staged__", False):
+        elif type(obj) is types.FunctionType and not getattr(obj, "__quantcore_staged__", False) \
+                and not getattr(obj, "__quantcore_device__", False):
             namespace[name] = stage_cupy(obj)
 
 
@@ -358,6 +378,10 @@ def as_real_float(x, name, func):
     framework's TypeError."""
     if isinstance(x, np.ndarray) and x.dtype.kind == "f":
         return as_float_array(x, name, func)
+    if is_cupy_array(x):  # (on the device: correctly rounded casts)
+        if x.dtype.kind == "f":
+            return as_float_array(x, name, func)
+        return x.astype(np.float32) if x.dtype.kind in "biu" else None
     require_cpu(x, func)
     try:
         arr = np.asarray(x)

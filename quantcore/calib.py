@@ -1,6 +1,6 @@
 """Calibrators: max and histogram statistics turned into a clipping range.
 
-Two families, numpy only (no SciPy, no PyTorch at run time):
+Two families, on numpy or cupy arrays (no SciPy, no PyTorch at run time):
 
 * :class:`MaxCalibrator` and :class:`HistogramCalibrator` reproduce NVIDIA
   ``pytorch_quantization`` (PQ) calibrators bit for bit on float32, including
@@ -20,6 +20,19 @@ statistic allows it).
 
 The float32 models of PyTorch CPU primitives these use (histc, linspace,
 arange, the cascade sum) are in :mod:`quantcore.torch_numerics`.
+
+cupy input is reduced and binned on the device: the batch never leaves it.
+What crosses to the host, where the frameworks synchronise too (PQ's
+``torch.min(x) < 0`` / ``x.max()`` / ``histc(max=...)``, torch's
+HistogramObserver's ``.item()`` calls):
+
+* MaxCalibrator: the amax stays a device array; one byte per ``collect``
+  (whether it holds NaN, to raise).
+* HistogramCalibrator, TorchHistogram: the batch's min and max (8 bytes)
+  and its histogram counts (``bins`` values: the statistics, the bin edges
+  and the threshold searches live on the host); the torch_hist=False first
+  batch also reads the range it bins (8 bytes), and an input holding +-inf
+  (TorchHistogram drops those values) its finite range.
 """
 import bisect
 import math
@@ -58,9 +71,82 @@ def _check_num_bits(num_bits, func):
 
 
 def _as_f32_input(x, func):
-    """x as a float32 numpy array (float16 / float64 are converted)."""
+    """x as a C-contiguous float32 array (float16 / float64 are converted);
+    cupy input stays on the device."""
     arr = A.as_float_array(x, "x", func)
+    if A.is_cupy_array(arr):
+        return A.array_module(arr).ascontiguousarray(arr, dtype=_f32)
     return np.require(arr, _f32, ["C", "A"])  # (aligned: the kernels need it)
+
+
+def _finished_range(arr, omit_nan=False):
+    """(min, max) of a non-empty contiguous float32 array as Python floats,
+    after quantcore's NaN / signed-zero rule (NaN propagates unless
+    ``omit_nan``; an array of NaNs only then gives (inf, -inf)); for cupy
+    input one reduction on the device and an 8-byte read."""
+    if isinstance(arr, np.ndarray):
+        lo, hi = K.minmax_finished(arr.reshape(-1), effective_n_threads(arr.size), omit_nan)
+        return float(lo), float(hi)
+    G = A.gpu_kernels("calib")
+    out = A.array_module(arr).empty(2, dtype=_f32)
+    G.minmax_device(arr.reshape(-1), 1, 1, arr.size, out[0:1], out[1:2],
+                    finish=2 if omit_nan else 1)
+    lo, hi = out.get()
+    return float(lo), float(hi)
+
+
+def _abs_range(arr, absolute, skip_zeros):
+    """(min, max) of the values a histogram bins: ``|arr|`` when
+    ``absolute``, zeros left out when ``skip_zeros``, NaN left out
+    ((inf, -inf) when none is left)."""
+    xp = A.array_module(arr)
+    v = xp.abs(arr) if absolute else arr
+    if skip_zeros:
+        v = xp.where(v == 0, _f32(np.nan), v)
+    return _finished_range(v, omit_nan=True)
+
+
+def _keep_up(state, like):
+    """``state`` on the side (host / device) of ``like``: the statistics
+    follow the data (small copies)."""
+    if A.is_cupy_array(like) and not A.is_cupy_array(state):
+        return A.array_module(like).asarray(state)
+    if not A.is_cupy_array(like) and A.is_cupy_array(state):
+        return state.get()
+    return state
+
+
+def _device_amax(arr, keep, work):
+    """``abs(arr).max(axis=<all but keep>, keepdims=True)`` of a cupy array
+    in the compute dtype ``work``, on the device: per kept index, the
+    finished (min, max) of one reduction, then ``max(|min|, |max|)`` (NaN
+    where a NaN was seen)."""
+    from .ops import _finish_minmax, _minmax_flags
+    xp = A.array_module(arr)
+    red = tuple(d for d in range(arr.ndim) if d not in keep)
+    if not red:  # every axis kept: |x| itself
+        return xp.abs(arr).astype(work)
+    shape = tuple(arr.shape[d] if d in keep else 1 for d in range(arr.ndim))
+    if not keep:
+        flat, axis = arr, None
+    elif len(keep) == 1:
+        flat, axis = arr, keep[0]
+    else:  # the kept axes first, in order: one channel per kept index
+        flat = xp.ascontiguousarray(arr.transpose(keep + red)).reshape(
+            math.prod(arr.shape[d] for d in keep), -1)
+        axis = 0
+    lo, hi, flags = _minmax_flags(flat, axis, "MaxCalibrator.collect")
+    lo, hi = _finish_minmax(lo, hi, flags)
+    alo, ahi = xp.abs(lo), xp.abs(hi)
+    return xp.where(alo >= ahi, alo, ahi).astype(work).reshape(shape)
+
+
+def _max_into(amax, local):
+    """``maximum(amax, local)`` of NaN-free non-negative arrays, in place on
+    the device (a select: no ufunc's signed-zero / NaN rule is involved)."""
+    xp = A.array_module(amax)
+    xp.copyto(amax, xp.where(local > amax, local, amax))
+    return amax
 
 
 # ------------------------------------------------------------ MaxCalibrator
@@ -124,13 +210,17 @@ class MaxCalibrator:
         if arr.size == 0:
             raise ValueError(f"{func}: x is empty")
         work = A.compute_dtype(arr.dtype)
-        if not keep:
-            local = np.abs(arr).max().astype(work)
-            local = np.asarray(local)
+        if A.is_cupy_array(arr):
+            local = _device_amax(arr, keep, work)
+            nan = bool(A.array_module(arr).isnan(local).any())  # (a one-byte read)
+        elif not keep:
+            local = np.asarray(np.abs(arr).max().astype(work))
+            nan = bool(np.isnan(local).any())
         else:
             red = tuple(d for d in range(arr.ndim) if d not in keep)
             local = np.abs(arr).max(axis=red, keepdims=True).astype(work)
-        if np.isnan(local).any():
+            nan = bool(np.isnan(local).any())
+        if nan:
             raise ValueError(f"{func}: x contains NaN")
         if local.size == 1:
             local = local.reshape(())
@@ -155,7 +245,11 @@ class MaxCalibrator:
             if local.shape != self._amax.shape:
                 raise ValueError(f"{func}: amax shape changed! got {local.shape}, collected "
                                  f"{self._amax.shape} before")
-            np.maximum(self._amax, local, out=self._amax)  # in place, as PQ's copy_
+            self._amax = _keep_up(self._amax, local)
+            if isinstance(local, np.ndarray):
+                np.maximum(self._amax, local, out=self._amax)  # in place, as PQ's copy_
+            else:
+                _max_into(self._amax, local)
         if self._track_amax:
             self.amaxs.append(local.copy())
 
@@ -188,7 +282,9 @@ class MaxCalibrator:
             if other._amax.shape != self._amax.shape:
                 raise ValueError(f"{func}: amax shapes differ ({self._amax.shape} vs "
                                  f"{other._amax.shape})")
-            self._amax = np.maximum(self._amax, other._amax)
+            theirs = _keep_up(other._amax, self._amax)
+            self._amax = np.maximum(self._amax, theirs) if isinstance(theirs, np.ndarray) \
+                else _max_into(self._amax.copy(), theirs)
         if self._track_amax:
             self.amaxs.extend(a.copy() for a in other.amaxs)
         return self
@@ -206,7 +302,7 @@ class MaxCalibrator:
         if not state["collected"]:
             self._amax = None
             return
-        amax = np.array(state["amax"], copy=True)
+        amax = A.array_module(state["amax"]).array(state["amax"], copy=True)
         if amax.dtype.kind != "f":
             raise TypeError(f"{func}: amax must be a float array, got {amax.dtype}")
         self._amax = amax
@@ -319,7 +415,7 @@ class HistogramCalibrator:
         arr = _as_f32_input(x, func).reshape(-1)
         if arr.size == 0:
             raise ValueError(f"{func}: x is empty")
-        lo, hi = K.minmax_finished(arr, effective_n_threads(arr.shape[0]), False)
+        lo, hi = _finished_range(arr)
         if not (math.isfinite(lo) and math.isfinite(hi)):
             raise ValueError(f"{func}: x contains NaN or inf")
         xm = _f32(max(-lo, hi))  # max |x|, also of the non-zero values when there are any
@@ -328,6 +424,9 @@ class HistogramCalibrator:
         if self._torch_hist:
             self._collect_torch(arr, xm, lo < 0, func)
             return
+        if not isinstance(arr, np.ndarray):
+            self._collect_numpy_device(arr, lo, hi, xm, func)
+            return
         arr = np.abs(arr) if lo < 0 else arr
         self._collect_numpy(arr[arr != 0] if self._skip_zeros else arr, func)
 
@@ -335,7 +434,7 @@ class HistogramCalibrator:
         """Bin |x| (``absolute``: x has negative values), x's max |x| = xm."""
         kw = dict(absolute=absolute, skip_zeros=self._skip_zeros)
         if self._hist is None:
-            self._hist = TN.histc_f32(x, self._num_bins, 0.0, float(xm), **kw)
+            self._hist = A.to_host(TN.histc_f32(x, self._num_bins, 0.0, float(xm), **kw))
             self._edges = TN.linspace_f32(0.0, xm, self._num_bins + 1)
             return
         edges, num_bins = self._edges, self._num_bins
@@ -346,7 +445,7 @@ class HistogramCalibrator:
                                  "(the first batch was all zeros)")
             num_bins = int(math.ceil(_f32(xm / w)))
             edges = TN.arange_f32(_f32(xm + w), w)
-        h = TN.histc_f32(x, num_bins, 0.0, float(edges[-1]), **kw)
+        h = A.to_host(TN.histc_f32(x, num_bins, 0.0, float(edges[-1]), **kw))
         n = min(len(self._hist), len(h))
         h[:n] = (h[:n] + self._hist[:n]).astype(_f32)
         self._hist, self._edges, self._num_bins = h, edges, num_bins
@@ -355,12 +454,37 @@ class HistogramCalibrator:
         if self._hist is None:
             self._hist, self._edges = np.histogram(x, bins=self._num_bins)
             return
+        edges = self._grown_edges(np.max(x))
+        h, edges = np.histogram(x, bins=edges)
+        h[:len(self._hist)] += self._hist
+        self._hist, self._edges = h, edges
+
+    def _grown_edges(self, xm):
+        """The edges, grown by PQ's numpy rule to hold ``xm``."""
         edges = self._edges
-        xm = np.max(x)
         if xm > edges[-1]:
             w = edges[1] - edges[0]
             edges = np.hstack((edges, np.arange(edges[-1] + w, xm + w, w)))
-        h, edges = np.histogram(x, bins=edges)
+        return edges
+
+    def _collect_numpy_device(self, x, lo, hi, xm, func):
+        """:meth:`_collect_numpy` of a cupy batch with range [lo, hi]: the
+        edges as numpy makes them (from the binned values' range, or grown),
+        the counts by numpy's rules on the device
+        (:func:`quantcore_gpu.kernels.histogram_f32`)."""
+        G = A.gpu_kernels(func)
+        absolute, skip = lo < 0, self._skip_zeros
+        if self._hist is None:
+            if absolute or skip:
+                lo, hi = _abs_range(x, absolute, skip)
+            # np.histogram(values, bins=n) takes its edges from the values'
+            # range alone: the same edges (and errors) from that range
+            edges = np.histogram(np.array([lo, hi], _f32), bins=self._num_bins)[1]
+            counts = G.histogram_f32(x, edges, True, absolute, skip)
+            self._hist, self._edges = counts.get(), edges
+            return
+        edges = np.histogram(np.zeros(0, _f32), bins=self._grown_edges(xm))[1]  # (checked)
+        h = G.histogram_f32(x, edges, False, absolute, skip).get()
         h[:len(self._hist)] += self._hist
         self._hist, self._edges = h, edges
 
@@ -751,22 +875,27 @@ class TorchHistogram:
         arr = _as_f32_input(x, func).reshape(-1)
         if arr.size == 0:
             return x
-        x_min, x_max = K.minmax_finished(arr, effective_n_threads(arr.shape[0]), False)
+        x_min, x_max = _finished_range(arr)
         if x_min != x_min:
             raise ValueError(f"{func}: x contains NaN")
         if math.isinf(x_min) or math.isinf(x_max):
             warn("torch.inf detected in input tensor, ignoring input", UserWarning)
-            arr = arr[np.isfinite(arr)]
-            if arr.size == 0:
+            if isinstance(arr, np.ndarray):
+                arr = arr[np.isfinite(arr)]
+            else:  # on the device the infinities become NaN, which histc skips
+                xp = A.array_module(arr)
+                arr = xp.where(xp.isinf(arr), _f32(np.nan), arr)
+            x_min, x_max = _finished_range(arr, omit_nan=True)
+            if x_min > x_max:  # nothing finite
                 return x
-            x_min, x_max = arr.min(), arr.max()
         x_min, x_max = _f32(x_min), _f32(x_max)
         if not self.initialized:
-            self._store(TN.histc_f32(arr, self.bins, float(x_min), float(x_max)), x_min, x_max)
+            self._store(A.to_host(TN.histc_f32(arr, self.bins, float(x_min), float(x_max))),
+                        x_min, x_max)
             return x
         cur_min, cur_max = _f32(self.min_val), _f32(self.max_val)
         new_min, new_max = min(cur_min, x_min), max(cur_max, x_max)
-        update = TN.histc_f32(arr, self.bins, float(new_min), float(new_max))
+        update = A.to_host(TN.histc_f32(arr, self.bins, float(new_min), float(new_max)))
         if new_min == cur_min and new_max == cur_max:
             self._store(self.histogram + update)
             return x
@@ -875,16 +1004,16 @@ class TorchHistogram:
             # torch compares a float32 tensor with a Python float in float32
             a32 = float(_f32(next_alpha * total))
             b32 = float(_f32(next_beta * total))
-            # first l in [start, end] with csum[l] >= a32 (csum is non-decreasing)
-            l = min(max(bisect.bisect_left(csum, a32), start), max(end, start))
-            # last r in [start, end] with csum[r] <= b32
-            r = max(min(bisect.bisect_right(csum, b32) - 1, end), start)
+            # first bin lo in [start, end] with csum[lo] >= a32 (csum is non-decreasing)
+            lo = min(max(bisect.bisect_left(csum, a32), start), max(end, start))
+            # last bin hi in [start, end] with csum[hi] <= b32
+            hi = max(min(bisect.bisect_right(csum, b32) - 1, end), start)
             next_start, next_end = start, end
-            if (l - start) > (end - r):
-                next_start = l
+            if (lo - start) > (end - hi):
+                next_start = lo
                 alpha = next_alpha
             else:
-                next_end = r
+                next_end = hi
                 beta = next_beta
             if next_start == start and next_end == end:
                 continue
@@ -969,6 +1098,3 @@ class TorchHistogram:
     def __repr__(self):
         return f"TorchHistogram(bins={self.bins}, upsample_rate={self.upsample_rate})"
 
-
-# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
-A.stage_cupy_api(globals(), __all__)

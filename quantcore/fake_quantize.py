@@ -229,7 +229,11 @@ class FakeQuantize(Switches):
         Notes)."""
         obs = self._observer
         if obs.initialized:  # (the setters would refuse a NaN scale)
-            self._store_qparams(*self.calculate_qparams())
+            # an observer that keeps its statistics on the device (cupy
+            # batches of an observer without a fused device rule here, see
+            # _forward_device) gives device qparams: the host keeps them
+            # (a small copy)
+            self._store_qparams(*(A.to_host(v) for v in self.calculate_qparams()))
         elif obs.nonfinite_batches > skipped_before:
             zp = self._zero_point
             self._store_qparams(np.full(channels, np.nan, F32),
@@ -256,6 +260,8 @@ class FakeQuantize(Switches):
         path (host forwards, setters, the observer's own methods, direct
         attribute writes), makes the next device forward upload it again."""
         obs = self._observer
+        if obs._on_device():  # the observer observed cupy batches itself: upload again
+            return object()
         return (np.asarray(obs.min_val, F32).tobytes(), np.asarray(obs.max_val, F32).tobytes(),
                 int(obs.num_batches), int(obs.nonfinite_batches),
                 np.asarray(self._scale, F32).tobytes(),
@@ -277,7 +283,7 @@ class FakeQuantize(Switches):
                 type(self._observer) in _FAST_RULES and self._observer.nan_policy != "raise":
             return self._forward_device(arr, out)
         if self.axis is None and arr.dtype == F32 and type(self._observer) in _FAST_RULES \
-                and not self._host_stale:
+                and not self._host_stale and type(self._observer.min_val) is np.ndarray:
             fast = self._forward_fused(arr, out)
             if fast is not None:
                 return fast
@@ -455,6 +461,8 @@ class FakeQuantize(Switches):
         from quantcore_gpu import kernels as G
         self._sync_host()
         obs = self._observer
+        with obs._lock:
+            obs._to_host()
         n_stats = np.size(obs.min_val) if obs.num_batches else C
         if observe and n_stats not in (1, C):
             raise ValueError(f"{type(obs).__name__}.update: the batch has {C} channels, the "

@@ -25,12 +25,29 @@ observer's arrays get their channel count with the first batch (torch
 resizes its buffers in place there; a numpy array cannot change its size
 while other references to it may exist, so new arrays are bound then).
 
+cupy batches are observed on the device: the statistics become cupy arrays
+(``min_val`` / ``max_val`` are then the device arrays, updated in place by
+the reduction's last block, :func:`quantcore_gpu.kernels.observe`, with the
+rule of ``qc_observe_update`` in ``qc_minmax.h`` that the CPU applies too)
+and the batch counts live on the device, so an update is one launch with no
+host synchronisation.  Two consequences: a non-finite batch skipped on the
+device is counted there without a warning (reading ``nonfinite_batches``
+shows it), and ``nan_policy="raise"`` synchronises once per batch (a
+16-byte read of the counts) to raise.  Reading ``num_batches`` /
+``nonfinite_batches`` synchronises (16 bytes); ``calculate_qparams``
+(which checks for "no batch yet"), ``state_dict`` and ``merge`` read them.
+A numpy batch after cupy ones brings the state back to the host (and a
+cupy batch after numpy ones takes it to the device): the arrays keep their
+identity while they stay on one side, new ones are bound when the state
+moves.
+
 Observers are thread-safe: ``update``, ``merge``, ``reset`` and the state
 methods hold a per-instance lock.  They pickle, deep-copy and cloudpickle
 (the lock is dropped and a new one made), continuing exactly where the
 original stands.
 """
 import threading
+import types
 
 import numpy as np
 
@@ -60,6 +77,9 @@ class ObserverBase:
 
     #: whether merge() combines two observers exactly
     mergeable = False
+    #: (bound by reset; class defaults so that store_into's look-up of a new
+    #: instance's arrays does not go through __getattr__)
+    min_val = max_val = None
     _FIELDS = ()  # extra scalar configuration saved in state_dict
 
     def __init__(self, axis=None, nan_policy="skip"):
@@ -80,8 +100,13 @@ class ObserverBase:
         with self._lock:
             shape = () if self.axis is None else (0,)
             self._store(np.full(shape, np.inf, dtype=F32), np.full(shape, -np.inf, dtype=F32))
-            self.num_batches = 0
-            self.nonfinite_batches = 0
+            self._set_counts(0, 0)
+
+    def _set_counts(self, num_batches, nonfinite_batches):
+        """Set both batch counts on the host (the host values then count;
+        the device copy is refreshed by the next device update)."""
+        self.num_batches = num_batches
+        self.nonfinite_batches = nonfinite_batches
 
     def _store(self, mn, mx):
         """Write new statistics into ``min_val`` / ``max_val`` in place (new
@@ -90,13 +115,118 @@ class ObserverBase:
             store_into(self, name, value, F32)
 
     def __getstate__(self):
-        state = self.__dict__.copy()
+        with self._lock:
+            self._to_host()  # a copy starts on the host (cupy state is synchronised)
+            state = self.__dict__.copy()
         del state["_lock"]  # a lock cannot be pickled; __setstate__ makes a new one
+        state.pop("_dev", None)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._lock = threading.RLock()
+
+    # -- device residency (cupy batches) ------------------------------------
+    # While the state is on the device, ``_dev`` holds the batch counts
+    # (int64[2]) and the reductions' counter, and the instance attributes
+    # num_batches / nonfinite_batches are absent: reading one synchronises
+    # through __getattr__ (the host path pays nothing for it).  A count set
+    # on the host (present in __dict__) is uploaded by the next device update.
+    def __getattr__(self, name):
+        if name in ("num_batches", "nonfinite_batches") and \
+                self.__dict__.get("_dev") is not None:
+            self._pull_counts()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _pull_counts(self):
+        """Read the device's batch counts into the host attributes (16 bytes,
+        one synchronisation); counts set on the host since are kept."""
+        d = self.__dict__
+        if "num_batches" not in d or "nonfinite_batches" not in d:
+            nb, nf = (int(v) for v in d["_dev"].counts.get())
+            d.setdefault("num_batches", nb)
+            d.setdefault("nonfinite_batches", nf)
+
+    def _on_device(self):
+        """True while the statistics (or counts) live on the device."""
+        return self.__dict__.get("_dev") is not None or A.is_cupy_array(self.min_val) or \
+            A.is_cupy_array(self.max_val)
+
+    def _to_host(self):
+        """Bring device-resident state to the host (small copies; new numpy
+        arrays are bound)."""
+        if self.__dict__.get("_dev") is not None:
+            self._pull_counts()
+            self._dev = None
+        for name in ("min_val", "max_val"):
+            value = getattr(self, name)
+            if A.is_cupy_array(value):
+                setattr(self, name, value.get())
+
+    def _device_rule(self):
+        """(rule name of qc_observe_update, c, d, flags) of this observer."""
+        raise NotImplementedError
+
+    #: extra qc_observe_update flags of this observer (framework rules:
+    #: compat layers set e.g. ("first_if_empty",) on their core observers)
+    _obs_flags = ()
+
+    def _empty_state(self, channels, xp):
+        """The state a per-channel observer takes for its first batch."""
+        return (xp.full(channels, np.inf, dtype=F32), xp.full(channels, -np.inf, dtype=F32))
+
+    def _device_state(self, C, func):
+        """The device state for a batch of C channels (uploaded from the
+        host, or created for a first per-channel batch), as the struct
+        :func:`quantcore_gpu.kernels.observe` takes."""
+        import cupy as xp
+        dev = self.__dict__.get("_dev")
+        d = self.__dict__
+        if dev is None or "num_batches" in d or "nonfinite_batches" in d:
+            nb, nf = self.num_batches, self.nonfinite_batches  # (host values win)
+            if dev is None:
+                dev = types.SimpleNamespace(counts=xp.asarray(np.array([nb, nf], np.int64)),
+                                            counter=xp.zeros(1, dtype=np.uint32))
+            else:
+                dev.counts[...] = xp.asarray(np.array([nb, nf], np.int64))
+        mn, mx = self.min_val, self.max_val
+        if self.axis is not None and mn.size == 0:
+            mn, mx = self._empty_state(C, xp)
+            self.min_val, self.max_val = mn, mx
+        elif self.axis is not None and mn.shape != (C,):
+            raise ValueError(f"{type(self).__name__}.update: the batch has {C} channels, the "
+                             f"observer {mn.shape[0]}")
+        for name, value in (("min_val", mn), ("max_val", mx)):
+            if not A.is_cupy_array(value):
+                setattr(self, name, xp.asarray(np.asarray(value, F32)))
+        self._dev = dev
+        d.pop("num_batches", None)
+        d.pop("nonfinite_batches", None)
+        return types.SimpleNamespace(channels=C, dtype=None, counts=dev.counts,
+                                     counter=dev.counter, min_val=self.min_val.reshape(-1),
+                                     max_val=self.max_val.reshape(-1))
+
+    def _update_device(self, arr, func):
+        """One cupy batch: reduction + update in one launch (no host sync,
+        except with nan_policy="raise")."""
+        G = A.gpu_kernels(func)
+        axis = A.normalize_axis(self.axis, arr.ndim, func)
+        layout = A.Layout(arr, A.compute_dtype(arr.dtype))
+        outer, C, inner = (1, 1, int(layout.flat.size)) if axis is None else \
+            layout.channels(axis)
+        refuse = self.nan_policy == "raise"
+        skipped_before = self.nonfinite_batches if refuse else 0
+        st = self._device_state(C, func)
+        rule, c, d, flags = self._device_rule()
+        G.observe(layout.flat, outer, C, inner, st, observer=rule, averaging_constant=c,
+                  decay=d, flags=tuple(flags) + tuple(self._obs_flags),
+                  nan_policy="propagate" if self.nan_policy == "propagate" else "skip",
+                  qscheme=None)
+        if refuse and self.nonfinite_batches > skipped_before:
+            # the kernel left the state alone and counted the batch: undo the count
+            self.__dict__["nonfinite_batches"] = skipped_before
+            raise ValueError(f"{type(self).__name__}.update: the batch contains NaN or inf")
 
     @property
     def initialized(self):
@@ -109,7 +239,8 @@ class ObserverBase:
         state_dict shares its buffers' storage: copy them to keep a snapshot)."""
         with self._lock:
             d = {"min_val": self.min_val, "max_val": self.max_val,
-                 "num_batches": int(self.num_batches), "nonfinite_batches": int(self.nonfinite_batches),
+                 "num_batches": int(self.num_batches),
+                 "nonfinite_batches": int(self.nonfinite_batches),
                  "axis": -1 if self.axis is None else int(self.axis),
                  "per_channel": self.axis is not None, "nan_policy": self.nan_policy}
             for name in self._FIELDS:
@@ -124,8 +255,10 @@ class ObserverBase:
         missing = {"min_val", "max_val"} - set(state)
         if missing:
             raise ValueError(f"{name}.load_state_dict: missing keys {sorted(missing)}")
-        mn = np.asarray(state["min_val"])
-        mx = np.asarray(state["max_val"])
+        mn, mx = state["min_val"], state["max_val"]
+        xp = A.array_module(mn) if A.is_cupy_array(mn) and A.is_cupy_array(mx) else np
+        if xp is np:
+            mn, mx = np.asarray(A.to_host(mn)), np.asarray(A.to_host(mx))
         if mn.dtype.kind != "f" or mx.dtype.kind != "f" or mn.shape != mx.shape:
             raise ValueError(f"{name}.load_state_dict: min_val / max_val must be float arrays of "
                              f"one shape, got {mn.dtype}{mn.shape} and {mx.dtype}{mx.shape}")
@@ -136,8 +269,9 @@ class ObserverBase:
                              f"{want_ndim}")
         with self._lock:
             self._store(mn, mx)
-            self.num_batches = int(state.get("num_batches", 1 if np.isfinite(mn).any() else 0))
-            self.nonfinite_batches = int(state.get("nonfinite_batches", 0))
+            self._set_counts(
+                int(state.get("num_batches", 1 if bool(xp.isfinite(mn).any()) else 0)),
+                int(state.get("nonfinite_batches", 0)))
             for field in self._FIELDS:
                 if field in state:
                     setattr(self, field, type(getattr(self, field))(state[field]))
@@ -180,8 +314,18 @@ class ObserverBase:
 
     @A.interop_method
     def update(self, x):
-        """Record one batch (an empty batch changes nothing)."""
+        """Record one batch (an empty batch changes nothing).  A cupy batch
+        is observed on the device (see the module docstring)."""
+        if type(x) is not np.ndarray and A.is_cupy_array(x):
+            func = f"{type(self).__name__}.update"
+            arr = A.as_float_array(x, "x", func)
+            if arr.size == 0:
+                return
+            with self._lock:
+                return self._update_device(arr, func)
         with self._lock:
+            if self.__dict__.get("_dev") is not None or type(self.min_val) is not np.ndarray:
+                self._to_host()
             stats = self.batch_minmax(x)
             if stats is None:
                 return
@@ -210,16 +354,18 @@ class ObserverBase:
             raise ValueError(f"{type(self).__name__}.merge: expected a {type(self).__name__} "
                              f"with axis={self.axis}, got {type(other).__name__}")
         with self._lock:
+            self._to_host()  # merged on the host (device state is synchronised)
             if other.num_batches == 0:
                 self.nonfinite_batches += other.nonfinite_batches
                 return self
-            if self.num_batches and self.min_val.shape != other.min_val.shape:
+            o_min, o_max = A.to_host(other.min_val), A.to_host(other.max_val)
+            if self.num_batches and self.min_val.shape != o_min.shape:
                 raise ValueError(f"{type(self).__name__}.merge: channel counts differ "
-                                 f"({self.min_val.shape} vs {other.min_val.shape})")
+                                 f"({self.min_val.shape} vs {o_min.shape})")
             if self.num_batches == 0:
-                self._store(other.min_val, other.max_val)
+                self._store(o_min, o_max)
             else:
-                self._store(*self._combine(other.min_val, other.max_val, False))
+                self._store(*self._combine(o_min, o_max, False))
             self.num_batches += other.num_batches
             self.nonfinite_batches += other.nonfinite_batches
         return self
@@ -236,7 +382,8 @@ class ObserverBase:
             warn(f"{type(self).__name__}: no batch observed yet; returning scale 1.0, "
                  "zero point 0", RuntimeWarning)
             n = 1 if self.axis is None else max(self.min_val.size, 1)
-            return np.ones(n, F32), np.zeros(n, np.int64)
+            xp = A.array_module(self.min_val)
+            return xp.ones(n, F32), xp.zeros(n, np.int64)
         fn = Q.symmetric_qparams if symmetric else Q.affine_qparams
         return fn(self.min_val, self.max_val, quant_min, quant_max, eps)
 
@@ -249,15 +396,28 @@ def store_into(obj, name, value, dtype):
     """``obj.<name>[...] = value`` in place, like a framework's ``copy_`` into
     a buffer; a new array of ``dtype`` is bound only when ``obj`` has none
     yet, or one of another shape or dtype (a numpy array cannot be resized
-    safely while other references to it may exist)."""
+    safely while other references to it may exist).  Device (cupy) arrays
+    are written in place on the device too; a cupy value given for a numpy
+    array binds a new cupy array (the state moves to the device)."""
     cur = getattr(obj, name, None)
-    shape = value.shape if isinstance(value, np.ndarray) else np.shape(value)
-    if type(cur) is np.ndarray and cur.shape == shape and cur.dtype == dtype and \
-            cur.flags.writeable:
-        if cur is not value:
-            cur[...] = value  # (unsafe casting, as numpy's setitem; cheaper than copyto)
-        return cur
-    new = np.array(value, dtype=dtype, copy=True)
+    if type(cur) is np.ndarray and not A.is_cupy_array(value):
+        shape = value.shape if isinstance(value, np.ndarray) else np.shape(value)
+        if cur.shape == shape and cur.dtype == dtype and cur.flags.writeable:
+            if cur is not value:
+                cur[...] = value  # (unsafe casting, as numpy's setitem; cheaper than copyto)
+            return cur
+        new = np.array(value, dtype=dtype, copy=True)
+    elif A.is_cupy_array(cur) or A.is_cupy_array(value):
+        xp = A.array_module(cur if A.is_cupy_array(cur) else value)
+        shape = value.shape if hasattr(value, "shape") else np.shape(value)
+        if A.is_cupy_array(cur) and cur.shape == shape and cur.dtype == dtype:
+            if cur is not value:
+                cur[...] = value if A.is_cupy_array(value) else np.asarray(value, dtype)
+            return cur
+        new = xp.array(value if A.is_cupy_array(value) else np.asarray(value, dtype),
+                       dtype=dtype, copy=True)
+    else:
+        new = np.array(value, dtype=dtype, copy=True)
     setattr(obj, name, new)
     return new
 
@@ -295,6 +455,9 @@ class MinMaxObserver(ObserverBase):
             return lo.copy(), hi.copy()
         return _running_minmax(self.min_val, self.max_val, lo, hi)
 
+    def _device_rule(self):
+        return "minmax", 0.0, 0.0, ()
+
 
 class MovingAverageMinMaxObserver(ObserverBase):
     """Moving average in PyTorch's (and Horizon's in-place) form::
@@ -326,6 +489,9 @@ class MovingAverageMinMaxObserver(ObserverBase):
         _kernels.ma_update(mx, np.array(hi, dtype=F32, ndmin=1), c)
         return mn.reshape(np.shape(lo)), mx.reshape(np.shape(hi))
 
+    def _device_rule(self):
+        return "moving_average", float(F32(self.averaging_constant)), 0.0, ()
+
 
 class EMAMinMaxObserver(ObserverBase):
     """Exponential moving average in MindSpore's form, from initial values::
@@ -350,28 +516,29 @@ class EMAMinMaxObserver(ObserverBase):
         self._init = (min_init, max_init, num_channels)
         super().__init__(axis, nan_policy)
 
+    #: every batch starts from a zero state (MindSpore's ema=False:
+    #: min(batch_min, 0), max(batch_max, 0)); set by compat.mindspore
+    _from_zero = False
+
     def reset(self):
         with self._lock:
             min_init, max_init, n = self._init
             shape = () if self.axis is None else (n if n is not None else np.size(min_init),)
-            self._store(np.broadcast_to(np.asarray(min_init, F32), shape),
-                        np.broadcast_to(np.asarray(max_init, F32), shape))
-            self.num_batches = 0
-            self.nonfinite_batches = 0
+            self._store(np.broadcast_to(np.asarray(A.to_host(min_init), F32), shape),
+                        np.broadcast_to(np.asarray(A.to_host(max_init), F32), shape))
+            self._set_counts(0, 0)
 
     @property
     def initialized(self):
         return True
 
+    def _device_rule(self):
+        flags = (("include_zero",) if self.include_zero else ()) + \
+            (("from_zero",) if self._from_zero else ())
+        return "ema", float(F32(1.0 - self.decay)), float(F32(self.decay)), flags
+
     def _combine(self, lo, hi, first):
-        d = F32(self.decay)
-        c = F32(1.0 - self.decay)
-        with np.errstate(invalid="ignore", over="ignore"):
-            mn = ((self.min_val * d).astype(F32) + (lo * c).astype(F32)).astype(F32)
-            mx = ((self.max_val * d).astype(F32) + (hi * c).astype(F32)).astype(F32)
-        if self.include_zero:
-            mn, mx = np.minimum(mn, F32(0)), np.maximum(mx, F32(0))
-        return mn.astype(F32), mx.astype(F32)
+        return _host_update(self, self.min_val, self.max_val, lo, hi, first)
 
     def calculate_qparams(self, quant_min=0, quant_max=255, symmetric=False, eps=Q.F32_EPS):
         fn = Q.symmetric_qparams if symmetric else Q.affine_qparams
@@ -401,21 +568,42 @@ class MomentumMinMaxObserver(ObserverBase):
         with self._lock:
             shape = () if self.axis is None else (0,)
             self._store(np.zeros(shape, F32), np.zeros(shape, F32))
-            self.num_batches = 0
-            self.nonfinite_batches = 0
+            self._set_counts(0, 0)
 
-    def _side(self, old, new):
+    def _empty_state(self, channels, xp):
+        return xp.zeros(channels, dtype=F32), xp.zeros(channels, dtype=F32)
+
+    def _device_rule(self):
         m = F32(self.momentum)
-        om = F32(F32(1) - m)
-        if old.shape != new.shape:
-            old = np.zeros_like(new)
-        with np.errstate(invalid="ignore", over="ignore"):
-            avg = ((old * m).astype(F32) + (new * om).astype(F32)).astype(F32)
-        return np.where(old == 0, new, avg).astype(F32)
+        return ("momentum", float(F32(F32(1) - m)), float(m),
+                ("absmax",) if self.symmetric else ())
 
     def _combine(self, lo, hi, first):
-        if self.symmetric:
-            a = np.maximum(np.abs(hi), np.abs(lo)).astype(F32)
-            mx = self._side(self.max_val, a)
-            return mx.copy(), mx
-        return self._side(self.min_val, lo), self._side(self.max_val, hi)
+        mn, mx = self.min_val, self.max_val
+        if np.shape(mn) != np.shape(lo):  # a first per-channel batch: zero buffers
+            mn, mx = self._empty_state(np.size(lo), np)
+        return _host_update(self, mn, mx, lo, hi, first)
+
+
+#: qc_observe_update rule and flag names -> the CPU extension's constants
+_HOST_RULES = {"minmax": _kernels.OBS_MINMAX, "moving_average": _kernels.OBS_MOVING_AVG,
+               "ema": _kernels.OBS_EMA, "momentum": _kernels.OBS_MOMENTUM}
+_HOST_FLAGS = {"include_zero": _kernels.OBS_INCLUDE_ZERO, "from_zero": _kernels.OBS_FROM_ZERO,
+               "absmax": _kernels.OBS_ABSMAX, "first_if_empty": _kernels.OBS_FIRST_IF_EMPTY,
+               "inf_resets": _kernels.OBS_INF_RESETS}
+
+
+def _host_update(obs, m_lo, m_hi, lo, hi, first):
+    """New (min, max) state from (m_lo, m_hi) and a batch's (lo, hi) by the
+    observer's qc_observe_update rule (the one the device applies), as new
+    float32 arrays of lo's shape."""
+    rule, c, d, flags = obs._device_rule()
+    mode = _HOST_RULES[rule]
+    for name in flags:
+        mode |= _HOST_FLAGS[name]
+    mn = np.array(m_lo, dtype=F32, ndmin=1)  # (copies: the kernel works in place)
+    mx = np.array(m_hi, dtype=F32, ndmin=1)
+    _kernels.observe_update(mode, first, c, d, mn, mx,
+                            np.ascontiguousarray(lo, dtype=F32).reshape(-1),
+                            np.ascontiguousarray(hi, dtype=F32).reshape(-1))
+    return mn.reshape(np.shape(lo)), mx.reshape(np.shape(hi))

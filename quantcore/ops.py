@@ -78,7 +78,7 @@ def _affine_mode_cached(rounding, zero_point_add, scale_op, nonfinite, func):
 def _channel_args(layout, axis, *params):
     """(outer, C, inner) and the parameters as contiguous arrays."""
     outer, C, inner = layout.channels(axis)
-    return (outer, C, inner), [np.ascontiguousarray(p) for p in params]
+    return (outer, C, inner), [A.array_module(p).ascontiguousarray(p) for p in params]
 
 
 # ------------------------------------------------------------------ min/max
@@ -180,16 +180,35 @@ def _ew(family, arr, params, u0, u1, mode, *, axis=None, out=None, mask=False,
     nthreads = effective_n_threads(flat.shape[0])
     kernels = A.kernels_for(flat, func)
     fid = _FAMILIES[family]
-    if axis is None:
+    on_device = _device_params(params)
+    if on_device and kernels is K:  # (numpy x with device parameters: a small copy)
+        params, on_device = [A.to_host(v) for v in params], False
+    if axis is None and not on_device:
         p = [float(v[0]) for v in params] + [0.0] * (5 - len(params))
         kernels.ew_tensor(fid, flat, o.flat, mflat, *p, u0, u1, mode, nthreads)
     else:
-        outer, C, inner = layout.channels(axis)
+        # per channel, or per tensor with parameters in device memory (read
+        # there by the kernel: no host synchronisation)
+        outer, C, inner = (1, 1, flat.shape[0]) if axis is None else layout.channels(axis)
         work = flat.dtype
+        xp = A.array_module(flat) if on_device else np
         kernels.ew(fid, flat, o.flat, mflat, outer, C, inner,
-                   np.concatenate([np.asarray(v, work).reshape(-1) for v in params]), u0, u1,
+                   xp.concatenate([xp.asarray(v, work).reshape(-1) for v in params]), u0, u1,
                    mode, nthreads)
     return _results(arr, o, m, mask_dtype, out_dtype)
+
+
+def _device_params(params):
+    """True when a recipe parameter is a device (cupy) array."""
+    return any(type(v) is not np.ndarray and A.is_cupy_array(v) for v in params)
+
+
+def _vector(p, work):
+    """A recipe parameter as a 1-D array of the compute dtype, on the device
+    where it is (a cupy array stays one)."""
+    if type(p) is not np.ndarray and A.is_cupy_array(p):
+        return p.astype(work).reshape(-1)
+    return np.asarray(p).astype(work).reshape(-1)
 
 
 def _outputs(arr, out, want_mask, mask_out, mask_dtype, out_dtype, func):
@@ -231,7 +250,12 @@ def _affine(x, scale, zero_point, qmin, qmax, mode, *, axis=None, out=None, mask
     arr = A.as_float_array(x, "x", func)
     work = A.compute_dtype(arr.dtype)
     s, inv_w, z = _scale_inverse(scale, zero_point, work)
-    inv = inv_w if inv is None else np.asarray(inv, dtype=np.float64).reshape(-1).astype(work)
+    if inv is None:
+        inv = inv_w
+    elif A.is_cupy_array(inv):
+        inv = inv.reshape(-1).astype(work)
+    else:
+        inv = np.asarray(inv, dtype=np.float64).reshape(-1).astype(work)
     if exact:
         return _affine_exact(arr, s, inv, zero_point, qmin, qmax, mode, axis, out, mask,
                              func, mask_out, mask_dtype, out_dtype)
@@ -242,24 +266,33 @@ def _affine(x, scale, zero_point, qmin, qmax, mode, *, axis=None, out=None, mask
 
 def _affine_exact(arr, s, inv, zero_point, qmin, qmax, mode, axis, out, want_mask, func,
                   mask_out, mask_dtype, out_dtype):
-    """qc_fq_affine_exact (CPU only): the zero point and range exact in double."""
-    if not isinstance(arr, np.ndarray):
-        raise NotImplementedError(f"{func}: the exact-integer recipe runs on the CPU only")
+    """qc_fq_affine_exact: the zero point and range exact in double."""
     layout, o, m = _outputs(arr, out, want_mask, mask_out, mask_dtype, out_dtype, func)
-    z_exact = np.asarray(zero_point, dtype=np.float64).reshape(-1)
+    kernels = A.kernels_for(layout.flat, func)
+    if kernels is K:
+        z_exact = np.asarray(A.to_host(zero_point), dtype=np.float64).reshape(-1)
+        s, inv = A.to_host(s), A.to_host(inv)
+    else:  # (device parameters stay there; host ones are copied by the kernel module)
+        z_exact = zero_point.astype(np.float64).reshape(-1) if A.is_cupy_array(zero_point) \
+            else np.asarray(zero_point, dtype=np.float64).reshape(-1)
     if axis is None:
         C, inner = 1, layout.flat.shape[0]
     else:
         (_, C, inner), (s, inv, z_exact) = _channel_args(layout, axis, s, inv, z_exact)
-    K.fq_affine_exact(layout.flat, o.flat, m.flat if m is not None else None, C, inner, s, inv,
-                      z_exact, float(qmin), float(qmax), mode,
-                      effective_n_threads(layout.flat.shape[0]))
+    kernels.fq_affine_exact(layout.flat, o.flat, m.flat if m is not None else None, C, inner,
+                            s, inv, z_exact, float(qmin), float(qmax), mode,
+                            effective_n_threads(layout.flat.shape[0]))
     return _results(arr, o, m, mask_dtype, out_dtype)
 
 
 def _scale_inverse(scale, zero_point, work):
     """(scale, inv, zero_point) in the compute dtype, ``inv = T(1) / T(scale)``
-    (one rounding; a zero scale gives inf, as the frameworks' kernels)."""
+    (one rounding; a zero scale gives inf, as the frameworks' kernels).
+    Device (cupy) parameters stay on the device."""
+    if _device_params((scale, zero_point)):
+        xp = A.array_module(scale if A.is_cupy_array(scale) else zero_point)
+        s = xp.asarray(scale).reshape(-1).astype(work)
+        return s, work.type(1) / s, xp.asarray(zero_point).reshape(-1).astype(work)
     if scale.size == 1:  # per tensor: numpy scalars, one rounding each
         s1 = work.type(scale[0])
         if s1 >= _TINY[work]:
@@ -625,8 +658,7 @@ def _nudged(x, nudged_min, nudged_max, scale, inv_scale, quant_zero, mode, *, ax
     """Unchecked nudged fake quant; parameters are 1-D arrays."""
     arr = A.as_float_array(x, "x", func)
     work = A.compute_dtype(arr.dtype)
-    params = [np.asarray(p).astype(work).reshape(-1)
-              for p in (nudged_min, nudged_max, scale, inv_scale, quant_zero)]
+    params = [_vector(p, work) for p in (nudged_min, nudged_max, scale, inv_scale, quant_zero)]
     return _ew("nudged", arr, params, 0.0, 0.0, mode, axis=axis, out=out, mask=mask, func=func,
                mask_dtype=mask_dtype)
 
@@ -724,7 +756,7 @@ def _amax(x, amax, num_bits, *, unsigned=False, narrow_range=True, axis=None, ou
     from .qparams import amax_bounds, amax_multiplier
     arr = A.as_float_array(x, "x", func)
     work = A.compute_dtype(arr.dtype)
-    amax_w = np.asarray(amax).astype(work).reshape(-1)
+    amax_w = _vector(amax, work)
     mult, div = amax_multiplier(amax_w, num_bits, unsigned)
     lo, hi = amax_bounds(num_bits, unsigned, narrow_range)
     return _ew("amax", arr, (mult, div, amax_w), float(lo), float(hi), 0, axis=axis, out=out,

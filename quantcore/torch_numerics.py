@@ -39,6 +39,7 @@ import math
 
 import numpy as np
 
+from . import _arrays as A
 from ._cpu import _kernels as K
 from ._cpu.threads import effective_n_threads
 
@@ -112,9 +113,20 @@ def histc_f32(x, bins, lo, hi, *, absolute=False, skip_zeros=False):
     The range as torch chooses it: ``lo == hi`` takes v's min and max; if
     those are equal too, the range is widened to at least one float32 step
     each way (``lo = min(f32 step down, lo - 1)``, ``hi`` alike).
+
+    A cupy ``x`` is counted on the device
+    (:func:`quantcore_gpu.kernels.histc_f32`, the same binning formula) and
+    the counts come back as a float32 cupy array; only the range of ``v``
+    is read to the host, where ``lo == hi`` asks for it.
     """
     lo, hi = float(lo), float(hi)
-    if lo == hi and x.size:
+    on_device = not isinstance(x, np.ndarray)
+    if lo == hi and x.size and on_device:
+        from .calib import _abs_range
+        v_lo, v_hi = _abs_range(x.astype(_f32, copy=False).reshape(-1), absolute, skip_zeros)
+        if v_lo <= v_hi:
+            lo, hi = v_lo, v_hi
+    elif lo == hi and x.size:
         v = np.abs(x) if absolute else x
         v = v[v != 0] if skip_zeros else v
         if v.size:
@@ -127,6 +139,12 @@ def histc_f32(x, bins, lo, hi, *, absolute=False, skip_zeros=False):
     if not lo < hi:
         raise ValueError(f"histc: max must be larger than min, got [{lo}, {hi}]")
     l32, h32 = _f32(lo), _f32(hi)
+    if on_device:
+        from quantcore_gpu import kernels as G
+        x = x.astype(_f32, copy=False)
+        flat = A.array_module(x).ascontiguousarray(x).reshape(-1)
+        return G.histc_f32(flat, int(bins), float(l32), float(h32), bool(absolute),
+                           bool(skip_zeros)).astype(_f32)
     x = np.require(x, _f32, ["C", "A"]).reshape(-1)
     counts = K.histc_f32(x, int(bins), float(l32), float(h32), bool(absolute),
                          bool(skip_zeros), effective_n_threads(x.shape[0]))

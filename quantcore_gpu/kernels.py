@@ -36,7 +36,8 @@ import numpy as np
 __all__ = [
     "SOURCES", "FAMILIES", "FAMILY_PARAMS", "compile_options", "include_dir", "cuda_dir",
     "minmax", "minmax_channels", "minmax_finish", "minmax_device",
-    "ew", "ew_tensor", "ste", "histc_f32", "qparams", "QP_SCHEMES", "ObserverState", "observe",
+    "ew", "ew_tensor", "fq_affine_exact", "ste", "histc_f32", "histogram_f32", "qparams",
+    "QP_SCHEMES", "ObserverState", "observe",
     "ENCODE_FAMILIES", "DECODE_FAMILIES", "GROUP_RECIPES", "encode", "decode", "encode_groups",
     "decode_groups", "group_quant", "BLOCK_RECIPES", "block_scaled_quant",
 ]
@@ -87,10 +88,11 @@ def _names(families):
             mm.append(f"qc_minmax_cols<{t}, {i}>")
             mm.append(f"qc_minmax_chan<{t}, {i}>")
         mm.append(f"qc_minmax_finish_all<{t}>")
-    hist = tuple(f"qc_histc<{i}>" for i in _INDEX)
+    hist = tuple(f"{k}<{i}>" for k in ("qc_histc", "qc_hist_edges") for i in _INDEX)
+    exact = tuple(f"qc_affine_exact<{t}, {i}>" for t in _FLOATS for i in _INDEX)
     qp = tuple(f"qc_qparams<{scheme}, {t}>" for _, scheme, _ in _schemes() for t in _FLOATS)
     return {"fake_quant.cu": tuple(fq), "minmax.cu": tuple(mm), "histogram.cu": hist,
-            "qparams.cu": qp}
+            "qparams.cu": qp, "exact.cu": exact}
 
 
 #: NVRTC options besides the include directory; the numerical contract
@@ -354,7 +356,7 @@ class _Last:
         self.finish_mode = 0
         self.st_min = self.st_max = self.st_cnt = None
         self.obs_mode = 0
-        self.avg_c = 0.0
+        self.avg_c = self.avg_d = 0.0
         self.qscheme = 0
         self.eps = 0.0
         self.qmin = self.qmax = self.sym_zp = 0
@@ -363,7 +365,8 @@ class _Last:
     def args(self):
         return (self.out_lo, self.out_hi, self.out_fl, np.int32(self.finish_mode),
                 self.st_min, self.st_max, self.st_cnt, np.int32(self.obs_mode),
-                np.float32(self.avg_c), np.int32(self.qscheme), np.float32(self.eps),
+                np.float32(self.avg_c), np.float32(self.avg_d), np.int32(self.qscheme),
+                np.float32(self.eps),
                 np.int64(self.qmin), np.int64(self.qmax),
                 np.int64(self.sym_zp), self.q_scale, self.q_zp, self.qp)
 
@@ -516,6 +519,30 @@ def ew_tensor(family, x, y, mask, p0, p1, p2, p3, p4, u0, u1, mode, nthreads=Non
     _ew_launch(family, x, y, mask, 1, int(x.size), None, (p0, p1, p2, p3, p4), u0, u1, mode)
 
 
+def fq_affine_exact(x, y, mask, C, inner, scale, inv, zp, qmin, qmax, mode, nthreads=None):
+    """PyTorch's affine fake quant with exact integer zero points and range
+    (qc_fq_affine_exact) over the C-ordered (outer, C, inner) view of x, as
+    the CPU's ``fq_affine_exact``: scale / inv of x's dtype and zp float64,
+    C values each (device arrays used in place, host ones copied)."""
+    _check(x)
+    _check(y, "y")
+    n = int(x.size)
+    C, inner = int(C), int(inner)
+    if n == 0:
+        return
+    if C < 1 or inner < 1:
+        raise ValueError("fq_affine_exact: C and inner must be >= 1, with C parameters each")
+    dtype = _dt(x)
+    s, iv, z = _param(scale, dtype), _param(inv, dtype), _param(zp, np.float64)
+    if s.size < C or iv.size < C or z.size < C:
+        raise ValueError("fq_affine_exact: C and inner must be >= 1, with C parameters each")
+    ct, it = _index(n)
+    fn = _function("exact.cu", f"qc_affine_exact<{_CTYPE[dtype]}, {ct}>")
+    fn((_ew_grid(n, dtype),), (_THREADS,), (x, y, _mask_arg(mask), it(n), it(C), it(inner), s, iv,
+                                            z, np.float64(qmin), np.float64(qmax),
+                                            np.int32(mode)))
+
+
 # ----------------------------------------------------------------- backward
 
 def ste(grad, mask, y, nthreads=None):
@@ -580,8 +607,7 @@ def histc_f32(x, bins, lo, hi, absolute, skip_zeros, nthreads=None):
     n = int(x.size)
     if n:
         ct, it = _index(n)
-        # enough blocks to fill the device; each block's shared counts stay < 2**31
-        grid = max(1, min(-(-n // _HIST_THREADS), _sm_count() * 8), -(-n // 2 ** 31))
+        grid = _hist_grid(n)
         fn = _function("histogram.cu", f"qc_histc<{ct}>")
         fn((grid,), (_HIST_THREADS,), (x, it(n), np.float32(lo), np.float32(hi), np.int32(bins),
                                        np.int32(bool(absolute)), np.int32(bool(skip_zeros)),
@@ -589,9 +615,54 @@ def histc_f32(x, bins, lo, hi, absolute, skip_zeros, nthreads=None):
     return counts.view(np.int64)
 
 
+def _hist_grid(n):
+    """Blocks of a histogram launch: enough to fill the device; each block's
+    shared counts stay < 2**31."""
+    return max(1, min(-(-n // _HIST_THREADS), _sm_count() * 8), -(-n // 2 ** 31))
+
+
+def histogram_f32(x, edges, uniform, absolute=False, skip_zeros=False):
+    """``numpy.histogram`` counts (int64[len(edges) - 1], on the device) of
+    a C-contiguous float32 device array: ``|x|`` when ``absolute``, zeros
+    left out when ``skip_zeros``.  ``edges``: float32 or float64 bin edges
+    (host or device; compared in float64 as numpy does; the caller makes
+    them as numpy does, and checks them);
+    ``uniform``: the bins of ``np.histogram(x, bins=len(edges) - 1)``
+    (edges from the data's range), else those of ``np.histogram(x,
+    bins=edges)`` (see qc_hist_edges in histogram.cu)."""
+    cp = _cupy()
+    _check(x)
+    if x.dtype != np.float32:
+        raise ValueError(f"histogram_f32: expected a float32 array, got {x.dtype}")
+    e = _param(edges, np.float64)
+    bins = int(e.size) - 1
+    if bins < 1:
+        raise ValueError(f"histogram_f32: need at least 2 edges, got {e.size}")
+    counts = cp.zeros(bins, dtype=np.uint64)
+    n = int(x.size)
+    if n:
+        host = np.asarray(edges) if not isinstance(edges, cp.ndarray) else None
+        if uniform and host is None:
+            raise ValueError("histogram_f32: the uniform rule needs host edges")
+        if uniform and host.dtype != np.float32:
+            raise ValueError("histogram_f32: the uniform rule takes float32 edges")
+        first = np.float32(host[0]) if uniform else np.float32(0)
+        denom = np.float32(host[-1] - host[0]) if uniform else np.float32(1)
+        ct, it = _index(n)
+        fn = _function("histogram.cu", f"qc_hist_edges<{ct}>")
+        fn((_hist_grid(n),), (_HIST_THREADS,),
+           (x, it(n), e, np.int32(bins), np.int32(bool(uniform)), first, denom,
+            np.int32(bool(absolute)), np.int32(bool(skip_zeros)), counts))
+    return counts.view(np.int64)
+
+
 # ---------------------------------------------- fused observer + qparams
 
-_OBSERVERS = {"none": 0, "minmax": 1, "moving_average": 2}
+#: observer rules and flags of qc_minmax.h (QC_OBS_*; tests check them
+#: against the CPU extension's)
+_OBSERVERS = {"none": 0, "minmax": 1, "moving_average": 2, "ema": 3, "momentum": 4}
+OBS_FLAGS = {"propagate": 8, "include_zero": 16, "from_zero": 32, "absmax": 64,
+             "first_if_empty": 128, "inf_resets": 256}
 _QSCHEMES = {None: 0, "affine": 1, "symmetric": 2}
 
 
@@ -640,19 +711,26 @@ class ObserverState:
 
 
 def observe(x, outer, C, inner, state, *, observer="moving_average", averaging_constant=0.01,
-            nan_policy="skip", qscheme="affine", quant_min=0, quant_max=255,
-            eps=float(np.finfo(np.float32).eps), zero_point=None, out_lo=None, out_hi=None,
-            out_flags=None, finish=1):
+            decay=0.0, flags=(), nan_policy="skip", qscheme="affine", quant_min=0,
+            quant_max=255, eps=float(np.finfo(np.float32).eps), zero_point=None, out_lo=None,
+            out_hi=None, out_flags=None, finish=1):
     """One launch: batch min/max of x's (outer, C, inner) view, the observer
     update of ``state`` and its qparams, all in the last block.
 
-    observer: "minmax" (running min / max), "moving_average"
-    (``m = m + c * (batch - m)``, first batch ``m = batch``) or "none".
-    nan_policy: "skip" (a batch with a NaN in any channel leaves the state
-    unchanged and counts in ``state.counts[1]``) or "propagate".  "raise"
-    needs the host: use quantcore's synchronous path for it.
+    observer: a rule of qc_observe_update (qc_minmax.h): "minmax" (running
+    min / max), "moving_average" (``m = m + c * (batch - m)``, first batch
+    ``m = batch``), "ema" (``m = f32(f32(m * d) + f32(batch * c))``),
+    "momentum" (the same where ``m != 0``, else the batch) or "none"; ``c``
+    is ``averaging_constant`` and ``d`` is ``decay`` (float32 values).
+    flags: names of ``OBS_FLAGS`` ("include_zero", "from_zero", "absmax",
+    "first_if_empty", "inf_resets"; see qc_minmax.h).
+    nan_policy: "skip" (a batch with a NaN or +-inf in any channel leaves the
+    state unchanged and counts in ``state.counts[1]``) or "propagate".
+    "raise" needs the host: use quantcore's synchronous path for it.
     qscheme: "affine" (qparams.affine_qparams), "symmetric"
-    (qparams.symmetric_qparams; ``zero_point`` as there) or None.
+    (qparams.symmetric_qparams; ``zero_point`` as there) or None (then the
+    state needs only ``min_val``, ``max_val``, ``counts``, ``counter`` and
+    ``channels``).
     Optionally also writes the batch (lo, hi, flags) to ``out_*``.
     An empty x changes nothing (no launch).
     """
@@ -667,6 +745,9 @@ def observe(x, outer, C, inner, state, *, observer="moving_average", averaging_c
                          f"{nan_policy!r}")
     if qscheme not in _QSCHEMES:
         raise ValueError(f"observe: qscheme must be 'affine', 'symmetric' or None, got {qscheme!r}")
+    unknown = set(flags) - set(OBS_FLAGS)
+    if unknown:
+        raise ValueError(f"observe: unknown flags {sorted(unknown)}; known: {sorted(OBS_FLAGS)}")
     if state.channels != int(C):
         raise ValueError(f"observe: the state has {state.channels} channels, x {C}")
     if qscheme is not None and state.dtype != dtype:
@@ -676,8 +757,12 @@ def observe(x, outer, C, inner, state, *, observer="moving_average", averaging_c
     last.out_lo, last.out_hi, last.out_fl = out_lo, out_hi, out_flags
     last.finish_mode = int(finish)
     last.st_min, last.st_max, last.st_cnt = state.min_val, state.max_val, state.counts
-    last.obs_mode = _OBSERVERS[observer] | (4 if nan_policy == "propagate" else 0)
+    mode = _OBSERVERS[observer] | (OBS_FLAGS["propagate"] if nan_policy == "propagate" else 0)
+    for name in flags:
+        mode |= OBS_FLAGS[name]
+    last.obs_mode = mode
     last.avg_c = np.float32(averaging_constant)
+    last.avg_d = np.float32(decay)
     last.qscheme = _QSCHEMES[qscheme]
     last.eps = np.float32(eps)
     if qscheme == "symmetric":

@@ -181,6 +181,15 @@ def test_mindspore_ema_rule():
     pos = qc.EMAMinMaxObserver(decay=0.0)
     pos(f32([1, 2]))
     assert float(pos.min_val) == 0.0  # 0 is always included
+    # a -0.0 average: include_zero's min(m, 0) / max(m, 0) are numpy's
+    # np.minimum / np.maximum, which give the second argument, +0.0
+    zeros = qc.EMAMinMaxObserver(decay=0.0, min_init=-1.0, max_init=-1.0)
+    zeros(f32([-0.0, -0.0]))  # m * 0 + b * 1 = -0.0 + -0.0 on both sides
+    assert not np.signbit(np.minimum(F32(-0.0), F32(0))) and not np.signbit(zeros.min_val)
+    assert not np.signbit(zeros.max_val)
+    raw = qc.EMAMinMaxObserver(decay=0.0, min_init=-1.0, max_init=-1.0, include_zero=False)
+    raw(f32([-0.0, -0.0]))
+    assert np.signbit(raw.min_val) and np.signbit(raw.max_val)
 
 
 def test_oneflow_momentum_vectors():

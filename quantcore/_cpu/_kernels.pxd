@@ -11,7 +11,9 @@ cdef extern from "qc_omp.h" nogil:
 
 cdef extern from "qc_minmax.h" nogil:
     int QC_MM_NAN, QC_MM_NEGZERO, QC_MM_POSZERO
-    int QC_OBS_NONE, QC_OBS_MINMAX, QC_OBS_MOVING_AVG, QC_OBS_PROPAGATE
+    int QC_OBS_NONE, QC_OBS_MINMAX, QC_OBS_MOVING_AVG, QC_OBS_EMA, QC_OBS_MOMENTUM
+    int QC_OBS_PROPAGATE, QC_OBS_INCLUDE_ZERO, QC_OBS_FROM_ZERO, QC_OBS_ABSMAX
+    int QC_OBS_FIRST_IF_EMPTY, QC_OBS_INF_RESETS
     int QC_QS_NONE, QC_QS_AFFINE, QC_QS_SYMMETRIC
     float qc_ma_update_f32(float m, float x, float c)
     float qc_running_min_f32(float m, float v)
@@ -22,8 +24,9 @@ cdef extern from "qc_minmax.h" nogil:
     void qc_minmax_finish[T](T* lo, T* hi, unsigned flags)
     bint qc_mm_nonfinite[T](T lo, T hi, unsigned flags)
     void qc_mm_fold[T](T* lo, T* hi, unsigned char* flags, T plo, T phi, unsigned char pfl)
-    void qc_observe_update(int rule, bint first, float avg_c, float blo, float bhi,
+    void qc_observe_update(int mode, bint first, float c, float d, float blo, float bhi,
                            float* smin, float* smax)
+    bint qc_obs_first(int mode, long long batches, float smin, float smax)
     void qc_qparams(float mn, float mx, int qscheme, float eps, int64_t qmin, int64_t qmax,
                     int64_t sym_zp, float* scale_out, int64_t* zp_out)
 

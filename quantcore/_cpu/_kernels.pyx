@@ -39,8 +39,12 @@ qc_select_simd(_os.environ.get("QUANTCORE_SIMD", "").strip().lower() != "baselin
 #: number of per-channel parameters each takes
 FAMILIES = {qc_ew_family_names[i].decode(): i for i in range(QC_EW_COUNT)}
 FAMILY_PARAMS = {qc_ew_family_names[i].decode(): qc_ew_family_np[i] for i in range(QC_EW_COUNT)}
-#: observer rules and qparams formulas of the fused step (qc_minmax.h)
-OBS_MINMAX, OBS_MOVING_AVG = QC_OBS_MINMAX, QC_OBS_MOVING_AVG
+#: observer rules and flags (qc_minmax.h: qc_observe_update)
+OBS_MINMAX, OBS_MOVING_AVG, OBS_EMA, OBS_MOMENTUM = (QC_OBS_MINMAX, QC_OBS_MOVING_AVG,
+                                                     QC_OBS_EMA, QC_OBS_MOMENTUM)
+OBS_PROPAGATE, OBS_INCLUDE_ZERO, OBS_FROM_ZERO, OBS_ABSMAX = (
+    QC_OBS_PROPAGATE, QC_OBS_INCLUDE_ZERO, QC_OBS_FROM_ZERO, QC_OBS_ABSMAX)
+OBS_FIRST_IF_EMPTY, OBS_INF_RESETS = QC_OBS_FIRST_IF_EMPTY, QC_OBS_INF_RESETS
 MM_NAN, MM_NEGZERO, MM_POSZERO = QC_MM_NAN, QC_MM_NEGZERO, QC_MM_POSZERO
 
 #: elements per work unit: large enough to amortise scheduling, small
@@ -820,6 +824,22 @@ def running_minmax(const float[::1] m_lo, const float[::1] m_hi, const float[::1
     return new_lo, new_hi
 
 
+def observe_update(int mode, bint first, float c, float d, float[::1] smin, float[::1] smax,
+                   const float[::1] lo, const float[::1] hi):
+    """In place, per channel: (smin, smax) = qc_observe_update(mode, first, c,
+    d, lo, hi) -- an observer's update by its rule (qc_minmax.h), the one
+    the GPU's reductions apply in their last block.  With
+    ``OBS_FIRST_IF_EMPTY`` in mode the first-batch rule is per channel by
+    the state's values and ``first`` is not used."""
+    cdef int64_t i, n = smin.shape[0]
+    if smax.shape[0] != n or lo.shape[0] != n or hi.shape[0] != n:
+        raise ValueError("observe_update: all four arrays must have one length")
+    cdef bint by_value = (mode & QC_OBS_FIRST_IF_EMPTY) != 0
+    for i in range(n):
+        qc_observe_update(mode, qc_obs_first(mode, 0 if first else 1, smin[i], smax[i])
+                          if by_value else first, c, d, lo[i], hi[i], &smin[i], &smax[i])
+
+
 # -------------------------------------------------------- fused FakeQuantize
 cdef enum:
     ST_OBSERVED = 0
@@ -912,7 +932,7 @@ cdef int _observe_fake_quant(const float* xp, float* yp, unsigned char* mp, int6
             elif nan_policy == 2:
                 return ST_NONFINITE_REFUSED
         if status == ST_OBSERVED:
-            qc_observe_update(rule, state[2] == 0, c, lo, hi, &state[0], &state[1])
+            qc_observe_update(rule, state[2] == 0, c, 0.0, lo, hi, &state[0], &state[1])
             state[2] += 1
             qc_qparams(state[0], state[1], QC_QS_SYMMETRIC if symmetric else QC_QS_AFFINE, eps,
                        qmin, qmax, zp_fixed, scale_out, zp_out)

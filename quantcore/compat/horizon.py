@@ -237,17 +237,22 @@ class MovingAverageMinMaxObserver:
     min_val = property(lambda self: self._core.min_val, doc="Running minimum (float32).")
     max_val = property(lambda self: self._core.max_val, doc="Running maximum (float32).")
 
+    @A.device_native
     def __call__(self, x):
         return self.forward(x)
 
+    @A.device_native
     def forward(self, x):
-        """Record ``x`` and return it unchanged."""
+        """Record ``x`` and return it unchanged (a cupy x on the device, no
+        synchronisation: the statistics become device arrays)."""
         self._core.update(x)
         return x
 
     def calculate_qparams(self):
         """``(scale float32[C], zero_point int64[C])``; ``([1.0], [0])``
-        before any data."""
+        before any data.  Device statistics give device qparams (the batch
+        count is read, 16 bytes; the bernoulli march's power-of-two scale
+        is formed on the host from the C scales)."""
         if self._core.num_batches == 0:
             return np.ones(1, F32), np.zeros(1, np.int64)
         scale, zp = Q.symmetric_qparams(self._core.min_val, self._core.max_val, self.quant_min,
@@ -368,7 +373,8 @@ class FakeQuantize(Switches):
 
     @staticmethod
     def _filled(value, buf, dtype, name):
-        arr = np.asarray(value)
+        arr = np.asarray(A.to_host(value))
+        buf = A.to_host(buf)
         if arr.dtype.kind not in "iuf":
             raise TypeError(f"FakeQuantize.set_qparams: {name} must be numeric, got {value!r}")
         if arr.ndim == 0:
@@ -379,6 +385,7 @@ class FakeQuantize(Switches):
         return arr.astype(dtype)
 
     # ------------------------------------------------------------- forward
+    @A.device_native
     def __call__(self, x):
         return self.forward(x)
 
@@ -389,8 +396,12 @@ class FakeQuantize(Switches):
                 and not self.in_place and type(obs) is MovingAverageMinMaxObserver
                 and self.quant_min < 0 and get_march() != "bernoulli")
 
+    @A.device_native
     def forward(self, x):
-        """Fake-quantized ``x`` (see the class docstring)."""
+        """Fake-quantized ``x`` (see the class docstring).  A cupy x is
+        observed and quantized on the device; the scale is a device array
+        then, except on the fused per-tensor path, whose state is read back
+        once per call (the core FakeQuantize's scale, a few bytes)."""
         func = "FakeQuantize.forward"
         arr = A.as_float_array(x, "x", func)
         # no zero point at all: y = round(x / s) * s, Horizon's reference
@@ -412,14 +423,18 @@ class FakeQuantize(Switches):
             axis = A.normalize_axis(self.ch_axis, arr.ndim, func)
             channels = arr.shape[axis]
             if scale.size == 1:
-                scale = np.full(channels, scale[0], F32)
+                xp = A.array_module(scale)
+                scale = xp.ascontiguousarray(xp.broadcast_to(scale.reshape(-1)[:1], (channels,)),
+                                             dtype=F32)
             elif scale.size != channels:
                 raise ValueError(f"{func}: x has {channels} channels along ch_axis="
                                  f"{self.ch_axis}, the scale {scale.size}")
         elif scale.size != 1:
             raise ValueError(f"{func}: a per-tensor FakeQuantize needs one scale, got "
                              f"{scale.size}")
-        out = arr if (self.in_place and isinstance(x, np.ndarray) and x.flags.writeable) else None
+        writable = (isinstance(x, np.ndarray) and x.flags.writeable) or \
+            (A.is_cupy_array(x) and arr is x)
+        out = arr if (self.in_place and writable) else None
         y, mask = _affine(arr, scale.astype(np.float64), np.zeros(scale.size), self.quant_min,
                           self.quant_max, mode, axis=axis, out=out, mask=True, func=func)
         self._keep_mask(mask, arr.shape)
@@ -439,7 +454,7 @@ class FakeQuantize(Switches):
         core.training = True
         core.observer_enabled = True
         core.fake_quant_enabled = True
-        core.scale = np.array(self.scale[:1], F32)
+        core.scale = np.array(A.to_host(self.scale[:1]), F32)
         core.zero_point = np.zeros(1, np.int64)
         y = core(arr)
         self.scale = np.array(core.scale, F32).reshape(1)
@@ -453,7 +468,8 @@ class FakeQuantize(Switches):
             self._mask_shape = shape
             return
         self._mask_shape = shape
-        self._mask = (np.packbits(mask.reshape(-1), bitorder="little") if self.compat_mask
+        xp = A.array_module(mask)
+        self._mask = (xp.packbits(mask.reshape(-1), bitorder="little") if self.compat_mask
                       else mask.astype(np.bool_, copy=False))
 
     @property
@@ -462,6 +478,7 @@ class FakeQuantize(Switches):
         ``compat_mask``), or None (no quantization, or ``saturate=False``)."""
         return self._mask
 
+    @A.device_native
     def backward(self, grad_output):
         """Input gradient of the last forward: ``grad * mask`` with
         ``saturate``, else ``grad`` (straight through)."""
@@ -495,5 +512,7 @@ default_16bit_fake_quant = FakeQuantize.with_args(observer=MovingAverageMinMaxOb
                                                   dtype="qint16")
 
 
-# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+# cupy input: the observers' forward and FakeQuantize's forward / backward compute on
+# the device (see their docstrings for the small reads); everything else takes no
+# tensor and is staged (see _arrays.stage_cupy)
 A.stage_cupy_api(globals(), __all__)

@@ -296,11 +296,18 @@ class FakeQuantWithMinMaxObserver:
         self.training = bool(mode)
         return self
 
+    @A.device_native
     def __call__(self, x):
         return self.construct(x)
 
+    @A.device_native
     def construct(self, x):
-        """Fake-quantize ``x`` (training: update ``minq`` / ``maxq`` first)."""
+        """Fake-quantize ``x`` (training: update ``minq`` / ``maxq`` first).
+
+        A cupy x is computed on the device with no synchronisation:
+        ``minq`` / ``maxq`` become device arrays updated in place by the
+        EMA kernel (a numpy x brings them back), the nudged range is formed
+        on the device (nan_policy="raise" reads the batch count to raise)."""
         arr = _as_input(x)
         axis = self._axis(arr)
         if self.training:
@@ -310,11 +317,12 @@ class FakeQuantWithMinMaxObserver:
             if delayed:
                 return arr.copy()
         nmin, nmax, scale = self._nudged_range()
-        return _nudged(arr, nmin, nmax, scale, scale, np.zeros_like(scale), NUDGED_DIVIDE,
-                       axis=axis, func=_CLS)
+        return _nudged(arr, nmin, nmax, scale, scale, A.array_module(scale).zeros_like(scale),
+                       NUDGED_DIVIDE, axis=axis, func=_CLS)
 
     forward = construct
 
+    @A.device_native
     def backward(self, dout, x):
         """Input gradient: ``dout`` inside the nudged range, 0 outside.
 
@@ -333,19 +341,23 @@ class FakeQuantWithMinMaxObserver:
             return g.copy()
         axis = self._axis(arr)
         nmin, nmax, scale = self._nudged_range()
-        _, mask = _nudged(arr, nmin, nmax, scale, scale, np.zeros_like(scale), NUDGED_DIVIDE,
-                          axis=axis, mask=True, func=func)
+        _, mask = _nudged(arr, nmin, nmax, scale, scale, A.array_module(scale).zeros_like(scale),
+                          NUDGED_DIVIDE, axis=axis, mask=True, func=func)
         # MindSpore's gradient kernel selects: 0 where x < nudge_min or
         # x > nudge_max, else dout (so +0.0 outside, NaN dout blocked there,
         # and a NaN x, which is neither, passes dout)
-        keep = mask.view(np.bool_) | np.isnan(arr)
-        return np.where(keep, g, g.dtype.type(0))
+        xp = A.array_module(g)
+        keep = mask.view(np.bool_) | xp.isnan(arr)
+        return xp.where(keep, g, g.dtype.type(0))
 
     # -- internals ---------------------------------------------------------
     def _params(self):
         n = self.num_channels if self.per_channel else 1
-        mn = np.asarray(self.minq, dtype=F32).reshape(-1)
-        mx = np.asarray(self.maxq, dtype=F32).reshape(-1)
+        if A.is_cupy_array(self.minq) and A.is_cupy_array(self.maxq):
+            mn, mx = self.minq.reshape(-1), self.maxq.reshape(-1)  # (device state)
+        else:
+            mn = np.asarray(A.to_host(self.minq), dtype=F32).reshape(-1)
+            mx = np.asarray(A.to_host(self.maxq), dtype=F32).reshape(-1)
         if mn.shape != (n,) or mx.shape != (n,):
             raise ValueError(f"For '{_CLS}', 'minq' and 'maxq' should hold {n} values, but got "
                              f"shapes {mn.shape} and {mx.shape}.")
@@ -366,6 +378,8 @@ class FakeQuantWithMinMaxObserver:
 
     def _update(self, arr, axis):
         """MinMaxUpdate: the EMA (or batch) statistics into minq / maxq."""
+        if A.is_cupy_array(arr):
+            return self._update_device(arr, axis)
         mn, mx = self._params()
         if self.ema:
             decay, start_min, start_max = self.ema_decay, mn, mx
@@ -383,6 +397,27 @@ class FakeQuantWithMinMaxObserver:
             self._store("minq", obs.min_val)
             self._store("maxq", obs.max_val)
 
+    def _update_device(self, arr, axis):
+        """MinMaxUpdate of a cupy batch: minq / maxq (device float32[C]) are the
+        state of an EMA observer, updated in place by its kernel (ema=False:
+        from a zero state, the "from_zero" rule); a skipped (non-finite)
+        batch leaves them alone."""
+        xp = A.array_module(arr)
+        for name in ("minq", "maxq"):
+            cur = getattr(self, name)
+            if not (A.is_cupy_array(cur) and cur.dtype == F32 and cur.ndim == 1):
+                setattr(self, name, xp.asarray(np.asarray(A.to_host(cur), F32).reshape(-1)))
+        mn, mx = self._params()
+        obs = EMAMinMaxObserver(decay=self.ema_decay if self.ema else 0.0, min_init=0.0,
+                                max_init=0.0, axis=axis, include_zero=True,
+                                nan_policy=self.nan_policy,
+                                num_channels=None if axis is None else mn.shape[0])
+        obs._from_zero = not self.ema
+        # the observer's state is a view of minq / maxq: the kernel writes them
+        obs.min_val, obs.max_val = (mn, mx) if axis is not None else \
+            (mn.reshape(()), mx.reshape(()))
+        obs.update(arr)
+
     def _store(self, name, value):
         value = np.asarray(value, dtype=F32).reshape(-1)
         cur = getattr(self, name)
@@ -398,6 +433,10 @@ class FakeQuantWithMinMaxObserver:
             mn, mx = Q.symmetric_range(mn, mx)
         nmin, nmax, scale = Q.nudge_mindspore(mn, mx, self.quant_min, self.quant_max)
         flat = scale == 0  # degenerate range: zeros out, as MindSpore's GPU kernel
+        if A.is_cupy_array(flat):  # (selected on the device, without a synchronisation)
+            xp = A.array_module(flat)
+            return (xp.where(flat, F32(0), nmin), xp.where(flat, F32(0), nmax),
+                    xp.where(flat, F32(1), scale))
         if flat.any():
             nmin = np.where(flat, F32(0), nmin).astype(F32)
             nmax = np.where(flat, F32(0), nmax).astype(F32)
@@ -415,5 +454,6 @@ class FakeQuantWithMinMaxObserver:
         return f"{_CLS}<{self.extend_repr()}>"
 
 
-# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+# cupy input: FakeQuantWithMinMaxObserver's construct / backward compute on the device
+# (see construct); the rest takes no tensor (see _arrays.stage_cupy)
 A.stage_cupy_api(globals(), __all__)

@@ -288,8 +288,11 @@ QUANT_DESC_8BIT_CONVTRANSPOSE3D_WEIGHT_PER_CHANNEL = QuantDescriptor(num_bits=8,
 
 # ------------------------------------------------------ argument helpers
 def _as_param(value, name, func):
-    """amax / range argument as a float ndarray (Python numbers: float32)."""
-    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
+    """amax / range argument as a float ndarray (Python numbers: float32); a
+    cupy array stays on the device."""
+    if A.is_cupy_array(value):
+        arr = value
+    elif isinstance(value, np.ndarray) or isinstance(value, np.generic):
         arr = np.asarray(value)
     else:
         try:
@@ -342,15 +345,19 @@ def _plan(arr, param, func):
     except ValueError:
         raise ValueError(f"{func}: amax of shape {param.shape} does not broadcast against "
                          f"inputs of shape {arr.shape}") from None
-    x = arr if arr.shape == shape else np.broadcast_to(arr, shape)
+    xp = A.array_module(arr)
+    if A.is_cupy_array(param) and xp is np:  # (numpy x, device amax: a small copy)
+        param = param.get()
+    x = arr if arr.shape == shape else xp.broadcast_to(arr, shape)
     if param.size == 1:
         return x, param.reshape(1), None, shape
     p = param.reshape((1,) * (len(shape) - param.ndim) + param.shape)
     big = [d for d in range(len(shape)) if p.shape[d] != 1]
     if len(big) == 1:
         return x, p.reshape(-1), big[0], shape
-    x = np.ascontiguousarray(x).reshape(-1)
-    return x, np.ascontiguousarray(np.broadcast_to(p, shape)).reshape(-1), 0, shape
+    pm = A.array_module(p)
+    x = xp.ascontiguousarray(x).reshape(-1)
+    return x, pm.ascontiguousarray(pm.broadcast_to(p, shape)).reshape(-1), 0, shape
 
 
 def _q_of(y, div, axis, ndim):
@@ -368,11 +375,14 @@ def _q_of(y, div, axis, ndim):
         shape = [1] * ndim
         shape[axis] = d.shape[0]
         d = d.reshape(shape)
+    if A.is_cupy_array(y):  # (an IEEE product and rint of floats)
+        return A.array_module(y).rint(y * A.array_module(y).asarray(d)).astype(y.dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         return np.rint(y * d).astype(y.dtype)
 
 
 # ------------------------------------------------------------ functions
+@A.device_native
 def fake_tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=True):
     """PQ's ``fake_tensor_quant``: quantize with ``amax`` and dequantize.
 
@@ -399,6 +409,7 @@ def fake_tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=Tru
     return y.reshape(shape)
 
 
+@A.device_native
 def tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=True):
     """PQ's ``tensor_quant``: ``(q, scale)`` with ``q`` as floats.
 
@@ -426,6 +437,7 @@ def tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=True):
     return q.astype(arr.dtype), scale.astype(arr.dtype)
 
 
+@A.device_native
 def fake_tensor_quant_backward(grad_outputs, inputs, amax):
     """Gradient of :func:`fake_tensor_quant` / :func:`tensor_quant` with
     respect to ``inputs``: clipped straight-through estimator::
@@ -450,7 +462,8 @@ def _ste(g, mask, func):
         raise ValueError(f"{func}: grad_outputs of shape {g.shape} does not broadcast against "
                          f"the inputs' shape {mask.shape}") from None
     # PQ: torch.where(mask, grad_outputs, zero), a select (+0.0 outside)
-    return np.where(np.broadcast_to(mask, shape).view(np.bool_), np.broadcast_to(g, shape),
+    xp = A.array_module(g)
+    return xp.where(xp.broadcast_to(mask, shape).view(np.bool_), xp.broadcast_to(g, shape),
                     g.dtype.type(0))
 
 
@@ -465,6 +478,7 @@ def _affine_args(inputs, min_range, max_range, num_bits, func):
     return arr, lo, hi, nb
 
 
+@A.device_native
 def fake_affine_tensor_quant(inputs, min_range, max_range, num_bits=8):
     """PQ's ``fake_affine_tensor_quant`` (gemmlowp-style, per tensor).
 
@@ -484,6 +498,7 @@ def fake_affine_tensor_quant(inputs, min_range, max_range, num_bits=8):
     return _affine(arr, step, -qzero, qmin, qmax, mode, func=func)
 
 
+@A.device_native
 def fake_affine_tensor_quant_backward(grad_outputs, inputs, min_range, max_range):
     """Gradient of :func:`fake_affine_tensor_quant`: ``grad_outputs`` where
     ``min_range <= x <= max_range`` (inclusive), else 0."""
@@ -507,8 +522,11 @@ class MaxCalibrator(_calib.MaxCalibrator):
         super().__init__(8, axis, unsigned, track_amax)
         self._num_bits = num_bits
 
+    @A.device_native
     def collect(self, x):
-        """Update the running amax with ``max |x|`` over the reduced axes."""
+        """Update the running amax with ``max |x|`` over the reduced axes (a
+        cupy x on the device: the amax stays a device array; one byte, the
+        NaN check, is read)."""
         try:
             super().collect(x)
         except ValueError as exc:
@@ -714,7 +732,7 @@ class TensorQuantizer:
             else:
                 raise RuntimeError(err_msg + " Passing 'strict=False' to `load_calib_amax()` "
                                    "will ignore the error.")
-        calib_amax = np.asarray(calib_amax)
+        calib_amax = np.asarray(A.to_host(calib_amax))  # (a device amax: C values read)
         if not hasattr(self, "_amax"):
             self._amax = calib_amax.copy()
         else:
@@ -741,6 +759,10 @@ class TensorQuantizer:
             reducer = _calib.MaxCalibrator(axis=self._axis)
             reducer.collect(inputs)
             amax = reducer.compute_amax()
+        if A.is_cupy_array(amax):  # (a dynamic amax of cupy inputs: on the device)
+            if self._scale_amax is not None:
+                amax = (amax * amax.dtype.type(self._scale_amax)).astype(amax.dtype)
+            return amax if amax.dtype in (np.float32, np.float64) else amax.astype(F32)
         if self._scale_amax is not None:
             amax = np.asarray(amax)
             amax = (amax * amax.dtype.type(self._scale_amax)).astype(amax.dtype)
@@ -765,11 +787,16 @@ class TensorQuantizer:
         outputs, self._scale = tensor_quant(inputs, amax, self._num_bits, self._unsigned)
         return outputs
 
+    @A.device_native
     def __call__(self, inputs):
         return self.forward(inputs)
 
+    @A.device_native
     def forward(self, inputs):
-        """Calibrate / clip / quantize ``inputs`` as the switches say."""
+        """Calibrate / clip / quantize ``inputs`` as the switches say.  cupy
+        inputs are calibrated and quantized on the device (a fixed amax is
+        copied down, C values; the Clip stage of learn_amax still computes
+        through host memory)."""
         if self._disabled:
             return inputs
         inputs = A.as_float_array(inputs, "inputs", "TensorQuantizer")
@@ -817,5 +844,7 @@ class TensorQuantizer:
         return f"TensorQuantizer({self.extra_repr()})"
 
 
-# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+# cupy input: the functions, MaxCalibrator.collect, HistogramCalibrator (quantcore.calib's)
+# and TensorQuantizer's forward compute on the device (see their docstrings for what
+# crosses); Clip computes on the CPU path through host memory (see _arrays.stage_cupy)
 A.stage_cupy_api(globals(), __all__)

@@ -130,6 +130,7 @@ class _Module:
         """Evaluation mode; returns self."""
         return self.train(False)
 
+    @A.device_native  # (forward takes cupy itself, or is staged)
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
@@ -159,11 +160,22 @@ class MinMaxObserver(_Module):
             raise ValueError(f"{cls}: per-channel quantization is not implemented for the "
                              "cambricon formula (per_layer_quantization must be True)")
 
+    @A.device_native
     def forward(self, input):
+        """(scale, zero_point) of ``input``; a cupy input gives device qparams
+        (the reduction and the formula on the device, no synchronisation)."""
         x = _as_input(input, type(self).__name__)
         lo, hi = minmax(x, axis=None if self.per_layer_quantization else 0)
         return Q.oneflow_qparams(lo, hi, self.quantization_bit, self.quantization_scheme,
                                  self.quantization_formula, zp_rounding="half_even")
+
+
+def _device_buffer(value, xp):
+    """A one-element float32 device buffer holding ``value`` (itself when it
+    is one already)."""
+    if A.is_cupy_array(value) and value.dtype == F32 and value.shape == (1,):
+        return value
+    return xp.asarray(np.asarray(A.to_host(value), F32).reshape(-1)[:1].copy())
 
 
 class MovingAverageMinMaxObserver(_Module):
@@ -214,17 +226,37 @@ class MovingAverageMinMaxObserver(_Module):
         self.moving_max = np.zeros(1, F32)
         self.moving_min = np.zeros(1, F32)
 
+    def _update_device(self, x):
+        """The update of a cupy batch: the core observer's state is a view of
+        the (device) buffers, written in place by its kernel; a skipped batch
+        leaves them alone."""
+        xp = A.array_module(x)
+        self.moving_min = _device_buffer(self.moving_min, xp)
+        self.moving_max = _device_buffer(self.moving_max, xp)
+        obs = self._observer
+        obs.min_val, obs.max_val = self.moving_min.reshape(()), self.moving_max.reshape(())
+        obs.update(x)
+
+    @A.device_native
     def forward(self, input, current_train_step):
+        """Update the buffers (training, up to ``stop_update_after_iters``)
+        and return their qparams.  A cupy input is observed on the device:
+        the buffers become device arrays updated in place by the momentum
+        rule in the reduction's last block, and the qparams are device
+        arrays; a cupy ``current_train_step`` is read (8 bytes)."""
         cls = type(self).__name__
         x = _as_input(input, cls)
-        step = np.asarray(current_train_step)
+        step = np.asarray(A.to_host(current_train_step))
         if step.size != 1 or step.dtype.kind not in "iu":
             raise TypeError(f"{cls}: current_train_step must be an integer tensor of one "
                             f"element, got {current_train_step!r}")
-        if self.training and int(step.reshape(-1)[0]) <= self.stop_update_after_iters:
+        if self.training and int(step.reshape(-1)[0]) <= self.stop_update_after_iters and \
+                A.is_cupy_array(x):
+            self._update_device(x)
+        elif self.training and int(step.reshape(-1)[0]) <= self.stop_update_after_iters:
             obs = self._observer
-            obs.min_val = np.asarray(self.moving_min, F32).reshape(-1)[0].reshape(())
-            obs.max_val = np.asarray(self.moving_max, F32).reshape(-1)[0].reshape(())
+            obs.min_val = np.asarray(A.to_host(self.moving_min), F32).reshape(-1)[0].reshape(())
+            obs.max_val = np.asarray(A.to_host(self.moving_max), F32).reshape(-1)[0].reshape(())
             before = obs.num_batches
             obs.update(x)
             if obs.num_batches != before:
@@ -257,10 +289,18 @@ class FakeQuantization(_Module):
             return 0, 2 ** b - 1
         return -2 ** (b - 1), 2 ** (b - 1) - 1
 
+    @A.device_native
     def forward(self, input, scale, zero_point):
+        """The fake-quantized (or, Quantization, integer) ``input``.  cupy
+        input is computed on the device; device scale / zero_point stay there
+        (cambricon reads ``scale[0]``, 4 bytes, to form its step)."""
         cls = type(self).__name__
         x = _as_input(input, cls)
-        s = np.asarray(scale, dtype=np.float64).reshape(-1)
+        if A.is_cupy_array(scale) and (self.quantization_formula == "cambricon" or
+                                       not A.is_cupy_array(x)):
+            scale = scale.get()
+        s = scale.astype(np.float64).reshape(-1) if A.is_cupy_array(scale) else \
+            np.asarray(scale, dtype=np.float64).reshape(-1)
         if s.size == 0:
             raise ValueError(f"{cls}: scale is empty")
         affine = self.quantization_formula == "google" and self.quantization_scheme == "affine"
@@ -273,7 +313,8 @@ class FakeQuantization(_Module):
                                  f"needs x.shape[0] of them, x has shape {x.shape}")
             axis = 0
         if affine:
-            z = np.asarray(zero_point, dtype=np.float64).reshape(-1)
+            z = zero_point.astype(np.float64).reshape(-1) if A.is_cupy_array(zero_point) \
+                else np.asarray(zero_point, dtype=np.float64).reshape(-1)
             if z.size != s.size:
                 raise ValueError(f"{cls}: zero_point has {z.size} values, scale {s.size}")
         else:
@@ -287,6 +328,7 @@ class FakeQuantization(_Module):
         with np.errstate(all="ignore"):
             return _affine(x, s.astype(work), z.astype(work), lo, hi, mode, axis=axis, func=cls)
 
+    @A.device_native
     def backward(self, dy):
         """Identity (straight-through, no clipping mask): returns ``dy``."""
         return A.as_float_array(dy, "dy", f"{type(self).__name__}.backward").copy()
@@ -299,5 +341,7 @@ class Quantization(FakeQuantization):
     _output_q = True
 
 
-# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+# cupy input: every module computes on the device (device qparams and buffers stay
+# there; see the forward docstrings for the small reads); the rest takes no tensor (see
+# _arrays.stage_cupy)
 A.stage_cupy_api(globals(), __all__)

@@ -69,7 +69,12 @@ F32 = np.float32
 
 # ------------------------------------------------------------- conversions
 def _tensor(x, op):
-    """A float32 array, as tf.convert_to_tensor(x, tf.float32)."""
+    """A float32 array, as tf.convert_to_tensor(x, tf.float32); a cupy array
+    stays on the device (converted there: correctly rounded casts)."""
+    if A.is_cupy_array(x):
+        if x.dtype.kind not in "biuf":
+            raise TypeError(f"{op}: cannot convert {A.describe(x)} to a float32 tensor")
+        return x.astype(F32, copy=False)
     A.require_cpu(x, op)
     try:
         arr = np.asarray(x)
@@ -174,6 +179,7 @@ def _outside_sums(g, x, nmin, nmax, axis):
 
 
 # ------------------------------------------------------------------- args
+@A.device_native
 def fake_quant_with_min_max_args(inputs, min=-6, max=6, num_bits=8, narrow_range=False,
                                  name=None):
     """Fake-quantize ``inputs`` into the nudged ``[min, max]`` (attributes).
@@ -207,6 +213,7 @@ def fake_quant_with_min_max_args_gradient(gradients, inputs, min=-6, max=6, num_
 
 
 # ------------------------------------------------------------------- vars
+@A.device_native
 def fake_quant_with_min_max_vars(inputs, min, max, num_bits=8, narrow_range=False, name=None):
     """Fake-quantize ``inputs`` into the nudged ``[min, max]`` (rank-0 tensors).
 
@@ -216,8 +223,14 @@ def fake_quant_with_min_max_vars(inputs, min, max, num_bits=8, narrow_range=Fals
     qmin, qmax = _range(num_bits, narrow_range)
     x = _tensor(inputs, op)
     mn, mx = _vars_minmax(min, max, 0, op)
+    if A.is_cupy_array(mn) or A.is_cupy_array(mx):
+        # device min / max: no synchronisation (TF's kernel reads them on the
+        # device); min == max == 0 selects zeros on the device
+        y = _forward(x, mn, mx, qmin, qmax, NUDGED_TF | NUDGED_DIVIDE, None, op)[0]
+        xp = A.array_module(mn if A.is_cupy_array(mn) else mx)
+        return xp.where((mn == 0) & (mx == 0), F32(0), y)
     if mn == 0 and mx == 0:
-        return np.zeros_like(x)
+        return A.array_module(x).zeros_like(x)
     return _forward(x, mn, mx, qmin, qmax, NUDGED_TF | NUDGED_DIVIDE, None, op)[0]
 
 
@@ -242,6 +255,7 @@ def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=
 
 
 # ------------------------------------------------------------ per channel
+@A.device_native
 def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narrow_range=False,
                                              name=None):
     """Per-channel fake quantization along the last axis of ``inputs``.
@@ -257,6 +271,8 @@ def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narro
     axis = _channels(x, mn, mx)
     y = _forward(x, mn, mx, qmin, qmax, NUDGED_TF, axis, op)[0]
     zero = (mn == 0) & (mx == 0)
+    if A.is_cupy_array(zero):  # (on the device, without a synchronisation)
+        return A.array_module(zero).where(zero, F32(0), y)
     if zero.any():
         y[..., zero] = 0
     return y
@@ -284,5 +300,7 @@ def fake_quant_with_min_max_vars_per_channel_gradient(gradients, inputs, min, ma
     return dx, dmin, dmax
 
 
-# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+# cupy input: the forward functions compute on the device (device min / max stay there:
+# no synchronisation); the gradients, whose d_min / d_max are numpy's pairwise float32
+# sums, are computed on the CPU path through host memory (see _arrays.stage_cupy)
 A.stage_cupy_api(globals(), __all__)

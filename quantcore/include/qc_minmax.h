@@ -83,33 +83,96 @@ template <typename T> QC_HD bool qc_mm_nonfinite(T lo, T hi, unsigned flags) {
  * The observer step of FakeQuantize (quantcore/observers.py and
  * quantcore/qparams.py in float32), per channel.
  * ---------------------------------------------------------------------- */
-/* observer rule (obs_mode & 3) */
+/* observer mode: a rule (mode & QC_OBS_RULE) and flags */
 #define QC_OBS_NONE 0
 #define QC_OBS_MINMAX 1     /* running min / max (NaN-propagating, -0.0 < +0.0) */
 #define QC_OBS_MOVING_AVG 2 /* m = m + c * (batch - m), first batch m = batch */
-/* obs_mode bit: NaN enters the state ("propagate"); otherwise a batch with a
- * NaN or +-inf in any channel leaves the state alone and is counted */
-#define QC_OBS_PROPAGATE 4
+#define QC_OBS_EMA 3        /* m = f32(f32(m * d) + f32(batch * c)), no first-batch rule */
+#define QC_OBS_MOMENTUM 4   /* m = batch where m == 0, else f32(f32(m * d) + f32(batch * c)) */
+#define QC_OBS_RULE 7
+/* flag: NaN enters the state ("propagate"); otherwise a batch with a NaN or
+ * +-inf in any channel leaves the state alone and is counted */
+#define QC_OBS_PROPAGATE 8
+#define QC_OBS_INCLUDE_ZERO 16   /* EMA: then min(m, 0) / max(m, 0), numpy's scalar rule */
+#define QC_OBS_FROM_ZERO 32      /* EMA: every batch starts from m = 0 (no memory) */
+#define QC_OBS_ABSMAX 64         /* MOMENTUM: the statistic is max(|lo|, |hi|), in both */
+#define QC_OBS_FIRST_IF_EMPTY 128 /* the first batch is where the state is (+inf, -inf)
+                                     (torch's rule), not where no batch was counted */
+#define QC_OBS_INF_RESETS 256    /* MOVING_AVG: a side at +-inf takes the batch
+                                    (torch's fused op) */
 
 /* qparams formula (qscheme) */
 #define QC_QS_NONE 0
 #define QC_QS_AFFINE 1    /* qparams.affine_qparams */
 #define QC_QS_SYMMETRIC 2 /* qparams.symmetric_qparams */
 
+/* f32(f32(m * d) + f32(b * c)): the EMA / momentum average (no FMA). */
+QC_HD float qc_ema_f32(float m, float b, float d, float c) {
+  const float md = m * d, bc = b * c;
+  return md + bc;
+}
+
+/* np.minimum(v, 0) / np.maximum(v, 0) as numpy computes them: NaN
+ * propagates, and between equal values (-0.0 vs +0.0) the second argument
+ * wins, so -0.0 becomes +0.0. */
+QC_HD float qc_np_min0_f32(float v) { return (v < 0.0f || v != v) ? v : 0.0f; }
+QC_HD float qc_np_max0_f32(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }
+
+/* One side of the momentum average: the batch where the state is 0. */
+QC_HD float qc_momentum_f32(float m, float b, float d, float c) {
+  return m == 0.0f ? b : qc_ema_f32(m, b, d, c);
+}
+
 /* The observer's new state (*smin, *smax) from a finished batch statistic
- * (blo, bhi): the batch itself when `first`, else by `rule`. */
-QC_HD void qc_observe_update(int rule, bool first, float avg_c, float blo, float bhi,
+ * (blo, bhi) by `mode` (QC_OBS_*): c and d as the rules above (MOVING_AVG
+ * uses c).  `first` (the first batch: the state is the batch itself) is
+ * used by MINMAX and MOVING_AVG only; a caller with QC_OBS_FIRST_IF_EMPTY
+ * passes it from the state's values (qc_obs_first). */
+QC_HD void qc_observe_update(int mode, bool first, float c, float d, float blo, float bhi,
                              float *smin, float *smax) {
-  if (first) {
+  const int rule = mode & QC_OBS_RULE;
+  if (rule == QC_OBS_EMA) {
+    const float m0 = (mode & QC_OBS_FROM_ZERO) ? 0.0f : *smin;
+    const float m1 = (mode & QC_OBS_FROM_ZERO) ? 0.0f : *smax;
+    float mn = qc_ema_f32(m0, blo, d, c), mx = qc_ema_f32(m1, bhi, d, c);
+    if (mode & QC_OBS_INCLUDE_ZERO) {
+      mn = qc_np_min0_f32(mn);
+      mx = qc_np_max0_f32(mx);
+    }
+    *smin = mn;
+    *smax = mx;
+  } else if (rule == QC_OBS_MOMENTUM) {
+    if (mode & QC_OBS_ABSMAX) {
+      const float al = fabsf(blo), ah = fabsf(bhi);
+      const float a = (ah >= al || ah != ah) ? ah : al; /* np.maximum(|hi|, |lo|) */
+      const float m = qc_momentum_f32(*smax, a, d, c);
+      *smin = m;
+      *smax = m;
+    } else {
+      *smin = qc_momentum_f32(*smin, blo, d, c);
+      *smax = qc_momentum_f32(*smax, bhi, d, c);
+    }
+  } else if (first) {
     *smin = blo;
     *smax = bhi;
   } else if (rule == QC_OBS_MINMAX) {
     *smin = qc_running_min_f32(*smin, blo);
     *smax = qc_running_max_f32(*smax, bhi);
+  } else if (mode & QC_OBS_INF_RESETS) {
+    *smin = isinf(*smin) ? blo : qc_ma_update_f32(*smin, blo, c);
+    *smax = isinf(*smax) ? bhi : qc_ma_update_f32(*smax, bhi, c);
   } else {
-    *smin = qc_ma_update_f32(*smin, blo, avg_c);
-    *smax = qc_ma_update_f32(*smax, bhi, avg_c);
+    *smin = qc_ma_update_f32(*smin, blo, c);
+    *smax = qc_ma_update_f32(*smax, bhi, c);
   }
+}
+
+/* Whether a batch is the first for a state (smin, smax) that has seen
+ * `batches` batches: by the count, or with QC_OBS_FIRST_IF_EMPTY by the
+ * values (+inf, -inf). */
+QC_HD bool qc_obs_first(int mode, long long batches, float smin, float smax) {
+  if (mode & QC_OBS_FIRST_IF_EMPTY) return smin == qc_inf(0.0f) && smax == -qc_inf(0.0f);
+  return batches == 0;
 }
 
 /* (scale, zero point) of one channel's (mn, mx) by `qscheme`; the

@@ -41,3 +41,64 @@ qc_histc(const float *__restrict__ x, I n, float lo, float hi, int bins, int abs
     for (int b = threadIdx.x; b < bins; b += blockDim.x)
       if (s_counts[b]) atomicAdd(&counts[b], (unsigned long long)s_counts[b]);
 }
+
+/* numpy.histogram's counts of |x| (`absolute`) or x, zeros left out when
+ * `skip_zeros`: the bins are edges[0..bins] (non-decreasing, in device
+ * memory, as float64: numpy compares float32 data with float64 edges in
+ * float64, and float32 edges are exact in it); values outside
+ * [edges[0], edges[bins]] (and NaN) are not counted.  Two rules, each
+ * numpy's own:
+ *   uniform   np.histogram(x, bins=n): the bin of v estimated as
+ *             k = int(f32(f32(v - first) / denom) * f32(n)), k == n -> n - 1,
+ *             then moved down one if v < edges[k] and up one if
+ *             v >= edges[k + 1] (and k != n - 1); first = edges[0] and
+ *             denom = f32(edges[n] - edges[0]) as numpy computes them;
+ *   edges     np.histogram(x, bins=edges): the bin of v is the last k with
+ *             edges[k] <= v (a binary search), v == edges[n] in the last
+ *             bin -- numpy's cumulative counting (searchsorted) per value.
+ * Counted with integer atomics: exact whatever the launch shape. */
+template <typename I>
+__global__ void __launch_bounds__(QC_HIST_THREADS)
+qc_hist_edges(const float *__restrict__ x, I n, const double *__restrict__ edges, int bins,
+              int uniform, float first, float denom, int absolute, int skip_zeros,
+              unsigned long long *counts) {
+  __shared__ unsigned int s_counts[QC_HIST_SMEM];
+  const bool in_shared = bins <= QC_HIST_SMEM;
+  if (in_shared)
+    for (int b = threadIdx.x; b < bins; b += blockDim.x) s_counts[b] = 0u;
+  __syncthreads();
+  const double lo = edges[0], hi = edges[bins];
+  const float fbins = (float)bins;
+  const I step = (I)gridDim.x * (I)blockDim.x;
+  for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
+    const float v = absolute ? fabsf(x[i]) : x[i];
+    const double vd = v; /* exact */
+    if ((skip_zeros && v == 0.0f) || !(vd >= lo && vd <= hi)) continue;
+    int k;
+    if (uniform) {
+      const float f = ((v - first) / denom) * fbins;
+      k = (int)f;
+      if (k == bins) k--;
+      if (vd < edges[k]) k--;
+      if (vd >= edges[k + 1] && k != bins - 1) k++;
+    } else {
+      int a = 0, b = bins + 1; /* the number of edges <= v */
+      while (a < b) {
+        const int mid = (a + b) >> 1;
+        if (edges[mid] <= vd)
+          a = mid + 1;
+        else
+          b = mid;
+      }
+      k = a - 1 < bins ? a - 1 : bins - 1;
+    }
+    if (in_shared)
+      atomicAdd(&s_counts[k], 1u);
+    else
+      atomicAdd(&counts[k], 1ull);
+  }
+  __syncthreads();
+  if (in_shared)
+    for (int b = threadIdx.x; b < bins; b += blockDim.x)
+      if (s_counts[b]) atomicAdd(&counts[b], (unsigned long long)s_counts[b]);
+}

@@ -31,7 +31,9 @@
  *   out_lo, out_hi, out_fl    per channel, finished by finish_mode:
  *                             0 raw, 1 finish, 2 finish ignoring NaN
  *   observer state            st_min, st_max (float32[C]),
- *                             st_cnt = {num_batches, nonfinite_batches} (int64)
+ *                             st_cnt = {num_batches, nonfinite_batches} (int64),
+ *                             updated by obs_mode (QC_OBS_*) with the
+ *                             constants avg_c, avg_d
  *   qparams                   q_scale (float32[C]), q_zp (int64[C]) and
  *                             qp = [scale, 1 / scale, zp] (T[3C]) for
  *                             qc_fq_affine_dev in fake_quant.cu
@@ -104,7 +106,7 @@ template <typename T> struct QcMMLast {
   float *st_max;
   long long *st_cnt;
   int obs_mode;
-  float avg_c;
+  float avg_c, avg_d;
   int qscheme;
   float eps;
   long long qmin, qmax, sym_zp;
@@ -157,7 +159,7 @@ __device__ void qc_mm_last_block(T *part_lo, T *part_hi, unsigned char *part_fl,
   for (unsigned long long c = tid; c < C; c += bd)
     local_bad |= qc_mm_nonfinite((T)vlo[c * sc], (T)vhi[c * sc], vfl[c * sc]);
   const int any_bad = __syncthreads_or(local_bad);
-  const int obs = a.obs_mode & 3;
+  const int obs = a.obs_mode & QC_OBS_RULE;
   const bool skip = obs != QC_OBS_NONE && any_bad && !(a.obs_mode & QC_OBS_PROPAGATE);
   const long long nb = (obs != QC_OBS_NONE) ? a.st_cnt[0] : 0;
   for (unsigned long long c = tid; c < C; c += bd) {
@@ -178,7 +180,8 @@ __device__ void qc_mm_last_block(T *part_lo, T *part_hi, unsigned char *part_fl,
       qc_minmax_finish(&flo, &fhi, fl);
       smin = a.st_min[c];
       smax = a.st_max[c];
-      qc_observe_update(obs, nb == 0, a.avg_c, (float)flo, (float)fhi, &smin, &smax);
+      qc_observe_update(a.obs_mode, qc_obs_first(a.obs_mode, nb, smin, smax), a.avg_c, a.avg_d,
+                        (float)flo, (float)fhi, &smin, &smax);
       a.st_min[c] = smin;
       a.st_max[c] = smax;
     } else {
@@ -224,15 +227,15 @@ __device__ __forceinline__ bool qc_mm_is_last(unsigned int *counter) {
   return s_last;
 }
 
-#define QC_MM_LAST_PARAMS                                                               \
-  T *out_lo, T *out_hi, unsigned char *out_fl, int finish_mode, float *st_min,          \
-      float *st_max, long long *st_cnt, int obs_mode, float avg_c, int qscheme, float eps, \
-      long long qmin, long long qmax, long long sym_zp, float *q_scale, long long *q_zp,   \
-      T *qp
+#define QC_MM_LAST_PARAMS                                                                  \
+  T *out_lo, T *out_hi, unsigned char *out_fl, int finish_mode, float *st_min,             \
+      float *st_max, long long *st_cnt, int obs_mode, float avg_c, float avg_d, int qscheme, \
+      float eps, long long qmin, long long qmax, long long sym_zp, float *q_scale,          \
+      long long *q_zp, T *qp
 
 #define QC_MM_LAST_ARGS                                                                 \
-  {out_lo, out_hi, out_fl, finish_mode, st_min, st_max, st_cnt, obs_mode, avg_c, qscheme, \
-   eps, qmin, qmax, sym_zp, q_scale, q_zp, qp}
+  {out_lo, out_hi, out_fl, finish_mode, st_min, st_max, st_cnt, obs_mode, avg_c, avg_d, \
+   qscheme, eps, qmin, qmax, sym_zp, q_scale, q_zp, qp}
 
 /* ------------------------------------------------------------- kernels */
 

@@ -16,6 +16,12 @@ The package is split like torch's own files: :mod:`.observer`,
 dtypes, ranges, ``with_args`` and the module base.  How torch computes
 (float32 histc, linspace, cascade sums, FMA, x86 integer conversions) is
 modelled in :mod:`quantcore.torch_numerics`.
+
+cupy input: the observers, the fake-quant ops, the fused op and the
+FakeQuantize modules compute on the device (marked
+``_arrays.device_native``); what crosses to the host, and where, is listed
+in ``docs/compat_torch.md``.  The LSQ functions still compute through host
+memory (the staging wrapper below).
 """
 from ... import _arrays as _A
 from .defaults import *  # noqa: F401,F403
@@ -65,5 +71,6 @@ __all__ = [
     "enable_fake_quant", "disable_fake_quant", "enable_observer", "disable_observer",
 ] + list(_defaults_all)
 
-# cupy input: computed on the CPU path through host memory (see _arrays.stage_cupy)
+# cupy input, entry points not marked device_native: computed on the CPU path through
+# host memory (see _arrays.stage_cupy)
 _A.stage_cupy_api(globals(), __all__)

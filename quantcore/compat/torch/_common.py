@@ -132,6 +132,8 @@ def _as_input(x, func):
     torch's ``x.to(torch.float32)``)."""
     if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind in "iub":
         return np.asarray(x).astype(F32)
+    if A.is_cupy_array(x) and x.dtype.kind in "iub":
+        return x.astype(F32)  # (exact below 2**24, correctly rounded above, as numpy)
     return A.as_float_array(x, "x", func)
 
 
@@ -199,6 +201,7 @@ class _Module(TrainEval):
     with_args = classmethod(_with_args)
     with_callable_args = classmethod(_with_callable_args)
 
+    @A.device_native  # (forward takes cupy itself, or is staged)
     def __call__(self, x):
         return self.forward(x)
 

@@ -44,6 +44,7 @@ class _FakeQuantizeBase(Switches, _Module):
         self.observer_enabled = np.array([1], dtype=self._FLAG_DTYPE)
 
 
+    @A.device_native
     def backward(self, grad_output):
         """Input gradient of the last forward: ``grad * mask`` (straight-through
         estimator), or ``grad`` itself where fake quant was off."""
@@ -64,6 +65,9 @@ class _FakeQuantizeBase(Switches, _Module):
                 f"forward's input {mask.shape}")
         if g.size == 0:
             return g
+        if A.is_cupy_array(g) != A.is_cupy_array(mask):
+            # (a grad on the other side from the last forward's x)
+            mask = A.array_module(g).asarray(mask) if A.is_cupy_array(g) else mask.get()
         return _ops.ste_backward(g, mask)
 
 
@@ -122,12 +126,20 @@ class FakeQuantize(_FakeQuantizeBase):
             store_into(self, "scale", scale, F32)
             store_into(self, "zero_point", zero_point, self.zero_point.dtype)
 
+    @A.device_native
     def forward(self, X):
-        """Observe (if enabled), update scale / zero_point, fake-quantize (if enabled)."""
+        """Observe (if enabled), update scale / zero_point, fake-quantize (if enabled).
+
+        A cupy X is observed and quantized on the device; scale /
+        zero_point become device arrays (computed there).  Synchronisations:
+        per tensor the qparams are read for the fake-quant call (8 bytes;
+        torch's CUDA kernel reads them on the device), per channel the int32
+        zero points (C values: torch's range check reads their min / max),
+        and a HistogramObserver's own (see there)."""
         if self.observer_enabled[0] == 1:
             self.activation_post_process(X)
             self._store_qparams(*self.calculate_qparams())
-        self._last_shape = np.shape(X)
+        self._last_shape = tuple(X.shape) if hasattr(X, "shape") else np.shape(X)
         self._last_mask = None
         if self.fake_quant_enabled[0] == 1:
             app = self.activation_post_process
@@ -223,7 +235,11 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         self._init_flags()
         self.is_symmetric_quant = _is_symmetric(self.activation_post_process.qscheme)
 
+    @A.device_native
     def forward(self, X):
+        """One fused call (a cupy X on the device: see
+        :func:`fused_moving_avg_obs_fake_quant`; the running values and
+        qparams become device arrays)."""
         app = self.activation_post_process
         res = _fused(X, int(self.observer_enabled[0]), int(self.fake_quant_enabled[0]),
                      app.min_val, app.max_val, self.scale, self.zero_point,
@@ -233,7 +249,7 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         # torch writes the buffers in place (resized per channel on the first call)
         app._core._store(rmin, rmax)
         self._store_qparams(scale, zp)
-        self._last_shape = np.shape(X)
+        self._last_shape = tuple(X.shape) if hasattr(X, "shape") else np.shape(X)
         self._last_mask = mask
         return out
 

@@ -37,7 +37,10 @@ def _needs_exact(dtype, zero_points, qmin, qmax):
 
 
 def _f32_inverse(s):
-    """torch's reciprocal ``f32(1 / f32(scale))`` (as float64 values)."""
+    """torch's reciprocal ``f32(1 / f32(scale))`` (as float64 values; a
+    device array stays on the device: an IEEE division and exact casts)."""
+    if A.is_cupy_array(s):
+        return (F32(1) / s.astype(F32)).astype(F32).astype(np.float64)
     with np.errstate(divide="ignore", over="ignore"):
         return (F32(1) / np.asarray(s, dtype=F32)).astype(F32).astype(np.float64)
 
@@ -57,7 +60,7 @@ _KERNEL_NAMES = {"fake_quantize_per_tensor_affine":
 def _fq_input(x, func):
     """x as a float array; an integer / bool array raises torch's
     NotImplementedError of the kernel's dtype dispatch."""
-    if isinstance(x, np.ndarray) and x.dtype.kind in "biu":
+    if (isinstance(x, np.ndarray) or A.is_cupy_array(x)) and x.dtype.kind in "biu":
         raise NotImplementedError(f'"{_KERNEL_NAMES.get(func, func)}" not implemented for '
                                   f"'{_torch_dtype_name(x.dtype)}'")
     return A.as_float_array(x, "x", func)
@@ -77,13 +80,18 @@ def _per_tensor(x, scale, zp, qmin, qmax, func):
                        exact=exact)
 
 
+@A.device_native
 def fake_quantize_per_tensor_affine_cachemask(x, scale, zero_point, quant_min, quant_max):
     """``torch.ops.aten.fake_quantize_per_tensor_affine_cachemask`` -> (out, mask).
 
     Python-number ``scale`` / ``zero_point``; arrays select the
     tensor-qparams overload (see :func:`fake_quantize_per_tensor_affine`).
+    A cupy x is quantized on the device; cupy tensor qparams are read to
+    the host (8 bytes: torch's CPU kernel reads them with ``.item()``; its
+    CUDA kernel reads them on the device, which this does not reproduce).
     """
-    if isinstance(scale, np.ndarray) or isinstance(zero_point, np.ndarray):
+    if isinstance(scale, np.ndarray) or isinstance(zero_point, np.ndarray) or \
+            A.is_cupy_array(scale) or A.is_cupy_array(zero_point):
         return _per_tensor_tensor_qparams(x, scale, zero_point, quant_min, quant_max)
     func = "fake_quantize_per_tensor_affine"
     qmin = _int_arg(quant_min, "quant_min", func)
@@ -101,7 +109,7 @@ def fake_quantize_per_tensor_affine_cachemask(x, scale, zero_point, quant_min, q
 def _item(value, name, func):
     """torch's ``Tensor.item()``: the one element of a numeric array as a
     Python number (bool and integers as int, floats as float)."""
-    a = np.asarray(value)
+    a = np.asarray(A.to_host(value))
     if a.dtype.kind not in "biuf":
         raise TypeError(f"{func}: {name} must be a numeric array, got dtype {a.dtype}")
     if a.size != 1:
@@ -150,10 +158,11 @@ def _per_tensor_tensor_qparams(x, scale, zero_point, quant_min, quant_max,
     zp = _item_int(zero_point, "zero_point", func)
     s = _item_float(scale, "scale", func)
     if not fake_quant_enabled:
-        return arr, np.ones(arr.shape, dtype=np.bool_)
+        return arr, A.array_module(arr).ones(arr.shape, dtype=np.bool_)
     return _per_tensor(arr, float(s), zp, qmin, qmax, func)
 
 
+@A.device_native
 def fake_quantize_per_tensor_affine(x, scale, zero_point, quant_min, quant_max):
     """``torch.fake_quantize_per_tensor_affine``.
 
@@ -182,9 +191,14 @@ def _dim_size(arr, axis):
 
 
 def _channel_params(arr, scale, zero_point, axis, qmin, qmax, func):
-    """``fake_quantize_per_channel_affine_cachemask``'s checks, in torch's order."""
-    s = np.asarray(scale)
-    z = np.asarray(zero_point)
+    """``fake_quantize_per_channel_affine_cachemask``'s checks, in torch's order.
+    Device (cupy) parameters stay on the device, except an int32 zero point:
+    torch reads its min and max for the range check (a synchronisation),
+    here the C values are read."""
+    s = scale if A.is_cupy_array(scale) else np.asarray(scale)
+    z = zero_point if A.is_cupy_array(zero_point) else np.asarray(zero_point)
+    if A.is_cupy_array(z) and z.dtype == np.int32:
+        z = z.get()
     if s.dtype != np.float32:
         raise RuntimeTypeError(
             f"Scale must be Float or BFloat16, found {_torch_dtype_name(s.dtype)}")
@@ -224,6 +238,7 @@ def _torch_dtype_name(dtype):
     return _TORCH_DTYPE_NAMES.get(np.dtype(dtype).name, np.dtype(dtype).name)
 
 
+@A.device_native
 def fake_quantize_per_channel_affine_cachemask(x, scale, zero_point, axis, quant_min,
                                                quant_max):
     """``torch.ops.aten.fake_quantize_per_channel_affine_cachemask`` -> (out, mask)."""
@@ -240,20 +255,26 @@ def _per_channel(arr, s, z, axis, qmin, qmax, func):
     mode = (_MODE_CHANNEL_INT if z.dtype.kind in "iu" else
             _MODE_CHANNEL_FLOAT_F64 if arr.dtype == np.float64 else
             _MODE_CHANNEL_HALF if z.dtype == np.float16 else _MODE_CHANNEL_FLOAT)
+    xp = A.array_module(arr)
     if arr.size == 0:
-        return arr.copy(), np.zeros(arr.shape, dtype=np.bool_)
+        return arr.copy(), xp.zeros(arr.shape, dtype=np.bool_)
     s64 = s.astype(np.float64)
     z64 = z.astype(np.float64)  # exact (int32, float32 or float16); rounded to T by the kernel
     inv = _f32_inverse(s64)  # torch's float32 reciprocal, widened for float64 input
-    exact = _needs_exact(arr.dtype, z64, qmin, qmax)
+    # (a float zero point on the device: float32 / float16 values are exact
+    # in every compute dtype, only the range can need the exact kernel)
+    exact = _needs_exact(arr.dtype, z64 if not A.is_cupy_array(z64) else np.zeros(0),
+                         qmin, qmax)
     with np.errstate(all="ignore"):
         if arr.ndim == 0:
             return _affine(arr.reshape(1), s64, z64, qmin, qmax, mode, axis=0, mask=True,
-                           func=func, inv=inv, exact=exact)[0].reshape(()), np.ones((), np.bool_)
+                           func=func, inv=inv, exact=exact)[0].reshape(()), \
+                xp.ones((), np.bool_)
         return _affine(arr, s64, z64, qmin, qmax, mode, axis=int(axis), mask=True, func=func,
                        inv=inv, exact=exact)
 
 
+@A.device_native
 def fake_quantize_per_channel_affine(x, scale, zero_point, axis, quant_min, quant_max):
     """``torch.fake_quantize_per_channel_affine``.
 

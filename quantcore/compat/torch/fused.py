@@ -1,7 +1,10 @@
 """``torch.fused_moving_avg_obs_fake_quant``."""
 
+import types
+
 import numpy as np
 
+from ... import _arrays as A
 from ... import observers as _obs
 from ... import ops as _ops
 from ... import qparams as Q
@@ -41,6 +44,10 @@ def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_
     qmin = _int_arg(quant_min, "quant_min", func)
     qmax = _int_arg(quant_max, "quant_max", func)
     ch_axis = _int_arg(ch_axis, "ch_axis", func)
+    if A.is_cupy_array(arr):
+        return _fused_device(arr, observer_on, fake_quant_on, running_min, running_max, scale,
+                             zero_point, averaging_const, qmin, qmax, ch_axis,
+                             per_row_fake_quant, symmetric_quant, func)
     rmin, rmax = np.asarray(running_min), np.asarray(running_max)
     s_arr, z_arr = np.asarray(scale), np.asarray(zero_point)
     if arr.size == 0:
@@ -131,6 +138,115 @@ def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_
     return out, mask, rmin, rmax, s_arr, z_arr
 
 
+def _fused_device(arr, observer_on, fake_quant_on, running_min, running_max, scale, zero_point,
+                  averaging_const, qmin, qmax, ch_axis, per_row, symmetric, func):
+    """:func:`_fused` of a cupy x, on the device: the running update is the
+    moving-average rule with torch's per-side reset ("inf_resets") in the
+    reduction's last block, the qparams are formed on the device.  Reads:
+    observer_on / fake_quant_on when they are device arrays (8 bytes each),
+    per tensor the new qparams for the fake-quant call (8 bytes), per row
+    the int32 zero points (C values; torch's range check reads them)."""
+    from quantcore_gpu import kernels as G
+    xp = A.array_module(arr)
+
+    def dev(v):
+        return v if A.is_cupy_array(v) else xp.asarray(np.asarray(v))
+    rmin, rmax, s_arr, z_arr = (dev(v) for v in (running_min, running_max, scale, zero_point))
+    if arr.size == 0:
+        return arr.copy(), xp.ones(arr.shape, np.bool_), rmin, rmax, s_arr, z_arr
+    if not ch_axis < arr.ndim:
+        raise RuntimeValueError("Error in fused_moving_avg_obs_fake_quant_cpu: ch_axis must be < "
+                                "self.dim()")
+    observe = _item_int(observer_on, "observer_on", func)
+    c = F32(averaging_const)
+
+    def update(flat, C, inner):
+        """The first C running values, by one observe launch (new arrays)."""
+        new_min, new_max = rmin.copy(), rmax.copy()
+        st = types.SimpleNamespace(channels=C, dtype=None,
+                                   counts=xp.asarray(np.array([1, 0], np.int64)),
+                                   counter=xp.zeros(1, dtype=np.uint32),
+                                   min_val=new_min.reshape(-1)[:C],
+                                   max_val=new_max.reshape(-1)[:C])
+        G.observe(flat, 1, C, inner, st, observer="moving_average", averaging_constant=float(c),
+                  flags=("inf_resets",), nan_policy="propagate", qscheme=None)
+        return new_min, new_max
+    if per_row:
+        y = arr
+        if arr.ndim != 2:
+            perm = list(range(arr.ndim))
+            perm[ch_axis], perm[0] = 0, ch_axis
+            y = arr.transpose(perm)
+            if y.ndim < 2:
+                raise IndexError(f"Dimension out of range (expected to be in range of "
+                                 f"[{-max(y.ndim, 1)}, {max(y.ndim, 1) - 1}], but got 1)")
+            y = y.reshape(y.shape[0], -1)
+        size = _dim_size(arr, ch_axis)
+        if rmin.size == 0:  # (see _fused; the small arrays are resized on the host)
+            rmin = xp.full(size, np.inf, F32)
+            rmax = xp.full(size, -np.inf, F32)
+            s_host, z_host = A.to_host(s_arr), A.to_host(z_arr)
+            s_arr = xp.asarray(np.resize(s_host if s_host.size else np.ones(1, s_host.dtype),
+                                         size))
+            z_arr = xp.asarray(np.resize(z_host if z_host.size else np.zeros(1, z_host.dtype),
+                                         size))
+        if observe:
+            if ch_axis != 0:
+                raise RuntimeValueError(
+                    "Per-channel FakeQuant in fused_moving_avg_obs_fake_quant is "
+                    "only supported on axis == 0")
+            _need_f32(y)
+            _need_f32(rmin)
+            _need_f32(rmax)
+            if rmin.size < y.shape[0] or rmax.size < y.shape[0]:
+                raise ValueError(f"{func}: running_min / running_max have {rmin.size} values, "
+                                 f"x has {y.shape[0]} rows")
+            rows = y.shape[0]
+            rmin, rmax = update(xp.ascontiguousarray(y).reshape(-1), rows, y.size // rows)
+    elif observe:
+        _need_f32(arr)
+        _need_f32(rmin)
+        _need_f32(rmax)
+        if rmin.size == 0 or rmax.size == 0:
+            raise ValueError(f"{func}: running_min / running_max are empty (torch writes out "
+                             "of bounds)")
+        rmin, rmax = update(xp.ascontiguousarray(arr).reshape(-1), 1, arr.size)
+    if not _item_int(fake_quant_on, "fake_quant_on", func):
+        return arr.copy(), xp.ones(arr.shape, np.bool_), rmin, rmax, s_arr, z_arr
+    if s_arr.ndim == 0 or z_arr.ndim == 0:
+        raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python "
+                         "or `tensor.item<T>()` in C++ to convert a 0-dim tensor to a "
+                         "number")
+    if per_row:
+        _need_f32(rmin)
+        _need_f32(rmax)
+        n = rmin.size
+        for name, t in (("scale", s_arr), ("zero_point", z_arr)):
+            if t.shape[0] < n:
+                raise IndexError(f"select(): index {t.shape[0]} out of range for tensor of "
+                                 f"size [{t.shape[0]}] at dimension 0")
+        sc, zp = Q.choose_qparams_fused(rmin, rmax[:n], qmin, qmax, bool(symmetric))
+        s_arr, z_arr = s_arr.copy(), z_arr.copy()
+        s_arr[:n] = sc.reshape(s_arr[:n].shape[:1] + (1,) * (s_arr.ndim - 1))
+        z_arr[:n] = zp.astype(np.int32).reshape(z_arr[:n].shape[:1] + (1,) * (z_arr.ndim - 1))
+        out, mask = fake_quantize_per_channel_affine_cachemask(arr, s_arr, z_arr, ch_axis,
+                                                               qmin, qmax)
+        return out, mask, rmin, rmax, s_arr, z_arr
+    # per tensor: the one running value of each side (float32 on the device;
+    # another dtype is read and checked as torch's .item() does)
+    lo, hi = [v.reshape(1) if v.dtype == F32 and v.size == 1 else
+              xp.asarray(np.array([_item_float(v, name, func)], F32))
+              for v, name in ((rmin, "running_min"), (rmax, "running_max"))]
+    sc, zp = Q.choose_qparams_fused(lo, hi, qmin, qmax, bool(symmetric))
+    if s_arr.shape[0] == 0 or z_arr.shape[0] == 0:
+        raise IndexError("index 0 is out of bounds for dimension 0 with size 0")
+    s_arr, z_arr = s_arr.copy(), z_arr.copy()
+    s_arr[0] = sc[0]
+    z_arr[0] = zp[0].astype(np.int32)
+    out, mask = _per_tensor_tensor_qparams(arr, s_arr, z_arr, qmin, qmax)
+    return out, mask, rmin, rmax, s_arr, z_arr
+
+
 def _moving_average(rmin, rmax, cur_min, cur_max, c):
     """torch's fused update of the first ``len(cur)`` running values:
     ``r = cur if isinf(r) else f32(r + f32(c * f32(cur - r)))`` per side
@@ -150,6 +266,7 @@ def _moving_average(rmin, rmax, cur_min, cur_max, c):
     return rmin, rmax
 
 
+@A.device_native
 def fused_moving_avg_obs_fake_quant(x, observer_on, fake_quant_on, running_min, running_max,
                                     scale, zero_point, averaging_const, quant_min, quant_max,
                                     ch_axis, per_row_fake_quant=False, symmetric_quant=False):
@@ -167,8 +284,12 @@ def fused_moving_avg_obs_fake_quant(x, observer_on, fake_quant_on, running_min, 
     that).  An empty x returns a copy and changes nothing.
     """
     state = (running_min, running_max, scale, zero_point)
+    device = A.is_cupy_array(x)  # (cupy x: the state must be cupy arrays, updated on the device)
     for name, a in zip(("running_min", "running_max", "scale", "zero_point"), state):
-        if not isinstance(a, np.ndarray):
+        if device and not A.is_cupy_array(a):
+            raise TypeError(f"fused_moving_avg_obs_fake_quant: {name} must be a cupy array "
+                            "for a cupy x (it is updated in place)")
+        if not device and not isinstance(a, np.ndarray):
             raise TypeError(f"fused_moving_avg_obs_fake_quant: {name} must be a numpy array "
                             "(it is updated in place)")
     res = _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_point,
@@ -182,6 +303,13 @@ def fused_moving_avg_obs_fake_quant(x, observer_on, fake_quant_on, running_min, 
 
 
 def _write_back(target, value, name):
+    if A.is_cupy_array(target):  # (a device array cannot be resized in place)
+        if target.size != value.size:
+            raise ValueError(f"fused_moving_avg_obs_fake_quant: {name} has {target.size} "
+                             f"values and must be resized to {value.size}; pass a cupy array "
+                             "of that size")
+        target[...] = value.reshape(target.shape)
+        return
     if target.size != value.size:
         try:
             target.resize(value.shape, refcheck=False)

@@ -55,6 +55,7 @@ class _UniformObserver(_Module):
             raise NotImplementedError(msg)
 
     # statistics live in a quantcore observer; min_val / max_val are its arrays
+    # (device arrays after cupy batches: the core observes those on the device)
     @property
     def min_val(self):
         return self._core.min_val
@@ -62,7 +63,8 @@ class _UniformObserver(_Module):
     @min_val.setter
     def min_val(self, value):
         # assigning binds a new array, as assigning a torch buffer does
-        self._core.min_val = np.array(value, dtype=F32)
+        self._core.min_val = np.array(A.to_host(value), dtype=F32)
+        self._sync_first()  # (a device forward does not look at the values itself)
 
     @property
     def max_val(self):
@@ -70,7 +72,8 @@ class _UniformObserver(_Module):
 
     @max_val.setter
     def max_val(self, value):
-        self._core.max_val = np.array(value, dtype=F32)
+        self._core.max_val = np.array(A.to_host(value), dtype=F32)
+        self._sync_first()
 
     _VERSION = 3
 
@@ -80,11 +83,14 @@ class _UniformObserver(_Module):
             state[prefix + "eps"] = np.array([_DEFAULT_EPS], dtype=F32)
 
     def _calculate_qparams(self, min_val, max_val):
-        """torch's ``_calculate_qparams`` through :mod:`quantcore.qparams`."""
-        mn = np.asarray(min_val, dtype=F32)
-        mx = np.asarray(max_val, dtype=F32)
+        """torch's ``_calculate_qparams`` through :mod:`quantcore.qparams`
+        (device statistics give device qparams; the validity check reads a
+        byte, as torch's does)."""
+        xp = A.array_module(min_val) if A.is_cupy_array(min_val) else np
+        mn = xp.asarray(A.to_host(min_val) if xp is np else min_val, dtype=F32)
+        mx = xp.asarray(max_val if xp is not np else A.to_host(max_val), dtype=F32)
         if not _check_min_max_valid(mn, mx):
-            return np.array([1.0], dtype=F32), np.array([0], dtype=np.int64)
+            return xp.array([1.0], dtype=F32), xp.array([0], dtype=np.int64)
         qmin, qmax, eps = self.quant_min, self.quant_max, float(self.eps[0])
         if _is_symmetric(self.qscheme):
             if self.dtype in ("quint8", "uint8"):
@@ -130,14 +136,22 @@ def _check_min_max_valid(mn, mx):
         warn(_NO_DATA_WARNING, UserWarning)
         return False
     if mn.ndim == 0 or mx.ndim == 0:
-        if mn == np.inf and mx == -np.inf:
+        if bool(mn == np.inf) and bool(mx == -np.inf):
             warn(_NO_DATA_WARNING, UserWarning)
             return False
-        if mn > mx:
+        if bool(mn > mx):
             raise AssertionValueError(f"min {mn} should be less than max {mx}")
-    elif np.any(mn > mx):
+    elif bool((mn > mx).any()):
         raise AssertionValueError(f"min {mn} should be less than max {mx}")
     return True
+
+
+def _per_tensor_core(core):
+    """A per-tensor core observer with torch's first-call rule on the device:
+    a call is the first where the state is (+inf, -inf) (the host path sets
+    the core's count by the same rule, _sync_first)."""
+    core._obs_flags = ("first_if_empty",)
+    return core
 
 
 class MinMaxObserver(_UniformObserver):
@@ -158,17 +172,20 @@ class MinMaxObserver(_UniformObserver):
                                      + "quantization for quint8")
 
     def _make_core(self):
-        return _obs.MinMaxObserver(axis=None, nan_policy="propagate")
+        return _per_tensor_core(_obs.MinMaxObserver(axis=None, nan_policy="propagate"))
 
     def _is_first(self):
         return bool(self.min_val == np.inf and self.max_val == -np.inf)
 
+    @A.device_native
     def forward(self, x_orig):
-        """Record x and return it."""
+        """Record x and return it (a cupy x on the device, no synchronisation:
+        the first-call rule is applied there, from the values)."""
         x = _as_input(x_orig, f"{type(self).__name__}.forward")
         if x.size == 0:
             return x_orig
-        self._sync_first()
+        if not A.is_cupy_array(x):
+            self._sync_first()
         self._core.update(x)
         return x_orig
 
@@ -206,7 +223,7 @@ class MovingAverageMinMaxObserver(MinMaxObserver):
         core = _obs.MovingAverageMinMaxObserver(0.5, axis=None, nan_policy="propagate")
         # torch does not range-check the constant: set it after construction
         core.averaging_constant = float(self.averaging_constant)
-        return core
+        return _per_tensor_core(core)
 
 
 class PerChannelMinMaxObserver(_UniformObserver):
@@ -237,8 +254,11 @@ class PerChannelMinMaxObserver(_UniformObserver):
     def _is_first(self):
         return self.min_val.size == 0 or self.max_val.size == 0
 
+    @A.device_native
     def forward(self, x_orig):
-        """Record x (per channel) and return it."""
+        """Record x (per channel) and return it (a cupy x on the device, no
+        synchronisation: the core's count says whether this is a first call,
+        kept right by reset, load and the min_val / max_val setters)."""
         x = _as_input(x_orig, f"{type(self).__name__}.forward")
         if x.size == 0:
             return x_orig
@@ -248,7 +268,8 @@ class PerChannelMinMaxObserver(_UniformObserver):
             raise IndexError("Dimension out of range (expected to be in range of [-1, 0], "
                              "but got 1)")
         self._core.axis = self.ch_axis
-        self._sync_first()
+        if not A.is_cupy_array(x):
+            self._sync_first()
         self._core.update(x)
         return x_orig
 
@@ -335,11 +356,14 @@ class HistogramObserver(_UniformObserver):
     def max_val(self, value):
         self._hist.max_val = np.array(value, dtype=F32).reshape(())
 
+    @A.device_native
     def forward(self, x_orig):
         """Add x to the histogram and return it (float32 statistics: torch bins
-        float64 / float16 input in that precision, not reproduced)."""
-        if isinstance(x_orig, (np.ndarray, np.generic)) and x_orig.dtype.kind in "biu" \
-                and np.size(x_orig):
+        float64 / float16 input in that precision, not reproduced).  A cupy
+        x is binned on the device; its min / max and the bins' counts cross
+        to the host (torch's ``.item()`` calls synchronise there too)."""
+        if (isinstance(x_orig, (np.ndarray, np.generic)) or A.is_cupy_array(x_orig)) and \
+                x_orig.dtype.kind in "biu" and x_orig.size:
             # torch.histc has no integer kernel
             raise NotImplementedError('"histogram_cpu" not implemented for '
                                       f"'{_torch_dtype_name(x_orig.dtype)}'")
@@ -419,6 +443,7 @@ class FixedQParamsObserver(_Module):
         self.dtype = _name(dtype, "dtype")
         self.qscheme = _name(qscheme, "qscheme")
 
+    @A.device_native
     def forward(self, X):
         return X
 
