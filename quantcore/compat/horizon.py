@@ -89,6 +89,7 @@ from .. import qparams as Q
 from .._switches import Switches
 from ..fake_quantize import FakeQuantize as _CoreFakeQuantize
 from ..ops import _affine, affine_mode, ste_backward
+from ._fast import delegating_call
 from ._partial import _with_args
 
 __all__ = [
@@ -237,6 +238,7 @@ class MovingAverageMinMaxObserver:
     min_val = property(lambda self: self._core.min_val, doc="Running minimum (float32).")
     max_val = property(lambda self: self._core.max_val, doc="Running maximum (float32).")
 
+    @delegating_call
     def __call__(self, x):
         return self.forward(x)
 
@@ -379,6 +381,7 @@ class FakeQuantize(Switches):
         return arr.astype(dtype)
 
     # ------------------------------------------------------------- forward
+    @delegating_call
     def __call__(self, x):
         return self.forward(x)
 

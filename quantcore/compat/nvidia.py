@@ -111,6 +111,7 @@ from .. import _arrays as A
 from .. import calib as _calib
 from .. import qparams as Q
 from ..ops import _affine, _amax, _nudged, affine_mode
+from ._fast import delegating_call
 
 __all__ = [
     "ScaledQuantDescriptor", "QuantDescriptor",
@@ -535,6 +536,7 @@ class Clip:
         self.learn_min = bool(learn_min)
         self.learn_max = bool(learn_max)
 
+    @delegating_call
     def __call__(self, inputs):
         return self.forward(inputs)
 
@@ -765,6 +767,7 @@ class TensorQuantizer:
         outputs, self._scale = tensor_quant(inputs, amax, self._num_bits, self._unsigned)
         return outputs
 
+    @delegating_call
     def __call__(self, inputs):
         return self.forward(inputs)
 

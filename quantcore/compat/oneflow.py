@@ -86,6 +86,7 @@ from .. import _arrays as A
 from .. import qparams as Q
 from ..observers import MomentumMinMaxObserver
 from ..ops import _affine, affine_mode, minmax
+from ._fast import delegating_call
 
 __all__ = ["MinMaxObserver", "MovingAverageMinMaxObserver", "FakeQuantization", "Quantization"]
 
@@ -130,6 +131,7 @@ class _Module:
         """Evaluation mode; returns self."""
         return self.train(False)
 
+    @delegating_call
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 

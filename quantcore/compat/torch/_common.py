@@ -9,6 +9,7 @@ from ... import _arrays as A
 from ..._switches import TrainEval
 from ...observers import store_into
 from .._errors import AssertionValueError, RuntimeValueError
+from .._fast import delegating_call
 from .._partial import _with_args, _with_callable_args
 
 F32 = np.float32
@@ -199,6 +200,7 @@ class _Module(TrainEval):
     with_args = classmethod(_with_args)
     with_callable_args = classmethod(_with_callable_args)
 
+    @delegating_call
     def __call__(self, x):
         return self.forward(x)
 
