@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 
 from ... import _arrays as A
-from ...ops import _affine, affine_mode
+from ...ops import _affine, _affine_channels_fast, _affine_fast, affine_mode
 from .._errors import RuntimeTypeError, RuntimeValueError
 
 F32 = np.float32
@@ -43,6 +43,8 @@ def _f32_inverse(s):
 
 
 def _int_arg(value, name, func):
+    if type(value) is int:
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{func}(): argument '{name}' must be int, not {type(value).__name__}")
     return int(value)
@@ -63,8 +65,22 @@ def _fq_input(x, func):
     return A.as_float_array(x, "x", func)
 
 
+#: float32 scales the core's fast paths take (a finite reciprocal), and
+#: the integers exact in float32 (no exact-integer kernel needed)
+_FAST_SCALE = (float(np.finfo(F32).tiny), float(np.finfo(F32).max))
+_EXACT_F32 = 2 ** 24
+
+
 def _per_tensor(x, scale, zp, qmin, qmax, func):
     """Per-tensor kernel (torch.md 4.1); scale a float, zp an int."""
+    if type(x) is np.ndarray and x.dtype == F32 and -_EXACT_F32 <= qmin <= zp <= qmax \
+            <= _EXACT_F32 and qmin < qmax:
+        s = float(F32(scale))
+        if _FAST_SCALE[0] <= s <= _FAST_SCALE[1]:  # (what _affine_fast accepts)
+            res = _affine_fast(x, s, zp, qmin, qmax, _MODE_PER_TENSOR, "after_rounding", None,
+                               func, mask_dtype=np.bool_)
+            if res is not None:
+                return res
     arr = _fq_input(x, func)
     s = np.array([F32(scale)], dtype=np.float64)
     z = np.array([zp], dtype=np.float64)
@@ -89,7 +105,8 @@ def fake_quantize_per_tensor_affine_cachemask(x, scale, zero_point, quant_min, q
     qmin = _int_arg(quant_min, "quant_min", func)
     qmax = _int_arg(quant_max, "quant_max", func)
     zp = _int_arg(zero_point, "zero_point", func)
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+    if type(scale) is not float and (isinstance(scale, bool) or
+                                     not isinstance(scale, numbers.Real)):
         raise TypeError(f"{func}(): argument 'scale' must be float, not {type(scale).__name__}")
     if qmin > qmax:
         raise RuntimeValueError(_QMIN_QMAX_MSG)
@@ -242,6 +259,14 @@ def _per_channel(arr, s, z, axis, qmin, qmax, func):
             _MODE_CHANNEL_HALF if z.dtype == np.float16 else _MODE_CHANNEL_FLOAT)
     if arr.size == 0:
         return arr.copy(), np.zeros(arr.shape, dtype=np.bool_)
+    if mode == _MODE_CHANNEL_INT and arr.dtype == F32 and arr.ndim and \
+            -_EXACT_F32 <= qmin < qmax <= _EXACT_F32:
+        # float32 reciprocal and int zero points as _affine computes them;
+        # None (the general path) for a scale without a finite reciprocal
+        res = _affine_channels_fast(arr, s, z, qmin, qmax, int(axis), mode, "after_rounding",
+                                    None, func, mask_dtype=np.bool_)
+        if res is not None:
+            return res
     s64 = s.astype(np.float64)
     z64 = z.astype(np.float64)  # exact (int32, float32 or float16); rounded to T by the kernel
     inv = _f32_inverse(s64)  # torch's float32 reciprocal, widened for float64 input
