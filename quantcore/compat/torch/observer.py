@@ -87,17 +87,18 @@ class _UniformObserver(_Module):
             return np.array([1.0], dtype=F32), np.array([0], dtype=np.int64)
         qmin, qmax, eps = self.quant_min, self.quant_max, float(self.eps[0])
         if _is_symmetric(self.qscheme):
-            if self.dtype in ("quint8", "uint8"):
-                zp = (qmin + qmax) // 2 if self.has_customized_qrange else 128
-            elif self.dtype == "uint16":
-                zp = 2 ** 15
-            else:
-                zp = 0
-            return Q.symmetric_qparams(mn, mx, qmin, qmax, eps, zero_point=zp)
+            return Q.symmetric_qparams(mn, mx, qmin, qmax, eps,
+                                       zero_point=self._symmetric_zero_point())
         if self.qscheme == "per_channel_affine_float_qparams":
             return Q.float_qparams(mn, mx, qmin, qmax, eps)
         scale, zp = Q.affine_qparams(mn, mx, qmin, qmax, eps)
         return scale, zp.astype(np.int32)
+
+    def _symmetric_zero_point(self):
+        """torch's zero point of the symmetric qschemes."""
+        if self.dtype in ("quint8", "uint8"):
+            return (self.quant_min + self.quant_max) // 2 if self.has_customized_qrange else 128
+        return 2 ** 15 if self.dtype == "uint16" else 0
 
     def calculate_qparams(self):
         """``(scale, zero_point)`` from the running statistics."""
