@@ -162,7 +162,10 @@ class MinMaxObserver(_UniformObserver):
         return _obs.MinMaxObserver(axis=None, nan_policy="propagate")
 
     def _is_first(self):
-        return bool(self.min_val == np.inf and self.max_val == -np.inf)
+        lo, hi = self.min_val, self.max_val
+        if lo.shape == () and hi.shape == ():  # (float() of 0-d arrays: cheaper)
+            return float(lo) == np.inf and float(hi) == -np.inf
+        return bool(lo == np.inf and hi == -np.inf)
 
     def forward(self, x_orig):
         """Record x and return it."""
