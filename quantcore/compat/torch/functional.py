@@ -220,16 +220,22 @@ def _channel_params(arr, scale, zero_point, axis, qmin, qmax, func):
                                 "tensor")
     if qmin > qmax:
         raise RuntimeValueError(_QMIN_QMAX_MSG)
-    if z.dtype == np.int32:
-        if z.size == 0:
-            raise RuntimeValueError(
-                "min(): Expected reduction dim to be specified for input.numel() "
-                "== 0. Specify the reduction dim with the 'dim' argument.")
-        if z.min() < qmin or z.max() > qmax:
-            raise RuntimeValueError(_ZP_RANGE_MSG)
+    if z.dtype == np.int32 and z.size == 0:
+        raise RuntimeValueError(
+            "min(): Expected reduction dim to be specified for input.numel() "
+            "== 0. Specify the reduction dim with the 'dim' argument.")
     if not 0 <= axis <= arr.ndim:
+        _check_zero_point_range(z, qmin, qmax)  # (torch checks it first)
         raise RuntimeValueError("`axis` must be between 0 and number of dimensions of input")
+    # the zero points' range, torch's next check: _per_channel (the fast
+    # path checks it too)
     return s, z
+
+
+def _check_zero_point_range(z, qmin, qmax):
+    """torch's range check of int32 zero points."""
+    if z.dtype == np.int32 and (z.min() < qmin or z.max() > qmax):
+        raise RuntimeValueError(_ZP_RANGE_MSG)
 
 
 _TORCH_DTYPE_NAMES = {"float64": "Double", "float32": "Float", "float16": "Half",
@@ -253,20 +259,23 @@ def fake_quantize_per_channel_affine_cachemask(x, scale, zero_point, axis, quant
 
 
 def _per_channel(arr, s, z, axis, qmin, qmax, func):
-    """Per-channel kernel (torch.md 4.2) on validated parameters."""
+    """Per-channel kernel (torch.md 4.2) on parameters validated by
+    ``_channel_params`` (all but the zero points' range, checked here)."""
     mode = (_MODE_CHANNEL_INT if z.dtype.kind in "iu" else
             _MODE_CHANNEL_FLOAT_F64 if arr.dtype == np.float64 else
             _MODE_CHANNEL_HALF if z.dtype == np.float16 else _MODE_CHANNEL_FLOAT)
-    if arr.size == 0:
-        return arr.copy(), np.zeros(arr.shape, dtype=np.bool_)
-    if mode == _MODE_CHANNEL_INT and arr.dtype == F32 and arr.ndim and \
+    if mode == _MODE_CHANNEL_INT and arr.dtype == F32 and arr.size and arr.ndim and \
             -_EXACT_F32 <= qmin < qmax <= _EXACT_F32:
         # float32 reciprocal and int zero points as _affine computes them;
-        # None (the general path) for a scale without a finite reciprocal
+        # None (then the checks and the general path) for a zero point out
+        # of range or a scale without a finite reciprocal
         res = _affine_channels_fast(arr, s, z, qmin, qmax, int(axis), mode, "after_rounding",
                                     None, func, mask_dtype=np.bool_)
         if res is not None:
             return res
+    _check_zero_point_range(z, qmin, qmax)
+    if arr.size == 0:
+        return arr.copy(), np.zeros(arr.shape, dtype=np.bool_)
     s64 = s.astype(np.float64)
     z64 = z.astype(np.float64)  # exact (int32, float32 or float16); rounded to T by the kernel
     inv = _f32_inverse(s64)  # torch's float32 reciprocal, widened for float64 input
