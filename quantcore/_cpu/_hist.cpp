@@ -10,16 +10,16 @@
             ]
         ],
         "depends": [
-            "/work/wt-thin/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/arrayobject.h",
-            "/work/wt-thin/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/arrayscalars.h",
-            "/work/wt-thin/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/ndarrayobject.h",
-            "/work/wt-thin/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/ndarraytypes.h",
-            "/work/wt-thin/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/ufuncobject.h",
+            "/work/main/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/arrayobject.h",
+            "/work/main/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/arrayscalars.h",
+            "/work/main/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/ndarrayobject.h",
+            "/work/main/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/ndarraytypes.h",
+            "/work/main/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/ufuncobject.h",
             "quantcore/include/qc_np_histogram.h"
         ],
         "include_dirs": [
             "quantcore/include",
-            "/work/wt-thin/.venv/lib/python3.11/site-packages/numpy/_core/include"
+            "/work/main/.venv/lib/python3.11/site-packages/numpy/_core/include"
         ],
         "language": "c++",
         "name": "quantcore._cpu._hist",
