@@ -36,7 +36,13 @@ def _cases():
     from quantcore.compat import tensorflow as tfq
     from quantcore.compat import torch as T
 
-    nudged = qc.qparams.nudge_tensorflow(np.float32(-1.5), np.float32(2.0), 0, 255)
+    # the cheapest core call computing the same thing: the framework's
+    # nudged range (computed once here) as scalars, so that the core's
+    # per-tensor fast path runs
+    tf_min, tf_max, tf_scale, tf_inv, tf_zero = (
+        v[0] for v in qc.qparams.nudge_tensorflow(np.float32(-1.5), np.float32(2.0), 0, 255))
+    ms_min, ms_max, ms_scale = (
+        v[0] for v in qc.qparams.nudge_mindspore(np.float32(-6), np.float32(6), 0, 255))
 
     def torch_tensor():
         return _torch().from_numpy(X)
@@ -70,7 +76,8 @@ def _cases():
         },
         "tf_fake_quant_with_min_max_args": {
             "compat": lambda: lambda: tfq.fake_quant_with_min_max_args(X, -1.5, 2.0),
-            "core": lambda: lambda: qc.fake_quant_nudged(X, *nudged[:3]),
+            "core": lambda: lambda: qc.fake_quant_nudged(X, tf_min, tf_max, tf_scale,
+                                                         inv_scale=tf_inv, quant_zero=tf_zero),
             "framework": lambda: (
                 lambda tf, t: lambda: tf.quantization.fake_quant_with_min_max_args(
                     t, -1.5, 2.0))(_tf(), _tf().constant(X)),
@@ -78,7 +85,9 @@ def _cases():
         "tf_fake_quant_with_min_max_vars": {
             "compat": lambda: lambda: tfq.fake_quant_with_min_max_vars(
                 X, np.float32(-1.5), np.float32(2.0)),
-            "core": lambda: lambda: qc.fake_quant_nudged(X, *nudged[:3]),
+            "core": lambda: lambda: qc.fake_quant_nudged(X, tf_min, tf_max, tf_scale,
+                                                         inv_scale=tf_inv, quant_zero=tf_zero,
+                                                         scale_op="div"),
             "framework": lambda: (
                 lambda tf, t: lambda: tf.quantization.fake_quant_with_min_max_vars(
                     t, -1.5, 2.0))(_tf(), _tf().constant(X)),
@@ -90,13 +99,14 @@ def _cases():
         "mindspore_FakeQuantWithMinMaxObserver": {
             "compat": lambda: (lambda fq: lambda: fq(X))(ms.FakeQuantWithMinMaxObserver()),
             "core": lambda: lambda: qc.fake_quant_nudged(
-                X, *qc.qparams.nudge_mindspore(np.float32(-6), np.float32(6), 0, 255)[:3],
-                formula="mindspore"),
+                X, ms_min, ms_max, ms_scale, inv_scale=ms_scale, quant_zero=0.0,
+                formula="mindspore", scale_op="div"),
         },
         "oneflow_FakeQuantization": {
             "compat": lambda: (lambda fq, s, z: lambda: fq(X, s, z))(
                 of.FakeQuantization(), np.array([0.02], np.float32), np.array([0], np.float32)),
-            "core": lambda: lambda: qc.fake_quant(X, 0.02, 0, -127, 127, scale_op="div"),
+            "core": lambda: lambda: qc.fake_quant(X, np.float32(0.02), 0, -128, 127,
+                                                  zero_point_add="none", scale_op="div"),
         },
         "horizon_FakeQuantize": {
             "compat": lambda: (lambda fq: lambda: fq(X))(hz.FakeQuantize()),

@@ -81,6 +81,8 @@ Further behaviour choices
   zero point is stored but, as in Horizon, never used by the fake quant.
 """
 
+import functools
+
 import numpy as np
 
 from .. import _arrays as A
@@ -257,7 +259,7 @@ class MovingAverageMinMaxObserver:
             return np.ones(1, F32), np.zeros(1, np.int64)
         scale, zp = Q.symmetric_qparams(self._core.min_val, self._core.max_val, self.quant_min,
                                         self.quant_max, self.eps, zero_point=0)
-        if get_march() == "bernoulli":
+        if _MARCH[0] == "bernoulli":
             scale = Q.horizon_pow2_scale(scale)
         return scale, zp
 
@@ -290,6 +292,15 @@ class MovingAveragePerChannelMinMaxObserver(MovingAverageMinMaxObserver):
 
 
 # --------------------------------------------------------- FakeQuantize
+@functools.lru_cache(maxsize=None)
+def _mode(rounding):
+    """FakeQuantize's kernel mode: no zero point at all, ``y = round(x / s) * s``
+    (Horizon's reference formula, signed zeros included: -0.0 and -0.5 -> -0.0
+    with half_to_even)."""
+    return affine_mode(rounding, zero_point_add="none", scale_op="div",
+                       func="FakeQuantize.forward")
+
+
 class FakeQuantize(Switches):
     """Horizon's ``FakeQuantize``: observe, scale, fake quantize::
 
@@ -394,7 +405,7 @@ class FakeQuantize(Switches):
         return (arr.dtype == F32 and self.fast_training and self.training
                 and self.observer_enabled[0] == 1 and self.fake_quant_enabled[0] == 1
                 and not self.in_place and type(obs) is MovingAverageMinMaxObserver
-                and self.quant_min < 0 and get_march() != "bernoulli")
+                and self.quant_min < 0 and _MARCH[0] != "bernoulli")
 
     @A.device_native
     def forward(self, x):
@@ -403,11 +414,8 @@ class FakeQuantize(Switches):
         then, except on the fused per-tensor path, whose state is read back
         once per call (the core FakeQuantize's scale, a few bytes)."""
         func = "FakeQuantize.forward"
-        arr = A.as_float_array(x, "x", func)
-        # no zero point at all: y = round(x / s) * s, Horizon's reference
-        # formula, signed zeros included (-0.0 and -0.5 -> -0.0 with half_to_even)
-        mode = affine_mode(QuantRoundMode.rounding(), zero_point_add="none", scale_op="div",
-                           func=func)
+        arr = x if type(x) is np.ndarray and x.dtype == F32 else A.as_float_array(x, "x", func)
+        mode = _mode(QuantRoundMode.rounding())
         if self._fast_ok(arr):
             return self._forward_fused(arr, mode)
         obs = self.activation_post_process
@@ -454,8 +462,15 @@ class FakeQuantize(Switches):
         core.training = True
         core.observer_enabled = True
         core.fake_quant_enabled = True
-        core.scale = np.array(A.to_host(self.scale[:1]), F32)
-        core.zero_point = np.zeros(1, np.int64)
+        # the qparams into the core (through its checking setters unless it
+        # holds them already: it keeps what the last forward wrote)
+        scale, core_scale = self.scale, core.scale
+        if not (type(scale) is np.ndarray and scale.shape == (1,) and scale.dtype == F32 and
+                core_scale.shape == (1,) and scale[0] == core_scale[0]):
+            core.scale = np.array(A.to_host(self.scale[:1]), F32)
+        core_zp = core.zero_point
+        if not (core_zp.shape == (1,) and core_zp[0] == 0):
+            core.zero_point = np.zeros(1, np.int64)
         y = core(arr)
         self.scale = np.array(core.scale, F32).reshape(1)
         mask = core.mask

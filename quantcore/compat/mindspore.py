@@ -99,7 +99,8 @@ import numpy as np
 from .. import _arrays as A
 from .. import qparams as Q
 from ..observers import EMAMinMaxObserver
-from ..ops import NUDGED_DIVIDE, _nudged
+from ..ops import NUDGED_DIVIDE, _nudged, _nudged_fast
+from ._fast import scheme_scalars
 
 __all__ = ["QuantDtype", "FakeQuantWithMinMaxObserver", "MindSporeArgumentError"]
 
@@ -199,6 +200,8 @@ def _quant_dtype(value):
 
 def _as_input(x):
     """x as a float array: float arrays keep their dtype, the rest float32."""
+    if type(x) is np.ndarray and (x.dtype == F32 or x.dtype == np.float64):
+        return x
     arr = A.as_real_float(x, "x", _CLS)
     if arr is None:
         raise TypeError(f"For '{_CLS}', the input should be a float tensor, got "
@@ -316,6 +319,10 @@ class FakeQuantWithMinMaxObserver:
             self._step += 1
             if delayed:
                 return arr.copy()
+        if axis is None:
+            res = self._fast_forward(arr)
+            if res is not None:
+                return res
         nmin, nmax, scale = self._nudged_range()
         return _nudged(arr, nmin, nmax, scale, scale, A.array_module(scale).zeros_like(scale),
                        NUDGED_DIVIDE, axis=axis, func=_CLS)
@@ -426,6 +433,22 @@ class FakeQuantWithMinMaxObserver:
             cur[...] = value  # in place, like MindSpore's Assign into the Parameter
         else:
             setattr(self, name, value.copy())
+
+    def _fast_forward(self, arr):
+        """Per layer: the nudged range as scalars and the core's fast path
+        (``_nudged_range``'s numbers); None when not that case."""
+        mn, mx = self.minq, self.maxq
+        if not (type(mn) is np.ndarray and type(mx) is np.ndarray and mn.shape == (1,) and
+                mx.shape == (1,) and mn.dtype == F32 and mx.dtype == F32):
+            return None
+        mn, mx = mn[0], mx[0]
+        if self.symmetric:
+            mn, mx = (F32(v) for v in scheme_scalars("symmetric_range", mn, mx))
+        nmin, nmax, scale = (F32(v) for v in scheme_scalars("nudge_ms", mn, mx, self.quant_min,
+                                                            self.quant_max))
+        if scale == 0:  # degenerate range: zeros out, as MindSpore's GPU kernel
+            nmin, nmax, scale = F32(0), F32(0), F32(1)
+        return _nudged_fast(arr, nmin, nmax, scale, scale, 0.0, NUDGED_DIVIDE, None, False)
 
     def _nudged_range(self):
         mn, mx = self._params()

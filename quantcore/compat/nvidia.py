@@ -110,7 +110,8 @@ import numpy as np
 from .. import _arrays as A
 from .. import calib as _calib
 from .. import qparams as Q
-from ..ops import _affine, _amax, _nudged, affine_mode
+from ..ops import _affine, _amax, _amax_fast, _nudged, affine_mode
+from ._fast import delegating_call
 
 __all__ = [
     "ScaledQuantDescriptor", "QuantDescriptor",
@@ -126,6 +127,7 @@ __all__ = [
 ]
 
 F32 = np.float32
+_F32_MAX = float(np.finfo(F32).max)
 _log = logging.getLogger(__name__)
 
 
@@ -402,6 +404,14 @@ def fake_tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=Tru
     ndarray of the input's dtype and the broadcast shape.
     """
     func = "fake_tensor_quant"
+    if type(num_bits) is int and not unsigned and isinstance(amax, (float, np.floating)) and \
+            0 <= amax <= _F32_MAX:
+        # per tensor, signed: the core's fast path (None when it does not
+        # apply: the general path then checks and computes)
+        am = amax if isinstance(amax, np.floating) else F32(amax)  # PQ: a number is float32
+        res = _amax_fast(inputs, am, num_bits, False, bool(narrow_range), None, False)
+        if res is not None:
+            return res
     arr, am, nb = _quant_args(inputs, amax, num_bits, unsigned, func)
     x, p, axis, shape = _plan(arr, am, func)
     y = _amax(x, p, nb, unsigned=bool(unsigned), narrow_range=bool(narrow_range), axis=axis,
@@ -553,6 +563,7 @@ class Clip:
         self.learn_min = bool(learn_min)
         self.learn_max = bool(learn_max)
 
+    @delegating_call
     def __call__(self, inputs):
         return self.forward(inputs)
 

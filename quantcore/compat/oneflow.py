@@ -78,6 +78,7 @@ Choices beyond the specification's decisions
   ``x / 0`` is clamped and times 0 gives ``+-0.0``, a zero or NaN input
   gives NaN.
 """
+import functools
 import numbers
 
 import numpy as np
@@ -85,7 +86,7 @@ import numpy as np
 from .. import _arrays as A
 from .. import qparams as Q
 from ..observers import MomentumMinMaxObserver
-from ..ops import _affine, affine_mode, minmax
+from ..ops import _affine, _affine_fast, affine_mode, minmax
 
 __all__ = ["MinMaxObserver", "MovingAverageMinMaxObserver", "FakeQuantization", "Quantization"]
 
@@ -267,6 +268,17 @@ class MovingAverageMinMaxObserver(_Module):
                                  zp_rounding="half_away")
 
 
+#: float32 scales with a finite reciprocal (what ops._affine_fast accepts)
+_FAST_SCALE = (float(np.finfo(F32).tiny), float(np.finfo(F32).max))
+
+
+@functools.lru_cache(maxsize=None)
+def _fast_mode(affine, output_q):
+    """FakeQuantization's kernel mode (google formula)."""
+    return affine_mode("half_even", "before_rounding" if affine else "none", "div", "propagate",
+                       output_q=output_q)
+
+
 class FakeQuantization(_Module):
     """Fake quantization with a given scale and zero point.
 
@@ -295,6 +307,10 @@ class FakeQuantization(_Module):
         input is computed on the device; device scale / zero_point stay there
         (cambricon reads ``scale[0]``, 4 bytes, to form its step)."""
         cls = type(self).__name__
+        if self.quantization_formula == "google":
+            res = self._fast_forward(input, scale, zero_point, cls)
+            if res is not None:
+                return res
         x = _as_input(input, cls)
         if A.is_cupy_array(scale) and (self.quantization_formula == "cambricon" or
                                        not A.is_cupy_array(x)):
@@ -327,6 +343,29 @@ class FakeQuantization(_Module):
                            "propagate", output_q=self._output_q, func=cls)
         with np.errstate(all="ignore"):
             return _affine(x, s.astype(work), z.astype(work), lo, hi, mode, axis=axis, func=cls)
+
+    def _fast_forward(self, input, scale, zero_point, cls):
+        """Per layer with one float32 scale (and zero point) that the core's
+        fast path takes: ``forward``'s numbers; None when not that case."""
+        if not (type(scale) is np.ndarray and scale.size == 1 and scale.dtype == F32):
+            return None
+        s = float(scale.reshape(-1)[0])
+        if not _FAST_SCALE[0] <= s <= _FAST_SCALE[1]:  # (0, negative, NaN: inf / NaN results)
+            return None
+        affine = self.quantization_scheme == "affine"
+        if affine:
+            if not (type(zero_point) is np.ndarray and zero_point.size == 1 and
+                    zero_point.dtype == F32):
+                return None
+            z = float(zero_point.reshape(-1)[0])
+            if not abs(z) <= _FAST_SCALE[1]:
+                return None
+        else:
+            z = 0.0
+        lo, hi = self._bounds()
+        mode = _fast_mode(affine, self._output_q)
+        return _affine_fast(input, s, z, lo, hi, mode, "before_rounding" if affine else "none",
+                            None, cls)
 
     @A.device_native
     def backward(self, dy):

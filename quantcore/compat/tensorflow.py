@@ -55,7 +55,8 @@ import numpy as np
 
 from .. import _arrays as A
 from .. import qparams as Q
-from ..ops import NUDGED_DIVIDE, NUDGED_TF, _nudged, ste_backward
+from ..ops import NUDGED_DIVIDE, NUDGED_TF, _nudged, _nudged_fast, ste_backward
+from ._fast import scheme_scalars
 
 __all__ = [
     "fake_quant_with_min_max_args", "fake_quant_with_min_max_args_gradient",
@@ -71,6 +72,10 @@ F32 = np.float32
 def _tensor(x, op):
     """A float32 array, as tf.convert_to_tensor(x, tf.float32); a cupy array
     stays on the device (converted there: correctly rounded casts)."""
+    if type(x) is np.ndarray and x.dtype == F32:
+        return x
+    if type(x) is F32:
+        return np.asarray(x)
     if A.is_cupy_array(x):
         if x.dtype.kind not in "biuf":
             raise TypeError(f"{op}: cannot convert {A.describe(x)} to a float32 tensor")
@@ -106,6 +111,8 @@ def _narrow(narrow_range):
 
 
 def _attr_float(value, name, default):
+    if type(value) is float or type(value) is int:
+        return F32(float(value))
     if value is None:
         return F32(default)
     if not isinstance(value, (numbers.Real, np.bool_)):
@@ -125,6 +132,8 @@ def _tf_float(v):
 
 
 def _range(num_bits, narrow_range):
+    if type(num_bits) is int and 2 <= num_bits <= 16 and type(narrow_range) is bool:
+        return (1 if narrow_range else 0), 2 ** num_bits - 1  # (the checks below pass)
     nb = _num_bits(num_bits)
     return (1 if _narrow(narrow_range) else 0), 2 ** nb - 1
 
@@ -160,6 +169,12 @@ def _channels(x, mn, mx):
 
 # ------------------------------------------------------------ kernels' use
 def _forward(x, mn, mx, qmin, qmax, mode, axis, op, want_mask=False):
+    if axis is None and type(x) is np.ndarray and not A.is_cupy_array(mn) and \
+            not A.is_cupy_array(mx):  # per tensor on the host: the core's fast path
+        nmin, nmax, scale, inv, qz = scheme_scalars("nudge_tf", mn, mx, qmin, qmax)
+        res = _nudged_fast(x, nmin, nmax, scale, inv, qz, mode, None, want_mask)
+        if res is not None:
+            return res, (want_mask and (np.array([nmin], F32), np.array([nmax], F32)))
     nmin, nmax, scale, inv, qz = Q.nudge_tensorflow(mn, mx, qmin, qmax)
     return _nudged(x, nmin, nmax, scale, inv, qz, mode, axis=axis, mask=want_mask,
                    func=op), (nmin, nmax)

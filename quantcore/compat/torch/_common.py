@@ -130,6 +130,8 @@ def _qrange(dtype, reduce_range, quant_min, quant_max):
 def _as_input(x, func):
     """x as a float numpy array (integer / bool input read as float32, as
     torch's ``x.to(torch.float32)``)."""
+    if type(x) is np.ndarray and (x.dtype == F32 or x.dtype == np.float64):
+        return x  # (what as_float_array returns for it)
     if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind in "iub":
         return np.asarray(x).astype(F32)
     if A.is_cupy_array(x) and x.dtype.kind in "iub":

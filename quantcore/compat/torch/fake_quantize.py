@@ -5,6 +5,8 @@ import numpy as np
 
 from ... import _arrays as A
 from ... import ops as _ops
+from ... import qparams as Q
+from ...fake_quantize import FakeQuantize as _CoreFakeQuantize
 from ..._switches import Switches
 from ...observers import store_into
 from .._errors import AssertionValueError, RuntimeValueError
@@ -20,10 +22,15 @@ from ._common import (
     _Module,
     _name,
 )
-from .functional import _per_tensor_tensor_qparams, fake_quantize_per_channel_affine_cachemask
+from .functional import (
+    _MODE_PER_TENSOR,
+    _per_tensor_tensor_qparams,
+    fake_quantize_per_channel_affine_cachemask,
+)
 from .fused import _fused
 from .observer import (
     FixedQParamsObserver,
+    MinMaxObserver,
     MovingAverageMinMaxObserver,
     MovingAveragePerChannelMinMaxObserver,
 )
@@ -136,6 +143,10 @@ class FakeQuantize(_FakeQuantizeBase):
         torch's CUDA kernel reads them on the device), per channel the int32
         zero points (C values: torch's range check reads their min / max),
         and a HistogramObserver's own (see there)."""
+        if self.observer_enabled[0] == 1 and self.fake_quant_enabled[0] == 1:
+            res = self._forward_fused(X)
+            if res is not None:
+                return res
         if self.observer_enabled[0] == 1:
             self.activation_post_process(X)
             self._store_qparams(*self.calculate_qparams())
@@ -150,6 +161,67 @@ class FakeQuantize(_FakeQuantizeBase):
                 X, self._last_mask = _per_tensor_tensor_qparams(
                     X, self.scale, self.zero_point, app.quant_min, app.quant_max)
         return X
+
+    def _fused_core(self, app):
+        """The core FakeQuantize that computes this forward in one kernel call
+        (its observer is ``app``'s core observer; torch's per-tensor fake-quant
+        mode), or None where its numbers could differ from torch's: another
+        observer or qscheme, a range not exact in float32, an eps without a
+        finite reciprocal, a moving-average constant outside [0, 1] (torch's
+        min <= max then need not hold), torch's symmetric zero point not the
+        core's."""
+        if type(app) not in _FUSED_OBSERVERS or self.is_per_channel or \
+                app.min_val.shape != () or app.max_val.shape != ():
+            return None
+        qmin, qmax = app.quant_min, app.quant_max
+        eps = float(app.eps[0])
+        c = getattr(app._core, "averaging_constant", 1.0)
+        symmetric = _is_symmetric(app.qscheme)
+        if not (-_EXACT_F32 <= qmin < qmax <= _EXACT_F32 and _TINY_F32 <= eps <= _MAX_F32
+                and 0.0 <= c <= 1.0) or \
+                (symmetric and app._symmetric_zero_point() != Q.symmetric_zero_point(qmin, qmax)):
+            return None
+        core = self.__dict__.get("_fused")
+        if core is None or core.observer is not app._core or core.eps != eps or \
+                core.symmetric != symmetric or (core.quant_min, core.quant_max) != (qmin, qmax):
+            core = _CoreFakeQuantize(app._core, qmin, qmax, symmetric=symmetric, eps=eps)
+            core._mode = _MODE_PER_TENSOR  # torch's per-tensor kernel: NaN -> quant_min
+            self._fused = core
+        return core
+
+    def _forward_fused(self, X):
+        """Observe, qparams and fake quant of a contiguous float32 ``X`` in the
+        core FakeQuantize's fused kernel: the same numbers as the three steps
+        while the statistics and the scale stay finite.  Otherwise (a NaN /
+        inf batch, or min > max, which torch refuses) the observer's state is
+        put back and None returned: the general path then computes (or
+        raises) as torch."""
+        if not (type(X) is np.ndarray and X.dtype == F32 and X.size and
+                X.flags.c_contiguous and type(self.scale) is np.ndarray and
+                type(self.zero_point) is np.ndarray):
+            return None  # (scale / zero_point on the device: a cupy X came before)
+        app = self.activation_post_process
+        core = self._fused_core(app)
+        if core is None:
+            return None
+        obs = app._core
+        app._sync_first()
+        kept = (obs.min_val[()], obs.max_val[()], obs.num_batches)  # (exact bits)
+        core.training = core.observer_enabled = core.fake_quant_enabled = True
+        core.packed_mask = False
+        y = core.forward(X)
+        scale = core.scale
+        if not (-_MAX_F32 <= float(obs.min_val) <= float(obs.max_val) <= _MAX_F32 and
+                _TINY_F32 <= float(scale[0]) <= _MAX_F32):
+            obs._store(kept[0], kept[1])
+            obs.num_batches = kept[2]
+            return None
+        # (finite, in range: _store_qparams' casts need no errstate)
+        store_into(self, "scale", scale, F32)
+        store_into(self, "zero_point", core.zero_point, self.zero_point.dtype)
+        self._last_shape = X.shape
+        self._last_mask = core.mask.view(np.bool_)
+        return y
 
     def _save(self, dest, prefix):
         for name in ("fake_quant_enabled", "observer_enabled", "scale", "zero_point"):
@@ -252,6 +324,13 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         self._last_shape = tuple(X.shape) if hasattr(X, "shape") else np.shape(X)
         self._last_mask = mask
         return out
+
+
+#: observers whose per-tensor update the core's fused kernel runs
+_FUSED_OBSERVERS = (MinMaxObserver, MovingAverageMinMaxObserver)
+_EXACT_F32 = 2 ** 24
+_TINY_F32 = float(np.finfo(F32).tiny)
+_MAX_F32 = float(np.finfo(F32).max)
 
 
 def _flag_call(attr, enabled):

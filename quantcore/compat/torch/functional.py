@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 
 from ... import _arrays as A
-from ...ops import _affine, affine_mode
+from ...ops import _affine, _affine_channels_fast, _affine_fast, affine_mode
 from .._errors import RuntimeTypeError, RuntimeValueError
 
 F32 = np.float32
@@ -46,6 +46,8 @@ def _f32_inverse(s):
 
 
 def _int_arg(value, name, func):
+    if type(value) is int:
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{func}(): argument '{name}' must be int, not {type(value).__name__}")
     return int(value)
@@ -66,8 +68,22 @@ def _fq_input(x, func):
     return A.as_float_array(x, "x", func)
 
 
+#: float32 scales the core's fast paths take (a finite reciprocal), and
+#: the integers exact in float32 (no exact-integer kernel needed)
+_FAST_SCALE = (float(np.finfo(F32).tiny), float(np.finfo(F32).max))
+_EXACT_F32 = 2 ** 24
+
+
 def _per_tensor(x, scale, zp, qmin, qmax, func):
     """Per-tensor kernel (torch.md 4.1); scale a float, zp an int."""
+    if type(x) is np.ndarray and x.dtype == F32 and -_EXACT_F32 <= qmin <= zp <= qmax \
+            <= _EXACT_F32 and qmin < qmax:
+        s = float(F32(scale))
+        if _FAST_SCALE[0] <= s <= _FAST_SCALE[1]:  # (what _affine_fast accepts)
+            res = _affine_fast(x, s, zp, qmin, qmax, _MODE_PER_TENSOR, "after_rounding", None,
+                               func, mask_dtype=np.bool_)
+            if res is not None:
+                return res
     arr = _fq_input(x, func)
     s = np.array([F32(scale)], dtype=np.float64)
     z = np.array([zp], dtype=np.float64)
@@ -97,7 +113,8 @@ def fake_quantize_per_tensor_affine_cachemask(x, scale, zero_point, quant_min, q
     qmin = _int_arg(quant_min, "quant_min", func)
     qmax = _int_arg(quant_max, "quant_max", func)
     zp = _int_arg(zero_point, "zero_point", func)
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+    if type(scale) is not float and (isinstance(scale, bool) or
+                                     not isinstance(scale, numbers.Real)):
         raise TypeError(f"{func}(): argument 'scale' must be float, not {type(scale).__name__}")
     if qmin > qmax:
         raise RuntimeValueError(_QMIN_QMAX_MSG)
@@ -217,16 +234,22 @@ def _channel_params(arr, scale, zero_point, axis, qmin, qmax, func):
                                 "tensor")
     if qmin > qmax:
         raise RuntimeValueError(_QMIN_QMAX_MSG)
-    if z.dtype == np.int32:
-        if z.size == 0:
-            raise RuntimeValueError(
-                "min(): Expected reduction dim to be specified for input.numel() "
-                "== 0. Specify the reduction dim with the 'dim' argument.")
-        if z.min() < qmin or z.max() > qmax:
-            raise RuntimeValueError(_ZP_RANGE_MSG)
+    if z.dtype == np.int32 and z.size == 0:
+        raise RuntimeValueError(
+            "min(): Expected reduction dim to be specified for input.numel() "
+            "== 0. Specify the reduction dim with the 'dim' argument.")
     if not 0 <= axis <= arr.ndim:
+        _check_zero_point_range(z, qmin, qmax)  # (torch checks it first)
         raise RuntimeValueError("`axis` must be between 0 and number of dimensions of input")
+    # the zero points' range, torch's next check: _per_channel (the fast
+    # path checks it too)
     return s, z
+
+
+def _check_zero_point_range(z, qmin, qmax):
+    """torch's range check of int32 zero points."""
+    if z.dtype == np.int32 and (z.min() < qmin or z.max() > qmax):
+        raise RuntimeValueError(_ZP_RANGE_MSG)
 
 
 _TORCH_DTYPE_NAMES = {"float64": "Double", "float32": "Float", "float16": "Half",
@@ -251,11 +274,22 @@ def fake_quantize_per_channel_affine_cachemask(x, scale, zero_point, axis, quant
 
 
 def _per_channel(arr, s, z, axis, qmin, qmax, func):
-    """Per-channel kernel (torch.md 4.2) on validated parameters."""
+    """Per-channel kernel (torch.md 4.2) on parameters validated by
+    ``_channel_params`` (all but the zero points' range, checked here)."""
     mode = (_MODE_CHANNEL_INT if z.dtype.kind in "iu" else
             _MODE_CHANNEL_FLOAT_F64 if arr.dtype == np.float64 else
             _MODE_CHANNEL_HALF if z.dtype == np.float16 else _MODE_CHANNEL_FLOAT)
     xp = A.array_module(arr)
+    if mode == _MODE_CHANNEL_INT and arr.dtype == F32 and arr.size and arr.ndim and \
+            -_EXACT_F32 <= qmin < qmax <= _EXACT_F32:
+        # float32 reciprocal and int zero points as _affine computes them;
+        # None (then the checks and the general path) for a zero point out
+        # of range or a scale without a finite reciprocal
+        res = _affine_channels_fast(arr, s, z, qmin, qmax, int(axis), mode, "after_rounding",
+                                    None, func, mask_dtype=np.bool_)
+        if res is not None:
+            return res
+    _check_zero_point_range(z, qmin, qmax)
     if arr.size == 0:
         return arr.copy(), xp.zeros(arr.shape, dtype=np.bool_)
     s64 = s.astype(np.float64)

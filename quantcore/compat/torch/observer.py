@@ -93,17 +93,18 @@ class _UniformObserver(_Module):
             return xp.array([1.0], dtype=F32), xp.array([0], dtype=np.int64)
         qmin, qmax, eps = self.quant_min, self.quant_max, float(self.eps[0])
         if _is_symmetric(self.qscheme):
-            if self.dtype in ("quint8", "uint8"):
-                zp = (qmin + qmax) // 2 if self.has_customized_qrange else 128
-            elif self.dtype == "uint16":
-                zp = 2 ** 15
-            else:
-                zp = 0
-            return Q.symmetric_qparams(mn, mx, qmin, qmax, eps, zero_point=zp)
+            return Q.symmetric_qparams(mn, mx, qmin, qmax, eps,
+                                       zero_point=self._symmetric_zero_point())
         if self.qscheme == "per_channel_affine_float_qparams":
             return Q.float_qparams(mn, mx, qmin, qmax, eps)
         scale, zp = Q.affine_qparams(mn, mx, qmin, qmax, eps)
         return scale, zp.astype(np.int32)
+
+    def _symmetric_zero_point(self):
+        """torch's zero point of the symmetric qschemes."""
+        if self.dtype in ("quint8", "uint8"):
+            return (self.quant_min + self.quant_max) // 2 if self.has_customized_qrange else 128
+        return 2 ** 15 if self.dtype == "uint16" else 0
 
     def calculate_qparams(self):
         """``(scale, zero_point)`` from the running statistics."""
@@ -175,7 +176,10 @@ class MinMaxObserver(_UniformObserver):
         return _per_tensor_core(_obs.MinMaxObserver(axis=None, nan_policy="propagate"))
 
     def _is_first(self):
-        return bool(self.min_val == np.inf and self.max_val == -np.inf)
+        lo, hi = self.min_val, self.max_val
+        if lo.shape == () and hi.shape == ():  # (float() of 0-d arrays: cheaper)
+            return float(lo) == np.inf and float(hi) == -np.inf
+        return bool(lo == np.inf and hi == -np.inf)
 
     @A.device_native
     def forward(self, x_orig):
