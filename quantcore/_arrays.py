@@ -120,14 +120,28 @@ def interop_method(method):
     return wrapper
 
 
+#: argument types that never hold a cupy array: _has_cupy answers at once
+_HOST_TYPES = frozenset({np.ndarray, int, float, bool, str, type(None), np.float32,
+                         np.float64, np.int32, np.int64, np.bool_})
+
+
 def _has_cupy(value):
-    """True when value is a cupy array or a tuple / list / dict holding one."""
-    if type(value) is np.ndarray:
+    """True when value is a cupy array or a tuple / list / dict holding one.
+    (Every staged compat call asks this of all its arguments: the common
+    types are answered without a call per element.)"""
+    t = type(value)
+    if t in _HOST_TYPES:
         return False
-    if isinstance(value, (tuple, list)):
-        return any(_has_cupy(v) for v in value)
+    if t is tuple or t is list or isinstance(value, (tuple, list)):
+        for v in value:
+            if type(v) not in _HOST_TYPES and _has_cupy(v):
+                return True
+        return False
     if isinstance(value, dict):
-        return any(_has_cupy(v) for v in value.values())
+        for v in value.values():
+            if type(v) not in _HOST_TYPES and _has_cupy(v):
+                return True
+        return False
     return is_cupy_array(value)
 
 

@@ -55,9 +55,11 @@ from . import _arrays as A
 from . import qparams as Q
 from ._warn import warn
 from ._cpu import _kernels
+from ._cpu.threads import effective_n_threads
 from .ops import MM_NAN, _finish_minmax, _minmax_flags
 
 F32 = np.float32
+_INF = float("inf")
 
 __all__ = ["MinMaxObserver", "MovingAverageMinMaxObserver", "EMAMinMaxObserver",
            "MomentumMinMaxObserver", "ObserverBase"]
@@ -286,6 +288,14 @@ class ObserverBase:
 
     def batch_minmax(self, x):
         """(min, max) of one batch, after the NaN policy; None to skip it."""
+        flat = A.fast_flat(x) if self.axis is None else None
+        if flat is not None and flat.size:
+            # the common case in one kernel call: the finished (min, max) is
+            # NaN or infinite exactly when the batch holds NaN or +-inf
+            lo, hi = _kernels.minmax_finished(flat, effective_n_threads(flat.size), False)
+            if not -_INF < lo <= hi < _INF:
+                return self._nonfinite_batch(np.array(lo, F32), np.array(hi, F32))
+            return np.array(lo, F32), np.array(hi, F32)
         arr = A.as_float_array(x, "x", f"{type(self).__name__}.update")
         if arr.size == 0:
             return None
@@ -296,13 +306,21 @@ class ObserverBase:
         # non-finite: a NaN (flag), or +-inf (a raw min / max at infinity)
         nonfinite = bool(np.any(np.asarray(flags) & MM_NAN)) or \
             bool(np.isinf(lo).any()) or bool(np.isinf(hi).any())
-        if nonfinite and self.nan_policy != "propagate":
-            if self.nan_policy == "raise":
-                raise ValueError(f"{type(self).__name__}.update: the batch contains NaN or inf")
-            self._note_nonfinite_batch()
-            return None
         lo, hi = _finish_minmax(lo, hi, flags)
+        if nonfinite:
+            return self._nonfinite_batch(lo.astype(F32), hi.astype(F32))
         return lo.astype(F32), hi.astype(F32)
+
+    def _nonfinite_batch(self, lo, hi):
+        """A batch holding NaN or +-inf under the NaN policy: its finished
+        (lo, hi) for "propagate", else None (skipped and counted) or
+        ValueError ("raise")."""
+        if self.nan_policy == "propagate":
+            return lo, hi
+        if self.nan_policy == "raise":
+            raise ValueError(f"{type(self).__name__}.update: the batch contains NaN or inf")
+        self._note_nonfinite_batch()
+        return None
 
     def _note_nonfinite_batch(self, count=1):
         """Count and warn about ``count`` skipped non-finite (NaN or +-inf)
