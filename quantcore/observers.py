@@ -418,6 +418,11 @@ def store_into(obj, name, value, dtype):
     are written in place on the device too; a cupy value given for a numpy
     array binds a new cupy array (the state moves to the device)."""
     cur = getattr(obj, name, None)
+    if type(cur) is np.ndarray and type(value) is np.ndarray and cur.shape == value.shape and \
+            cur.dtype == dtype and cur.flags.writeable:  # (the common case, first)
+        if cur is not value:
+            cur[...] = value
+        return cur
     if type(cur) is np.ndarray and not A.is_cupy_array(value):
         shape = value.shape if isinstance(value, np.ndarray) else np.shape(value)
         if cur.shape == shape and cur.dtype == dtype and cur.flags.writeable:
