@@ -23,6 +23,21 @@ from .functional import (
 F32 = np.float32
 
 
+def _rows(arr, ch_axis):
+    """``arr`` as torch's per-row fake quant sees it: channel ``ch_axis``
+    first, the rest flattened into rows (a 2-D input as it is)."""
+    y = arr
+    if arr.ndim != 2:
+        perm = list(range(arr.ndim))
+        perm[ch_axis], perm[0] = 0, ch_axis
+        y = arr.transpose(perm)
+        if y.ndim < 2:
+            raise IndexError(f"Dimension out of range (expected to be in range of "
+                             f"[{-max(y.ndim, 1)}, {max(y.ndim, 1) - 1}], but got 1)")
+        y = y.reshape(y.shape[0], -1)
+    return y
+
+
 def _need_f32(arr, what="self"):
     """torch's ``data_ptr<float>()`` on a non-float32 tensor."""
     if arr.dtype != np.float32:
@@ -58,15 +73,7 @@ def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_
     observe = _item_int(observer_on, "observer_on", func)
     c = F32(averaging_const)
     if per_row_fake_quant:
-        y = arr
-        if arr.ndim != 2:
-            perm = list(range(arr.ndim))
-            perm[ch_axis], perm[0] = 0, ch_axis
-            y = arr.transpose(perm)
-            if y.ndim < 2:
-                raise IndexError(f"Dimension out of range (expected to be in range of "
-                                 f"[{-max(y.ndim, 1)}, {max(y.ndim, 1) - 1}], but got 1)")
-            y = y.reshape(y.shape[0], -1)
+        y = _rows(arr, ch_axis)
         size = _dim_size(arr, ch_axis)
         if rmin.size == 0:
             # torch resizes all four buffers; the new scale / zero_point
@@ -172,15 +179,7 @@ def _fused_device(arr, observer_on, fake_quant_on, running_min, running_max, sca
                   flags=("inf_resets",), nan_policy="propagate", qscheme=None)
         return new_min, new_max
     if per_row:
-        y = arr
-        if arr.ndim != 2:
-            perm = list(range(arr.ndim))
-            perm[ch_axis], perm[0] = 0, ch_axis
-            y = arr.transpose(perm)
-            if y.ndim < 2:
-                raise IndexError(f"Dimension out of range (expected to be in range of "
-                                 f"[{-max(y.ndim, 1)}, {max(y.ndim, 1) - 1}], but got 1)")
-            y = y.reshape(y.shape[0], -1)
+        y = _rows(arr, ch_axis)
         size = _dim_size(arr, ch_axis)
         if rmin.size == 0:  # (see _fused; the small arrays are resized on the host)
             rmin = xp.full(size, np.inf, F32)
