@@ -69,6 +69,27 @@ __global__ void qc_dec(const Q *codes, T *y, I n, I a, I b, I c, I np_stride,
   }
 }
 
+/* The finished (lo, hi) of x[0, n) (qc_minmax.h's NaN / signed-zero rule)
+ * in every lane of a warp: each lane folds a stride of the values, the
+ * shuffles fold the lanes. */
+template <typename I>
+__device__ __forceinline__ void qc_warp_range(const float *x, I n, unsigned lane, float *lo,
+                                              float *hi) {
+  QcMinMax<float> mm;
+  mm.init();
+  for (I i = lane; i < n; i += 32) mm.add(x[i]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float olo = __shfl_xor_sync(0xffffffffu, mm.lo, off);
+    const float ohi = __shfl_xor_sync(0xffffffffu, mm.hi, off);
+    const unsigned ofl = __shfl_xor_sync(0xffffffffu, mm.fl, off);
+    mm.fold(olo, ohi, ofl);
+  }
+  *lo = mm.lo;
+  *hi = mm.hi;
+  qc_minmax_finish(lo, hi, mm.fl);
+}
+
 /* Group quantization by recipe R: one warp per group (grid-stride over the
  * rows * ceil(K / g) groups, row-major).  The lanes reduce the group's
  * (lo, hi, flags) (qc_minmax.h), fold them with butterfly shuffles so that
@@ -90,18 +111,8 @@ __global__ void qc_group(const float *x, unsigned char *codes, float *y, unsigne
     const I r = grp / ng, j = grp - (grp / ng) * ng;
     const I start = r * K + j * g;
     const I n = K - j * g < g ? K - j * g : g;
-    QcMinMax<float> mm;
-    mm.init();
-    for (I i = lane; i < n; i += 32) mm.add(x[start + i]);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float olo = __shfl_xor_sync(0xffffffffu, mm.lo, off);
-      const float ohi = __shfl_xor_sync(0xffffffffu, mm.hi, off);
-      const unsigned ofl = __shfl_xor_sync(0xffffffffu, mm.fl, off);
-      mm.fold(olo, ohi, ofl);
-    }
-    float lo = mm.lo, hi = mm.hi;
-    qc_minmax_finish(&lo, &hi, mm.fl);
+    float lo, hi;
+    qc_warp_range(x + start, n, lane, &lo, &hi);
     QcGroupQ gq;
     rec.qparams(lo, hi, &gq);
     if (lane == 0) {
@@ -138,18 +149,8 @@ __global__ void qc_block_scaled(const float *x, unsigned char *scodes, unsigned 
     const I r = blk / ng, j = blk - (blk / ng) * ng;
     const I start = r * K + j * g;
     const I n = K - j * g < g ? K - j * g : g;
-    QcMinMax<float> mm;
-    mm.init();
-    for (I i = lane; i < n; i += 32) mm.add(x[start + i]);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float olo = __shfl_xor_sync(0xffffffffu, mm.lo, off);
-      const float ohi = __shfl_xor_sync(0xffffffffu, mm.hi, off);
-      const unsigned ofl = __shfl_xor_sync(0xffffffffu, mm.fl, off);
-      mm.fold(olo, ohi, ofl);
-    }
-    float lo = mm.lo, hi = mm.hi;
-    qc_minmax_finish(&lo, &hi, mm.fl);
+    float lo, hi;
+    qc_warp_range(x + start, n, lane, &lo, &hi);
     QcBlockQ bq;
     rec.block(qc_block_amax(lo, hi), &bq);
     if (lane == 0 && scodes) scodes[blk] = (unsigned char)bq.scode;
