@@ -458,16 +458,29 @@ def decode_groups(int family, cnp.ndarray codes, cnp.ndarray y, int64_t rows, in
                "decode_groups")
 
 
-cdef inline void* _opt_ptr(cnp.ndarray a, int typenum, int64_t n, str what) except? NULL:
+cdef inline void* _opt_ptr(cnp.ndarray a, int typenum, int64_t n, str what,
+                           str func) except? NULL:
     """Data of a writable C-contiguous array of `typenum` with n elements,
     or NULL for None."""
     if a is None:
         return NULL
     if not cnp.PyArray_ISCARRAY(a) or cnp.PyArray_SIZE(a) != n or \
             cnp.PyArray_TYPE(a) != typenum:
-        raise ValueError(f"group_quant: {what} must be a writable C-contiguous array of {n} "
+        raise ValueError(f"{func}: {what} must be a writable C-contiguous array of {n} "
                          "elements")
     return cnp.PyArray_DATA(a)
+
+
+cdef int64_t _blocks_per_row(cnp.ndarray x, int64_t rows, int64_t K, int64_t g,
+                             str func) except -1:
+    """ceil(K / g): the groups (blocks) of g along each of the rows of K of
+    x, which must be an aligned C-contiguous float32 array of rows * K."""
+    cdef int64_t n = cnp.PyArray_SIZE(x)
+    if cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 or not cnp.PyArray_ISCARRAY_RO(x):
+        raise ValueError(f"{func}: expected an aligned C-contiguous float32 array")
+    if g < 1 or K < 1 or rows * K != n:
+        raise ValueError(f"{func}: {rows} rows of {K} in groups of {g} do not fit {n} elements")
+    return (K + g - 1) // g
 
 
 def group_quant(int recipe, cnp.ndarray x, cnp.ndarray codes, cnp.ndarray y,
@@ -481,17 +494,13 @@ def group_quant(int recipe, cnp.ndarray x, cnp.ndarray codes, cnp.ndarray y,
     cdef int64_t n = cnp.PyArray_SIZE(x)
     if not 0 <= recipe < QC_GRP_COUNT:
         raise ValueError(f"group_quant: unknown recipe {recipe}")
-    if cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 or not cnp.PyArray_ISCARRAY_RO(x):
-        raise ValueError("group_quant: expected an aligned C-contiguous float32 array")
-    if g < 1 or K < 1 or rows * K != n:
-        raise ValueError(f"group_quant: {rows} rows of {K} in groups of {g} do not fit {n} "
-                         "elements")
-    cdef int64_t ng = (K + g - 1) // g
-    cdef unsigned char* cp = <unsigned char*>_opt_ptr(codes, cnp.NPY_UINT8, n, "codes")
-    cdef float* yp = <float*>_opt_ptr(y, cnp.NPY_FLOAT32, n, "y")
-    cdef unsigned char* mp = <unsigned char*>_opt_ptr(mask, cnp.NPY_UINT8, n, "mask")
-    cdef float* sp = <float*>_opt_ptr(scale, cnp.NPY_FLOAT32, rows * ng, "scale")
-    cdef float* zpp = <float*>_opt_ptr(zp, cnp.NPY_FLOAT32, rows * ng, "zp")
+    cdef int64_t ng = _blocks_per_row(x, rows, K, g, "group_quant")
+    cdef str f = "group_quant"
+    cdef unsigned char* cp = <unsigned char*>_opt_ptr(codes, cnp.NPY_UINT8, n, "codes", f)
+    cdef float* yp = <float*>_opt_ptr(y, cnp.NPY_FLOAT32, n, "y", f)
+    cdef unsigned char* mp = <unsigned char*>_opt_ptr(mask, cnp.NPY_UINT8, n, "mask", f)
+    cdef float* sp = <float*>_opt_ptr(scale, cnp.NPY_FLOAT32, rows * ng, "scale", f)
+    cdef float* zpp = <float*>_opt_ptr(zp, cnp.NPY_FLOAT32, rows * ng, "zp", f)
     cdef const float* xp = <const float*>cnp.PyArray_DATA(x)
     cdef int64_t per = BLOCK // g if g < BLOCK else 1
     cdef int64_t nunits = (rows * ng + per - 1) // per
@@ -519,15 +528,12 @@ def block_scaled_quant(int recipe, cnp.ndarray x, cnp.ndarray scodes, cnp.ndarra
     cdef int64_t n = cnp.PyArray_SIZE(x)
     if not 0 <= recipe < QC_BLK_COUNT:
         raise ValueError(f"block_scaled_quant: unknown recipe {recipe}")
-    if cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 or not cnp.PyArray_ISCARRAY_RO(x):
-        raise ValueError("block_scaled_quant: expected an aligned C-contiguous float32 array")
-    if g < 1 or K < 1 or rows * K != n:
-        raise ValueError(f"block_scaled_quant: {rows} rows of {K} in blocks of {g} do not fit {n} "
-                         "elements")
-    cdef int64_t ng = (K + g - 1) // g
-    cdef unsigned char* sp = <unsigned char*>_opt_ptr(scodes, cnp.NPY_UINT8, rows * ng, "scodes")
-    cdef unsigned char* cp = <unsigned char*>_opt_ptr(codes, cnp.NPY_UINT8, n, "codes")
-    cdef float* yp = <float*>_opt_ptr(y, cnp.NPY_FLOAT32, n, "y")
+    cdef int64_t ng = _blocks_per_row(x, rows, K, g, "block_scaled_quant")
+    cdef str f = "block_scaled_quant"
+    cdef unsigned char* sp = <unsigned char*>_opt_ptr(scodes, cnp.NPY_UINT8, rows * ng, "scodes",
+                                                      f)
+    cdef unsigned char* cp = <unsigned char*>_opt_ptr(codes, cnp.NPY_UINT8, n, "codes", f)
+    cdef float* yp = <float*>_opt_ptr(y, cnp.NPY_FLOAT32, n, "y", f)
     cdef const float* xp = <const float*>cnp.PyArray_DATA(x)
     cdef int64_t per = BLOCK // g if g < BLOCK else 1
     cdef int64_t nunits = (rows * ng + per - 1) // per
