@@ -64,6 +64,26 @@ QC_HD qc_u64 qc_bits(double v) {
 #endif
 }
 
+/* The float / double of a bit pattern (the inverse of qc_bits). */
+QC_HD float qc_from_bits(unsigned b) {
+#ifdef __CUDACC__
+  return __uint_as_float(b);
+#else
+  float v;
+  memcpy(&v, &b, sizeof v);
+  return v;
+#endif
+}
+QC_HD double qc_from_bits(qc_u64 b) {
+#ifdef __CUDACC__
+  return __longlong_as_double((long long)b);
+#else
+  double v;
+  memcpy(&v, &b, sizeof v);
+  return v;
+#endif
+}
+
 /* +inf and the quiet NaN 0x7fc00000 / 0x7ff8000000000000 of T (by overload:
  * qc_inf(T())); NVRTC has no <math.h> macros. */
 QC_HD float qc_inf(float) {

@@ -88,36 +88,7 @@ QC_HD int qc_mf_max_code(QcMinifloat f) {
 }
 
 /* The float value of a power of two 2**e (|e| < 127), exact. */
-QC_HD float qc_pow2f(int e) {
-  const unsigned b = (unsigned)(e + 127) << 23;
-#ifdef __CUDACC__
-  return __uint_as_float(b);
-#else
-  float v;
-  memcpy(&v, &b, sizeof v);
-  return v;
-#endif
-}
-
-/* The float / double of a bit pattern (the inverse of qc_bits). */
-QC_HD float qc_from_bits(unsigned b) {
-#ifdef __CUDACC__
-  return __uint_as_float(b);
-#else
-  float v;
-  memcpy(&v, &b, sizeof v);
-  return v;
-#endif
-}
-QC_HD double qc_from_bits(qc_u64 b) {
-#ifdef __CUDACC__
-  return __longlong_as_double((long long)b);
-#else
-  double v;
-  memcpy(&v, &b, sizeof v);
-  return v;
-#endif
-}
+QC_HD float qc_pow2f(int e) { return qc_from_bits((unsigned)(e + 127) << 23); }
 
 /* The IEEE layout of the source type T of a cast. */
 template <typename T> struct QcIeee;
