@@ -90,6 +90,23 @@ __device__ __forceinline__ void qc_warp_range(const float *x, I n, unsigned lane
   qc_minmax_finish(lo, hi, mm.fl);
 }
 
+/* One warp per group of g consecutive values along rows of K (the last
+ * group of a row may be shorter), grid-stride over the rows * ceil(K / g)
+ * groups, row-major: body(group index, offset of its first value, its
+ * length) runs in every lane of the group's warp. */
+template <typename I, typename F>
+__device__ __forceinline__ void qc_warp_per_group(I rows, I K, I g, const F &body) {
+  const I ng = (K + g - 1) / g;
+  const I ngroups = rows * ng;
+  const I warps = (I)gridDim.x * (I)(blockDim.x >> 5);
+  for (I grp = (I)blockIdx.x * (I)(blockDim.x >> 5) + (I)(threadIdx.x >> 5); grp < ngroups;
+       grp += warps) {
+    const I r = grp / ng, j = grp - r * ng;
+    const I n = K - j * g < g ? K - j * g : g;
+    body(grp, r * K + j * g, n);
+  }
+}
+
 /* Group quantization by recipe R: one warp per group (grid-stride over the
  * rows * ceil(K / g) groups, row-major).  The lanes reduce the group's
  * (lo, hi, flags) (qc_minmax.h), fold them with butterfly shuffles so that
@@ -102,15 +119,8 @@ __global__ void qc_group(const float *x, unsigned char *codes, float *y, unsigne
                          float *scale, float *zp, I rows, I K, I g, float qmin, float qmax,
                          int mode) {
   const R rec = {qmin, qmax, qc_fmt_opaque(mode)};
-  const I ng = (K + g - 1) / g;
-  const I ngroups = rows * ng;
   const unsigned lane = threadIdx.x & 31u;
-  const I warps = (I)gridDim.x * (I)(blockDim.x >> 5);
-  for (I grp = (I)blockIdx.x * (I)(blockDim.x >> 5) + (I)(threadIdx.x >> 5); grp < ngroups;
-       grp += warps) {
-    const I r = grp / ng, j = grp - (grp / ng) * ng;
-    const I start = r * K + j * g;
-    const I n = K - j * g < g ? K - j * g : g;
+  qc_warp_per_group(rows, K, g, [&](I grp, I start, I n) {
     float lo, hi;
     qc_warp_range(x + start, n, lane, &lo, &hi);
     QcGroupQ gq;
@@ -126,7 +136,7 @@ __global__ void qc_group(const float *x, unsigned char *codes, float *y, unsigne
       if (y) y[start + i] = rec.dq(q, gq);
       if (mask) mask[start + i] = k;
     }
-  }
+  });
 }
 
 /* Block-scaled quantization by recipe R (qc_mx.h: MX, NVFP4): one warp per
@@ -140,15 +150,8 @@ __global__ void qc_block_scaled(const float *x, unsigned char *scodes, unsigned 
                                 float *y, I rows, I K, I g, int elem, int mode, float p0,
                                 float p1) {
   const R rec = {elem, qc_fmt_opaque(mode), p0, p1};
-  const I ng = (K + g - 1) / g;
-  const I nblocks = rows * ng;
   const unsigned lane = threadIdx.x & 31u;
-  const I warps = (I)gridDim.x * (I)(blockDim.x >> 5);
-  for (I blk = (I)blockIdx.x * (I)(blockDim.x >> 5) + (I)(threadIdx.x >> 5); blk < nblocks;
-       blk += warps) {
-    const I r = blk / ng, j = blk - (blk / ng) * ng;
-    const I start = r * K + j * g;
-    const I n = K - j * g < g ? K - j * g : g;
+  qc_warp_per_group(rows, K, g, [&](I blk, I start, I n) {
     float lo, hi;
     qc_warp_range(x + start, n, lane, &lo, &hi);
     QcBlockQ bq;
@@ -159,5 +162,5 @@ __global__ void qc_block_scaled(const float *x, unsigned char *scodes, unsigned 
       if (codes) codes[start + i] = (unsigned char)rec.code(v);
       if (y) y[start + i] = rec.fake(v, bq);
     }
-  }
+  });
 }
