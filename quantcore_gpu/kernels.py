@@ -860,25 +860,39 @@ def group_quant(recipe, x, codes, y, mask, scale, zp, rows, K, g, qmin, qmax, mo
     """The CPU's ``group_quant``: recipe `recipe` (``GROUP_RECIPES``) over
     rows of K float32 values in groups of g; writes scale / zp (float32 per
     group) and codes (uint8) / y (float32) / mask (uint8) when not None."""
+    launch = _warp_per_group_launch(
+        "qc_group", _RECIPE_LIST, recipe, x, rows, K, g,
+        (("codes", codes, False), ("y", y, False), ("mask", mask, False),
+         ("scale", scale, True), ("zp", zp, True)), "group_quant")
+    if launch is not None:
+        fn, grid, it, K, g = launch
+        fn((grid,), (_FMT_THREADS,), (x, codes, y, mask, scale, zp, it(int(rows)), it(K), it(g),
+                                      np.float32(qmin), np.float32(qmax), np.int32(mode)))
+
+
+def _warp_per_group_launch(kernel, recipe_list, recipe, x, rows, K, g, outputs, func):
+    """The checks and the launch shape of a one-warp-per-group kernel of
+    formats.cu (``kernel<recipe's struct, index type>``) over rows of K
+    float32 values in groups of g; ``outputs``: (name, array or None,
+    per group (else per element)).  (kernel function, grid, index type, K,
+    g), or None when x is empty."""
     _check(x)
     if x.dtype != np.float32:
-        raise ValueError(f"group_quant: expected float32, got {x.dtype}")
-    if not 0 <= int(recipe) < len(_RECIPE_LIST):
-        raise ValueError(f"group_quant: unknown recipe {recipe}")
+        raise ValueError(f"{func}: expected float32, got {x.dtype}")
+    if not 0 <= int(recipe) < len(recipe_list):
+        raise ValueError(f"{func}: unknown recipe {recipe}")
     n = int(x.size)
-    count, K, g, _ = _group_args(n, rows, K, g, "group_quant")
-    for a, name, size in ((codes, "codes", n), (y, "y", n), (mask, "mask", n),
-                          (scale, "scale", count), (zp, "zp", count)):
+    count, K, g, _ = _group_args(n, rows, K, g, func)
+    for name, a, per_group in outputs:
+        size = count if per_group else n
         if a is not None and (_check(a, name).size != size):
-            raise ValueError(f"group_quant: {name} must have {size} elements")
+            raise ValueError(f"{func}: {name} must have {size} elements")
     if n == 0:
-        return
+        return None
     ct, it = _index(n)
-    fn = _function("formats.cu", f"qc_group<{_RECIPE_LIST[int(recipe)][1]}, {ct}>")
+    fn = _function("formats.cu", f"{kernel}<{recipe_list[int(recipe)][1]}, {ct}>")
     warps = _FMT_THREADS // 32
-    grid = max(1, min(-(-count // warps), _sm_count() * 8 * 4))
-    fn((grid,), (_FMT_THREADS,), (x, codes, y, mask, scale, zp, it(int(rows)), it(K), it(g),
-                                  np.float32(qmin), np.float32(qmax), np.int32(mode)))
+    return fn, max(1, min(-(-count // warps), _sm_count() * 8 * 4)), it, K, g
 
 
 def block_scaled_quant(recipe, x, scodes, codes, y, rows, K, g, elem, mode, p0, p1,
@@ -886,23 +900,12 @@ def block_scaled_quant(recipe, x, scodes, codes, y, rows, K, g, elem, mode, p0, 
     """The CPU's ``block_scaled_quant``: recipe `recipe` (``BLOCK_RECIPES``:
     MX, NVFP4) over rows of K float32 values in blocks of g; writes scodes
     (uint8 per block) and codes (uint8) / y (float32) when not None."""
-    func = "block_scaled_quant"
-    _check(x)
-    if x.dtype != np.float32:
-        raise ValueError(f"{func}: expected float32, got {x.dtype}")
-    if not 0 <= int(recipe) < len(_BLOCK_LIST):
-        raise ValueError(f"{func}: unknown recipe {recipe}")
-    n = int(x.size)
-    count, K, g, _ = _group_args(n, rows, K, g, func)
-    for a, name, size in ((scodes, "scodes", count), (codes, "codes", n), (y, "y", n)):
-        if a is not None and (_check(a, name).size != size):
-            raise ValueError(f"{func}: {name} must have {size} elements")
-    if n == 0:
-        return
-    ct, it = _index(n)
-    fn = _function("formats.cu", f"qc_block_scaled<{_BLOCK_LIST[int(recipe)][1]}, {ct}>")
-    warps = _FMT_THREADS // 32
-    grid = max(1, min(-(-count // warps), _sm_count() * 8 * 4))
-    fn((grid,), (_FMT_THREADS,), (x, scodes, codes, y, it(int(rows)), it(K), it(g),
-                                  np.int32(elem), np.int32(mode), np.float32(p0),
-                                  np.float32(p1)))
+    launch = _warp_per_group_launch(
+        "qc_block_scaled", _BLOCK_LIST, recipe, x, rows, K, g,
+        (("scodes", scodes, True), ("codes", codes, False), ("y", y, False)),
+        "block_scaled_quant")
+    if launch is not None:
+        fn, grid, it, K, g = launch
+        fn((grid,), (_FMT_THREADS,), (x, scodes, codes, y, it(int(rows)), it(K), it(g),
+                                      np.int32(elem), np.int32(mode), np.float32(p0),
+                                      np.float32(p1)))
