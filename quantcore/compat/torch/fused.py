@@ -45,6 +45,21 @@ def _need_f32(arr, what="self"):
             f"expected scalar type Float but found {_torch_dtype_name(arr.dtype)}")
 
 
+def _check_row_observe(rows, rmin, rmax, ch_axis, func):
+    """torch's checks before a per-row running min / max update of ``rows``
+    (the ``_rows`` view of x)."""
+    if ch_axis != 0:
+        raise RuntimeValueError(
+            "Per-channel FakeQuant in fused_moving_avg_obs_fake_quant is "
+            "only supported on axis == 0")
+    _need_f32(rows)
+    _need_f32(rmin)
+    _need_f32(rmax)
+    if rmin.size < rows.shape[0] or rmax.size < rows.shape[0]:
+        raise ValueError(f"{func}: running_min / running_max have {rmin.size} values, "
+                         f"x has {rows.shape[0]} rows")
+
+
 def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_point,
            averaging_const, quant_min, quant_max, ch_axis, per_row_fake_quant,
            symmetric_quant):
@@ -84,16 +99,7 @@ def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_
             s_arr = np.resize(s_arr if s_arr.size else np.ones(1, s_arr.dtype), size)
             z_arr = np.resize(z_arr if z_arr.size else np.zeros(1, z_arr.dtype), size)
         if observe:
-            if ch_axis != 0:
-                raise RuntimeValueError(
-                    "Per-channel FakeQuant in fused_moving_avg_obs_fake_quant is "
-                    "only supported on axis == 0")
-            _need_f32(y)
-            _need_f32(rmin)
-            _need_f32(rmax)
-            if rmin.size < y.shape[0] or rmax.size < y.shape[0]:
-                raise ValueError(f"{func}: running_min / running_max have {rmin.size} values, "
-                                 f"x has {y.shape[0]} rows")
+            _check_row_observe(y, rmin, rmax, ch_axis, func)
             cur_min, cur_max = _ops.minmax(y, axis=0)
             rmin, rmax = _moving_average(rmin, rmax, cur_min, cur_max, c)
     elif observe:
@@ -190,16 +196,7 @@ def _fused_device(arr, observer_on, fake_quant_on, running_min, running_max, sca
             z_arr = xp.asarray(np.resize(z_host if z_host.size else np.zeros(1, z_host.dtype),
                                          size))
         if observe:
-            if ch_axis != 0:
-                raise RuntimeValueError(
-                    "Per-channel FakeQuant in fused_moving_avg_obs_fake_quant is "
-                    "only supported on axis == 0")
-            _need_f32(y)
-            _need_f32(rmin)
-            _need_f32(rmax)
-            if rmin.size < y.shape[0] or rmax.size < y.shape[0]:
-                raise ValueError(f"{func}: running_min / running_max have {rmin.size} values, "
-                                 f"x has {y.shape[0]} rows")
+            _check_row_observe(y, rmin, rmax, ch_axis, func)
             rows = y.shape[0]
             rmin, rmax = update(xp.ascontiguousarray(y).reshape(-1), rows, y.size // rows)
     elif observe:
