@@ -292,6 +292,31 @@ def gpu_kernels(func):
     return kernels
 
 
+def sum_rows(a, acc=np.float32):
+    """Sums of the rows of a 2-D float32 array ``a`` in ``acc`` (float32 or
+    float64), in numpy's order on either device: ``0 + pairwise(row)``,
+    what ``a.astype(acc).sum(axis=-1)`` gives on the host (the device twin
+    is ``quantcore_gpu.kernels.numpy_row_sums``).  A cupy array is summed on
+    its device (a device array of shape (rows,) comes back)."""
+    if is_cupy_array(a):
+        xp = array_module(a)
+        return gpu_kernels("sum_rows").numpy_row_sums(xp.ascontiguousarray(a), acc)
+    return a.astype(acc, copy=False).sum(axis=-1)
+
+
+def sum_leading(a):
+    """The float32 sums over the leading axis of a 2-D float32 array ``a``
+    (rows, d), in numpy's order on either device: what ``a.sum(axis=0)``
+    gives on the host (a running sum per column for d > 1, pairwise for
+    d == 1)."""
+    if not is_cupy_array(a):
+        return np.sum(a, axis=0, dtype=np.float32, initial=np.float32(0))
+    xp = array_module(a)
+    if a.shape[1] == 1:
+        return sum_rows(a.reshape(1, -1))
+    return gpu_kernels("sum_leading").numpy_column_sums(xp.ascontiguousarray(a))
+
+
 def kernels_for(arr, func):
     """The kernel module for ``arr``: the CPU extension or quantcore_gpu."""
     if isinstance(arr, np.ndarray):

@@ -149,8 +149,8 @@ def fake_quantize_per_channel_affine(input, scale, zero_point, axis, quant_min, 
 
 
 # ----------------------------------------------------------- LSQ functions
-_lsq_terms_per_tensor = A.stage_cupy(_Tlsq._lsq_terms_per_tensor)
-_lsq_terms_per_channel = A.stage_cupy(_Tlsq._lsq_terms_per_channel)
+_lsq_terms_per_tensor = _Tlsq._lsq_terms_per_tensor     # (on the tensor's device)
+_lsq_terms_per_channel = _Tlsq._lsq_terms_per_channel
 
 
 class _LearnablePerTensor(torch.autograd.Function):

@@ -25,6 +25,7 @@ parameter types.
 
 Importing this module does not import cupy.
 """
+import functools
 import hashlib
 import importlib.util
 import os
@@ -40,6 +41,7 @@ __all__ = [
     "QP_SCHEMES", "ObserverState", "observe",
     "ENCODE_FAMILIES", "DECODE_FAMILIES", "GROUP_RECIPES", "encode", "decode", "encode_groups",
     "decode_groups", "group_quant", "BLOCK_RECIPES", "block_scaled_quant",
+    "numpy_row_sums", "numpy_column_sums", "lsq_grads",
 ]
 
 # --------------------------------------------------------------- sources
@@ -91,8 +93,12 @@ def _names(families):
     hist = tuple(f"{k}<{i}>" for k in ("qc_histc", "qc_hist_edges") for i in _INDEX)
     exact = tuple(f"qc_affine_exact<{t}, {i}>" for t in _FLOATS for i in _INDEX)
     qp = tuple(f"qc_qparams<{scheme}, {t}>" for _, scheme, _ in _schemes() for t in _FLOATS)
+    red = tuple(f"qc_pw_leaves<{acc}, float, {i}>" for acc in _FLOATS for i in _INDEX) + \
+        tuple(f"qc_pw_level<{acc}, {i}>" for acc in _FLOATS for i in _INDEX) + \
+        tuple(f"qc_column_sums<float, {i}>" for i in _INDEX)
     return {"fake_quant.cu": tuple(fq), "minmax.cu": tuple(mm), "histogram.cu": hist,
-            "qparams.cu": qp, "exact.cu": exact}
+            "qparams.cu": qp, "exact.cu": exact, "reduce.cu": red,
+            "lsq.cu": tuple(f"qc_lsq_grads<{i}>" for i in _INDEX)}
 
 
 #: NVRTC options besides the include directory; the numerical contract
@@ -555,6 +561,102 @@ def ste(grad, mask, y, nthreads=None):
         return
     dtype = _dt(grad)
     _launch_ew("qc_ste", dtype, n, (grad, mask, y, _Idx(n)))
+
+
+# ------------------------------------------------------- sums in numpy's order
+
+_PW_LEAF = 128   # numpy's PW_BLOCKSIZE: rows up to this long are one leaf
+
+
+@functools.lru_cache(maxsize=256)
+def _pairwise_depth(n):
+    """Levels of numpy's pairwise tree over n values (0: one leaf)."""
+    if n <= _PW_LEAF:
+        return 0
+    half = n // 2 - (n // 2) % 8
+    return 1 + max(_pairwise_depth(half), _pairwise_depth(n - half))
+
+
+def numpy_row_sums(x, acc_dtype=np.float32):
+    """The sums of the rows of a C-contiguous float32 device array of shape
+    (rows, n), in ``acc_dtype`` (float32 or float64), bit-equal to numpy's
+    ``x.sum(axis=-1)`` (float32) or ``x.astype(np.float64).sum(axis=-1)``
+    (float64) on the host: ``0 + pairwise(row)`` with numpy's pairwise tree
+    (see reduce.cu).  Returns a device array of shape (rows,)."""
+    cp = _cupy()
+    acc = np.dtype(acc_dtype)
+    if x.ndim != 2 or not x.flags.c_contiguous or x.dtype != np.float32:
+        raise ValueError(f"numpy_row_sums: expected a C-contiguous 2-D float32 array, got "
+                         f"{x.dtype}{x.shape}")
+    if acc not in _CTYPE:
+        raise ValueError(f"numpy_row_sums: acc_dtype must be float32 or float64, got {acc}")
+    rows, n = (int(v) for v in x.shape)
+    out = cp.zeros(rows, dtype=acc)
+    if rows == 0 or n == 0:
+        return out
+    depth = _pairwise_depth(n)
+    ct, it = _index(x.size)
+    slots = cp.empty(rows << depth, dtype=acc)
+    acc_t = _CTYPE[acc]
+    leaves = _function("reduce.cu", f"qc_pw_leaves<{acc_t}, float, {ct}>")
+    leaves((_grid(rows << depth),), (_THREADS,), (x, slots, it(rows), it(n), np.int32(depth)))
+    level = _function("reduce.cu", f"qc_pw_level<{acc_t}, {ct}>")
+    for k in range(max(depth - 1, 0), -1, -1):
+        level((_grid(rows << k),), (_THREADS,),
+              (slots, out, it(rows), it(n), np.int32(depth), np.int32(k)))
+    return out
+
+
+def numpy_column_sums(x):
+    """The float32 sums over the leading axis of a C-contiguous float32
+    device array of shape (rows, d), bit-equal to numpy's ``x.sum(axis=0)``
+    for d > 1: a running sum per column from +0 (for d == 1 numpy sums the
+    column pairwise: use :func:`numpy_row_sums` on ``x.reshape(1, -1)``)."""
+    cp = _cupy()
+    if x.ndim != 2 or not x.flags.c_contiguous or x.dtype != np.float32:
+        raise ValueError(f"numpy_column_sums: expected a C-contiguous 2-D float32 array, got "
+                         f"{x.dtype}{x.shape}")
+    rows, d = (int(v) for v in x.shape)
+    out = cp.zeros(d, dtype=np.float32)
+    if d:
+        ct, it = _index(x.size)
+        fn = _function("reduce.cu", f"qc_column_sums<float, {ct}>")
+        fn((_grid(d),), (_THREADS,), (x, out, it(rows), it(d)))
+    return out
+
+
+def _grid(n):
+    """Blocks of a grid-stride launch over n threads' worth of work."""
+    return max(1, min(-(-n // _THREADS), _sm_count() * 8 * 4))
+
+
+# ------------------------------------------------------- LSQ backward terms
+
+def lsq_grads(dy, x, dx, ds, dz, C, inner, scale, zb, qmin, qmax, grad_factor,
+              integer_zero_point):
+    """The per-element terms of torch's learnable fake-quant backward
+    (lsq.cu) of C-contiguous 1-D float32 device arrays ``dy`` and ``x``
+    into ``dx`` / ``ds`` / ``dz``: element i in channel (i / inner) % C,
+    ``scale`` float32[C] and ``zb`` float64[C] (host or device; an integer
+    zero point per tensor when ``integer_zero_point``)."""
+    arrays = {"dy": dy, "x": x, "dx": dx, "ds": ds, "dz": dz}
+    for name, a in arrays.items():
+        _check(a, name)
+        if a.dtype != np.float32 or a.size != x.size:
+            raise ValueError(f"lsq_grads: {name} must be float32[{x.size}], got "
+                             f"{a.dtype}[{a.size}]")
+    s, z = _param(scale, np.float32), _param(zb, np.float64)
+    if s.size != C or z.size != C or C < 1 or int(inner) < 1:
+        raise ValueError(f"lsq_grads: {C} channels of {inner} values need scale and zb of "
+                         f"size {C}, got {s.size} and {z.size}")
+    n = int(x.size)
+    if n == 0:
+        return
+    ct, it = _index(n)
+    fn = _function("lsq.cu", f"qc_lsq_grads<{ct}>")
+    fn((_grid(n),), (_THREADS,), (dy, x, dx, ds, dz, it(n), it(C), it(inner), s, z,
+                                  np.int64(qmin), np.int64(qmax), np.float32(grad_factor),
+                                  np.int32(bool(integer_zero_point))))
 
 
 # ------------------------------------------------------------------ qparams

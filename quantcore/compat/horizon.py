@@ -525,9 +525,3 @@ default_weight_8bit_fake_quant = FakeQuantize.with_args(
     observer=MovingAveragePerChannelMinMaxObserver, dtype="qint8", ch_axis=0)
 default_16bit_fake_quant = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver,
                                                   dtype="qint16")
-
-
-# cupy input: the observers' forward and FakeQuantize's forward / backward compute on
-# the device (see their docstrings for the small reads); everything else takes no
-# tensor and is staged (see _arrays.stage_cupy)
-A.stage_cupy_api(globals(), __all__)

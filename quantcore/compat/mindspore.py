@@ -475,8 +475,3 @@ class FakeQuantWithMinMaxObserver:
 
     def __repr__(self):
         return f"{_CLS}<{self.extend_repr()}>"
-
-
-# cupy input: FakeQuantWithMinMaxObserver's construct / backward compute on the device
-# (see construct); the rest takes no tensor (see _arrays.stage_cupy)
-A.stage_cupy_api(globals(), __all__)

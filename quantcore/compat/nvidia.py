@@ -568,9 +568,12 @@ class Clip:
         return self.forward(inputs)
 
     def forward(self, inputs):
+        """``max(min(x, clip_value_max), clip_value_min)`` on x's device (the
+        two clip values are copied there)."""
         x = A.as_float_array(inputs, "inputs", "Clip")
-        out = np.minimum(x, self.clip_value_max.astype(x.dtype))
-        return np.maximum(out, self.clip_value_min.astype(x.dtype))
+        xp = A.array_module(x)
+        out = xp.minimum(x, xp.asarray(self.clip_value_max.astype(x.dtype)))
+        return xp.maximum(out, xp.asarray(self.clip_value_min.astype(x.dtype)))
 
     def __repr__(self):
         return f"Clip(min={self.clip_value_min}, max={self.clip_value_max})"
@@ -853,9 +856,3 @@ class TensorQuantizer:
 
     def __repr__(self):
         return f"TensorQuantizer({self.extra_repr()})"
-
-
-# cupy input: the functions, MaxCalibrator.collect, HistogramCalibrator (quantcore.calib's)
-# and TensorQuantizer's forward compute on the device (see their docstrings for what
-# crosses); Clip computes on the CPU path through host memory (see _arrays.stage_cupy)
-A.stage_cupy_api(globals(), __all__)

@@ -378,9 +378,3 @@ class Quantization(FakeQuantization):
     the clamped integers ``q`` (as floats of the input dtype)."""
 
     _output_q = True
-
-
-# cupy input: every module computes on the device (device qparams and buffers stay
-# there; see the forward docstrings for the small reads); the rest takes no tensor (see
-# _arrays.stage_cupy)
-A.stage_cupy_api(globals(), __all__)

@@ -3,8 +3,10 @@
 Functions with TensorFlow's names, argument order and defaults.  The nudged
 range comes from :func:`quantcore.qparams.nudge_tensorflow` and every
 element goes through the shared ``qc_fq_nudged`` kernel in its current-TF
-form; only the ``d_min`` / ``d_max`` sums of the gradients are NumPy
-reductions.
+form; the ``d_min`` / ``d_max`` sums of the gradients are float32 sums in
+NumPy's order (:func:`quantcore._arrays.sum_rows`).  Cupy input is computed
+on its device, ``min`` / ``max`` included: nothing tensor-sized crosses to
+the host and nothing synchronises.
 
 >>> import numpy as np
 >>> from quantcore.compat import tensorflow as tfq
@@ -181,16 +183,17 @@ def _forward(x, mn, mx, qmin, qmax, mode, axis, op, want_mask=False):
 
 
 def _outside_sums(g, x, nmin, nmax, axis):
-    """(sum g[x < nmin], sum g[x > nmax]) as TF: g * mask, float32, from +0."""
+    """(sum g[x < nmin], sum g[x > nmax]) as TF: ``g * mask`` summed in
+    float32 from +0, in numpy's order (pairwise over a tensor; per channel
+    a running sum down each channel), on the array's device."""
     if axis is None:
-        below = ste_backward(g, x < nmin[0])
-        above = ste_backward(g, x > nmax[0])
-        return (np.sum(below, dtype=F32, initial=F32(0)).astype(F32)[()],
-                np.sum(above, dtype=F32, initial=F32(0)).astype(F32)[()])
-    below = ste_backward(g, x < nmin).reshape(-1, x.shape[-1])
-    above = ste_backward(g, x > nmax).reshape(-1, x.shape[-1])
-    return (np.sum(below, axis=0, dtype=F32, initial=F32(0)).astype(F32),
-            np.sum(above, axis=0, dtype=F32, initial=F32(0)).astype(F32))
+        below = ste_backward(g, x < nmin.reshape(()))
+        above = ste_backward(g, x > nmax.reshape(()))
+        return (A.sum_rows(below.reshape(1, -1))[0], A.sum_rows(above.reshape(1, -1))[0])
+    depth = x.shape[-1]
+    below = ste_backward(g, x < nmin).reshape(-1, depth)
+    above = ste_backward(g, x > nmax).reshape(-1, depth)
+    return A.sum_leading(below), A.sum_leading(above)
 
 
 # ------------------------------------------------------------------- args
@@ -212,6 +215,7 @@ def fake_quant_with_min_max_args(inputs, min=-6, max=6, num_bits=8, narrow_range
     return _forward(x, mn, mx, qmin, qmax, NUDGED_TF, None, op)[0]
 
 
+@A.device_native
 def fake_quant_with_min_max_args_gradient(gradients, inputs, min=-6, max=6, num_bits=8,
                                           narrow_range=False, name=None):
     """``gradients`` where ``nudged_min <= inputs <= nudged_max``, else 0."""
@@ -249,6 +253,7 @@ def fake_quant_with_min_max_vars(inputs, min, max, num_bits=8, narrow_range=Fals
     return _forward(x, mn, mx, qmin, qmax, NUDGED_TF | NUDGED_DIVIDE, None, op)[0]
 
 
+@A.device_native
 def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=8,
                                           narrow_range=False, name=None):
     """``(backprops_wrt_input, backprop_wrt_min, backprop_wrt_max)``.
@@ -261,12 +266,19 @@ def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=
     g, x = _tensor(gradients, op), _tensor(inputs, op)
     _same_size(g, x, op)
     mn, mx = _vars_minmax(min, max, 0, op)
-    if mn == 0 and mx == 0:
-        return g.copy(), np.zeros((), F32), np.zeros((), F32)
+    xp = A.array_module(x)
+    on_device = A.is_cupy_array(mn) or A.is_cupy_array(mx)
+    if not on_device and mn == 0 and mx == 0:
+        return g.copy(), xp.zeros((), F32), xp.zeros((), F32)
     (_, mask), (nmin, nmax) = _forward(x, mn, mx, qmin, qmax, NUDGED_TF | NUDGED_DIVIDE, None,
                                        op, want_mask=True)
-    dmin, dmax = _outside_sums(g, x, nmin, nmax, None)
-    return ste_backward(g, mask), np.asarray(dmin, F32), np.asarray(dmax, F32)
+    dmin, dmax = _outside_sums(g, x, xp.asarray(nmin), xp.asarray(nmax), None)
+    dx = ste_backward(g, mask)
+    if on_device:  # min == max == 0 selected on the device (no synchronisation)
+        zero = (mn == 0) & (mx == 0)
+        return (xp.where(zero, g, dx), xp.where(zero, F32(0), dmin).astype(F32),
+                xp.where(zero, F32(0), dmax).astype(F32))
+    return dx, xp.asarray(dmin, F32), xp.asarray(dmax, F32)
 
 
 # ------------------------------------------------------------ per channel
@@ -293,6 +305,7 @@ def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narro
     return y
 
 
+@A.device_native
 def fake_quant_with_min_max_vars_per_channel_gradient(gradients, inputs, min, max, num_bits=8,
                                                       narrow_range=False, name=None):
     """``(backprops_wrt_input, backprop_wrt_min[d], backprop_wrt_max[d])``, per
@@ -306,16 +319,14 @@ def fake_quant_with_min_max_vars_per_channel_gradient(gradients, inputs, min, ma
     (_, mask), (nmin, nmax) = _forward(x, mn, mx, qmin, qmax, NUDGED_TF, axis, op,
                                        want_mask=True)
     dx = ste_backward(g, mask)
-    dmin, dmax = _outside_sums(g, x, nmin, nmax, axis)
-    zero = (mn == 0) & (mx == 0)
+    xp = A.array_module(x)
+    dmin, dmax = _outside_sums(g, x, xp.asarray(nmin), xp.asarray(nmax), axis)
+    zero = xp.asarray((mn == 0) & (mx == 0))
+    if xp is not np:  # (selected on the device, without a synchronisation)
+        return xp.where(zero, g, dx), xp.where(zero, F32(0), dmin), xp.where(zero, F32(0), dmax)
     if zero.any():
         dx[..., zero] = g[..., zero]
         dmin[zero] = 0
         dmax[zero] = 0
     return dx, dmin, dmax
 
-
-# cupy input: the forward functions compute on the device (device min / max stay there:
-# no synchronisation); the gradients, whose d_min / d_max are numpy's pairwise float32
-# sums, are computed on the CPU path through host memory (see _arrays.stage_cupy)
-A.stage_cupy_api(globals(), __all__)

@@ -17,13 +17,11 @@ dtypes, ranges, ``with_args`` and the module base.  How torch computes
 (float32 histc, linspace, cascade sums, FMA, x86 integer conversions) is
 modelled in :mod:`quantcore.torch_numerics`.
 
-cupy input: the observers, the fake-quant ops, the fused op and the
-FakeQuantize modules compute on the device (marked
-``_arrays.device_native``); what crosses to the host, and where, is listed
-in ``docs/compat_torch.md``.  The LSQ functions still compute through host
-memory (the staging wrapper below).
+cupy input: everything computes on the device (the observers, the
+fake-quant ops, the LSQ functions and their backward, the fused op and the
+FakeQuantize modules); what crosses to the host, and where, is listed in
+``docs/compat_torch.md``.
 """
-from ... import _arrays as _A
 from .defaults import *  # noqa: F401,F403
 from .defaults import __all__ as _defaults_all
 from .fake_quantize import (
@@ -70,7 +68,3 @@ __all__ = [
     "fused_moving_avg_obs_fake_quant",
     "enable_fake_quant", "disable_fake_quant", "enable_observer", "disable_observer",
 ] + list(_defaults_all)
-
-# cupy input, entry points not marked device_native: computed on the CPU path through
-# host memory (see _arrays.stage_cupy)
-_A.stage_cupy_api(globals(), __all__)

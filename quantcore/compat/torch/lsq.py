@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from ... import _arrays as A
 from ... import ops as _ops
 from ... import torch_numerics as TN
 from .._errors import RuntimeTypeError, RuntimeValueError
@@ -24,8 +25,9 @@ def _lsq_check(quant_min, quant_max, func):
 
 
 def _first_float(value, name, func):
-    """torch's ``t[0].item<float>()``."""
-    a = np.asarray(value)
+    """torch's ``t[0].item<float>()`` (of a device array too: one value is
+    read, where torch synchronises as well)."""
+    a = np.asarray(A.to_host(value))
     if a.ndim == 0:
         raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
                          "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number")
@@ -60,8 +62,9 @@ def _clamp_trunc(v, qmin, qmax):
 
 def _rounded_zero_points(zero_point, qmin, qmax):
     """``zero_point.round().clamp_(qmin, qmax)`` in the zero point's own
-    dtype (bounds cast to it, NaN kept)."""
-    z = np.asarray(zero_point)
+    dtype (bounds cast to it, NaN kept); a device array's few values are
+    read."""
+    z = np.asarray(A.to_host(zero_point))
     if z.dtype.kind != "f":
         z = z.astype(F32)
     with np.errstate(over="ignore"):
@@ -78,13 +81,28 @@ def fake_quantize_learnable_per_channel_affine(x, scale, zero_point, axis, quant
     func = "fake_quantize_learnable_per_channel_affine"
     qmin, qmax = _lsq_check(quant_min, quant_max, func)
     zi = TN.x86_int32(_rounded_zero_points(zero_point, qmin, qmax))
-    return fake_quantize_per_channel_affine(x, scale, zi.reshape(np.shape(zero_point)), axis,
+    return fake_quantize_per_channel_affine(x, scale, zi, axis,
                                             qmin, qmax)
+
+
+def _tensor_args(grad, x, scale, zero_point):
+    """``grad`` and ``x`` as arrays on their device (cupy stays cupy); the
+    few-value ``scale`` / ``zero_point`` as numpy (copied from the device)."""
+    return (grad if A.is_cupy_array(grad) else np.asarray(grad),
+            x if A.is_cupy_array(x) else np.asarray(x),
+            np.asarray(A.to_host(scale)), np.asarray(A.to_host(zero_point)))
+
+
+def _as_given(value, host):
+    """torch's early return hands back its own tensor: a device array as
+    given, anything else as the numpy array read from it."""
+    return value if A.is_cupy_array(value) else host
 
 
 def _lsq_grads(dY, x, s, zb, qmin, qmax, gf, axis, func):
     """Per-element LSQ gradients (torch.md 5), torch's CPU kernel as compiled
-    (FMA contraction):
+    (FMA contraction); cupy input runs quantcore_gpu's ``lsq_grads`` (its
+    twin in lsq.cu) on the device:
 
         xq = int64(rint(fmaf(x, inv, zb)))            x86 conversion
         in = qmin <= xq <= qmax                        int64 compare
@@ -95,6 +113,8 @@ def _lsq_grads(dY, x, s, zb, qmin, qmax, gf, axis, func):
                 : f32(f32(dY * f32(q_bound - zb)) * gf)
         dZ = in ? 0 : f32(f32(f32(-dY) * s) * gf)
     """
+    if A.is_cupy_array(dY) or A.is_cupy_array(x):
+        return _lsq_grads_device(dY, x, s, zb, qmin, qmax, gf, axis)
     with np.errstate(all="ignore"):
         shape = [1] * x.ndim
         if axis is not None:
@@ -126,6 +146,34 @@ def _lsq_grads(dY, x, s, zb, qmin, qmax, gf, axis, func):
     return dX, dS, dZ
 
 
+def _lsq_grads_device(dY, x, s, zb, qmin, qmax, gf, axis):
+    """:func:`_lsq_grads` on the device: (dX, dS, dZ) as cupy arrays of x's shape."""
+    xp = A.array_module(x if A.is_cupy_array(x) else dY)
+    shape = x.shape
+    g, xa = (xp.ascontiguousarray(xp.asarray(v, dtype=F32)).reshape(-1) for v in (dY, x))
+    dX, dS, dZ = (xp.empty_like(xa) for _ in range(3))
+    C = 1 if axis is None else shape[axis]
+    inner = 1 if axis is None else int(np.prod(shape[axis + 1:], dtype=np.int64))
+    A.gpu_kernels("fake_quantize_learnable_backward").lsq_grads(
+        g, xa, dX, dS, dZ, C, inner, np.asarray(s).astype(F32), zb, qmin, qmax, gf,
+        axis is None)
+    return dX.reshape(shape), dS.reshape(shape), dZ.reshape(shape)
+
+
+def _lsq_sums(terms, axis):
+    """torch's sums of an LSQ term vector, in float64 in numpy's pairwise
+    order (on the terms' device), rounded once to float32: over everything
+    (``axis`` None: shape [1]; a 1-D x per channel: shape []) or over every
+    dimension but ``axis`` (shape [C])."""
+    xp = A.array_module(terms)
+    if axis is None or terms.ndim == 1:
+        total = A.sum_rows(terms.reshape(1, -1), np.float64).astype(F32)
+        return total if axis is None else total.reshape(())
+    order = (axis,) + _lsq_sum_axes(terms.ndim, axis)
+    rows = xp.ascontiguousarray(terms.transpose(order)).reshape(terms.shape[axis], -1)
+    return A.sum_rows(rows, np.float64).astype(F32)
+
+
 def _lsq_f32(arrays):
     """torch's ``TORCH_CHECK(t.scalar_type() == ScalarType::Float)`` per input."""
     for name, a in arrays:
@@ -148,16 +196,17 @@ def fake_quantize_learnable_per_tensor_affine_backward(grad, x, scale, zero_poin
         xq > qmax: dS = dY * (qmax - zb) * gf;  dZ = -dY * s * gf
         else:      dS = dY * fmaf(f32(xq - zb), s, -x) * inv * gf;  dZ = 0
 
-    summed to shape [1] (in float64, rounded once; ``quantcore.torch``
-    sums with torch's own reduction instead).  Empty x returns ``(x, scale,
+    summed to shape [1] (in float64 in numpy's pairwise order, rounded once;
+    ``quantcore.torch`` sums with torch's own reduction instead).  Cupy
+    input is computed on its device (``scale[0]`` and ``zero_point[0]`` are
+    read, as torch reads them).  Empty x returns ``(x, scale,
     zero_point)`` (torch's bug).
     """
     dX, dS, dZ, summed = _lsq_terms_per_tensor(grad, x, scale, zero_point, quant_min,
                                                quant_max, grad_factor)
     if summed:
         return dX, dS, dZ
-    return (dX, np.array([dS.sum(dtype=np.float64)], dtype=F32),
-            np.array([dZ.sum(dtype=np.float64)], dtype=F32))
+    return dX, _lsq_sums(dS, None), _lsq_sums(dZ, None)
 
 
 def _lsq_terms_per_tensor(grad, x, scale, zero_point, quant_min, quant_max, grad_factor=1.0):
@@ -170,7 +219,7 @@ def _lsq_terms_per_tensor(grad, x, scale, zero_point, quant_min, quant_max, grad
     s = _first_float(scale, "scale", func)
     zb = _clamp_trunc(F32(_first_float(zero_point, "zero_point", func) + F32(0.5)), qmin,
                       qmax)
-    g, xa, sa, za = (np.asarray(v) for v in (grad, x, scale, zero_point))
+    g, xa, sa, za = _tensor_args(grad, x, scale, zero_point)
     _lsq_f32([("dY", g), ("X", xa), ("scale", sa), ("zero_point", za)])
     if g.size != xa.size:
         raise RuntimeValueError("`X` and `dY` are not the same size")
@@ -180,14 +229,15 @@ def _lsq_terms_per_tensor(grad, x, scale, zero_point, quant_min, quant_max, grad
     if not qmin <= zb <= qmax:
         raise RuntimeValueError(_ZP_RANGE_MSG)
     if xa.size == 0:
-        return xa, sa, za, True
+        return xa, _as_given(scale, sa), _as_given(zero_point, za), True
     if g.shape != xa.shape:   # torch's TensorIterator broadcasts X and dY
         try:
             shape = np.broadcast_shapes(g.shape, xa.shape)
         except ValueError as exc:
             raise RuntimeValueError(f"{func}: X {xa.shape} and dY {g.shape} do not "
                                     "broadcast") from exc
-        g, xa = np.broadcast_to(g, shape), np.broadcast_to(xa, shape)
+        xp = A.array_module(xa if A.is_cupy_array(xa) else g)
+        g, xa = xp.broadcast_to(g, shape), xp.broadcast_to(xa, shape)
     return _lsq_grads(g, xa, np.array([float(s)]), np.array([float(zb)]), qmin, qmax,
                       grad_factor, None, func) + (False,)
 
@@ -198,18 +248,15 @@ def fake_quantize_learnable_per_channel_affine_backward(grad, x, scale, zero_poi
     -> ``(dX, dScale[C], dZeroPoint[C])``; zero point ``clamp(rint(zp))``
     (float), otherwise the per-tensor formulas per channel, summed over the
     non-axis dimensions (a 1-D x sums everything: 0-d results; float64
-    sums rounded once)."""
+    sums in numpy's pairwise order per channel, rounded once).  Cupy input
+    is computed on its device (the per-channel scale and zero point are
+    read)."""
     dX, dS, dZ, summed = _lsq_terms_per_channel(grad, x, scale, zero_point, axis, quant_min,
                                                 quant_max, grad_factor)
     if summed:
         return dX, dS, dZ
-    if dX.ndim == 1:
-        # torch sums a 1-D input to 0-d gradients
-        return (dX, np.asarray(dS.sum(dtype=np.float64), dtype=F32),
-                np.asarray(dZ.sum(dtype=np.float64), dtype=F32))
-    other = _lsq_sum_axes(dX.ndim, axis)
-    return (dX, dS.sum(axis=other, dtype=np.float64).astype(F32),
-            dZ.sum(axis=other, dtype=np.float64).astype(F32))
+    axis = _int_arg(axis, "axis", "fake_quantize_learnable_per_channel_affine_backward")
+    return dX, _lsq_sums(dS, axis), _lsq_sums(dZ, axis)
 
 
 def _lsq_sum_axes(ndim, axis):
@@ -223,7 +270,7 @@ def _lsq_terms_per_channel(grad, x, scale, zero_point, axis, quant_min, quant_ma
     :func:`_lsq_terms_per_tensor` (checks in torch's order)."""
     func = "fake_quantize_learnable_per_channel_affine_backward"
     qmin, qmax = _lsq_check(quant_min, quant_max, func)
-    g, xa, sa, za = (np.asarray(v) for v in (grad, x, scale, zero_point))
+    g, xa, sa, za = _tensor_args(grad, x, scale, zero_point)
     zr = _rounded_zero_points(za, qmin, qmax)
     _lsq_f32([("dY_", g), ("X_", xa), ("scale_", sa), ("zero_point_", za)])
     if g.shape != xa.shape:
@@ -248,7 +295,7 @@ def _lsq_terms_per_channel(grad, x, scale, zero_point, axis, quant_min, quant_ma
     if not 0 <= axis < xa.ndim:
         raise RuntimeValueError("`axis` must be between 0 and number of dimensions of input")
     if xa.size == 0:
-        return xa, sa, za, True
+        return xa, _as_given(scale, sa), _as_given(zero_point, za), True
     return _lsq_grads(g, xa, sa.astype(np.float64), zr.astype(np.float64), qmin, qmax,
                       grad_factor, axis, func) + (False,)
 
