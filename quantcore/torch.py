@@ -149,51 +149,43 @@ def fake_quantize_per_channel_affine(input, scale, zero_point, axis, quant_min, 
 
 
 # ----------------------------------------------------------- LSQ functions
-_lsq_terms_per_tensor = _Tlsq._lsq_terms_per_tensor     # (on the tensor's device)
-_lsq_terms_per_channel = _Tlsq._lsq_terms_per_channel
+def _learnable_function(forward, terms, total):
+    """An autograd Function for one of torch's learnable (LSQ) fake quants:
+    ``forward(x, scale, zero_point, *args)`` computes the output,
+    ``terms`` the per-element gradients (on the tensor's device), and
+    ``total(values, x, scale_or_zero_point, args)`` sums a gradient vector
+    with torch's own reduction, as torch's backward does."""
+
+    class _Learnable(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, scale, zero_point, *args):
+            out = forward(_view(x), _host(scale), _host(zero_point), *args)
+            ctx.save_for_backward(x, scale, zero_point)
+            ctx.args = args
+            return _tensor(out)
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, scale, zero_point = ctx.saved_tensors
+            dx, ds, dz, summed = terms(_view(grad), _view(x), _host(scale), _host(zero_point),
+                                       *ctx.args)
+            unused = (None,) * len(ctx.args)
+            if summed:  # torch's empty-input return: (x, scale, zero_point)
+                return (_tensor(dx), _tensor(ds), _tensor(dz)) + unused
+            return (_tensor(dx), total(_like(ds, x), x, scale, ctx.args),
+                    total(_like(dz, x), x, zero_point, ctx.args)) + unused
+
+    return _Learnable
 
 
-class _LearnablePerTensor(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, scale, zero_point, quant_min, quant_max, grad_factor):
-        out = T.fake_quantize_learnable_per_tensor_affine(
-            _view(x), _host(scale), _host(zero_point), quant_min, quant_max, grad_factor)
-        ctx.save_for_backward(x, scale, zero_point)
-        ctx.args = (quant_min, quant_max, grad_factor)
-        return _tensor(out)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, scale, zero_point = ctx.saved_tensors
-        dx, ds, dz, summed = _lsq_terms_per_tensor(_view(grad), _view(x), _host(scale),
-                                                   _host(zero_point), *ctx.args)
-        if summed:  # torch's empty-input return: (x, scale, zero_point)
-            return _tensor(dx), _tensor(ds), _tensor(dz), None, None, None
-        # dScale_vec.sum().unsqueeze(0), as torch's backward
-        return (_tensor(dx), _like(ds, x).sum().unsqueeze(0).to(scale.device),
-                _like(dz, x).sum().unsqueeze(0).to(zero_point.device), None, None, None)
-
-
-class _LearnablePerChannel(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, scale, zero_point, axis, quant_min, quant_max, grad_factor):
-        out = T.fake_quantize_learnable_per_channel_affine(
-            _view(x), _host(scale), _host(zero_point), axis, quant_min, quant_max, grad_factor)
-        ctx.save_for_backward(x, scale, zero_point)
-        ctx.args = (axis, quant_min, quant_max, grad_factor)
-        return _tensor(out)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, scale, zero_point = ctx.saved_tensors
-        dx, ds, dz, summed = _lsq_terms_per_channel(_view(grad), _view(x), _host(scale),
-                                                    _host(zero_point), *ctx.args)
-        if summed:
-            return _tensor(dx), _tensor(ds), _tensor(dz), None, None, None, None
-        # dScale_vec.sum(every dim but axis), as torch's backward (a 1-D x sums all)
-        dims = list(_Tlsq._lsq_sum_axes(x.ndim, ctx.args[0]))
-        return (_tensor(dx), _like(ds, x).sum(dims), _like(dz, x).sum(dims),
-                None, None, None, None)
+# dScale_vec.sum().unsqueeze(0), as torch's per-tensor backward
+_LearnablePerTensor = _learnable_function(
+    T.fake_quantize_learnable_per_tensor_affine, _Tlsq._lsq_terms_per_tensor,
+    lambda values, x, param, args: values.sum().unsqueeze(0).to(param.device))
+# dScale_vec.sum(every dim but axis), as torch's per-channel backward (a 1-D x sums all)
+_LearnablePerChannel = _learnable_function(
+    T.fake_quantize_learnable_per_channel_affine, _Tlsq._lsq_terms_per_channel,
+    lambda values, x, param, args: values.sum(list(_Tlsq._lsq_sum_axes(x.ndim, args[0]))))
 
 
 def fake_quantize_learnable_per_tensor_affine(input, scale, zero_point, quant_min, quant_max,

@@ -50,28 +50,28 @@ _FLOATS = ("float", "double")
 _INDEX = ("unsigned int", "unsigned long long")
 
 
-def _families():
-    """[(name, Op struct, NP)] of the elementwise families, in id order, as
-    listed by QC_EW_FAMILIES in qc_families.h (the one declaration)."""
-    with open(os.path.join(include_dir(), "qc_families.h"), encoding="utf-8") as fh:
+def _listed(header, macro, field):
+    """[(name, struct, struct's enum ``field``)] in id order, as the X-macro
+    ``macro`` of ``header`` lists them (the one declaration)."""
+    with open(os.path.join(include_dir(), header), encoding="utf-8") as fh:
         text = fh.read()
-    block = text[text.index("#define QC_EW_FAMILIES(X)"):]
+    block = text[text.index(f"#define {macro}(X)"):]
     block = block[:block.index("\n\n")]
     entries = re.findall(r"X\((\w+), (\w+)\)", block)
-    nps = dict(re.findall(r"struct (\w+) \{\s*enum \{ NP = (\d+)", text))
-    return [(name, op, int(nps[op])) for name, op in entries]
+    values = dict(re.findall(r"struct (\w+) \{\s*enum \{ " + field + r" = (\d+)", text))
+    return [(name, struct, int(values[struct])) for name, struct in entries]
+
+
+def _families():
+    """[(name, Op struct, NP)] of the elementwise families (QC_EW_FAMILIES
+    in qc_families.h)."""
+    return _listed("qc_families.h", "QC_EW_FAMILIES", "NP")
 
 
 def _schemes():
-    """[(name, Scheme struct, NOUT)] of the qparams schemes, in id order, as
-    listed by QC_QP_SCHEMES in qc_qparams.h."""
-    with open(os.path.join(include_dir(), "qc_qparams.h"), encoding="utf-8") as fh:
-        text = fh.read()
-    block = text[text.index("#define QC_QP_SCHEMES(X)"):]
-    block = block[:block.index("\n\n")]
-    entries = re.findall(r"X\((\w+), (\w+)\)", block)
-    nouts = dict(re.findall(r"struct (\w+) \{\s*enum \{ NOUT = (\d+)", text))
-    return [(name, scheme, int(nouts[scheme])) for name, scheme in entries]
+    """[(name, Scheme struct, NOUT)] of the qparams schemes (QC_QP_SCHEMES
+    in qc_qparams.h)."""
+    return _listed("qc_qparams.h", "QC_QP_SCHEMES", "NOUT")
 
 
 def _names(families):

@@ -549,6 +549,13 @@ HistogramCalibrator = _calib.HistogramCalibrator
 
 
 # -------------------------------------------------------- TensorQuantizer
+def _settable(attr):
+    """A property reading and writing ``attr`` as given (PQ's plain
+    getter / setter pairs)."""
+    return property(lambda self: getattr(self, attr),
+                    lambda self, value: setattr(self, attr, value))
+
+
 class Clip:
     """PQ's ``Clip`` stage, forward only: ``max(min(x, clip_value_max),
     clip_value_min)`` (NaN propagates).  Learnable values must be scalars."""
@@ -631,29 +638,9 @@ class TensorQuantizer:
         # any other calib_method leaves _calibrator unset (AttributeError later), as PQ
 
     # ----------------------------------------------------------- properties
-    @property
-    def num_bits(self):
-        return self._num_bits
-
-    @num_bits.setter
-    def num_bits(self, value):
-        self._num_bits = value
-
-    @property
-    def unsigned(self):
-        return self._unsigned
-
-    @unsigned.setter
-    def unsigned(self, value):
-        self._unsigned = value
-
-    @property
-    def narrow_range(self):
-        return self._narrow_range
-
-    @narrow_range.setter
-    def narrow_range(self, value):
-        self._narrow_range = value
+    num_bits = _settable("_num_bits")
+    unsigned = _settable("_unsigned")
+    narrow_range = _settable("_narrow_range")
 
     @property
     def scale(self):
@@ -809,8 +796,7 @@ class TensorQuantizer:
     def forward(self, inputs):
         """Calibrate / clip / quantize ``inputs`` as the switches say.  cupy
         inputs are calibrated and quantized on the device (a fixed amax is
-        copied down, C values; the Clip stage of learn_amax still computes
-        through host memory)."""
+        copied down, C values; the Clip stage of learn_amax too)."""
         if self._disabled:
             return inputs
         inputs = A.as_float_array(inputs, "inputs", "TensorQuantizer")

@@ -140,6 +140,16 @@ def _range(num_bits, narrow_range):
     return (1 if _narrow(narrow_range) else 0), 2 ** nb - 1
 
 
+def _args_attributes(min, max, num_bits, narrow_range):
+    """The ``args`` ops' attributes: (min, max, qmin, qmax), float32 min /
+    max (None: the defaults -6 / 6); ValueError unless ``min < max``."""
+    mn, mx = _attr_float(min, "min", -6), _attr_float(max, "max", 6)
+    if not mn < mx:
+        raise ValueError(f"min has to be smaller than max, was: {_tf_float(mn)} >= "
+                         f"{_tf_float(mx)}")
+    return (mn, mx) + _range(num_bits, narrow_range)
+
+
 def _vars_minmax(min, max, rank, op):
     mn = _tensor(min, op)
     mx = _tensor(max, op)
@@ -206,11 +216,7 @@ def fake_quant_with_min_max_args(inputs, min=-6, max=6, num_bits=8, narrow_range
     ``t = (clamp(x) - nudged_min) * inv``.  ValueError unless ``min < max``.
     """
     op = "FakeQuantWithMinMaxArgs"
-    mn, mx = _attr_float(min, "min", -6), _attr_float(max, "max", 6)
-    if not mn < mx:
-        raise ValueError(f"min has to be smaller than max, was: {_tf_float(mn)} >= "
-                         f"{_tf_float(mx)}")
-    qmin, qmax = _range(num_bits, narrow_range)
+    mn, mx, qmin, qmax = _args_attributes(min, max, num_bits, narrow_range)
     x = _tensor(inputs, op)
     return _forward(x, mn, mx, qmin, qmax, NUDGED_TF, None, op)[0]
 
@@ -220,11 +226,7 @@ def fake_quant_with_min_max_args_gradient(gradients, inputs, min=-6, max=6, num_
                                           narrow_range=False, name=None):
     """``gradients`` where ``nudged_min <= inputs <= nudged_max``, else 0."""
     op = "FakeQuantWithMinMaxArgsGradient"
-    mn, mx = _attr_float(min, "min", -6), _attr_float(max, "max", 6)
-    if not mn < mx:
-        raise ValueError(f"min has to be smaller than max, was: {_tf_float(mn)} >= "
-                         f"{_tf_float(mx)}")
-    qmin, qmax = _range(num_bits, narrow_range)
+    mn, mx, qmin, qmax = _args_attributes(min, max, num_bits, narrow_range)
     g, x = _tensor(gradients, op), _tensor(inputs, op)
     _same_size(g, x, op, args_op=True)
     (_, mask), _ = _forward(x, mn, mx, qmin, qmax, NUDGED_TF, None, op, want_mask=True)

@@ -207,6 +207,23 @@ def _dim_size(arr, axis):
     return arr.shape[axis]
 
 
+def _check_channel_qparams(scale, zero_point, x, axis, func):
+    """torch's per-channel qparams shape checks, in its order (1-D scale,
+    1-D zero point, the same size, the size of ``x``'s ``axis``); returns
+    the axis as an int."""
+    if scale.ndim != 1:
+        raise RuntimeValueError("scale should be a 1-D tensor")
+    if zero_point.ndim != 1:
+        raise RuntimeValueError("zero point should be a 1-D tensor")
+    if scale.size != zero_point.size:
+        raise RuntimeValueError("scale and zero-point need to have the same dimensions")
+    axis = _int_arg(axis, "axis", func)
+    if scale.size != _dim_size(x, axis):
+        raise RuntimeValueError("dimensions of scale and zero-point are not consistent with input "
+                                "tensor")
+    return axis
+
+
 def _channel_params(arr, scale, zero_point, axis, qmin, qmax, func):
     """``fake_quantize_per_channel_affine_cachemask``'s checks, in torch's order.
     Device (cupy) parameters stay on the device, except an int32 zero point:
@@ -222,16 +239,7 @@ def _channel_params(arr, scale, zero_point, axis, qmin, qmax, func):
     if z.dtype not in (np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.float16)):
         raise RuntimeTypeError("Zero-point must be Int32, Float or Half, found "
                                f"{_torch_dtype_name(z.dtype)}")
-    if s.ndim != 1:
-        raise RuntimeValueError("scale should be a 1-D tensor")
-    if z.ndim != 1:
-        raise RuntimeValueError("zero point should be a 1-D tensor")
-    if s.size != z.size:
-        raise RuntimeValueError("scale and zero-point need to have the same dimensions")
-    axis = _int_arg(axis, "axis", func)
-    if s.size != _dim_size(arr, axis):
-        raise RuntimeValueError("dimensions of scale and zero-point are not consistent with input "
-                                "tensor")
+    axis = _check_channel_qparams(s, z, arr, axis, func)
     if qmin > qmax:
         raise RuntimeValueError(_QMIN_QMAX_MSG)
     if z.dtype == np.int32 and z.size == 0:

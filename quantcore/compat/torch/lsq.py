@@ -8,7 +8,7 @@ from ... import torch_numerics as TN
 from .._errors import RuntimeTypeError, RuntimeValueError
 from .functional import (
     _ZP_RANGE_MSG,
-    _dim_size,
+    _check_channel_qparams,
     _int_arg,
     _item_float,
     fake_quantize_per_channel_affine,
@@ -277,16 +277,7 @@ def _lsq_terms_per_channel(grad, x, scale, zero_point, axis, quant_min, quant_ma
         raise RuntimeValueError("`X` and `dY` are not the same size")
     if not (qmin <= 0 and qmax >= 0):
         raise RuntimeValueError("Expecting `quant_min` <= 0 and `quant_max` >= 0")
-    if sa.ndim != 1:
-        raise RuntimeValueError("scale should be a 1-D tensor")
-    if za.ndim != 1:
-        raise RuntimeValueError("zero point should be a 1-D tensor")
-    if sa.size != za.size:
-        raise RuntimeValueError("scale and zero-point need to have the same dimensions")
-    axis = _int_arg(axis, "axis", func)
-    if sa.size != _dim_size(xa, axis):
-        raise RuntimeValueError("dimensions of scale and zero-point are not consistent with "
-                                "input tensor")
+    axis = _check_channel_qparams(sa, za, xa, axis, func)
     if zr.size == 0:
         raise RuntimeValueError("aminmax(): cannot compute aminmax over an empty dimension as "
                                 "the operation has no identity.")
