@@ -7,7 +7,6 @@ Nothing here computes a quantization formula; see ``ops.py`` and
 import functools
 import math
 import numbers
-import types
 
 import numpy as np
 
@@ -120,137 +119,9 @@ def interop_method(method):
     return wrapper
 
 
-#: argument types that never hold a cupy array: _has_cupy answers at once
-_HOST_TYPES = frozenset({np.ndarray, int, float, bool, str, type(None), np.float32,
-                         np.float64, np.int32, np.int64, np.bool_})
-
-
-def _has_cupy(value):
-    """True when value is a cupy array or a tuple / list / dict holding one.
-    (Every staged compat call asks this of all its arguments: the common
-    types are answered without a call per element.)"""
-    t = type(value)
-    if t in _HOST_TYPES:
-        return False
-    if t is tuple or t is list or isinstance(value, (tuple, list)):
-        for v in value:
-            if type(v) not in _HOST_TYPES and _has_cupy(v):
-                return True
-        return False
-    if isinstance(value, dict):
-        for v in value.values():
-            if type(v) not in _HOST_TYPES and _has_cupy(v):
-                return True
-        return False
-    return is_cupy_array(value)
-
-
-def _same_bits(a, b):
-    """True when two arrays of one dtype hold the same bytes (NaNs included)."""
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    return a.shape == b.shape and np.array_equal(a.reshape(-1).view(np.uint8),
-                                                 b.reshape(-1).view(np.uint8))
-
-
-class _HostStaging:
-    """Host copies of the cupy arrays among a call's arguments, and the way
-    back: results to the device, in-place updates into the caller's arrays."""
-
-    def __init__(self):
-        self.staged = []  # (device original, host copy, host snapshot)
-
-    def to_host(self, value):
-        if isinstance(value, tuple):
-            return tuple(self.to_host(v) for v in value)
-        if isinstance(value, list):
-            return [self.to_host(v) for v in value]
-        if isinstance(value, dict):
-            return {k: self.to_host(v) for k, v in value.items()}
-        if type(value) is np.ndarray or not is_cupy_array(value):
-            return value
-        host = value.get()
-        self.staged.append((value, host, host.copy()))
-        return host
-
-    def write_back(self):
-        """Copy host copies that the call modified into their originals."""
-        import cupy
-        for dev, host, snapshot in self.staged:
-            if not _same_bits(host, snapshot):
-                cupy.copyto(dev, cupy.asarray(host))
-
-    def to_device(self, value, device_of):
-        import cupy
-        if isinstance(value, tuple):
-            return tuple(self.to_device(v, device_of) for v in value)
-        if isinstance(value, list):
-            return [self.to_device(v, device_of) for v in value]
-        if isinstance(value, np.ndarray):
-            for dev, host, _ in self.staged:
-                if value is host:
-                    return dev  # the call returned (a modified) input: the caller's array
-            with device_of.device:
-                return cupy.asarray(value)
-        return value
-
-
-def stage_cupy(func):
-    """Let a framework-layer entry point take cupy arrays through host memory.
-
-    The compat layers and calibrators hold framework-specific logic around
-    the core kernels; for cupy input they compute on the CPU path: every cupy
-    argument (also inside tuples, lists and dicts) is copied to the host,
-    the call runs, arrays the call modified in place are copied back into
-    the caller's cupy arrays, and array results come back as cupy arrays on
-    the input's device.  Results are bit-identical to the CPU path by
-    construction; state held by objects (observer statistics, qparams
-    attributes) stays in numpy arrays.  Calls without cupy arguments pay one
-    type check per argument.
-    """
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        if not (_has_cupy(args) or (kwargs and _has_cupy(kwargs))):
-            return func(*args, **kwargs)
-        staging = _HostStaging()
-        host_args = staging.to_host(args)
-        host_kwargs = staging.to_host(kwargs)
-        result = func(*host_args, **host_kwargs)
-        staging.write_back()
-        return staging.to_device(result, staging.staged[0][0])
-    wrapper.__quantcore_staged__ = True
-    return wrapper
-
-
 def device_native(func):
-    """Mark a compat-layer entry point that takes cupy arrays itself
-    (tensor-sized work on the device): :func:`stage_cupy_api` leaves it
-    alone."""
-    func.__quantcore_device__ = True
+    """(Transitional marker, removed with its last use.)"""
     return func
-
-
-def stage_cupy_api(namespace, names):
-    """Apply :func:`stage_cupy` to the public functions ``names`` of a module
-    namespace and to the public methods (and ``__call__``) of its public
-    classes and of their bases defined in the same module, in place.
-    Properties, class methods and static methods are left alone, and so
-    are entry points marked :func:`device_native`."""
-    module = namespace.get("__name__")
-    for name in names:
-        obj = namespace.get(name)
-        if isinstance(obj, type):
-            for cls in obj.__mro__:
-                if cls.__module__ != module and not cls.__module__.startswith(module + "."):
-                    continue  # (classes of the module, or of its package's modules)
-                for attr, member in list(vars(cls).items()):
-                    if (attr == "__call__" or not attr.startswith("_")) and \
-                            type(member) is types.FunctionType and \
-                            not getattr(member, "__quantcore_staged__", False) and \
-                            not getattr(member, "__quantcore_device__", False):
-                        setattr(cls, attr, stage_cupy(member))
-        elif type(obj) is types.FunctionType and not getattr(obj, "__quantcore_staged__", False) \
-                and not getattr(obj, "__quantcore_device__", False):
-            namespace[name] = stage_cupy(obj)
 
 
 def is_aligned(a):

@@ -1,7 +1,7 @@
 """Warnings that point at the caller's line, not at quantcore's own files.
 
 A fixed ``stacklevel`` is wrong as soon as the call goes through a wrapper
-(the DLPack interop decorators, the cupy staging wrapper, a compat layer, a
+(the DLPack interop decorators, a compat layer, a
 FakeQuantize calling its observer): the warning then names
 ``_arrays.py`` or ``fake_quantize.py``.  :func:`warn` walks the stack
 instead and attributes the warning to the first frame outside the

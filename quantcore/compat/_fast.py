@@ -47,11 +47,3 @@ def scheme_scalars(name, a, b=None, quant_min=0, quant_max=0, eps=0.0, num_bits=
         _MEMO[key] = out
     return out
 
-
-def delegating_call(method):
-    """Mark a ``__call__`` that only hands its arguments to a method which
-    :func:`quantcore._arrays.stage_cupy_api` stages (``forward``,
-    ``construct``): the API leaves it unwrapped, so a call checks its
-    arguments for cupy arrays once, not twice."""
-    method.__quantcore_staged__ = True
-    return method

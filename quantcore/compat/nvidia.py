@@ -111,7 +111,6 @@ from .. import _arrays as A
 from .. import calib as _calib
 from .. import qparams as Q
 from ..ops import _affine, _amax, _amax_fast, _nudged, affine_mode
-from ._fast import delegating_call
 
 __all__ = [
     "ScaledQuantDescriptor", "QuantDescriptor",
@@ -570,7 +569,6 @@ class Clip:
         self.learn_min = bool(learn_min)
         self.learn_max = bool(learn_max)
 
-    @delegating_call
     def __call__(self, inputs):
         return self.forward(inputs)
 
