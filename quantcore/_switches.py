@@ -30,8 +30,8 @@ class Switches(TrainEval):
 
     def _set_switch(self, name, enabled):
         flag = getattr(self, name, None)
-        if isinstance(flag, np.ndarray):
-            flag[0] = 1 if enabled else 0
+        if isinstance(flag, np.ndarray) or type(flag).__module__.startswith("cupy"):
+            flag[0] = 1 if enabled else 0  # (a flag buffer, on the host or a device)
         else:
             setattr(self, name, bool(enabled))
         return self if self._SWITCHES_RETURN_SELF else None

@@ -434,8 +434,8 @@ def store_into(obj, name, value, dtype):
         xp = A.array_module(cur if A.is_cupy_array(cur) else value)
         shape = value.shape if hasattr(value, "shape") else np.shape(value)
         if A.is_cupy_array(cur) and cur.shape == shape and cur.dtype == dtype:
-            if cur is not value:
-                cur[...] = value if A.is_cupy_array(value) else np.asarray(value, dtype)
+            if cur is not value:  # (cupy's setitem takes no non-scalar numpy value)
+                cur[...] = value if A.is_cupy_array(value) else xp.asarray(value, dtype)
             return cur
         new = xp.array(value if A.is_cupy_array(value) else np.asarray(value, dtype),
                        dtype=dtype, copy=True)

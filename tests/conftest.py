@@ -21,12 +21,44 @@ settings.load_profile("quantcore")
 
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run slow tests")
+    parser.addoption("--mirror-cupy", action="store_true", default=False,
+                     help="repeat every compat-layer call on cupy copies of its arrays and "
+                          "compare the bits (tests/mirror.py; needs a GPU or the emulator)")
+
+
+#: the test modules --mirror-cupy runs: every compat layer's own tests
+MIRRORED_TESTS = ("test_compat_tensorflow", "test_compat_tensorflow_live", "test_compat_torch",
+                  "test_compat_torch_core_gaps", "test_compat_torch_random",
+                  "test_compat_nvidia", "test_compat_mindspore", "test_compat_oneflow",
+                  "test_compat_horizon")
+
+
+@pytest.fixture(autouse=True)
+def _mirror_cupy(request):
+    """With --mirror-cupy: the compat API of this test runs on numpy and on
+    cupy, and must agree (tests/mirror.py)."""
+    if not request.config.getoption("--mirror-cupy") or \
+            request.module.__name__ not in MIRRORED_TESTS:
+        yield
+        return
+    import importlib
+
+    import cupy
+    import mirror
+    modules = [importlib.import_module(name) for name in mirror.MODULES]
+    patches = mirror.install(modules, cupy, vars(request.module))
+    try:
+        yield
+    finally:
+        mirror.uninstall(patches)
 
 
 def pytest_collection_modifyitems(config, items):
     emulator_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cudaemu")
+    mirrored = config.getoption("--mirror-cupy")
     for item in items:
-        if str(item.path).startswith(emulator_dir):
+        if str(item.path).startswith(emulator_dir) or \
+                mirrored and item.module.__name__ in MIRRORED_TESTS:
             item.add_marker(pytest.mark.gpu)
     if config.getoption("--runslow"):
         return

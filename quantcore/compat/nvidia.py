@@ -429,7 +429,8 @@ def tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=True):
 
     Returns
     -------
-    (q, scale) : ndarrays of the input's dtype.
+    (q, scale) : arrays of the input's dtype, on the input's device (a host
+    amax gives a scale copied there).
     """
     func = "tensor_quant"
     arr, am, nb = _quant_args(inputs, amax, num_bits, unsigned, func)
@@ -443,7 +444,7 @@ def tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=True):
     scale = scale.reshape(am.shape)
     if arr.dtype == np.float16 and scale.size and float(scale.max()) > 65504:
         raise ValueError("scale is too large for FP16 with amax={}".format(am))
-    return q.astype(arr.dtype), scale.astype(arr.dtype)
+    return q.astype(arr.dtype), A.array_module(arr).asarray(scale.astype(arr.dtype))
 
 
 @A.device_native

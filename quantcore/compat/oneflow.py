@@ -263,6 +263,10 @@ class MovingAverageMinMaxObserver(_Module):
             if obs.num_batches != before:
                 self.moving_max = np.asarray(obs.max_val, F32).reshape(1).copy()
                 self.moving_min = np.asarray(obs.min_val, F32).reshape(1).copy()
+        if A.is_cupy_array(x):  # (not updated: the qparams still on the input's device)
+            xp = A.array_module(x)
+            self.moving_min = _device_buffer(self.moving_min, xp)
+            self.moving_max = _device_buffer(self.moving_max, xp)
         return Q.oneflow_qparams(self.moving_min, self.moving_max, self.quantization_bit,
                                  self.quantization_scheme, self.quantization_formula,
                                  zp_rounding="half_away")

@@ -300,8 +300,9 @@ def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narro
     axis = _channels(x, mn, mx)
     y = _forward(x, mn, mx, qmin, qmax, NUDGED_TF, axis, op)[0]
     zero = (mn == 0) & (mx == 0)
-    if A.is_cupy_array(zero):  # (on the device, without a synchronisation)
-        return A.array_module(zero).where(zero, F32(0), y)
+    xp = A.array_module(y)
+    if xp is not np:  # (on the device, without a synchronisation)
+        return xp.where(xp.asarray(zero), F32(0), y)
     if zero.any():
         y[..., zero] = 0
     return y

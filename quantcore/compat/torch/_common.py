@@ -163,7 +163,8 @@ def _load_keys(module, state, strict, own):
 
 
 def _as_state_array(value, name, module):
-    arr = np.asarray(value)
+    """A state-dict value as an array (a cupy value stays on its device)."""
+    arr = value if A.is_cupy_array(value) else np.asarray(value)
     if arr.dtype.kind not in "iufb":
         raise ValueError(f"{type(module).__name__}.load_state_dict: {name} must be numeric, "
                          f"got dtype {arr.dtype}")
