@@ -669,8 +669,8 @@ class HistogramCalibrator:
         if not state["collected"]:
             self._num_bins, self._hist, self._edges = num_bins, None, None
             return
-        hist = np.array(state["hist"], copy=True)
-        edges = np.array(state["bin_edges"], copy=True)
+        hist = np.array(A.to_host(state["hist"]), copy=True)  # (host state; device values
+        edges = np.array(A.to_host(state["bin_edges"]), copy=True)  # are copied)
         if hist.ndim != 1 or edges.ndim != 1 or len(edges) < 2:
             raise ValueError(f"{func}: hist and bin_edges must be 1-D (got shapes {hist.shape}"
                              f" and {edges.shape})")
@@ -1089,11 +1089,11 @@ class TorchHistogram:
         """Restore what :meth:`state_dict` returned."""
         func = "TorchHistogram.load_state_dict"
         _check_keys(state, ("histogram", "min_val", "max_val"), func)
-        hist = np.array(state["histogram"], dtype=_f32, copy=True)
+        hist = np.array(A.to_host(state["histogram"]), dtype=_f32, copy=True)
         if hist.shape != (self.bins,):
             raise ValueError(f"{func}: histogram has shape {hist.shape}, expected "
                              f"({self.bins},)")
-        self._store(hist, _f32(state["min_val"]), _f32(state["max_val"]))
+        self._store(hist, _f32(A.to_host(state["min_val"])), _f32(A.to_host(state["max_val"])))
 
     def __repr__(self):
         return f"TorchHistogram(bins={self.bins}, upsample_rate={self.upsample_rate})"

@@ -26,11 +26,11 @@ def pytest_addoption(parser):
                           "compare the bits (tests/mirror.py; needs a GPU or the emulator)")
 
 
-#: the test modules --mirror-cupy runs: every compat layer's own tests
+#: the test modules --mirror-cupy runs: every compat layer's and calibrator's own tests
 MIRRORED_TESTS = ("test_compat_tensorflow", "test_compat_tensorflow_live", "test_compat_torch",
                   "test_compat_torch_core_gaps", "test_compat_torch_random",
                   "test_compat_nvidia", "test_compat_mindspore", "test_compat_oneflow",
-                  "test_compat_horizon")
+                  "test_compat_horizon", "test_calib", "test_calib_search")
 
 
 @pytest.fixture(autouse=True)

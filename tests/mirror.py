@@ -34,7 +34,7 @@ from reference import bits_equal, to_numpy
 #: the modules whose public API is mirrored
 MODULES = ("quantcore.compat.tensorflow", "quantcore.compat.torch", "quantcore.compat.nvidia",
            "quantcore.compat.mindspore", "quantcore.compat.oneflow",
-           "quantcore.compat.horizon")
+           "quantcore.compat.horizon", "quantcore.calib")
 #: functions that take no tensor (they configure modules or global state)
 SKIP = {"enable_fake_quant", "disable_fake_quant", "enable_observer", "disable_observer",
         "set_march", "get_march"}
@@ -196,11 +196,11 @@ def _mirror_function(func, name, cp):
     return mirrored
 
 
-def _mirror_class(cls, cp, patches):
+def _mirror_class(cls, cp, patches, names):
     """Patch cls (and its bases in quantcore.compat) in place; record the
     originals in ``patches`` as (owner, attr, original)."""
     for klass in cls.__mro__:
-        if not klass.__module__.startswith("quantcore.compat"):
+        if not klass.__module__.startswith(names):
             continue
         for attr, member in list(vars(klass).items()):
             if type(member) is not types.FunctionType or getattr(member, "__mirror_original__",
@@ -220,8 +220,7 @@ def _mirror_class(cls, cp, patches):
         owner = next(k for k in cls.__mro__ if attr in vars(k))
         member = vars(owner)[attr]
         if owner.__module__.startswith("quantcore.") and \
-                not owner.__module__.startswith("quantcore.compat") and \
-                type(member) is types.FunctionType:
+                not owner.__module__.startswith(names) and type(member) is types.FunctionType:
             patches.append((cls, attr, None))
             setattr(cls, attr, _mirror_method(member, attr, cp))
     if "__setattr__" not in vars(cls):
@@ -310,6 +309,7 @@ def install(modules, cp, namespace):
     returns the undo list for :func:`uninstall`."""
     patches = []
     seen = set()
+    names = tuple(module.__name__ for module in modules)
     for module in modules:
         for name in getattr(module, "__all__", ()):
             obj = getattr(module, name)
@@ -325,7 +325,7 @@ def install(modules, cp, namespace):
                         namespace[key] = mirrored
             elif isinstance(obj, type) and obj not in seen:
                 seen.add(obj)
-                _mirror_class(obj, cp, patches)
+                _mirror_class(obj, cp, patches, names)
     return patches
 
 
