@@ -47,11 +47,16 @@ test: install
 # compat layers, calibrators, dask with cupy chunks) on tests/cudaemu: a fake
 # cupy with only real CuPy's API that compiles quantcore_gpu/cuda/*.cu with
 # g++ and runs each CUDA thread as a fiber (warp-by-warp thread order, blocks
-# in random order); its own self-tests first.
+# in random order); its own self-tests first.  Then every compat layer's and
+# calibrator's own tests again with --mirror-cupy (tests/mirror.py): each call
+# repeated on cupy copies of its arrays, results and state compared bit for bit.
 GPU_EMU_ENV := PYTHONPATH=tests/cudaemu QC_GPU_EMULATOR=1 CUDAEMU_THREAD_ORDER=warp \
   CUDAEMU_BLOCK_ORDER=random
+MIRRORED_TESTS := $(wildcard tests/test_compat_*.py) tests/test_calib.py tests/test_calib_search.py
 gpu-emu-test: install
 	$(GPU_EMU_ENV) $(PY) -m pytest -q -p no:cacheprovider -m gpu tests $(PYTEST_ARGS)
+	$(GPU_EMU_ENV) $(PY) -m pytest -q -p no:cacheprovider -m gpu --mirror-cupy \
+	  $(MIRRORED_TESTS) $(PYTEST_ARGS)
 
 # full benchmark run: JSON + Markdown summary + PNG plot under bench/results/
 BENCH_JSON ?= bench/results/latest.json
