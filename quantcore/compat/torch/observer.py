@@ -172,6 +172,20 @@ def _check_min_max_valid(mn, mx):
     return True
 
 
+def _checked_qscheme(qscheme, cls_name, per_channel, is_dynamic=False):
+    """torch's constructor checks of an observer: the qscheme's name, its
+    granularity (per channel or per tensor), then, for the observers that
+    refuse it, dynamic quantization.  Returns the qscheme's name."""
+    name = _qscheme(qscheme)
+    if per_channel and not _is_per_channel(name):
+        raise NotImplementedError(_PER_CHANNEL_ONLY.format(cls_name))
+    if not per_channel and not _is_per_tensor(name):
+        raise NotImplementedError(_PER_TENSOR_ONLY.format(cls_name))
+    if is_dynamic:
+        raise NotImplementedError(f"{cls_name} doesn't support dynamic quantization")
+    return name
+
+
 def _per_tensor_core(core):
     """A per-tensor core observer with torch's first-call rule on the device:
     a call is the first where the state is (+inf, -inf) (the host path sets
@@ -188,10 +202,7 @@ class MinMaxObserver(_UniformObserver):
     def __init__(self, dtype="quint8", qscheme="per_tensor_affine", reduce_range=False,
                  quant_min=None, quant_max=None, factory_kwargs=None,
                  eps=float(np.finfo(np.float32).eps), is_dynamic=False):
-        qscheme = _qscheme(qscheme)
-        if not _is_per_tensor(qscheme):
-            raise NotImplementedError(_PER_TENSOR_ONLY.format("MinMaxObserver"))
-        self.qscheme = qscheme
+        self.qscheme = qscheme = _checked_qscheme(qscheme, "MinMaxObserver", per_channel=False)
         super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, eps, is_dynamic)
         self._core = self._make_core()
         self._check_symmetric_reduce("Cannot reduce range for symmetric" + " " * 40
@@ -252,13 +263,8 @@ class PerChannelMinMaxObserver(_UniformObserver):
     def __init__(self, ch_axis=0, dtype="quint8", qscheme="per_channel_affine",
                  reduce_range=False, quant_min=None, quant_max=None, factory_kwargs=None,
                  eps=float(np.finfo(np.float32).eps), is_dynamic=False):
-        qscheme = _qscheme(qscheme)
-        if not _is_per_channel(qscheme):
-            raise NotImplementedError(_PER_CHANNEL_ONLY.format("PerChannelMinMaxObserver"))
-        if is_dynamic:
-            raise NotImplementedError(
-                "PerChannelMinMaxObserver doesn't support dynamic quantization")
-        self.qscheme = qscheme
+        self.qscheme = qscheme = _checked_qscheme(qscheme, "PerChannelMinMaxObserver",
+                                                  per_channel=True, is_dynamic=is_dynamic)
         super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, eps, is_dynamic)
         self.ch_axis = A.as_int(ch_axis, "ch_axis", type(self).__name__)
         self._core = self._make_core()
@@ -292,12 +298,8 @@ class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
                  qscheme="per_channel_affine", reduce_range=False, quant_min=None,
                  quant_max=None, eps=float(np.finfo(np.float32).eps), is_dynamic=False, *,
                  factory_kwargs=None):
-        if not _is_per_channel(_qscheme(qscheme)):
-            raise NotImplementedError(
-                _PER_CHANNEL_ONLY.format("MovingAveragePerChannelMinMaxObserver"))
-        if is_dynamic:
-            raise NotImplementedError(
-                "MovingAveragePerChannelMinMaxObserver doesn't support dynamic quantization")
+        _checked_qscheme(qscheme, "MovingAveragePerChannelMinMaxObserver", per_channel=True,
+                         is_dynamic=is_dynamic)
         self.averaging_constant = averaging_constant
         super().__init__(ch_axis, dtype, qscheme, reduce_range, quant_min, quant_max, None,
                          eps, is_dynamic)
@@ -319,12 +321,8 @@ class HistogramObserver(_UniformObserver):
     def __init__(self, bins=2048, dtype="quint8", qscheme="per_tensor_affine",
                  reduce_range=False, quant_min=None, quant_max=None, factory_kwargs=None,
                  eps=float(np.finfo(np.float32).eps), is_dynamic=False):
-        qscheme = _qscheme(qscheme)
-        if not _is_per_tensor(qscheme):
-            raise NotImplementedError(_PER_TENSOR_ONLY.format("HistogramObserver"))
-        if is_dynamic:
-            raise NotImplementedError("HistogramObserver doesn't support dynamic quantization")
-        self.qscheme = qscheme
+        self.qscheme = qscheme = _checked_qscheme(qscheme, "HistogramObserver",
+                                                  per_channel=False, is_dynamic=is_dynamic)
         super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, eps, is_dynamic)
         try:
             from ...calib import TorchHistogram
