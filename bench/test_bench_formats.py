@@ -96,31 +96,28 @@ def _torchao_torch(torch, t):
     return q.float() / s
 
 
+#: recipe -> (the torch composite, quantcore's arguments): modelopt with a
+#: given amax; torchao computes amax too (one min/max pass + the fake quant)
+FP8_RECIPES = {
+    "modelopt": (lambda torch, t: _modelopt_torch(torch, t, 3.0), {"amax": 3.0}),
+    "torchao": (_torchao_torch, {"recipe": "torchao"}),
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(FP8_RECIPES))
 @pytest.mark.parametrize("impl", IMPLS_QC + ["torch"])
-def test_fp8_fake_quant(benchmark, threads, impl, x):
-    annotate(benchmark, "fp8_fake_quant", N, impl, OPS["fp8_fake_quant"])
+def test_fp8_fake_quant(benchmark, threads, impl, recipe, x):
+    op = "fp8_fake_quant" + ("_torchao" if recipe == "torchao" else "")
+    annotate(benchmark, op, N, impl, OPS[op])
+    torch_composite, kwargs = FP8_RECIPES[recipe]
     out = np.empty_like(x)
     if impl == "torch":
         torch = torch_or_skip()
         t = torch.from_numpy(x)
-        benchmark(lambda: _modelopt_torch(torch, t, 3.0))
+        benchmark(lambda: torch_composite(torch, t))
     else:
         _threads(threads, impl)
-        benchmark(lambda: qc.fp8_fake_quant(x, 3.0, out=out))
-
-
-@pytest.mark.parametrize("impl", IMPLS_QC + ["torch"])
-def test_fp8_fake_quant_torchao(benchmark, threads, impl, x):
-    """amax computed too (one min/max pass + the fake quant)."""
-    annotate(benchmark, "fp8_fake_quant_torchao", N, impl, OPS["fp8_fake_quant_torchao"])
-    out = np.empty_like(x)
-    if impl == "torch":
-        torch = torch_or_skip()
-        t = torch.from_numpy(x)
-        benchmark(lambda: _torchao_torch(torch, t))
-    else:
-        _threads(threads, impl)
-        benchmark(lambda: qc.fp8_fake_quant(x, recipe="torchao", out=out))
+        benchmark(lambda: qc.fp8_fake_quant(x, out=out, **kwargs))
 
 
 # ---------------------------------------------------------------- ONNX

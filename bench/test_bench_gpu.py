@@ -60,34 +60,40 @@ def test_gpu_roofline_copy(benchmark, op, n):
     benchmark(synced(lambda: cp.copyto(out, x)))
 
 
+def _bench_against_torch(benchmark, impl, n, op, bytes_per_element, quantcore_call,
+                         torch_call):
+    """Time one call on a device array of n float32: ``quantcore_call(x)``
+    makes the quantcore call, or for impl "torch-cuda" ``torch_call(torch,
+    t)`` torch's on ``t``, a torch view of the same memory."""
+    _gpu_or_skip()
+    x = device_input(n)
+    annotate(benchmark, op, n, impl, bytes_per_element * n)
+    if impl == "torch-cuda":
+        torch = torch_cuda_or_skip()
+        call = torch_call(torch, torch.from_dlpack(x))
+    else:
+        call = quantcore_call(x)
+    benchmark(synced(call))
+
+
 @pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)
 @pytest.mark.parametrize("impl", IMPLS)
 def test_gpu_fake_quant(benchmark, impl, n):
-    _gpu_or_skip()
-    x = device_input(n)
-    annotate(benchmark, "gpu_fake_quant", n, impl, 8 * n)
-    if impl == "torch-cuda":
-        torch = torch_cuda_or_skip()
-        t = torch.from_dlpack(x)
-        benchmark(synced(lambda: torch.fake_quantize_per_tensor_affine(t, float(SCALE), ZP,
-                                                                       QMIN, QMAX)))
-    else:
+    def quantcore_call(x):
         out = cp.empty_like(x)
-        benchmark(synced(lambda: qc.fake_quant(x, SCALE, ZP, QMIN, QMAX, out=out)))
+        return lambda: qc.fake_quant(x, SCALE, ZP, QMIN, QMAX, out=out)
+    _bench_against_torch(
+        benchmark, impl, n, "gpu_fake_quant", 8, quantcore_call,
+        lambda torch, t: lambda: torch.fake_quantize_per_tensor_affine(t, float(SCALE), ZP,
+                                                                       QMIN, QMAX))
 
 
 @pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)
 @pytest.mark.parametrize("impl", IMPLS)
 def test_gpu_minmax(benchmark, impl, n):
-    _gpu_or_skip()
-    x = device_input(n)
-    annotate(benchmark, "gpu_minmax", n, impl, 4 * n)
-    if impl == "torch-cuda":
-        torch = torch_cuda_or_skip()
-        t = torch.from_dlpack(x)
-        benchmark(synced(lambda: torch.aminmax(t)))
-    else:
-        benchmark(synced(lambda: qc.minmax(x)))
+    _bench_against_torch(benchmark, impl, n, "gpu_minmax", 4,
+                         lambda x: lambda: qc.minmax(x),
+                         lambda torch, t: lambda: torch.aminmax(t))
 
 
 @pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)
@@ -101,21 +107,18 @@ def test_gpu_fake_quantize_forward(benchmark, impl, n):
 def _fake_quantize_step(benchmark, impl, n, op, make_quantcore_module):
     """One forward of a FakeQuantize module (``make_quantcore_module()``, or
     torch's own CUDA FakeQuantize for impl "torch-cuda") on a device array."""
-    _gpu_or_skip()
-    x = device_input(n)
-    annotate(benchmark, op, n, impl, 9 * n)
-    if impl == "torch-cuda":
-        torch = torch_cuda_or_skip()
+    def torch_call(torch, t):
         fq = torch.ao.quantization.FakeQuantize().cuda()
-        t = torch.from_dlpack(x)
 
         def torch_forward():
             with torch.no_grad():
                 return fq(t)
-        benchmark(synced(torch_forward))
-    else:
+        return torch_forward
+
+    def quantcore_call(x):
         fq = make_quantcore_module()
-        benchmark(synced(lambda: fq(x)))
+        return lambda: fq(x)
+    _bench_against_torch(benchmark, impl, n, op, 9, quantcore_call, torch_call)
 
 
 @pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)
@@ -133,21 +136,18 @@ def test_gpu_compat_fake_quantize_step(benchmark, impl, n):
 def test_gpu_histogram_collect(benchmark, impl, n):
     """torch.histc of 2048 bins over the batch's range (HistogramObserver's
     collection: the range, then the counts), against torch.histc on CUDA."""
-    _gpu_or_skip()
-    x = device_input(n)
-    annotate(benchmark, "gpu_histogram_collect", n, impl, 4 * n)
-    if impl == "torch-cuda":
-        torch = torch_cuda_or_skip()
-        t = torch.from_dlpack(x)
-
+    def torch_call(torch, t):
         def torch_hist():
             lo, hi = torch.aminmax(t)
             return torch.histc(t, 2048, float(lo), float(hi))
-        benchmark(synced(torch_hist))
-    else:
+        return torch_hist
+
+    def quantcore_call(x):
         from quantcore_gpu import kernels as G
 
         def qc_hist():
             lo, hi = qc.minmax(x)
             return G.histc_f32(x, 2048, float(lo), float(hi), False, False)
-        benchmark(synced(qc_hist))
+        return qc_hist
+    _bench_against_torch(benchmark, impl, n, "gpu_histogram_collect", 4, quantcore_call,
+                         torch_call)

@@ -4,6 +4,7 @@ Run: ``make bench`` (JSON in bench/results/latest.json, then the summary).
 In CI these run once each as tests (``--benchmark-disable``): nothing here
 asserts a time.
 """
+import itertools
 import os
 
 import numpy as np
@@ -22,6 +23,14 @@ def set_threads(threads, impl):
 
 def rotating_inputs(n, shape=None):
     return Rotating(lambda k: make_input(n, seed=k, shape=shape), 4 * n)
+
+
+def torch_inputs(xs):
+    """``(torch, next_tensor)``: ``next_tensor()`` returns torch views of
+    ``xs``'s copies in turn, as ``xs.next()`` returns the arrays (skips
+    without torch)."""
+    torch = torch_or_skip()
+    return torch, itertools.cycle([torch.from_numpy(x) for x in xs.items]).__next__
 
 
 # ----------------------------------------------------------------- roofline
@@ -53,11 +62,9 @@ def test_fake_quant(benchmark, threads, impl, n):
     if impl == "numpy":
         benchmark(lambda: numpy_fake_quant(xs.next(), SCALE, ZP, QMIN, QMAX))
     elif impl == "torch":
-        torch = torch_or_skip()
-        ts = [torch.from_numpy(x) for x in xs.items]
-        it = iter(range(10 ** 12))
+        torch, next_tensor = torch_inputs(xs)
         benchmark(lambda: torch.fake_quantize_per_tensor_affine(
-            ts[next(it) % len(ts)], float(SCALE), ZP, QMIN, QMAX))
+            next_tensor(), float(SCALE), ZP, QMIN, QMAX))
     else:
         set_threads(threads, impl)
         benchmark(lambda: qc.fake_quant(xs.next(), SCALE, ZP, QMIN, QMAX, out=out))
@@ -77,12 +84,10 @@ def test_fake_quant_channels(benchmark, threads, impl, n):
         s, z = scale[:, None], zp[:, None].astype(np.float32)
         benchmark(lambda: numpy_fake_quant(xs.next(), s, z, QMIN, QMAX))
     elif impl == "torch":
-        torch = torch_or_skip()
-        ts = [torch.from_numpy(x) for x in xs.items]
+        torch, next_tensor = torch_inputs(xs)
         st, zt = torch.from_numpy(scale), torch.from_numpy(zp)
-        it = iter(range(10 ** 12))
         benchmark(lambda: torch.fake_quantize_per_channel_affine(
-            ts[next(it) % len(ts)], st, zt, 0, QMIN, QMAX))
+            next_tensor(), st, zt, 0, QMIN, QMAX))
     else:
         set_threads(threads, impl)
         benchmark(lambda: qc.fake_quant(xs.next(), scale, zp, QMIN, QMAX, axis=0, out=out))
@@ -97,10 +102,8 @@ def test_minmax(benchmark, threads, impl, n):
     if impl == "numpy":
         benchmark(lambda: (lambda x: (x.min(), x.max()))(xs.next()))
     elif impl == "torch":
-        torch = torch_or_skip()
-        ts = [torch.from_numpy(x) for x in xs.items]
-        it = iter(range(10 ** 12))
-        benchmark(lambda: torch.aminmax(ts[next(it) % len(ts)]))
+        torch, next_tensor = torch_inputs(xs)
+        benchmark(lambda: torch.aminmax(next_tensor()))
     else:
         set_threads(threads, impl)
         benchmark(lambda: qc.minmax(xs.next()))
@@ -122,12 +125,10 @@ def test_minmax_channels(benchmark, threads, impl, layout, n):
     if impl == "numpy":
         benchmark(lambda: (lambda x: (x.min(axis=other), x.max(axis=other)))(xs.next()))
     elif impl == "torch":
-        torch = torch_or_skip()
-        ts = [torch.from_numpy(x) for x in xs.items]
-        it = iter(range(10 ** 12))
+        torch, next_tensor = torch_inputs(xs)
 
         def torch_minmax():
-            t = ts[next(it) % len(ts)]
+            t = next_tensor()
             flat = t.transpose(0, axis).flatten(1)
             return torch.aminmax(flat, dim=1)
         benchmark(torch_minmax)
@@ -162,14 +163,12 @@ def test_fake_quantize_forward(benchmark, threads, impl, n):
             return (np.clip(qf, 0, 255) - np.float32(zp)) * scale, mask
         benchmark(numpy_forward)
     elif impl == "torch":
-        torch = torch_or_skip()
+        torch, next_tensor = torch_inputs(xs)
         fq = torch.ao.quantization.FakeQuantize()
-        ts = [torch.from_numpy(x) for x in xs.items]
-        it = iter(range(10 ** 12))
 
         def torch_forward():
             with torch.no_grad():
-                return fq(ts[next(it) % len(ts)])
+                return fq(next_tensor())
         benchmark(torch_forward)
     else:  # into a reused output, as the fake_quant benchmark (out=)
         set_threads(threads, impl)
@@ -201,12 +200,10 @@ def test_histogram_collect(benchmark, impl, n):
     if impl == "numpy":
         benchmark(lambda: (lambda x: np.histogram(np.abs(x), bins=2048))(xs.next()))
     elif impl == "torch":
-        torch = torch_or_skip()
-        ts = [torch.from_numpy(x) for x in xs.items]
-        it = iter(range(10 ** 12))
+        torch, next_tensor = torch_inputs(xs)
 
         def torch_hist():
-            t = ts[next(it) % len(ts)].abs()
+            t = next_tensor().abs()
             return torch.histc(t, 2048, 0, float(t.max()))
         benchmark(torch_hist)
     else:

@@ -63,6 +63,16 @@ def _check_int(value, name, func, low=None):
     return value
 
 
+def _check_merge_partner(self, other, cls, attr, what, func):
+    """A calibrator's ``merge`` takes only a ``cls`` whose ``attr`` equals
+    its own (TypeError / ValueError saying which and both values)."""
+    if not isinstance(other, cls):
+        raise TypeError(f"{func}: other must be a {cls.__name__}, got {type(other).__name__}")
+    mine, theirs = getattr(self, attr), getattr(other, attr)
+    if theirs != mine:
+        raise ValueError(f"{func}: {what} ({mine!r} vs {theirs!r})")
+
+
 def _check_num_bits(num_bits, func):
     nb = _check_int(num_bits, "num_bits", func)
     if not 2 <= nb <= 16:
@@ -269,11 +279,7 @@ class MaxCalibrator:
         a single pass over all of them.
         """
         func = "MaxCalibrator.merge"
-        if not isinstance(other, MaxCalibrator):
-            raise TypeError(f"{func}: other must be a MaxCalibrator, got "
-                            f"{type(other).__name__}")
-        if other._axis != self._axis:
-            raise ValueError(f"{func}: axis differs ({self._axis!r} vs {other._axis!r})")
+        _check_merge_partner(self, other, MaxCalibrator, "_axis", "axis differs", func)
         if other._amax is None:
             return self
         if self._amax is None:
@@ -633,12 +639,8 @@ class HistogramCalibrator:
     def merge(self, other):
         """Add another calibrator's histogram; the bin edges must be equal."""
         func = "HistogramCalibrator.merge"
-        if not isinstance(other, HistogramCalibrator):
-            raise TypeError(f"{func}: other must be a HistogramCalibrator, got "
-                            f"{type(other).__name__}")
-        if other._torch_hist != self._torch_hist:
-            raise ValueError(f"{func}: torch_hist differs ({self._torch_hist} vs "
-                             f"{other._torch_hist})")
+        _check_merge_partner(self, other, HistogramCalibrator, "_torch_hist",
+                             "torch_hist differs", func)
         if other._hist is None:
             return self
         if self._hist is None:
@@ -1062,11 +1064,7 @@ class TorchHistogram:
         re-binning is lossy and order dependent, so it is not done here.
         """
         func = "TorchHistogram.merge"
-        if not isinstance(other, TorchHistogram):
-            raise TypeError(f"{func}: other must be a TorchHistogram, got "
-                            f"{type(other).__name__}")
-        if other.bins != self.bins:
-            raise ValueError(f"{func}: bins differ ({self.bins} vs {other.bins})")
+        _check_merge_partner(self, other, TorchHistogram, "bins", "bins differ", func)
         if not other.initialized:
             return self
         if not self.initialized:

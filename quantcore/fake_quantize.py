@@ -28,6 +28,28 @@ _FAST_RULES = {MinMaxObserver: _kernels.OBS_MINMAX,
 _NAN_POLICY = {"skip": 0, "propagate": 1, "raise": 2}
 
 
+def _synced_qparam(name, dtype, check, doc):
+    """A qparam property of :class:`FakeQuantize` over the host array
+    ``_<name>``: reading brings device-resident state back first
+    (``_sync_host``); assigning converts the value (``_qparam_values``),
+    checks it (``check(self, values)``), then stores it in place (as
+    ``dtype``) and drops the device copy of the state."""
+    attr = "_" + name
+
+    def get(self):
+        self._sync_host()
+        return getattr(self, attr)
+
+    def set_values(self, value):
+        values = self._qparam_values(value, name)
+        check(self, values)
+        with self._lock:
+            self._sync_host()
+            store_into(self, attr, values, dtype)
+            self._device = None
+    return property(get, set_values, doc=doc)
+
+
 class FakeQuantize(Switches):
     """Observe, compute qparams, fake quantize; backward by the STE mask.
 
@@ -157,37 +179,18 @@ class FakeQuantize(Switches):
         self._observer = observer
         self._device = None
 
-    @property
-    def scale(self):
-        self._sync_host()
-        return self._scale
-
-    @scale.setter
-    def scale(self, value):
-        """Set the qparams' scale: one value, or one per channel; finite,
-        > 0 and with a finite float32 reciprocal (ValueError otherwise)."""
-        s = self._qparam_values(value, "scale")
-        ops.check_scales(s, np.dtype(F32), "FakeQuantize.scale")
-        with self._lock:
-            self._sync_host()
-            store_into(self, "_scale", s, F32)
-            self._device = None
-
-    @property
-    def zero_point(self):
-        self._sync_host()
-        return self._zero_point
-
-    @zero_point.setter
-    def zero_point(self, value):
-        """Set the zero point: one value, or one per channel; integers in
-        [quant_min, quant_max] (ValueError otherwise)."""
-        z = self._qparam_values(value, "zero_point")
-        ops.check_zero_points(z, self.quant_min, self.quant_max, "FakeQuantize.zero_point")
-        with self._lock:
-            self._sync_host()
-            store_into(self, "_zero_point", z, np.int64)
-            self._device = None
+    scale = _synced_qparam(
+        "scale", F32,
+        lambda self, s: ops.check_scales(s, np.dtype(F32), "FakeQuantize.scale"),
+        """The qparams' scale (float32 [1] or [C]).  Set: one value, or one per
+        channel; finite, > 0 and with a finite float32 reciprocal (ValueError
+        otherwise).""")
+    zero_point = _synced_qparam(
+        "zero_point", np.int64,
+        lambda self, z: ops.check_zero_points(z, self.quant_min, self.quant_max,
+                                              "FakeQuantize.zero_point"),
+        """The zero point (int64 [1] or [C]).  Set: one value, or one per
+        channel; integers in [quant_min, quant_max] (ValueError otherwise).""")
 
     @staticmethod
     def _qparam_values(value, name):

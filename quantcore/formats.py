@@ -622,14 +622,23 @@ def group_qrange(bits, recipe="onnx", symmetric=False, quant_min=None, quant_max
     return qmin, qmax
 
 
-def _group_args(w, bits, group_size, axis, symmetric, recipe, quant_min, quant_max, func):
-    arr = _float_input(w, func)
+def _blocked_input(x, axis, size, func, x_name="x", size_name="block_size"):
+    """``(arr, axis, size)`` checked for a function that works on blocks (or
+    groups) of ``size`` elements along ``axis``: a float input of at least
+    one dimension, a valid axis, a whole ``size >= 1``; the messages name
+    the arguments ``x_name`` and ``size_name``."""
+    arr = _float_input(x, func)
     if arr.ndim == 0:
-        raise ValueError(f"{func}: w must have at least one dimension")
+        raise ValueError(f"{func}: {x_name} must have at least one dimension")
     ax = A.normalize_axis(axis, arr.ndim, func)
-    g = A.as_int(group_size, "group_size", func)
-    if g < 1:
-        raise ValueError(f"{func}: group_size must be >= 1, got {g}")
+    n = A.as_int(size, size_name, func)
+    if n < 1:
+        raise ValueError(f"{func}: {size_name} must be >= 1, got {n}")
+    return arr, ax, n
+
+
+def _group_args(w, bits, group_size, axis, symmetric, recipe, quant_min, quant_max, func):
+    arr, ax, g = _blocked_input(w, axis, group_size, func, "w", "group_size")
     qmin, qmax = group_qrange(bits, recipe, symmetric, quant_min, quant_max)
     if recipe not in ("onnx", "onnx_numpy") and arr.shape[ax] % g:
         raise ValueError(f"{func}: w.shape[axis] = {arr.shape[ax]} is not a multiple of "

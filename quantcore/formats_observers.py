@@ -27,6 +27,7 @@ import numpy as np
 
 from . import _arrays as A
 from . import formats as F
+from ._switches import TrainEval
 from .ops import minmax, ste_backward
 
 F32 = np.float32
@@ -182,8 +183,9 @@ class GroupMinMaxObserver(_RunningStats):
         super().__init__(None, group_size, nan_policy)
 
 
-class _STE:
-    """Forward keeps the mask; backward multiplies by it."""
+class _STE(TrainEval):
+    """Forward keeps the mask; backward multiplies by it; ``train`` /
+    ``eval`` set ``training``."""
 
     _mask = None
 
@@ -224,13 +226,6 @@ class FP8FakeQuantize(_STE):
         self.training = True
         self.observer_enabled = True
         self.fake_quant_enabled = True
-
-    def train(self, mode=True):
-        self.training = bool(mode)
-        return self
-
-    def eval(self):
-        return self.train(False)
 
     @property
     def scale(self):
@@ -281,13 +276,6 @@ class GroupFakeQuantize(_STE):
         self.observer = GroupMinMaxObserver(group_size, nan_policy=nan_policy)
         self.training = True
         self.fake_quant_enabled = True
-
-    def train(self, mode=True):
-        self.training = bool(mode)
-        return self
-
-    def eval(self):
-        return self.train(False)
 
     def quantize(self, w):
         """(codes, scale, zero_point) of w by the module's recipe."""

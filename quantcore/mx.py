@@ -19,7 +19,7 @@ import numpy as np
 from . import _arrays as A
 from ._cpu import _kernels as K
 from ._cpu.threads import effective_n_threads
-from .formats import (_DEC, _float_input, _as_codes, _from_last, _param, _to_last, pack_int4,
+from .formats import (_DEC, _as_codes, _blocked_input, _from_last, _param, _to_last, pack_int4,
                       F8_DEQ_MUL)
 
 __all__ = ["MX_ELEMENTS", "MX_SCALE_MODES", "mx_quantize", "mx_dequantize", "mx_fake_quant",
@@ -88,17 +88,6 @@ def _mx_mode(name, scale_mode, elem_rounding, compat, int8_min, func):
     return (MX_SCALE_MODES[scale_mode] | (MX_HALF_AWAY if elem_rounding == "half_away" else 0)
             | (MX_TORCHAO if compat == "torchao" else 0) | (MX_MXS if mxs else 0)
             | (MX_INT8_FULL if int8_min == -128 else 0))
-
-
-def _block_args(x, axis, block_size, func):
-    arr = _float_input(x, func)
-    if arr.ndim == 0:
-        raise ValueError(f"{func}: x must have at least one dimension")
-    ax = A.normalize_axis(axis, arr.ndim, func)
-    bs = A.as_int(block_size, "block_size", func)
-    if bs < 1:
-        raise ValueError(f"{func}: block_size must be >= 1, got {bs}")
-    return arr, ax, bs
 
 
 def _block_run(arr, ax, bs, recipe, elem, mode, p0, p1, want_codes, want_y, func, out=None):
@@ -223,7 +212,7 @@ def mx_quantize(x, elem, *, axis=-1, block_size=32, scale_mode=None, elem_roundi
     axis ``ceil(n / 2)`` long.
     """
     func = "mx_quantize"
-    arr, ax, bs = _block_args(x, axis, block_size, func)
+    arr, ax, bs = _blocked_input(x, axis, block_size, func)
     name = _elem_name(elem, func)
     mode = _mx_mode(name, scale_mode, elem_rounding, compat, int8_min, func)
     scodes, codes, _ = _block_run(arr, ax, bs, "mx", MX_ELEMENTS[name], mode, 0.0, 0.0, True,
@@ -243,7 +232,7 @@ def mx_fake_quant(x, elem, *, axis=-1, block_size=32, scale_mode=None, elem_roun
     :func:`mx_quantize`; ``out``: a float32 array of x's shape to write y
     into (may be x itself)."""
     func = "mx_fake_quant"
-    arr, ax, bs = _block_args(x, axis, block_size, func)
+    arr, ax, bs = _blocked_input(x, axis, block_size, func)
     name = _elem_name(elem, func)
     mode = _mx_mode(name, scale_mode, elem_rounding, compat, int8_min, func)
     _, _, y = _block_run(arr, ax, bs, "mx", MX_ELEMENTS[name], mode, 0.0, 0.0, False, True,
@@ -388,7 +377,7 @@ def nvfp4_quantize(x, global_scale=None, *, recipe="modelopt"):
     global_scale: float32 (None for torchao without one).
     """
     func = "nvfp4_quantize"
-    arr, ax, bs = _block_args(x, -1, NVFP4_BLOCK, func)
+    arr, ax, bs = _blocked_input(x, -1, NVFP4_BLOCK, func)
     mode, p0, p1, g = _nvfp4_scales(arr, global_scale, recipe, func)
     scodes, codes, _ = _block_run(arr, ax, bs, "nvfp4", E2M1_ID, mode, p0, p1, True, False,
                                   func)
@@ -400,7 +389,7 @@ def nvfp4_fake_quant(x, global_scale=None, *, recipe="modelopt", out=None):
     """``nvfp4_dequantize(*nvfp4_quantize(x, ...))`` in one pass (float32);
     ``out`` as in :func:`mx_fake_quant`."""
     func = "nvfp4_fake_quant"
-    arr, ax, bs = _block_args(x, -1, NVFP4_BLOCK, func)
+    arr, ax, bs = _blocked_input(x, -1, NVFP4_BLOCK, func)
     mode, p0, p1, _ = _nvfp4_scales(arr, global_scale, recipe, func)
     y = _block_run(arr, ax, bs, "nvfp4", E2M1_ID, mode, p0, p1, False, True, func, out)[2]
     return _result(y, ax, out)

@@ -234,7 +234,9 @@ def _f32(a):
     return np.asarray(a, dtype=F32)
 
 
-def _round_half_away_f(v):
+def round_half_away_f(v):
+    """Round half away from zero in v's own dtype (each operation rounds to
+    it: float32 in, float32 out)."""
     a = np.abs(v)
     r = np.floor(a)
     r = np.where(a - r >= F32(0.5), r + F32(1), r).astype(v.dtype)
@@ -266,7 +268,7 @@ def ref_oneflow_qparams(min_val, max_val, num_bits, scheme="symmetric", formula=
             return scale, np.zeros_like(scale)
         scale = ((hi - lo).astype(F32) / F32(2 ** num_bits - 1)).astype(F32)
         ratio = (lo / scale).astype(F32)
-        rounded = np.rint(ratio) if zp_rounding == "half_even" else _round_half_away_f(ratio)
+        rounded = np.rint(ratio) if zp_rounding == "half_even" else round_half_away_f(ratio)
         return scale, (-rounded).astype(F32)
 
 
@@ -292,7 +294,7 @@ def ref_nudge_tensorflow(min_val, max_val, quant_min, quant_max):
         scale = (span / (qmax - qmin)).astype(F32)
         inv = ((qmax - qmin) / span).astype(F32)
         zpm = (qmin - (mn / scale).astype(F32)).astype(F32)
-        nzp = np.where(zpm < qmin, qmin, np.where(zpm > qmax, qmax, _round_half_away_f(zpm)))
+        nzp = np.where(zpm < qmin, qmin, np.where(zpm > qmax, qmax, round_half_away_f(zpm)))
         nzp = nzp.astype(F32)
         nmin = ((qmin - nzp) * scale).astype(F32)
         nmax = ((qmax - nzp) * scale).astype(F32)

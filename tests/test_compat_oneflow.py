@@ -28,11 +28,7 @@ bits = ref.assert_spec_bits
 
 
 # --------------------------------------------------- independent reference
-def round_half_away(v):
-    a = np.abs(v)
-    r = np.floor(a)
-    r = np.where(a - r >= F32(0.5), r + F32(1), r).astype(F32)
-    return np.copysign(r, v).astype(F32)
+round_half_away = ref.round_half_away_f  # (float32 in, float32 out)
 
 
 def ref_qparams(lo, hi, b, scheme, formula, zp_round="even"):

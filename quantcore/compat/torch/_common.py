@@ -51,25 +51,29 @@ def _name(value, what):
     return value[6:] if value.startswith("torch.") else value
 
 
-def _dtype(value):
-    name = _name(value, "dtype")
-    if name not in _OBSERVER_DTYPES:
-        raise AssertionValueError(
-            "Default Observer only works for (torch.qint8, torch.quint8, torch.quint4x2, "
-            "torch.qint32, torch.int8, torch.uint8, torch.int16, torch.int32, "
-            "torch.float8_e5m2, torch.float8_e4m3fn, torch.uint16) "
-            f"data type (got {value!r})")
+def _supported_name(value, what, supported, message):
+    """``_name(value)`` if it is in ``supported``, else torch's
+    AssertionError (``message`` formatted with ``repr(value)``)."""
+    name = _name(value, what)
+    if name not in supported:
+        raise AssertionValueError(message.format(value))
     return name
+
+
+def _dtype(value):
+    return _supported_name(
+        value, "dtype", _OBSERVER_DTYPES,
+        "Default Observer only works for (torch.qint8, torch.quint8, torch.quint4x2, "
+        "torch.qint32, torch.int8, torch.uint8, torch.int16, torch.int32, "
+        "torch.float8_e5m2, torch.float8_e4m3fn, torch.uint16) data type (got {!r})")
 
 
 def _qscheme(value):
-    name = _name(value, "qscheme")
-    if name not in _QSCHEMES:
-        raise AssertionValueError(
-            "Default Observer only works for per_tensor_affine, per_tensor_symmetric, "
-            "per_channel_affine, per_channel_symmetric and per_channel_float_qparams "
-            f"quantization scheme, got {value!r}")
-    return name
+    return _supported_name(
+        value, "qscheme", _QSCHEMES,
+        "Default Observer only works for per_tensor_affine, per_tensor_symmetric, "
+        "per_channel_affine, per_channel_symmetric and per_channel_float_qparams "
+        "quantization scheme, got {!r}")
 
 
 def _is_per_tensor(q):

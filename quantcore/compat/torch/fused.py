@@ -60,6 +60,24 @@ def _check_row_observe(rows, rmin, rmax, ch_axis, func):
                          f"x has {rows.shape[0]} rows")
 
 
+def _check_tensor_observe(arr, rmin, rmax, func):
+    """torch's checks before a per-tensor running min / max update."""
+    _need_f32(arr)
+    _need_f32(rmin)
+    _need_f32(rmax)
+    if rmin.size == 0 or rmax.size == 0:
+        raise ValueError(f"{func}: running_min / running_max are empty (torch writes out "
+                         "of bounds)")
+
+
+def _check_0d(s_arr, z_arr):
+    """torch indexes scale / zero_point: a 0-d one raises."""
+    if s_arr.ndim == 0 or z_arr.ndim == 0:
+        raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python "
+                         "or `tensor.item<T>()` in C++ to convert a 0-dim tensor to a "
+                         "number")
+
+
 def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_point,
            averaging_const, quant_min, quant_max, ch_axis, per_row_fake_quant,
            symmetric_quant):
@@ -68,20 +86,27 @@ def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_
     running_min, running_max, scale, zero_point)``: new arrays for the
     state that torch changes, the arguments themselves otherwise.  Nothing
     is written here, so a failing call leaves the state as it was (torch may
-    have updated part of it before raising)."""
+    have updated part of it before raising).
+
+    One path for numpy and cupy x: a cupy x stays on the device (the
+    running update by one observe launch, :func:`_observe`; the qparams
+    formed there).  Device reads: observer_on / fake_quant_on when they are
+    device arrays (8 bytes each), per tensor a running value that is not a
+    float32 [1] (torch's ``.item()``) and the new qparams for the fake-quant
+    call (8 bytes), per row the int32 zero points (C values; torch's range
+    check reads them)."""
     func = "fused_moving_avg_obs_fake_quant"
     arr = _fq_input(x, func)
     qmin = _int_arg(quant_min, "quant_min", func)
     qmax = _int_arg(quant_max, "quant_max", func)
     ch_axis = _int_arg(ch_axis, "ch_axis", func)
-    if A.is_cupy_array(arr):
-        return _fused_device(arr, observer_on, fake_quant_on, running_min, running_max, scale,
-                             zero_point, averaging_const, qmin, qmax, ch_axis,
-                             per_row_fake_quant, symmetric_quant, func)
-    rmin, rmax = np.asarray(running_min), np.asarray(running_max)
-    s_arr, z_arr = np.asarray(scale), np.asarray(zero_point)
+    xp = A.array_module(arr)
+    # (a cupy x: state given on the host is copied to the device)
+    rmin, rmax, s_arr, z_arr = (
+        v if xp is not np and A.is_cupy_array(v) else xp.asarray(np.asarray(v))
+        for v in (running_min, running_max, scale, zero_point))
     if arr.size == 0:
-        return arr.copy(), np.ones(arr.shape, np.bool_), rmin, rmax, s_arr, z_arr
+        return arr.copy(), xp.ones(arr.shape, np.bool_), rmin, rmax, s_arr, z_arr
     if not ch_axis < arr.ndim:
         raise RuntimeValueError("Error in fused_moving_avg_obs_fake_quant_cpu: ch_axis must be < "
                                 "self.dim()")
@@ -93,34 +118,27 @@ def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_
         if rmin.size == 0:
             # torch resizes all four buffers; the new scale / zero_point
             # elements are uninitialized memory there, copies of the first
-            # (or 1.0 / 0) here
-            rmin = np.full(size, np.inf, F32)
-            rmax = np.full(size, -np.inf, F32)
-            s_arr = np.resize(s_arr if s_arr.size else np.ones(1, s_arr.dtype), size)
-            z_arr = np.resize(z_arr if z_arr.size else np.zeros(1, z_arr.dtype), size)
+            # (or 1.0 / 0) here (the small arrays are resized on the host)
+            rmin = xp.full(size, np.inf, F32)
+            rmax = xp.full(size, -np.inf, F32)
+            s_host, z_host = A.to_host(s_arr), A.to_host(z_arr)
+            s_arr = xp.asarray(np.resize(s_host if s_host.size else np.ones(1, s_host.dtype),
+                                         size))
+            z_arr = xp.asarray(np.resize(z_host if z_host.size else np.zeros(1, z_host.dtype),
+                                         size))
         if observe:
             _check_row_observe(y, rmin, rmax, ch_axis, func)
-            cur_min, cur_max = _ops.minmax(y, axis=0)
-            rmin, rmax = _moving_average(rmin, rmax, cur_min, cur_max, c)
+            rmin, rmax = _observe(y, True, rmin, rmax, c)
     elif observe:
-        _need_f32(arr)
-        _need_f32(rmin)
-        _need_f32(rmax)
-        if rmin.size == 0 or rmax.size == 0:
-            raise ValueError(f"{func}: running_min / running_max are empty (torch writes out "
-                             "of bounds)")
-        cur_min, cur_max = _ops.minmax(arr)
-        rmin, rmax = _moving_average(rmin, rmax, cur_min.reshape(1), cur_max.reshape(1), c)
+        _check_tensor_observe(arr, rmin, rmax, func)
+        rmin, rmax = _observe(arr, False, rmin, rmax, c)
     if not _item_int(fake_quant_on, "fake_quant_on", func):
-        return arr.copy(), np.ones(arr.shape, np.bool_), rmin, rmax, s_arr, z_arr
+        return arr.copy(), xp.ones(arr.shape, np.bool_), rmin, rmax, s_arr, z_arr
     if per_row_fake_quant:
         _need_f32(rmin)
         _need_f32(rmax)
         n = rmin.size
-        if s_arr.ndim == 0 or z_arr.ndim == 0:
-            raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python "
-                             "or `tensor.item<T>()` in C++ to convert a 0-dim tensor to a "
-                             "number")
+        _check_0d(s_arr, z_arr)
         for name, t in (("scale", s_arr), ("zero_point", z_arr)):
             if t.shape[0] < n:
                 raise IndexError(f"select(): index {t.shape[0]} out of range for tensor of "
@@ -134,113 +152,56 @@ def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_
         out, mask = fake_quantize_per_channel_affine_cachemask(arr, s_arr, z_arr, ch_axis,
                                                                qmin, qmax)
         return out, mask, rmin, rmax, s_arr, z_arr
-    mn = _item_float(rmin, "running_min", func)
-    mx = _item_float(rmax, "running_max", func)
-    sc, zp = Q.choose_qparams_fused(np.array([mn], F32), np.array([mx], F32), qmin, qmax,
-                                    bool(symmetric_quant))
-    if s_arr.ndim == 0 or z_arr.ndim == 0:
-        raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
-                         "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number")
+    lo, hi = (_running_value(v, name, func, xp)
+              for v, name in ((rmin, "running_min"), (rmax, "running_max")))
+    sc, zp = Q.choose_qparams_fused(lo, hi, qmin, qmax, bool(symmetric_quant))
+    _check_0d(s_arr, z_arr)
     if s_arr.shape[0] == 0 or z_arr.shape[0] == 0:
         raise IndexError("index 0 is out of bounds for dimension 0 with size 0")
     s_arr, z_arr = s_arr.copy(), z_arr.copy()
     with np.errstate(invalid="ignore", over="ignore"):
         s_arr[0] = sc[0]
-        z_arr[0] = np.int32(zp[0])
+        z_arr[0] = zp[0].astype(np.int32)
     out, mask = _per_tensor_tensor_qparams(arr, s_arr, z_arr, qmin, qmax)
     return out, mask, rmin, rmax, s_arr, z_arr
 
 
-def _fused_device(arr, observer_on, fake_quant_on, running_min, running_max, scale, zero_point,
-                  averaging_const, qmin, qmax, ch_axis, per_row, symmetric, func):
-    """:func:`_fused` of a cupy x, on the device: the running update is the
-    moving-average rule with torch's per-side reset ("inf_resets") in the
-    reduction's last block, the qparams are formed on the device.  Reads:
-    observer_on / fake_quant_on when they are device arrays (8 bytes each),
-    per tensor the new qparams for the fake-quant call (8 bytes), per row
-    the int32 zero points (C values; torch's range check reads them)."""
+def _running_value(v, name, func, xp):
+    """The one running value of a side as a float32 [1] array for the
+    per-tensor qparams: torch's ``.item()`` (checked, rounded to float32) on
+    the host; on the device a float32 [1] array is used as it is (no read),
+    another is read and checked as on the host."""
+    if xp is not np and v.dtype == F32 and v.size == 1:
+        return v.reshape(1)
+    return xp.asarray(np.array([_item_float(v, name, func)], F32))
+
+
+def _observe(src, per_row, rmin, rmax, c):
+    """torch's fused running update by ``src``: per row (``src`` the 2-D
+    ``_rows`` view, one running value a row) or per tensor (one value).
+    Returns new arrays.  numpy: the min / max of ``src``, then
+    :func:`_moving_average`.  cupy: one observe launch, the moving-average
+    rule with torch's per-side reset ("inf_resets") in the reduction's last
+    block."""
+    if not A.is_cupy_array(src):
+        if per_row:
+            cur_min, cur_max = _ops.minmax(src, axis=0)
+        else:
+            cur_min, cur_max = (v.reshape(1) for v in _ops.minmax(src))
+        return _moving_average(rmin, rmax, cur_min, cur_max, c)
     from quantcore_gpu import kernels as G
-    xp = A.array_module(arr)
-
-    def dev(v):
-        return v if A.is_cupy_array(v) else xp.asarray(np.asarray(v))
-    rmin, rmax, s_arr, z_arr = (dev(v) for v in (running_min, running_max, scale, zero_point))
-    if arr.size == 0:
-        return arr.copy(), xp.ones(arr.shape, np.bool_), rmin, rmax, s_arr, z_arr
-    if not ch_axis < arr.ndim:
-        raise RuntimeValueError("Error in fused_moving_avg_obs_fake_quant_cpu: ch_axis must be < "
-                                "self.dim()")
-    observe = _item_int(observer_on, "observer_on", func)
-    c = F32(averaging_const)
-
-    def update(flat, C, inner):
-        """The first C running values, by one observe launch (new arrays)."""
-        new_min, new_max = rmin.copy(), rmax.copy()
-        st = types.SimpleNamespace(channels=C, dtype=None,
-                                   counts=xp.asarray(np.array([1, 0], np.int64)),
-                                   counter=xp.zeros(1, dtype=np.uint32),
-                                   min_val=new_min.reshape(-1)[:C],
-                                   max_val=new_max.reshape(-1)[:C])
-        G.observe(flat, 1, C, inner, st, observer="moving_average", averaging_constant=float(c),
-                  flags=("inf_resets",), nan_policy="propagate", qscheme=None)
-        return new_min, new_max
-    if per_row:
-        y = _rows(arr, ch_axis)
-        size = _dim_size(arr, ch_axis)
-        if rmin.size == 0:  # (see _fused; the small arrays are resized on the host)
-            rmin = xp.full(size, np.inf, F32)
-            rmax = xp.full(size, -np.inf, F32)
-            s_host, z_host = A.to_host(s_arr), A.to_host(z_arr)
-            s_arr = xp.asarray(np.resize(s_host if s_host.size else np.ones(1, s_host.dtype),
-                                         size))
-            z_arr = xp.asarray(np.resize(z_host if z_host.size else np.zeros(1, z_host.dtype),
-                                         size))
-        if observe:
-            _check_row_observe(y, rmin, rmax, ch_axis, func)
-            rows = y.shape[0]
-            rmin, rmax = update(xp.ascontiguousarray(y).reshape(-1), rows, y.size // rows)
-    elif observe:
-        _need_f32(arr)
-        _need_f32(rmin)
-        _need_f32(rmax)
-        if rmin.size == 0 or rmax.size == 0:
-            raise ValueError(f"{func}: running_min / running_max are empty (torch writes out "
-                             "of bounds)")
-        rmin, rmax = update(xp.ascontiguousarray(arr).reshape(-1), 1, arr.size)
-    if not _item_int(fake_quant_on, "fake_quant_on", func):
-        return arr.copy(), xp.ones(arr.shape, np.bool_), rmin, rmax, s_arr, z_arr
-    if s_arr.ndim == 0 or z_arr.ndim == 0:
-        raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python "
-                         "or `tensor.item<T>()` in C++ to convert a 0-dim tensor to a "
-                         "number")
-    if per_row:
-        _need_f32(rmin)
-        _need_f32(rmax)
-        n = rmin.size
-        for name, t in (("scale", s_arr), ("zero_point", z_arr)):
-            if t.shape[0] < n:
-                raise IndexError(f"select(): index {t.shape[0]} out of range for tensor of "
-                                 f"size [{t.shape[0]}] at dimension 0")
-        sc, zp = Q.choose_qparams_fused(rmin, rmax[:n], qmin, qmax, bool(symmetric))
-        s_arr, z_arr = s_arr.copy(), z_arr.copy()
-        s_arr[:n] = sc.reshape(s_arr[:n].shape[:1] + (1,) * (s_arr.ndim - 1))
-        z_arr[:n] = zp.astype(np.int32).reshape(z_arr[:n].shape[:1] + (1,) * (z_arr.ndim - 1))
-        out, mask = fake_quantize_per_channel_affine_cachemask(arr, s_arr, z_arr, ch_axis,
-                                                               qmin, qmax)
-        return out, mask, rmin, rmax, s_arr, z_arr
-    # per tensor: the one running value of each side (float32 on the device;
-    # another dtype is read and checked as torch's .item() does)
-    lo, hi = [v.reshape(1) if v.dtype == F32 and v.size == 1 else
-              xp.asarray(np.array([_item_float(v, name, func)], F32))
-              for v, name in ((rmin, "running_min"), (rmax, "running_max"))]
-    sc, zp = Q.choose_qparams_fused(lo, hi, qmin, qmax, bool(symmetric))
-    if s_arr.shape[0] == 0 or z_arr.shape[0] == 0:
-        raise IndexError("index 0 is out of bounds for dimension 0 with size 0")
-    s_arr, z_arr = s_arr.copy(), z_arr.copy()
-    s_arr[0] = sc[0]
-    z_arr[0] = zp[0].astype(np.int32)
-    out, mask = _per_tensor_tensor_qparams(arr, s_arr, z_arr, qmin, qmax)
-    return out, mask, rmin, rmax, s_arr, z_arr
+    xp = A.array_module(src)
+    channels = src.shape[0] if per_row else 1
+    new_min, new_max = rmin.copy(), rmax.copy()
+    st = types.SimpleNamespace(channels=channels, dtype=None,
+                               counts=xp.asarray(np.array([1, 0], np.int64)),
+                               counter=xp.zeros(1, dtype=np.uint32),
+                               min_val=new_min.reshape(-1)[:channels],
+                               max_val=new_max.reshape(-1)[:channels])
+    G.observe(xp.ascontiguousarray(src).reshape(-1), 1, channels, src.size // channels, st,
+              observer="moving_average", averaging_constant=float(c), flags=("inf_resets",),
+              nan_policy="propagate", qscheme=None)
+    return new_min, new_max
 
 
 def _moving_average(rmin, rmax, cur_min, cur_max, c):

@@ -1,5 +1,7 @@
 """The observers of ``torch.ao.quantization.observer``."""
 
+import operator
+
 import numpy as np
 
 from ... import _arrays as A
@@ -35,6 +37,23 @@ from .functional import _torch_dtype_name
 F32 = np.float32
 
 
+def _held_array(path, shape=None, sync_first=False):
+    """A property for the float32 array at ``path`` (``"_core.min_val"``: the
+    attribute of an object the module holds).  Reading returns that array
+    itself; assigning binds a new host copy (reshaped to ``shape`` if given),
+    as assigning a torch buffer does, then, with ``sync_first``, calls the
+    module's ``_sync_first``."""
+    holder, name = path.split(".")
+    get_holder = operator.attrgetter(holder)
+
+    def set_array(self, value):
+        arr = np.array(A.to_host(value), dtype=F32)
+        setattr(get_holder(self), name, arr if shape is None else arr.reshape(shape))
+        if sync_first:
+            self._sync_first()
+    return property(operator.attrgetter(path), set_array)
+
+
 class _UniformObserver(_Module):
     """UniformQuantizationObserverBase: dtype, qscheme, range, eps."""
 
@@ -55,25 +74,11 @@ class _UniformObserver(_Module):
             raise NotImplementedError(msg)
 
     # statistics live in a quantcore observer; min_val / max_val are its arrays
-    # (device arrays after cupy batches: the core observes those on the device)
-    @property
-    def min_val(self):
-        return self._core.min_val
-
-    @min_val.setter
-    def min_val(self, value):
-        # assigning binds a new array, as assigning a torch buffer does
-        self._core.min_val = np.array(A.to_host(value), dtype=F32)
-        self._sync_first()  # (a device forward does not look at the values itself)
-
-    @property
-    def max_val(self):
-        return self._core.max_val
-
-    @max_val.setter
-    def max_val(self, value):
-        self._core.max_val = np.array(A.to_host(value), dtype=F32)
-        self._sync_first()
+    # (device arrays after cupy batches: the core observes those on the device);
+    # assigning one also resets the first-call count (a device forward does not
+    # look at the values itself)
+    min_val = _held_array("_core.min_val", sync_first=True)
+    max_val = _held_array("_core.max_val", sync_first=True)
 
     _VERSION = 3
 
@@ -109,6 +114,26 @@ class _UniformObserver(_Module):
     def calculate_qparams(self):
         """``(scale, zero_point)`` from the running statistics."""
         return self._calculate_qparams(self.min_val, self.max_val)
+
+    @A.device_native
+    def forward(self, x_orig):
+        """Record x (per tensor, or per channel along ``ch_axis``) and return
+        it.  A cupy x is observed on the device with no synchronisation: the
+        core applies the first-call rule there (per tensor from the values,
+        per channel from its count, which reset, load and the min_val /
+        max_val setters keep right); a numpy x first sets the core's count by
+        the same rule (:meth:`_sync_first`)."""
+        x = _as_input(x_orig, f"{type(self).__name__}.forward")
+        if x.size == 0:
+            return x_orig
+        self._prepare_input(x)
+        if not A.is_cupy_array(x):
+            self._sync_first()
+        self._core.update(x)
+        return x_orig
+
+    def _prepare_input(self, x):
+        """Checks on a non-empty x before it is observed (none per tensor)."""
 
     def _load(self, state, prefix):
         if prefix + "eps" in state:
@@ -147,6 +172,20 @@ def _check_min_max_valid(mn, mx):
     return True
 
 
+def _checked_qscheme(qscheme, cls_name, per_channel, is_dynamic=False):
+    """torch's constructor checks of an observer: the qscheme's name, its
+    granularity (per channel or per tensor), then, for the observers that
+    refuse it, dynamic quantization.  Returns the qscheme's name."""
+    name = _qscheme(qscheme)
+    if per_channel and not _is_per_channel(name):
+        raise NotImplementedError(_PER_CHANNEL_ONLY.format(cls_name))
+    if not per_channel and not _is_per_tensor(name):
+        raise NotImplementedError(_PER_TENSOR_ONLY.format(cls_name))
+    if is_dynamic:
+        raise NotImplementedError(f"{cls_name} doesn't support dynamic quantization")
+    return name
+
+
 def _per_tensor_core(core):
     """A per-tensor core observer with torch's first-call rule on the device:
     a call is the first where the state is (+inf, -inf) (the host path sets
@@ -163,10 +202,7 @@ class MinMaxObserver(_UniformObserver):
     def __init__(self, dtype="quint8", qscheme="per_tensor_affine", reduce_range=False,
                  quant_min=None, quant_max=None, factory_kwargs=None,
                  eps=float(np.finfo(np.float32).eps), is_dynamic=False):
-        qscheme = _qscheme(qscheme)
-        if not _is_per_tensor(qscheme):
-            raise NotImplementedError(_PER_TENSOR_ONLY.format("MinMaxObserver"))
-        self.qscheme = qscheme
+        self.qscheme = qscheme = _checked_qscheme(qscheme, "MinMaxObserver", per_channel=False)
         super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, eps, is_dynamic)
         self._core = self._make_core()
         self._check_symmetric_reduce("Cannot reduce range for symmetric" + " " * 40
@@ -180,18 +216,6 @@ class MinMaxObserver(_UniformObserver):
         if lo.shape == () and hi.shape == ():  # (float() of 0-d arrays: cheaper)
             return float(lo) == np.inf and float(hi) == -np.inf
         return bool(lo == np.inf and hi == -np.inf)
-
-    @A.device_native
-    def forward(self, x_orig):
-        """Record x and return it (a cupy x on the device, no synchronisation:
-        the first-call rule is applied there, from the values)."""
-        x = _as_input(x_orig, f"{type(self).__name__}.forward")
-        if x.size == 0:
-            return x_orig
-        if not A.is_cupy_array(x):
-            self._sync_first()
-        self._core.update(x)
-        return x_orig
 
     def reset_min_max_vals(self):
         """Back to ``min_val = +inf``, ``max_val = -inf``."""
@@ -239,13 +263,8 @@ class PerChannelMinMaxObserver(_UniformObserver):
     def __init__(self, ch_axis=0, dtype="quint8", qscheme="per_channel_affine",
                  reduce_range=False, quant_min=None, quant_max=None, factory_kwargs=None,
                  eps=float(np.finfo(np.float32).eps), is_dynamic=False):
-        qscheme = _qscheme(qscheme)
-        if not _is_per_channel(qscheme):
-            raise NotImplementedError(_PER_CHANNEL_ONLY.format("PerChannelMinMaxObserver"))
-        if is_dynamic:
-            raise NotImplementedError(
-                "PerChannelMinMaxObserver doesn't support dynamic quantization")
-        self.qscheme = qscheme
+        self.qscheme = qscheme = _checked_qscheme(qscheme, "PerChannelMinMaxObserver",
+                                                  per_channel=True, is_dynamic=is_dynamic)
         super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, eps, is_dynamic)
         self.ch_axis = A.as_int(ch_axis, "ch_axis", type(self).__name__)
         self._core = self._make_core()
@@ -258,24 +277,14 @@ class PerChannelMinMaxObserver(_UniformObserver):
     def _is_first(self):
         return self.min_val.size == 0 or self.max_val.size == 0
 
-    @A.device_native
-    def forward(self, x_orig):
-        """Record x (per channel) and return it (a cupy x on the device, no
-        synchronisation: the core's count says whether this is a first call,
-        kept right by reset, load and the min_val / max_val setters)."""
-        x = _as_input(x_orig, f"{type(self).__name__}.forward")
-        if x.size == 0:
-            return x_orig
+    def _prepare_input(self, x):
+        """torch's channel-axis checks; the core reduces along ``ch_axis``."""
         if not -x.ndim <= self.ch_axis < x.ndim:
             raise IndexError("list assignment index out of range")
         if x.ndim < 2:
             raise IndexError("Dimension out of range (expected to be in range of [-1, 0], "
                              "but got 1)")
         self._core.axis = self.ch_axis
-        if not A.is_cupy_array(x):
-            self._sync_first()
-        self._core.update(x)
-        return x_orig
 
     def reset_min_max_vals(self):
         """Back to empty ``min_val`` / ``max_val``."""
@@ -289,12 +298,8 @@ class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
                  qscheme="per_channel_affine", reduce_range=False, quant_min=None,
                  quant_max=None, eps=float(np.finfo(np.float32).eps), is_dynamic=False, *,
                  factory_kwargs=None):
-        if not _is_per_channel(_qscheme(qscheme)):
-            raise NotImplementedError(
-                _PER_CHANNEL_ONLY.format("MovingAveragePerChannelMinMaxObserver"))
-        if is_dynamic:
-            raise NotImplementedError(
-                "MovingAveragePerChannelMinMaxObserver doesn't support dynamic quantization")
+        _checked_qscheme(qscheme, "MovingAveragePerChannelMinMaxObserver", per_channel=True,
+                         is_dynamic=is_dynamic)
         self.averaging_constant = averaging_constant
         super().__init__(ch_axis, dtype, qscheme, reduce_range, quant_min, quant_max, None,
                          eps, is_dynamic)
@@ -316,12 +321,8 @@ class HistogramObserver(_UniformObserver):
     def __init__(self, bins=2048, dtype="quint8", qscheme="per_tensor_affine",
                  reduce_range=False, quant_min=None, quant_max=None, factory_kwargs=None,
                  eps=float(np.finfo(np.float32).eps), is_dynamic=False):
-        qscheme = _qscheme(qscheme)
-        if not _is_per_tensor(qscheme):
-            raise NotImplementedError(_PER_TENSOR_ONLY.format("HistogramObserver"))
-        if is_dynamic:
-            raise NotImplementedError("HistogramObserver doesn't support dynamic quantization")
-        self.qscheme = qscheme
+        self.qscheme = qscheme = _checked_qscheme(qscheme, "HistogramObserver",
+                                                  per_channel=False, is_dynamic=is_dynamic)
         super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, eps, is_dynamic)
         try:
             from ...calib import TorchHistogram
@@ -335,30 +336,10 @@ class HistogramObserver(_UniformObserver):
         self.upsample_rate = 16
         self._hist = TorchHistogram(bins=bins, upsample_rate=self.upsample_rate)
 
-    # the TorchHistogram's own arrays (updated in place); assigning binds new ones
-    @property
-    def histogram(self):
-        return self._hist.histogram
-
-    @histogram.setter
-    def histogram(self, value):
-        self._hist.histogram = np.array(value, dtype=F32)
-
-    @property
-    def min_val(self):
-        return self._hist.min_val
-
-    @min_val.setter
-    def min_val(self, value):
-        self._hist.min_val = np.array(value, dtype=F32).reshape(())
-
-    @property
-    def max_val(self):
-        return self._hist.max_val
-
-    @max_val.setter
-    def max_val(self, value):
-        self._hist.max_val = np.array(value, dtype=F32).reshape(())
+    # the TorchHistogram's own arrays (updated in place)
+    histogram = _held_array("_hist.histogram")
+    min_val = _held_array("_hist.min_val", shape=())
+    max_val = _held_array("_hist.max_val", shape=())
 
     @A.device_native
     def forward(self, x_orig):
