@@ -210,6 +210,22 @@ def to_host(value):
     return value.get() if is_cupy_array(value) else value
 
 
+def shape_of(value):
+    """The shape of an array of either device, or of what numpy makes of
+    ``value`` (``numpy.shape`` does not take a cupy array everywhere)."""
+    return tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
+
+
+def copy_into(dest, value):
+    """``dest[...] = value`` in place (unsafe casting), for a ``dest`` and a
+    ``value`` on either device: a device value is read into a host ``dest``
+    (a few numbers: state), a host value copied to a device ``dest``."""
+    if isinstance(dest, np.ndarray):
+        np.copyto(dest, to_host(value), casting="unsafe")
+    else:
+        dest[...] = array_module(dest).asarray(value).astype(dest.dtype, copy=False)
+
+
 def as_float_array(x, name, func):
     """``x`` as a native-byte-order floating numpy array.
 

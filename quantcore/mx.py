@@ -413,6 +413,8 @@ def nvfp4_dequantize(codes, block_scales, global_scale=None, *, recipe="modelopt
                         f"got {A.describe(codes)}")
     xp, moved = _unpacked_codes(arr, arr.ndim - 1, True, length, func)
     s = _check_scales(block_scales, moved.shape, NVFP4_BLOCK, arr.ndim - 1, "block_scales", func)
+    if recipe == "modelopt":  # its table's 0x8 is +0: decoded as the code 0x0 (+0 * factor)
+        moved = moved ^ ((moved == 8).view(np.uint8) << 3)
     from .formats import fp8_decode
     f = fp8_decode(s, "e4m3fn")
     if global_scale is not None:
@@ -421,8 +423,5 @@ def nvfp4_dequantize(codes, block_scales, global_scale=None, *, recipe="modelopt
             raise ValueError(f"{func}: global_scale must be one value, got shape {g.shape}")
         f = (f * F32(g.reshape(()))).astype(F32)
     rows, k = math.prod(moved.shape[:-1]), moved.shape[-1]
-    y = _decode_blocks(xp, moved.view(np.uint8), f, E2M1_ID | F8_DEQ_MUL, "fp8", rows, k,
-                       NVFP4_BLOCK, func)
-    if recipe == "modelopt":  # -0 -> +0 (every other value unchanged)
-        y += F32(0)
-    return y
+    return _decode_blocks(xp, moved.view(np.uint8), f, E2M1_ID | F8_DEQ_MUL, "fp8", rows, k,
+                          NVFP4_BLOCK, func)

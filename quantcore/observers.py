@@ -424,7 +424,7 @@ def store_into(obj, name, value, dtype):
             cur[...] = value
         return cur
     if type(cur) is np.ndarray and not A.is_cupy_array(value):
-        shape = value.shape if isinstance(value, np.ndarray) else np.shape(value)
+        shape = A.shape_of(value)
         if cur.shape == shape and cur.dtype == dtype and cur.flags.writeable:
             if cur is not value:
                 cur[...] = value  # (unsafe casting, as numpy's setitem; cheaper than copyto)
@@ -432,7 +432,7 @@ def store_into(obj, name, value, dtype):
         new = np.array(value, dtype=dtype, copy=True)
     elif A.is_cupy_array(cur) or A.is_cupy_array(value):
         xp = A.array_module(cur if A.is_cupy_array(cur) else value)
-        shape = value.shape if hasattr(value, "shape") else np.shape(value)
+        shape = A.shape_of(value)
         if A.is_cupy_array(cur) and cur.shape == shape and cur.dtype == dtype:
             if cur is not value:  # (cupy's setitem takes no non-scalar numpy value)
                 cur[...] = value if A.is_cupy_array(value) else xp.asarray(value, dtype)

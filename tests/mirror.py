@@ -154,6 +154,10 @@ def _replay(name, call_host, call_dev, args, kwargs, cp, twin=False):
     # the tensor (the first argument) on the host: not a device call of a
     # function (only a method's twin must follow)
     on_device = bool(args) and isinstance(args[0], np.ndarray) and args[0].dtype.kind in "biuf"
+    if on_device is False and twin and args and isinstance(args[0], np.generic) and \
+            args[0].dtype.kind == "f":
+        # a float scalar as the tensor of a method: the twin gets a 0-d device array
+        dev_args = (cp.asarray(args[0]),) + tuple(dev_args[1:])
     if not on_device and not twin:
         with _Inside():
             return call_host(*args, **kwargs)

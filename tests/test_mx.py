@@ -263,6 +263,21 @@ def test_nvfp4_random_vs_reference(data, recipe):
 
 
 # ---------------------------------------------------------- special blocks
+def test_nvfp4_modelopt_keeps_the_sign_of_a_negative_code_times_zero():
+    """modelopt's +0 is the code 0x8's value only: a negative code times a
+    zero factor stays -0 (hypothesis found a block of -6.7e-44, whose
+    global scale underflows to 0; the dequantize once made it +0)."""
+    x = np.full((2, 1), -6.7e-44, np.float32)
+    s_ref, c_ref, y_ref = ref_nvfp4(x, None, "modelopt")
+    q, s, g = qc.nvfp4_quantize(x, recipe="modelopt")
+    assert g == 0 and (c_ref == 15).all() and np.signbit(y_ref).all()
+    assert_bits_equal(qc.nvfp4_dequantize(q, s, g, recipe="modelopt", length=1), y_ref)
+    zero_code = np.array([[0x88]], np.uint8)  # two 0x8 codes: +0 for modelopt, -0 for torchao
+    one = np.array([[0x38]], np.uint8)  # e4m3 1.0
+    assert not np.signbit(qc.nvfp4_dequantize(zero_code, one, recipe="modelopt")).any()
+    assert np.signbit(qc.nvfp4_dequantize(zero_code, one, recipe="torchao")).all()
+
+
 def test_special_blocks():
     """NaN / Inf inside a block, an all-zero block (-0 kept), a subnormal
     amax, per recipe (spec §4.5)."""

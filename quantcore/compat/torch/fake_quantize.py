@@ -150,7 +150,7 @@ class FakeQuantize(_FakeQuantizeBase):
         if self.observer_enabled[0] == 1:
             self.activation_post_process(X)
             self._store_qparams(*self.calculate_qparams())
-        self._last_shape = tuple(X.shape) if hasattr(X, "shape") else np.shape(X)
+        self._last_shape = A.shape_of(X)
         self._last_mask = None
         if self.fake_quant_enabled[0] == 1:
             app = self.activation_post_process
@@ -285,9 +285,9 @@ class FixedQParamsFakeQuantize(FakeQuantize):
     def _load(self, state, prefix):
         for name in ("fake_quant_enabled", "observer_enabled", "scale", "zero_point"):
             if prefix + name in state:
-                np.copyto(getattr(self, name),
-                          _copy_into(self, name, state[prefix + name],
-                                     dtype=getattr(self, name).dtype))
+                A.copy_into(getattr(self, name),
+                            _copy_into(self, name, state[prefix + name],
+                                       dtype=getattr(self, name).dtype))
         self.activation_post_process._load(state, prefix + "activation_post_process.")
 
 
@@ -321,7 +321,7 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         # torch writes the buffers in place (resized per channel on the first call)
         app._core._store(rmin, rmax)
         self._store_qparams(scale, zp)
-        self._last_shape = tuple(X.shape) if hasattr(X, "shape") else np.shape(X)
+        self._last_shape = A.shape_of(X)
         self._last_mask = mask
         return out
 

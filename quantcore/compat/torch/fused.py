@@ -101,6 +101,12 @@ def _fused(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_
     qmax = _int_arg(quant_max, "quant_max", func)
     ch_axis = _int_arg(ch_axis, "ch_axis", func)
     xp = A.array_module(arr)
+    if xp is np:
+        for name, v in (("running_min", running_min), ("running_max", running_max),
+                        ("scale", scale), ("zero_point", zero_point)):
+            if A.is_cupy_array(v):
+                raise TypeError(f"{func}: x is a host array but {name} is a cupy array; "
+                                "pass x on the state's device")
     # (a cupy x: state given on the host is copied to the device)
     rmin, rmax, s_arr, z_arr = (
         v if xp is not np and A.is_cupy_array(v) else xp.asarray(np.asarray(v))

@@ -141,7 +141,7 @@ class _UniformObserver(_Module):
         for name in ("min_val", "max_val"):
             if prefix + name in state:
                 # per channel torch resizes the buffer to the checkpoint's shape
-                shape = None if self._per_tensor else np.shape(state[prefix + name])
+                shape = None if self._per_tensor else A.shape_of(state[prefix + name])
                 _load_into(self, name, state[prefix + name], shape=shape, target=self._core)
         self._sync_first()
 
@@ -384,21 +384,22 @@ class HistogramObserver(_UniformObserver):
         if version is None or version < 3:
             # uninitialized [0]-shaped min / max of version-2 checkpoints
             for name, v in (("min_val", np.inf), ("max_val", -np.inf)):
-                if prefix + name in state and np.shape(state[prefix + name]) == (0,):
+                if prefix + name in state and A.shape_of(state[prefix + name]) == (0,):
                     state[prefix + name] = np.array(v, dtype=F32)
 
     def _load(self, state, prefix):
         if prefix + "eps" in state:
             _load_into(self, "eps", state[prefix + "eps"])
+        # (the histogram state lives on the host: device values are read)
         if prefix + "histogram" in state:
-            store_into(self._hist, "histogram",
-                       _as_state_array(state[prefix + "histogram"], "histogram", self), F32)
+            store_into(self._hist, "histogram", A.to_host(
+                _as_state_array(state[prefix + "histogram"], "histogram", self)), F32)
         for name in ("min_val", "max_val"):
             if prefix + name in state:
                 # torch binds the state dict's tensors here (setattr): references
                 # to the old min_val / max_val are not updated; a copy is bound
                 # (torch's shares the source module's storage, see the docstring)
-                value = _as_state_array(state[prefix + name], name, self)
+                value = A.to_host(_as_state_array(state[prefix + name], name, self))
                 setattr(self._hist, name, np.array(value, dtype=F32).reshape(()))
 
 
@@ -440,5 +441,5 @@ class FixedQParamsObserver(_Module):
         for b in self._BUFFERS:
             if prefix + b in state:
                 new = _copy_into(self, b, state[prefix + b], dtype=getattr(self, b).dtype)
-                np.copyto(getattr(self, b), new)
+                A.copy_into(getattr(self, b), new)
 
