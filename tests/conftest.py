@@ -13,8 +13,11 @@ GPU_EMULATOR = os.environ.get("QC_GPU_EMULATOR") == "1"
 collect_ignore = [] if GPU_EMULATOR else ["cudaemu"]
 
 
+#: hypothesis draws the same examples on every run (CI is reproducible);
+#: QC_HYPOTHESIS_RANDOM=1 explores new ones (with QC_HYPOTHESIS_EXAMPLES
+#: for more of them)
 settings.register_profile(
-    "quantcore", deadline=None, derandomize=False,
+    "quantcore", deadline=None, derandomize=os.environ.get("QC_HYPOTHESIS_RANDOM") != "1",
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile("quantcore")
 
