@@ -75,6 +75,15 @@ QC_HD double qc_inf(double) { return qc_from_bits((qc_u64)0x7ff0000000000000ull)
 QC_HD float qc_nan(float) { return qc_from_bits(0x7fc00000u); }
 QC_HD double qc_nan(double) { return qc_from_bits((qc_u64)0x7ff8000000000000ull); }
 
+/* Callbacks for the X(name, Type) lists of qc_families.h and qc_qparams.h
+ * (one entry per id, in id order): the name as a string, and the Type's
+ * (at float) NP (parameter count), CODE_BYTES (code widths) or NOUT
+ * (output count), for the tables the extension and kernels.py read. */
+#define QC_X_NAME(name, Type) #name,
+#define QC_X_NP(name, Type) (int)Type<float>::NP,
+#define QC_X_CODE_BYTES(name, Type) (int)Type<float>::CODE_BYTES,
+#define QC_X_NOUT(name, Type) (int)Type<float>::NOUT,
+
 /* The bit pattern of -0.0 in T's width. */
 template <typename T> struct QcNegZero;
 template <> struct QcNegZero<float> { static const unsigned bits = 0x80000000u; };
