@@ -25,6 +25,8 @@ from cython.parallel cimport prange
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
 
+from quantcore._cpu._shares cimport run_shares, share_threads
+
 ctypedef fused floating:
     float
     double
@@ -717,6 +719,19 @@ def minmax_finish(floating[::1] lo, floating[::1] hi, const unsigned char[::1] f
 
 
 # ---------------------------------------------------------------- histogram
+cdef struct HistcArgs:
+    float lo, hi
+    int bins, absolute, skip_zeros
+    int64_t* counts      # thread t's two sub-histograms at counts + t * 2 * bins
+
+
+cdef void _histc_share(const float* xp, int64_t cnt, int t, void* ctx) noexcept nogil:
+    """histc_block on thread t's share (run_shares)."""
+    cdef const HistcArgs* a = <const HistcArgs*>ctx
+    histc_block(xp, cnt, a.lo, a.hi, a.bins, a.absolute, a.skip_zeros,
+                a.counts + <int64_t>t * 2 * a.bins)
+
+
 def histc_f32(cnp.ndarray x, int bins, float lo, float hi, bint absolute, bint skip_zeros,
               int nthreads):
     """``torch.histc(x, bins, lo, hi)`` counts (int64[bins]) of a C-contiguous
@@ -726,32 +741,20 @@ def histc_f32(cnp.ndarray x, int bins, float lo, float hi, bint absolute, bint s
     thread counts a contiguous share into its own histograms; integer
     counts make the result independent of the thread count."""
     cdef int64_t n = cnp.PyArray_SIZE(x)
-    cdef int64_t t, start, cnt, share
     if cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 or not cnp.PyArray_ISCARRAY_RO(x):
         raise ValueError("histc_f32: expected an aligned C-contiguous float32 array")
     if bins < 1:
         raise ValueError(f"histc_f32: bins must be >= 1, got {bins}")
     if not lo <= hi:
         raise ValueError(f"histc_f32: need lo <= hi, got [{lo}, {hi}]")
-    if nthreads < 1 or n < BLOCK:
-        nthreads = 1
-    share = (n + nthreads - 1) // nthreads
+    nthreads = share_threads(n, nthreads)
     parts_a = np.zeros((nthreads, 2 * bins), dtype=np.int64)
     cdef int64_t[:, ::1] parts = parts_a
-    cdef const float* xp = <const float*>cnp.PyArray_DATA(x)
-    if n > 0:
-        if nthreads == 1:
-            with nogil:
-                histc_block(xp, n, lo, hi, bins, absolute, skip_zeros, &parts[0, 0])
-        else:
-            for t in prange(nthreads, nogil=True, schedule='static', num_threads=nthreads):
-                start = t * share
-                cnt = n - start
-                if cnt > share:
-                    cnt = share
-                if cnt > 0:
-                    histc_block(xp + start, cnt, lo, hi, bins, absolute, skip_zeros,
-                                &parts[t, 0])
+    cdef HistcArgs a
+    a.lo, a.hi, a.bins, a.absolute, a.skip_zeros = lo, hi, bins, absolute, skip_zeros
+    a.counts = &parts[0, 0]
+    with nogil:
+        run_shares(_histc_share, <const float*>cnp.PyArray_DATA(x), n, nthreads, &a)
     return parts_a.reshape(nthreads * 2, bins).sum(axis=0)
 
 
