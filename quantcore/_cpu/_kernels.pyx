@@ -350,14 +350,12 @@ cdef void _code_groups_run(bint enc, int family, floating* x, char* codes, int c
     may be shorter), group b = r * ng + j using parameter b of rows * ng:
     units of whole groups."""
     cdef int64_t ng = (K + g - 1) // g
-    cdef int64_t per = BLOCK // g if g < BLOCK else 1
-    cdef int64_t nunits = (rows * ng + per - 1) // per
-    cdef int64_t u, b, b1, r, j, start, cnt
-    for u in prange(nunits, schedule='static', num_threads=nthreads if nunits > 1 else 1):
-        b1 = (u + 1) * per
-        if b1 > rows * ng:
-            b1 = rows * ng
-        for b in range(u * per, b1):
+    cdef Units L = _units(rows * ng, g, 1)   # units of whole groups (one row of g per group)
+    cdef Unit un
+    cdef int64_t u, b, r, j, start, cnt
+    for u in prange(L.n, schedule='static', num_threads=nthreads if L.n > 1 else 1):
+        un = _unit(&L, u)
+        for b in range(u * L.nrows, u * L.nrows + un.count):
             r = b // ng
             j = b - r * ng
             start = r * K + j * g
@@ -485,6 +483,27 @@ cdef int64_t _blocks_per_row(cnp.ndarray x, int64_t rows, int64_t K, int64_t g,
     return (K + g - 1) // g
 
 
+cdef void _groups_run(bint scaled, int recipe, const float* x, unsigned char* codes, float* y,
+                      unsigned char* mask, float* scale, float* zp, unsigned char* scodes,
+                      int64_t rows, int64_t K, int64_t g, int elem, int mode, float p0, float p1,
+                      int nthreads) noexcept nogil:
+    """group_blocks (recipe of GROUP_RECIPES; p0, p1 = qmin, qmax) or, when
+    scaled, block_scaled (recipe of BLOCK_RECIPES, element format elem)
+    over the rows * ceil(K / g) groups of g of x, in units of whole groups
+    (the rowvec layout of one row of g per group)."""
+    cdef Units L = _units(rows * ((K + g - 1) // g), g, 1)
+    cdef Unit un
+    cdef int64_t u
+    for u in prange(L.n, schedule='static', num_threads=nthreads if L.n > 1 else 1):
+        un = _unit(&L, u)
+        if scaled:
+            block_scaled(recipe, x, scodes, codes, y, u * L.nrows, un.count, K, g, elem, mode,
+                         p0, p1)
+        else:
+            group_blocks(recipe, x, codes, y, mask, scale, zp, u * L.nrows, un.count, K, g, p0,
+                         p1, mode)
+
+
 def group_quant(int recipe, cnp.ndarray x, cnp.ndarray codes, cnp.ndarray y,
                 cnp.ndarray mask, cnp.ndarray scale, cnp.ndarray zp, int64_t rows, int64_t K,
                 int64_t g, double qmin, double qmax, int mode, int nthreads):
@@ -503,20 +522,9 @@ def group_quant(int recipe, cnp.ndarray x, cnp.ndarray codes, cnp.ndarray y,
     cdef unsigned char* mp = <unsigned char*>_opt_ptr(mask, cnp.NPY_UINT8, n, "mask", f)
     cdef float* sp = <float*>_opt_ptr(scale, cnp.NPY_FLOAT32, rows * ng, "scale", f)
     cdef float* zpp = <float*>_opt_ptr(zp, cnp.NPY_FLOAT32, rows * ng, "zp", f)
-    cdef const float* xp = <const float*>cnp.PyArray_DATA(x)
-    cdef int64_t per = BLOCK // g if g < BLOCK else 1
-    cdef int64_t nunits = (rows * ng + per - 1) // per
-    cdef int64_t u, b0, nb
-    cdef float fmin = qmin, fmax = qmax
-    if n == 0:
-        return
     with nogil:
-        for u in prange(nunits, schedule='static', num_threads=nthreads if nunits > 1 else 1):
-            b0 = u * per
-            nb = rows * ng - b0
-            if nb > per:
-                nb = per
-            group_blocks(recipe, xp, cp, yp, mp, sp, zpp, b0, nb, K, g, fmin, fmax, mode)
+        _groups_run(False, recipe, <const float*>cnp.PyArray_DATA(x), cp, yp, mp, sp, zpp, NULL,
+                    rows, K, g, 0, mode, qmin, qmax, nthreads)
 
 
 def block_scaled_quant(int recipe, cnp.ndarray x, cnp.ndarray scodes, cnp.ndarray codes,
@@ -536,20 +544,9 @@ def block_scaled_quant(int recipe, cnp.ndarray x, cnp.ndarray scodes, cnp.ndarra
                                                       f)
     cdef unsigned char* cp = <unsigned char*>_opt_ptr(codes, cnp.NPY_UINT8, n, "codes", f)
     cdef float* yp = <float*>_opt_ptr(y, cnp.NPY_FLOAT32, n, "y", f)
-    cdef const float* xp = <const float*>cnp.PyArray_DATA(x)
-    cdef int64_t per = BLOCK // g if g < BLOCK else 1
-    cdef int64_t nunits = (rows * ng + per - 1) // per
-    cdef int64_t u, b0, nb
-    cdef float f0 = p0, f1 = p1
-    if n == 0:
-        return
     with nogil:
-        for u in prange(nunits, schedule='static', num_threads=nthreads if nunits > 1 else 1):
-            b0 = u * per
-            nb = rows * ng - b0
-            if nb > per:
-                nb = per
-            block_scaled(recipe, xp, sp, cp, yp, b0, nb, K, g, elem, mode, f0, f1)
+        _groups_run(True, recipe, <const float*>cnp.PyArray_DATA(x), cp, yp, NULL, NULL, NULL, sp,
+                    rows, K, g, elem, mode, p0, p1, nthreads)
 
 
 # ----------------------------------------------------------------- backward
