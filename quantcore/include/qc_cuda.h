@@ -1,6 +1,6 @@
 /*
  * qc_cuda.h -- device-side helpers shared by the kernels of
- * quantcore_gpu/cuda/*.cu (CUDA only: NVRTC or the CUDA emulator of
+ * quantcore_gpu/cuda (CUDA only: NVRTC or the CUDA emulator of
  * tests/cudaemu; the CPU extension does not include it):
  *
  *   qc_opaque        an int hidden from the optimiser (the mode word)
