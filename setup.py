@@ -244,7 +244,8 @@ extensions = [
         include_dirs=[INCLUDE, numpy.get_include()],
         # rebuild when a shared header changes (setuptools does not see #includes)
         depends=sorted(glob.glob(os.path.join(INCLUDE, "*.h")) +
-                       [os.path.join(CPU, "_kernels.pxd"), os.path.join(CPU, "qc_loops_v3.cpp")]),
+                       [os.path.join(CPU, "_kernels.pxd"), os.path.join(CPU, "_shares.pxd"),
+                        os.path.join(CPU, "qc_loops_v3.cpp")]),
         language="c++",
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
     ),
@@ -253,7 +254,7 @@ extensions = [
         "quantcore._cpu._hist",
         [os.path.join(CPU, "_hist.pyx")],
         include_dirs=[INCLUDE, numpy.get_include()],
-        depends=[os.path.join(INCLUDE, "qc_np_histogram.h")],
+        depends=[os.path.join(INCLUDE, "qc_np_histogram.h"), os.path.join(CPU, "_shares.pxd")],
         language="c++",
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
     ),

@@ -12,15 +12,17 @@ per-element rules are in ``quantcore/include/qc_np_histogram.h``:
 * :func:`absmin_f32` -- ``np.abs(a).min()`` with numpy's NaN propagation.
 
 Each thread counts a contiguous share of the data into its own int64
-histogram; the shares are added at the end, so the counts do not depend on
+histogram (``_shares.pxd``, the schedule ``histc_f32`` of ``_kernels.pyx``
+uses too); the shares are added at the end, so the counts do not depend on
 the thread count.  ``absolute`` bins ``|x|`` without a temporary array.
 """
 import numpy as np
 
 cimport numpy as cnp
-from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t
 from libc.math cimport INFINITY, fabsf
+
+from quantcore._cpu._shares cimport run_shares, share_threads
 
 cdef extern from "qc_np_histogram.h":
     float qc_np_hist_uniform_estimate_f32(float x, float first, float denom,
@@ -35,9 +37,6 @@ cdef extern from "qc_np_histogram.h":
                                  int64_t guess) noexcept nogil
 
 cnp.import_array()
-
-#: below this many elements one thread counts everything
-cdef int64_t SERIAL_BELOW = 32768
 
 cdef enum:
     CHUNK = 256   # values per estimate / count round (three buffers on the stack)
@@ -92,6 +91,22 @@ cdef void _uniform_block(const float *xp, int64_t cnt, float first, float last, 
         base += m
 
 
+cdef struct UniformArgs:
+    float first, last, denom, fn, margin
+    int64_t n
+    const float *edges
+    int32_t zero_bin
+    bint absolute
+    int64_t *counts      # thread t's SUB histograms at counts + t * SUB * (n + 1)
+
+
+cdef void _uniform_share(const float *xp, int64_t cnt, int t, void *ctx) noexcept nogil:
+    """_uniform_block on thread t's share (run_shares)."""
+    cdef const UniformArgs *a = <const UniformArgs *>ctx
+    _uniform_block(xp, cnt, a.first, a.last, a.denom, a.fn, a.n, a.edges, a.margin, a.zero_bin,
+                   a.absolute, a.counts + t * SUB * (a.n + 1))
+
+
 cdef float _sure_margin(cnp.ndarray edges, float first, float last, int64_t n):
     """The margin of qc_np_hist_uniform_sure_index_f32 for numpy's edges of
     (first, last, n), in bins: twice (the error of numpy's estimate,
@@ -127,13 +142,36 @@ cdef void _edges_block(const float *xp, int64_t cnt, const double *edges, int64_
             counts[b] += 1
 
 
+cdef struct EdgesArgs:
+    const double *edges
+    int64_t n
+    double inv_width
+    bint absolute
+    int64_t *counts      # thread t's histogram at counts + t * n
+
+
+cdef void _edges_share(const float *xp, int64_t cnt, int t, void *ctx) noexcept nogil:
+    """_edges_block on thread t's share (run_shares)."""
+    cdef const EdgesArgs *a = <const EdgesArgs *>ctx
+    _edges_block(xp, cnt, a.edges, a.n, a.inv_width, a.absolute, a.counts + t * a.n)
+
+
 cdef _check_x(cnp.ndarray x, str func):
     if cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 or not cnp.PyArray_ISCARRAY_RO(x):
         raise ValueError(f"{func}: expected an aligned C-contiguous float32 array")
 
 
-cdef int _threads(int64_t size, int nthreads):
-    return 1 if nthreads < 1 or size < SERIAL_BELOW else nthreads
+cdef int64_t _check_bins(cnp.ndarray x, cnp.ndarray edges, int edges_type, str func) except -1:
+    """The number of bins of ``edges`` (a C-contiguous array of
+    ``edges_type``, at least 2 edges) for the float32 data ``x``."""
+    _check_x(x, func)
+    if cnp.PyArray_TYPE(edges) != edges_type or not cnp.PyArray_ISCARRAY_RO(edges):
+        raise ValueError(f"{func}: edges must be a C-contiguous "
+                         f"{cnp.PyArray_DescrFromType(edges_type)} array")
+    cdef int64_t n = cnp.PyArray_SIZE(edges) - 1
+    if n < 1:
+        raise ValueError(f"{func}: need at least 2 edges, got {n + 1}")
+    return n
 
 
 def hist_uniform_f32(cnp.ndarray x, cnp.ndarray edges, float first, float last, bint absolute,
@@ -141,41 +179,24 @@ def hist_uniform_f32(cnp.ndarray x, cnp.ndarray edges, float first, float last, 
     """``np.histogram(x, n, range=(first, last))`` counts (int64[n]) of the
     float32 values of ``x`` (``|x|`` with ``absolute``); ``edges`` are the
     float32 ``np.linspace(first, last, n + 1)`` numpy builds for that call."""
-    _check_x(x, "hist_uniform_f32")
-    if cnp.PyArray_TYPE(edges) != cnp.NPY_FLOAT32 or not cnp.PyArray_ISCARRAY_RO(edges):
-        raise ValueError("hist_uniform_f32: edges must be a C-contiguous float32 array")
-    cdef int64_t n = cnp.PyArray_SIZE(edges) - 1
-    if n < 1:
-        raise ValueError(f"hist_uniform_f32: need at least 2 edges, got {n + 1}")
+    cdef int64_t n = _check_bins(x, edges, cnp.NPY_FLOAT32, "hist_uniform_f32")
     if n > 2147483646:
         raise ValueError(f"hist_uniform_f32: at most 2**31 - 2 bins, got {n}")
     cdef int64_t size = cnp.PyArray_SIZE(x)
-    cdef int nt = _threads(size, nthreads)
-    cdef int64_t share = (size + nt - 1) // nt
-    cdef int64_t t, start, cnt
-    cdef float denom = last - first
-    cdef float fn = <float>n
-    cdef float margin = _sure_margin(edges, first, last, n)
-    cdef int32_t zero_bin = <int32_t>qc_np_hist_uniform_bin_f32(0.0, first, last, denom, fn, n,
-                                                                <const float *>cnp.PyArray_DATA(edges))
+    cdef int nt = share_threads(size, nthreads)
+    cdef UniformArgs a
+    a.first, a.last, a.n = first, last, n
+    a.denom = last - first
+    a.fn = <float>n
+    a.edges = <const float *>cnp.PyArray_DATA(edges)
+    a.margin = _sure_margin(edges, first, last, n)
+    a.zero_bin = <int32_t>qc_np_hist_uniform_bin_f32(0.0, first, last, a.denom, a.fn, n, a.edges)
+    a.absolute = absolute
     parts_a = np.zeros((nt * SUB, n + 1), dtype=np.int64)   # column n: values not counted
     cdef int64_t[:, ::1] parts = parts_a
-    cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
-    cdef const float *ep = <const float *>cnp.PyArray_DATA(edges)
-    if size > 0:
-        if nt == 1:
-            with nogil:
-                _uniform_block(xp, size, first, last, denom, fn, n, ep, margin, zero_bin,
-                               absolute, &parts[0, 0])
-        else:
-            for t in prange(nt, nogil=True, schedule='static', num_threads=nt):
-                start = t * share
-                cnt = size - start
-                if cnt > share:
-                    cnt = share
-                if cnt > 0:
-                    _uniform_block(xp + start, cnt, first, last, denom, fn, n, ep, margin,
-                                   zero_bin, absolute, &parts[t * SUB, 0])
+    a.counts = &parts[0, 0]
+    with nogil:
+        run_shares(_uniform_share, <const float *>cnp.PyArray_DATA(x), size, nt, &a)
     return parts_a[:, :n].sum(axis=0)
 
 
@@ -183,34 +204,20 @@ def hist_edges_f32(cnp.ndarray x, cnp.ndarray edges, bint absolute, int nthreads
     """``np.histogram(x, bins=edges)`` counts (int64[len(edges) - 1]) of the
     float32 values of ``x`` (``|x|`` with ``absolute``) for non-decreasing
     float64 ``edges`` (float32 edges are passed widened: exact)."""
-    _check_x(x, "hist_edges_f32")
-    if cnp.PyArray_TYPE(edges) != cnp.NPY_FLOAT64 or not cnp.PyArray_ISCARRAY_RO(edges):
-        raise ValueError("hist_edges_f32: edges must be a C-contiguous float64 array")
-    cdef int64_t n = cnp.PyArray_SIZE(edges) - 1
-    if n < 1:
-        raise ValueError(f"hist_edges_f32: need at least 2 edges, got {n + 1}")
-    cdef const double *ep = <const double *>cnp.PyArray_DATA(edges)
-    cdef double span = ep[n] - ep[0]
-    cdef double inv_width = n / span if span > 0 else 0.0
+    cdef int64_t n = _check_bins(x, edges, cnp.NPY_FLOAT64, "hist_edges_f32")
+    cdef EdgesArgs a
+    a.edges = <const double *>cnp.PyArray_DATA(edges)
+    a.n = n
+    cdef double span = a.edges[n] - a.edges[0]
+    a.inv_width = n / span if span > 0 else 0.0
+    a.absolute = absolute
     cdef int64_t size = cnp.PyArray_SIZE(x)
-    cdef int nt = _threads(size, nthreads)
-    cdef int64_t share = (size + nt - 1) // nt
-    cdef int64_t t, start, cnt
+    cdef int nt = share_threads(size, nthreads)
     parts_a = np.zeros((nt, n), dtype=np.int64)
     cdef int64_t[:, ::1] parts = parts_a
-    cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
-    if size > 0:
-        if nt == 1:
-            with nogil:
-                _edges_block(xp, size, ep, n, inv_width, absolute, &parts[0, 0])
-        else:
-            for t in prange(nt, nogil=True, schedule='static', num_threads=nt):
-                start = t * share
-                cnt = size - start
-                if cnt > share:
-                    cnt = share
-                if cnt > 0:
-                    _edges_block(xp + start, cnt, ep, n, inv_width, absolute, &parts[t, 0])
+    a.counts = &parts[0, 0]
+    with nogil:
+        run_shares(_edges_share, <const float *>cnp.PyArray_DATA(x), size, nt, &a)
     return parts_a.sum(axis=0) if nt > 1 else parts_a[0]
 
 

@@ -25,6 +25,8 @@ from cython.parallel cimport prange
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
 
+from quantcore._cpu._shares cimport run_shares, share_threads
+
 ctypedef fused floating:
     float
     double
@@ -348,14 +350,12 @@ cdef void _code_groups_run(bint enc, int family, floating* x, char* codes, int c
     may be shorter), group b = r * ng + j using parameter b of rows * ng:
     units of whole groups."""
     cdef int64_t ng = (K + g - 1) // g
-    cdef int64_t per = BLOCK // g if g < BLOCK else 1
-    cdef int64_t nunits = (rows * ng + per - 1) // per
-    cdef int64_t u, b, b1, r, j, start, cnt
-    for u in prange(nunits, schedule='static', num_threads=nthreads if nunits > 1 else 1):
-        b1 = (u + 1) * per
-        if b1 > rows * ng:
-            b1 = rows * ng
-        for b in range(u * per, b1):
+    cdef Units L = _units(rows * ng, g, 1)   # units of whole groups (one row of g per group)
+    cdef Unit un
+    cdef int64_t u, b, r, j, start, cnt
+    for u in prange(L.n, schedule='static', num_threads=nthreads if L.n > 1 else 1):
+        un = _unit(&L, u)
+        for b in range(u * L.nrows, u * L.nrows + un.count):
             r = b // ng
             j = b - r * ng
             start = r * K + j * g
@@ -483,6 +483,27 @@ cdef int64_t _blocks_per_row(cnp.ndarray x, int64_t rows, int64_t K, int64_t g,
     return (K + g - 1) // g
 
 
+cdef void _groups_run(bint scaled, int recipe, const float* x, unsigned char* codes, float* y,
+                      unsigned char* mask, float* scale, float* zp, unsigned char* scodes,
+                      int64_t rows, int64_t K, int64_t g, int elem, int mode, float p0, float p1,
+                      int nthreads) noexcept nogil:
+    """group_blocks (recipe of GROUP_RECIPES; p0, p1 = qmin, qmax) or, when
+    scaled, block_scaled (recipe of BLOCK_RECIPES, element format elem)
+    over the rows * ceil(K / g) groups of g of x, in units of whole groups
+    (the rowvec layout of one row of g per group)."""
+    cdef Units L = _units(rows * ((K + g - 1) // g), g, 1)
+    cdef Unit un
+    cdef int64_t u
+    for u in prange(L.n, schedule='static', num_threads=nthreads if L.n > 1 else 1):
+        un = _unit(&L, u)
+        if scaled:
+            block_scaled(recipe, x, scodes, codes, y, u * L.nrows, un.count, K, g, elem, mode,
+                         p0, p1)
+        else:
+            group_blocks(recipe, x, codes, y, mask, scale, zp, u * L.nrows, un.count, K, g, p0,
+                         p1, mode)
+
+
 def group_quant(int recipe, cnp.ndarray x, cnp.ndarray codes, cnp.ndarray y,
                 cnp.ndarray mask, cnp.ndarray scale, cnp.ndarray zp, int64_t rows, int64_t K,
                 int64_t g, double qmin, double qmax, int mode, int nthreads):
@@ -501,20 +522,9 @@ def group_quant(int recipe, cnp.ndarray x, cnp.ndarray codes, cnp.ndarray y,
     cdef unsigned char* mp = <unsigned char*>_opt_ptr(mask, cnp.NPY_UINT8, n, "mask", f)
     cdef float* sp = <float*>_opt_ptr(scale, cnp.NPY_FLOAT32, rows * ng, "scale", f)
     cdef float* zpp = <float*>_opt_ptr(zp, cnp.NPY_FLOAT32, rows * ng, "zp", f)
-    cdef const float* xp = <const float*>cnp.PyArray_DATA(x)
-    cdef int64_t per = BLOCK // g if g < BLOCK else 1
-    cdef int64_t nunits = (rows * ng + per - 1) // per
-    cdef int64_t u, b0, nb
-    cdef float fmin = qmin, fmax = qmax
-    if n == 0:
-        return
     with nogil:
-        for u in prange(nunits, schedule='static', num_threads=nthreads if nunits > 1 else 1):
-            b0 = u * per
-            nb = rows * ng - b0
-            if nb > per:
-                nb = per
-            group_blocks(recipe, xp, cp, yp, mp, sp, zpp, b0, nb, K, g, fmin, fmax, mode)
+        _groups_run(False, recipe, <const float*>cnp.PyArray_DATA(x), cp, yp, mp, sp, zpp, NULL,
+                    rows, K, g, 0, mode, qmin, qmax, nthreads)
 
 
 def block_scaled_quant(int recipe, cnp.ndarray x, cnp.ndarray scodes, cnp.ndarray codes,
@@ -534,20 +544,9 @@ def block_scaled_quant(int recipe, cnp.ndarray x, cnp.ndarray scodes, cnp.ndarra
                                                       f)
     cdef unsigned char* cp = <unsigned char*>_opt_ptr(codes, cnp.NPY_UINT8, n, "codes", f)
     cdef float* yp = <float*>_opt_ptr(y, cnp.NPY_FLOAT32, n, "y", f)
-    cdef const float* xp = <const float*>cnp.PyArray_DATA(x)
-    cdef int64_t per = BLOCK // g if g < BLOCK else 1
-    cdef int64_t nunits = (rows * ng + per - 1) // per
-    cdef int64_t u, b0, nb
-    cdef float f0 = p0, f1 = p1
-    if n == 0:
-        return
     with nogil:
-        for u in prange(nunits, schedule='static', num_threads=nthreads if nunits > 1 else 1):
-            b0 = u * per
-            nb = rows * ng - b0
-            if nb > per:
-                nb = per
-            block_scaled(recipe, xp, sp, cp, yp, b0, nb, K, g, elem, mode, f0, f1)
+        _groups_run(True, recipe, <const float*>cnp.PyArray_DATA(x), cp, yp, NULL, NULL, NULL, sp,
+                    rows, K, g, elem, mode, p0, p1, nthreads)
 
 
 # ----------------------------------------------------------------- backward
@@ -717,6 +716,19 @@ def minmax_finish(floating[::1] lo, floating[::1] hi, const unsigned char[::1] f
 
 
 # ---------------------------------------------------------------- histogram
+cdef struct HistcArgs:
+    float lo, hi
+    int bins, absolute, skip_zeros
+    int64_t* counts      # thread t's two sub-histograms at counts + t * 2 * bins
+
+
+cdef void _histc_share(const float* xp, int64_t cnt, int t, void* ctx) noexcept nogil:
+    """histc_block on thread t's share (run_shares)."""
+    cdef const HistcArgs* a = <const HistcArgs*>ctx
+    histc_block(xp, cnt, a.lo, a.hi, a.bins, a.absolute, a.skip_zeros,
+                a.counts + <int64_t>t * 2 * a.bins)
+
+
 def histc_f32(cnp.ndarray x, int bins, float lo, float hi, bint absolute, bint skip_zeros,
               int nthreads):
     """``torch.histc(x, bins, lo, hi)`` counts (int64[bins]) of a C-contiguous
@@ -726,32 +738,20 @@ def histc_f32(cnp.ndarray x, int bins, float lo, float hi, bint absolute, bint s
     thread counts a contiguous share into its own histograms; integer
     counts make the result independent of the thread count."""
     cdef int64_t n = cnp.PyArray_SIZE(x)
-    cdef int64_t t, start, cnt, share
     if cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 or not cnp.PyArray_ISCARRAY_RO(x):
         raise ValueError("histc_f32: expected an aligned C-contiguous float32 array")
     if bins < 1:
         raise ValueError(f"histc_f32: bins must be >= 1, got {bins}")
     if not lo <= hi:
         raise ValueError(f"histc_f32: need lo <= hi, got [{lo}, {hi}]")
-    if nthreads < 1 or n < BLOCK:
-        nthreads = 1
-    share = (n + nthreads - 1) // nthreads
+    nthreads = share_threads(n, nthreads)
     parts_a = np.zeros((nthreads, 2 * bins), dtype=np.int64)
     cdef int64_t[:, ::1] parts = parts_a
-    cdef const float* xp = <const float*>cnp.PyArray_DATA(x)
-    if n > 0:
-        if nthreads == 1:
-            with nogil:
-                histc_block(xp, n, lo, hi, bins, absolute, skip_zeros, &parts[0, 0])
-        else:
-            for t in prange(nthreads, nogil=True, schedule='static', num_threads=nthreads):
-                start = t * share
-                cnt = n - start
-                if cnt > share:
-                    cnt = share
-                if cnt > 0:
-                    histc_block(xp + start, cnt, lo, hi, bins, absolute, skip_zeros,
-                                &parts[t, 0])
+    cdef HistcArgs a
+    a.lo, a.hi, a.bins, a.absolute, a.skip_zeros = lo, hi, bins, absolute, skip_zeros
+    a.counts = &parts[0, 0]
+    with nogil:
+        run_shares(_histc_share, <const float*>cnp.PyArray_DATA(x), n, nthreads, &a)
     return parts_a.reshape(nthreads * 2, bins).sum(axis=0)
 
 

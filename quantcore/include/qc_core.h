@@ -10,7 +10,8 @@
  *   qc_i64, qc_u64 64-bit integers
  *   qc_floor, qc_rint, qc_round, qc_fma   float / double overloads of the
  *                  libm functions, so that a formula is written once for T
- *   qc_bits        the bit pattern of a float / double
+ *   qc_bits        the bit pattern of a float / double (qc_from_bits: back)
+ *   qc_inf, qc_nan +inf and the quiet NaN of T
  *
  * Numerical contract (docs/ARCHITECTURE.md): no -ffast-math; the CPU build
  * uses -ffp-contract=off and the GPU build --fmad=false, so `a * b + c` is
@@ -45,75 +46,43 @@ QC_HD double qc_ldexp(double v, int e) { return ldexp(v, e); }
 QC_HD float qc_fma(float a, float b, float c) { return fmaf(a, b, c); }
 QC_HD double qc_fma(double a, double b, double c) { return fma(a, b, c); }
 
-QC_HD unsigned qc_bits(float v) {
+/* The bit pattern of a float / double (qc_bits) and the float / double of a
+ * bit pattern (qc_from_bits, the inverse): CUDA's intrinsics, or a memcpy
+ * of the same size on the host (no aliasing rule broken; compiled to a
+ * register move). */
 #ifdef __CUDACC__
-  return __float_as_uint(v);
+QC_HD unsigned qc_bits(float v) { return __float_as_uint(v); }
+QC_HD qc_u64 qc_bits(double v) { return (qc_u64)__double_as_longlong(v); }
+QC_HD float qc_from_bits(unsigned b) { return __uint_as_float(b); }
+QC_HD double qc_from_bits(qc_u64 b) { return __longlong_as_double((long long)b); }
 #else
-  unsigned u;
+template <typename To, typename From> QC_HD To qc_bit_cast(From v) {
+  static_assert(sizeof(To) == sizeof(From), "qc_bit_cast: the sizes differ");
+  To u;
   memcpy(&u, &v, sizeof u);
   return u;
-#endif
 }
-QC_HD qc_u64 qc_bits(double v) {
-#ifdef __CUDACC__
-  return (qc_u64)__double_as_longlong(v);
-#else
-  qc_u64 u;
-  memcpy(&u, &v, sizeof u);
-  return u;
+QC_HD unsigned qc_bits(float v) { return qc_bit_cast<unsigned>(v); }
+QC_HD qc_u64 qc_bits(double v) { return qc_bit_cast<qc_u64>(v); }
+QC_HD float qc_from_bits(unsigned b) { return qc_bit_cast<float>(b); }
+QC_HD double qc_from_bits(qc_u64 b) { return qc_bit_cast<double>(b); }
 #endif
-}
-
-/* The float / double of a bit pattern (the inverse of qc_bits). */
-QC_HD float qc_from_bits(unsigned b) {
-#ifdef __CUDACC__
-  return __uint_as_float(b);
-#else
-  float v;
-  memcpy(&v, &b, sizeof v);
-  return v;
-#endif
-}
-QC_HD double qc_from_bits(qc_u64 b) {
-#ifdef __CUDACC__
-  return __longlong_as_double((long long)b);
-#else
-  double v;
-  memcpy(&v, &b, sizeof v);
-  return v;
-#endif
-}
 
 /* +inf and the quiet NaN 0x7fc00000 / 0x7ff8000000000000 of T (by overload:
- * qc_inf(T())); NVRTC has no <math.h> macros. */
-QC_HD float qc_inf(float) {
-#ifdef __CUDACC__
-  return __int_as_float(0x7f800000);
-#else
-  return __builtin_inff();
-#endif
-}
-QC_HD double qc_inf(double) {
-#ifdef __CUDACC__
-  return __longlong_as_double(0x7ff0000000000000ll);
-#else
-  return __builtin_inf();
-#endif
-}
-QC_HD float qc_nan(float) {
-#ifdef __CUDACC__
-  return __int_as_float(0x7fc00000);
-#else
-  return __builtin_nanf("");
-#endif
-}
-QC_HD double qc_nan(double) {
-#ifdef __CUDACC__
-  return __longlong_as_double(0x7ff8000000000000ll);
-#else
-  return __builtin_nan("");
-#endif
-}
+ * qc_inf(T())), from their bits (NVRTC has no <math.h> macros). */
+QC_HD float qc_inf(float) { return qc_from_bits(0x7f800000u); }
+QC_HD double qc_inf(double) { return qc_from_bits((qc_u64)0x7ff0000000000000ull); }
+QC_HD float qc_nan(float) { return qc_from_bits(0x7fc00000u); }
+QC_HD double qc_nan(double) { return qc_from_bits((qc_u64)0x7ff8000000000000ull); }
+
+/* Callbacks for the X(name, Type) lists of qc_families.h and qc_qparams.h
+ * (one entry per id, in id order): the name as a string, and the Type's
+ * (at float) NP (parameter count), CODE_BYTES (code widths) or NOUT
+ * (output count), for the tables the extension and kernels.py read. */
+#define QC_X_NAME(name, Type) #name,
+#define QC_X_NP(name, Type) (int)Type<float>::NP,
+#define QC_X_CODE_BYTES(name, Type) (int)Type<float>::CODE_BYTES,
+#define QC_X_NOUT(name, Type) (int)Type<float>::NOUT,
 
 /* The bit pattern of -0.0 in T's width. */
 template <typename T> struct QcNegZero;

@@ -110,31 +110,17 @@ static inline void ew_rowvec_op(const Op op, const In *x, Out *y, unsigned char 
   });
 }
 
-/* By family id (QC_EW_*): the block / rowvec loop of that family's Op with
- * uniform parameters (u0, u1, mode). */
-template <typename T>
-void ew_block(int family, const T *x, T *y, unsigned char *mask, qc_i64 n, const T *params,
-              qc_i64 C, qc_i64 c, T u0, T u1, int mode) {
-  switch (family) {
-#define QC_EW_CASE(name, Op)                                                                   \
-  case QC_EW_##name: ew_block_op(Op<T>{u0, u1, mode}, x, y, mask, n, params, C, c); break;
-    QC_EW_FAMILIES(QC_EW_CASE)
-#undef QC_EW_CASE
-  }
-}
+/* ----------------------------------------------- the families by their id */
 
-template <typename T>
-void ew_rowvec(int family, const T *x, T *y, unsigned char *mask, qc_i64 rows, qc_i64 C,
-               const T *params, T u0, T u1, int mode) {
-  switch (family) {
-#define QC_EW_CASE(name, Op)                                                                   \
-  case QC_EW_##name: ew_rowvec_op(Op<T>{u0, u1, mode}, x, y, mask, rows, C, params); break;
-    QC_EW_FAMILIES(QC_EW_CASE)
-#undef QC_EW_CASE
-  }
-}
-
-/* ------------------------------------------------------- encode / decode */
+/* The Op templates of an X(name, Op) list of qc_families.h, in id order,
+ * as a type: QcOps<QC_EW_FAMILIES(QC_X_OP) QcOpsEnd>. */
+template <template <typename> class... Ops> struct QcOps {};
+template <typename T> struct QcOpsEnd {};
+#define QC_X_OP(name, Op) Op,
+typedef QcOps<QC_EW_FAMILIES(QC_X_OP) QcOpsEnd> QcEwOps;
+typedef QcOps<QC_ENCODE_FAMILIES(QC_X_OP) QcOpsEnd> QcEncodeOps;
+typedef QcOps<QC_DECODE_FAMILIES(QC_X_OP) QcOpsEnd> QcDecodeOps;
+#undef QC_X_OP
 
 /* f(code pointer) with the family's code type of `code_bytes` bytes
  * (Op::CODE_BYTES says which exist; any other is ignored). */
@@ -143,67 +129,78 @@ template <class Op, typename F> static inline void with_codes(void *codes, int c
   if ((Op::CODE_BYTES & 2) && code_bytes == 2) f((unsigned short *)codes);
 }
 
-/* Encode family `family` (QC_ENC_*) over n contiguous elements of channel c
- * into codes of `code_bytes` bytes, and over `rows` rows of C elements. */
+/* f(Op<T>{u0, u1, mode}) for the Op of id `id` in the list (nothing for an
+ * id out of range: the callers validate it). */
+template <typename T, template <typename> class Op, template <typename> class... Rest,
+          typename F>
+static inline void with_op(QcOps<Op, Rest...>, int id, T u0, T u1, int mode, F f) {
+  if constexpr (sizeof...(Rest) > 0) {
+    if (id == 0) f(Op<T>{u0, u1, mode});
+    else with_op<T>(QcOps<Rest...>(), id - 1, u0, u1, mode, f);
+  }
+}
+
+/* f(op, codes as the code type of `code_bytes` bytes) for the code family
+ * of id `id` in the list: with_op, then with_codes. */
+template <typename T, class List, typename F>
+static inline void with_code_op(List list, int id, void *codes, int code_bytes, T u0, T u1,
+                                int mode, F f) {
+  with_op<T>(list, id, u0, u1, mode, [&](auto op) {
+    with_codes<decltype(op)>(codes, code_bytes, [&](auto *q) { f(op, q); });
+  });
+}
+
+/* The entry points, by family id: elementwise (QC_EW_*) x -> y and the
+ * mask; encode (QC_ENC_*) x -> codes of `code_bytes` bytes; decode
+ * (QC_DEC_*) codes -> y.  The block form covers n contiguous elements of
+ * channel c, the rowvec form `rows` rows of C elements; (u0, u1, mode) are
+ * the family's uniform parameters. */
+template <typename T>
+void ew_block(int family, const T *x, T *y, unsigned char *mask, qc_i64 n, const T *params,
+              qc_i64 C, qc_i64 c, T u0, T u1, int mode) {
+  with_op<T>(QcEwOps(), family, u0, u1, mode,
+             [&](auto op) { ew_block_op(op, x, y, mask, n, params, C, c); });
+}
+
+template <typename T>
+void ew_rowvec(int family, const T *x, T *y, unsigned char *mask, qc_i64 rows, qc_i64 C,
+               const T *params, T u0, T u1, int mode) {
+  with_op<T>(QcEwOps(), family, u0, u1, mode,
+             [&](auto op) { ew_rowvec_op(op, x, y, mask, rows, C, params); });
+}
+
 template <typename T>
 void enc_block(int family, const T *x, void *codes, int code_bytes, qc_i64 n, const T *params,
                qc_i64 C, qc_i64 c, T u0, T u1, int mode) {
-  switch (family) {
-#define QC_ENC_CASE(name, Op)                                                                  \
-  case QC_ENC_##name:                                                                          \
-    with_codes<Op<T>>(codes, code_bytes, [&](auto *q) {                                        \
-      ew_block_op(Op<T>{u0, u1, mode}, x, q, (unsigned char *)0, n, params, C, c);             \
-    });                                                                                        \
-    break;
-    QC_ENCODE_FAMILIES(QC_ENC_CASE)
-#undef QC_ENC_CASE
-  }
+  with_code_op<T>(QcEncodeOps(), family, codes, code_bytes, u0, u1, mode, [&](auto op, auto *q) {
+    ew_block_op(op, x, q, (unsigned char *)0, n, params, C, c);
+  });
 }
 
 template <typename T>
 void enc_rowvec(int family, const T *x, void *codes, int code_bytes, qc_i64 rows, qc_i64 C,
                 const T *params, T u0, T u1, int mode) {
-  switch (family) {
-#define QC_ENC_CASE(name, Op)                                                                  \
-  case QC_ENC_##name:                                                                          \
-    with_codes<Op<T>>(codes, code_bytes, [&](auto *q) {                                        \
-      ew_rowvec_op(Op<T>{u0, u1, mode}, x, q, (unsigned char *)0, rows, C, params);            \
-    });                                                                                        \
-    break;
-    QC_ENCODE_FAMILIES(QC_ENC_CASE)
-#undef QC_ENC_CASE
-  }
+  with_code_op<T>(QcEncodeOps(), family, codes, code_bytes, u0, u1, mode, [&](auto op, auto *q) {
+    ew_rowvec_op(op, x, q, (unsigned char *)0, rows, C, params);
+  });
 }
 
-/* Decode family `family` (QC_DEC_*): the same from codes into y. */
 template <typename T>
 void dec_block(int family, const void *codes, int code_bytes, T *y, qc_i64 n, const T *params,
                qc_i64 C, qc_i64 c, T u0, T u1, int mode) {
-  switch (family) {
-#define QC_DEC_CASE(name, Op)                                                                  \
-  case QC_DEC_##name:                                                                          \
-    with_codes<Op<T>>((void *)codes, code_bytes, [&](auto *q) {                                \
-      ew_block_op(Op<T>{u0, u1, mode}, q, y, (unsigned char *)0, n, params, C, c);             \
-    });                                                                                        \
-    break;
-    QC_DECODE_FAMILIES(QC_DEC_CASE)
-#undef QC_DEC_CASE
-  }
+  with_code_op<T>(QcDecodeOps(), family, (void *)codes, code_bytes, u0, u1, mode,
+                  [&](auto op, auto *q) {
+                    ew_block_op(op, q, y, (unsigned char *)0, n, params, C, c);
+                  });
 }
 
 template <typename T>
 void dec_rowvec(int family, const void *codes, int code_bytes, T *y, qc_i64 rows, qc_i64 C,
                 const T *params, T u0, T u1, int mode) {
-  switch (family) {
-#define QC_DEC_CASE(name, Op)                                                                  \
-  case QC_DEC_##name:                                                                          \
-    with_codes<Op<T>>((void *)codes, code_bytes, [&](auto *q) {                                \
-      ew_rowvec_op(Op<T>{u0, u1, mode}, q, y, (unsigned char *)0, rows, C, params);            \
-    });                                                                                        \
-    break;
-    QC_DECODE_FAMILIES(QC_DEC_CASE)
-#undef QC_DEC_CASE
-  }
+  with_code_op<T>(QcDecodeOps(), family, (void *)codes, code_bytes, u0, u1, mode,
+                  [&](auto op, auto *q) {
+                    ew_rowvec_op(op, q, y, (unsigned char *)0, rows, C, params);
+                  });
 }
 
 /* qc_fq_affine_exact over elements [start, start + n) of a C-ordered

@@ -174,16 +174,13 @@ template <class Op, int CM> QC_HD int qc_loop_mode(int mode) {
   X(amax, QcAmaxOp)                                                            \
   X(fp8, QcFp8FakeOp)
 
-/* family ids: QC_EW_affine, ... (QC_EW_COUNT of them), and their names */
+/* family ids: QC_EW_affine, ... (QC_EW_COUNT of them), their names and
+ * parameter counts (the X callbacks QC_X_*: qc_core.h) */
 #define QC_EW_ID(name, Op) QC_EW_##name,
 enum { QC_EW_FAMILIES(QC_EW_ID) QC_EW_COUNT };
 #undef QC_EW_ID
-#define QC_EW_NAME(name, Op) #name,
-static const char *const qc_ew_family_names[] = {QC_EW_FAMILIES(QC_EW_NAME)};
-#undef QC_EW_NAME
-#define QC_EW_NP(name, Op) (int)Op<float>::NP,
-static const int qc_ew_family_np[] = {QC_EW_FAMILIES(QC_EW_NP)};
-#undef QC_EW_NP
+static const char *const qc_ew_family_names[] = {QC_EW_FAMILIES(QC_X_NAME)};
+static const int qc_ew_family_np[] = {QC_EW_FAMILIES(QC_X_NP)};
 
 /* ------------------------------------------------------------------------
  * Code families: encode (T -> code) and decode (code -> T), declared like
@@ -298,11 +295,10 @@ template <typename T> struct QcIntDecodeOp {
 #define QC_BLK_ID(name, R) QC_BLK_##name,
 enum { QC_BLOCK_RECIPES(QC_BLK_ID) QC_BLK_COUNT };
 #undef QC_BLK_ID
-#define QC_BLK_NAME(name, R) #name,
-static const char *const qc_block_recipe_names[] = {QC_BLOCK_RECIPES(QC_BLK_NAME)};
-#undef QC_BLK_NAME
+static const char *const qc_block_recipe_names[] = {QC_BLOCK_RECIPES(QC_X_NAME)};
 
-/* ids QC_ENC_<name>, QC_DEC_<name>, QC_GRP_<name> and the names */
+/* ids QC_ENC_<name>, QC_DEC_<name>, QC_GRP_<name>, the names, parameter
+ * counts and code widths */
 #define QC_ENC_ID(name, Op) QC_ENC_##name,
 enum { QC_ENCODE_FAMILIES(QC_ENC_ID) QC_ENC_COUNT };
 #undef QC_ENC_ID
@@ -312,18 +308,12 @@ enum { QC_DECODE_FAMILIES(QC_DEC_ID) QC_DEC_COUNT };
 #define QC_GRP_ID(name, R) QC_GRP_##name,
 enum { QC_GROUP_RECIPES(QC_GRP_ID) QC_GRP_COUNT };
 #undef QC_GRP_ID
-#define QC_FAM_NAME(name, Op) #name,
-static const char *const qc_encode_family_names[] = {QC_ENCODE_FAMILIES(QC_FAM_NAME)};
-static const char *const qc_decode_family_names[] = {QC_DECODE_FAMILIES(QC_FAM_NAME)};
-static const char *const qc_group_recipe_names[] = {QC_GROUP_RECIPES(QC_FAM_NAME)};
-#undef QC_FAM_NAME
-#define QC_FAM_NP(name, Op) (int)Op<float>::NP,
-static const int qc_encode_family_np[] = {QC_ENCODE_FAMILIES(QC_FAM_NP)};
-static const int qc_decode_family_np[] = {QC_DECODE_FAMILIES(QC_FAM_NP)};
-#undef QC_FAM_NP
-#define QC_FAM_BYTES(name, Op) (int)Op<float>::CODE_BYTES,
-static const int qc_encode_family_bytes[] = {QC_ENCODE_FAMILIES(QC_FAM_BYTES)};
-static const int qc_decode_family_bytes[] = {QC_DECODE_FAMILIES(QC_FAM_BYTES)};
-#undef QC_FAM_BYTES
+static const char *const qc_encode_family_names[] = {QC_ENCODE_FAMILIES(QC_X_NAME)};
+static const char *const qc_decode_family_names[] = {QC_DECODE_FAMILIES(QC_X_NAME)};
+static const char *const qc_group_recipe_names[] = {QC_GROUP_RECIPES(QC_X_NAME)};
+static const int qc_encode_family_np[] = {QC_ENCODE_FAMILIES(QC_X_NP)};
+static const int qc_decode_family_np[] = {QC_DECODE_FAMILIES(QC_X_NP)};
+static const int qc_encode_family_bytes[] = {QC_ENCODE_FAMILIES(QC_X_CODE_BYTES)};
+static const int qc_decode_family_bytes[] = {QC_DECODE_FAMILIES(QC_X_CODE_BYTES)};
 
 #endif /* QC_FAMILIES_H */

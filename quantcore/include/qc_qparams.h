@@ -285,12 +285,8 @@ template <typename T> struct QcQpSymRange {
 #define QC_QP_ID(name, S) QC_QP_##name,
 enum { QC_QP_SCHEMES(QC_QP_ID) QC_QP_COUNT };
 #undef QC_QP_ID
-#define QC_QP_NAME(name, S) #name,
-static const char *const qc_qp_scheme_names[] = {QC_QP_SCHEMES(QC_QP_NAME)};
-#undef QC_QP_NAME
-#define QC_QP_NOUT(name, S) (int)S<float>::NOUT,
-static const int qc_qp_scheme_nout[] = {QC_QP_SCHEMES(QC_QP_NOUT)};
-#undef QC_QP_NOUT
+static const char *const qc_qp_scheme_names[] = {QC_QP_SCHEMES(QC_X_NAME)};
+static const int qc_qp_scheme_nout[] = {QC_QP_SCHEMES(QC_X_NOUT)};
 
 #ifndef __CUDACC__
 /* Scheme `scheme` over C channels (b may be NULL: schemes of one input),

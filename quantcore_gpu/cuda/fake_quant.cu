@@ -26,21 +26,10 @@
  * with a scalar loop for the tail (or the whole array when unaligned).
  * y may alias x.
  */
+#include "qc_cuda.h"
 #include "qc_families.h"
 
 /* ------------------------------------------------------------ helpers */
-
-template <typename T> struct QcVec;
-template <> struct QcVec<float> {
-  typedef float4 type;          /* 16 bytes of x / y */
-  typedef unsigned int mtype;   /* the matching 4 mask bytes */
-  enum { V = 4 };
-};
-template <> struct QcVec<double> {
-  typedef double2 type;
-  typedef unsigned short mtype;
-  enum { V = 2 };
-};
 
 /* Position of element e in the (outer, C, inner) view: r = e % inner and
  * c = (e / inner) % C, advanced without division. */
@@ -82,36 +71,28 @@ template <typename I> struct QcChan {
 template <typename T, typename I, bool PC, typename F>
 __device__ __forceinline__ void qc_ew_drive(const T *x, T *y, unsigned char *mask, I n, I C,
                                             I inner, const F &f) {
-  typedef typename QcVec<T>::type VT;
-  typedef typename QcVec<T>::mtype MT;
-  const int V = QcVec<T>::V;
-  const I tid = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x;
-  const I nthr = (I)gridDim.x * (I)blockDim.x;
-  I start = 0;
-  const unsigned long long addr = (unsigned long long)x | (unsigned long long)y;
-  if ((addr & 15ull) == 0 && ((unsigned long long)mask & (unsigned long long)(V - 1)) == 0) {
-    const I nv = n / (I)V;
-    QcChan<I> ch;
-    if (PC) ch.init(tid * (I)V, inner, C, nthr * (I)V);
-    for (I v = tid; v < nv; v += nthr) {
-      union { VT v; T a[V]; } in, out;
-      union { MT w; unsigned char b[V]; } mk;
-      QcChan<I> cc = ch;
-      in.v = reinterpret_cast<const VT *>(x)[v];
+  typedef QcVec<T> Vec;
+  const I tid = qc_grid_thread<I>(), nthr = qc_grid_threads<I>();
+  const I nv = qc_vec_ok<T>(x, y, mask) ? n / (I)Vec::V : (I)0; /* vectors, then the tail */
+  QcChan<I> vch;
+  if (PC) vch.init(tid * (I)Vec::V, inner, C, nthr * (I)Vec::V);
+  for (I v = tid; v < nv; v += nthr) {
+    typename Vec::lanes in, out;
+    typename Vec::mlanes mk;
+    QcChan<I> cc = vch;
+    in.v = reinterpret_cast<const typename Vec::type *>(x)[v];
 #pragma unroll
-      for (int k = 0; k < V; k++) {
-        out.a[k] = f(in.a[k], PC ? cc.c : (I)0, &mk.b[k]);
-        if (PC) cc.next1();
-      }
-      reinterpret_cast<VT *>(y)[v] = out.v;
-      if (mask) reinterpret_cast<MT *>(mask)[v] = mk.w;
-      if (PC) ch.advance();
+    for (int k = 0; k < Vec::V; k++) {
+      out.a[k] = f(in.a[k], PC ? cc.c : (I)0, &mk.b[k]);
+      if (PC) cc.next1();
     }
-    start = nv * (I)V;
+    reinterpret_cast<typename Vec::type *>(y)[v] = out.v;
+    if (mask) reinterpret_cast<typename Vec::mtype *>(mask)[v] = mk.w;
+    if (PC) vch.advance();
   }
   QcChan<I> ch;
-  if (PC) ch.init(start + tid, inner, C, nthr);
-  for (I i = start + tid; i < n; i += nthr) {
+  if (PC) ch.init(nv * (I)Vec::V + tid, inner, C, nthr);
+  for (I i = nv * (I)Vec::V + tid; i < n; i += nthr) {
     unsigned char m;
     T r = f(x[i], PC ? ch.c : (I)0, &m);
     y[i] = r;
@@ -121,16 +102,6 @@ __device__ __forceinline__ void qc_ew_drive(const T *x, T *y, unsigned char *mas
 }
 
 /* ------------------------------------------------------------- kernels */
-
-/* The mode word, hidden from the optimiser at each use: otherwise NVVM
- * unswitches the loops on every mode bit and emits 2**k copies of them
- * (over 200 KB of PTX per kernel).  The branches on the mode are uniform
- * across the grid, so they cost a few instructions per element and no
- * divergence. */
-__device__ __forceinline__ int qc_opaque(int v) {
-  asm volatile("" : "+r"(v));
-  return v;
-}
 
 /* Per channel: channel c's parameters at params[j * C + c]. */
 template <class OpT, typename T> struct QcEwChannels {
@@ -177,25 +148,17 @@ __global__ void qc_ew(const T *x, T *y, unsigned char *mask, I n, I C, I inner,
 /* Straight-through backward y = grad * mask (qc_ste); y may alias grad. */
 template <typename T, typename I>
 __global__ void qc_ste(const T *g, const unsigned char *__restrict__ mask, T *y, I n) {
-  typedef typename QcVec<T>::type VT;
-  typedef typename QcVec<T>::mtype MT;
-  const int V = QcVec<T>::V;
-  const I tid = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x;
-  const I nthr = (I)gridDim.x * (I)blockDim.x;
-  I start = 0;
-  const unsigned long long addr = (unsigned long long)g | (unsigned long long)y;
-  if ((addr & 15ull) == 0 && ((unsigned long long)mask & (unsigned long long)(V - 1)) == 0) {
-    const I nv = n / (I)V;
-    for (I v = tid; v < nv; v += nthr) {
-      union { VT v; T a[V]; } in, out;
-      union { MT w; unsigned char b[V]; } mk;
-      in.v = reinterpret_cast<const VT *>(g)[v];
-      mk.w = reinterpret_cast<const MT *>(mask)[v];
+  typedef QcVec<T> Vec;
+  const I tid = qc_grid_thread<I>(), nthr = qc_grid_threads<I>();
+  const I nv = qc_vec_ok<T>(g, y, mask) ? n / (I)Vec::V : (I)0; /* vectors, then the tail */
+  for (I v = tid; v < nv; v += nthr) {
+    typename Vec::lanes in, out;
+    typename Vec::mlanes mk;
+    in.v = reinterpret_cast<const typename Vec::type *>(g)[v];
+    mk.w = reinterpret_cast<const typename Vec::mtype *>(mask)[v];
 #pragma unroll
-      for (int k = 0; k < V; k++) out.a[k] = qc_ste(in.a[k], mk.b[k]);
-      reinterpret_cast<VT *>(y)[v] = out.v;
-    }
-    start = nv * (I)V;
+    for (int k = 0; k < Vec::V; k++) out.a[k] = qc_ste(in.a[k], mk.b[k]);
+    reinterpret_cast<typename Vec::type *>(y)[v] = out.v;
   }
-  for (I i = start + tid; i < n; i += nthr) y[i] = qc_ste(g[i], mask[i]);
+  for (I i = nv * (I)Vec::V + tid; i < n; i += nthr) y[i] = qc_ste(g[i], mask[i]);
 }

@@ -23,6 +23,7 @@
  * Each family's NP parameters come as NP arrays (params[j * P + p], P the
  * parameter count of the layout).
  */
+#include "qc_cuda.h"
 #include "qc_families.h"
 #include "qc_minmax.h"
 
@@ -35,38 +36,35 @@ template <int L, typename I> __device__ __forceinline__ I qc_param_index(I i, I 
   return 0;
 }
 
-/* The mode word, hidden from the optimiser (see qc_opaque in fake_quant.cu:
- * no per-mode-bit copies of the loops). */
-__device__ __forceinline__ int qc_fmt_opaque(int v) {
-  asm volatile("" : "+r"(v));
-  return v;
+/* Code family op over `in` into `out` (encode: T -> Q codes; decode: Q
+ * codes -> T, the code passed as an unsigned), grid-stride; element i
+ * takes its parameters at params + qc_param_index<L>(i, a, b, c), np_stride
+ * apart.  The mode word goes in hidden from the optimiser (qc_opaque: no
+ * per-mode-bit copies of the loop). */
+template <int L, class OpT, typename In, typename Out, typename I, typename T>
+__device__ __forceinline__ void qc_code_drive(const OpT &op, const In *in, Out *out, I n, I a,
+                                              I b, I c, I np_stride,
+                                              const T *__restrict__ params) {
+  const int m = qc_opaque(op.mode);
+  const I nthr = qc_grid_threads<I>();
+  for (I i = qc_grid_thread<I>(); i < n; i += nthr) {
+    unsigned char k;
+    out[i] = (Out)op(in[i], params + qc_param_index<L>(i, a, b, c), (qc_i64)np_stride, m, &k);
+  }
 }
 
-/* Encode family Op over x into codes: grid-stride. */
+/* Encode family Op over x into codes. */
 template <template <typename> class Op, typename T, typename Q, typename I, int L>
 __global__ void qc_enc(const T *x, Q *codes, I n, I a, I b, I c, I np_stride,
                        const T *__restrict__ params, T u0, T u1, int mode) {
-  const Op<T> op = {u0, u1, mode};
-  const int m = qc_fmt_opaque(mode);
-  const I nthr = (I)gridDim.x * (I)blockDim.x;
-  for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += nthr) {
-    unsigned char k;
-    codes[i] = (Q)op(x[i], params + qc_param_index<L>(i, a, b, c), (qc_i64)np_stride, m, &k);
-  }
+  qc_code_drive<L>(Op<T>{u0, u1, mode}, x, codes, n, a, b, c, np_stride, params);
 }
 
-/* Decode family Op over codes into y: grid-stride. */
+/* Decode family Op over codes into y. */
 template <template <typename> class Op, typename T, typename Q, typename I, int L>
 __global__ void qc_dec(const Q *codes, T *y, I n, I a, I b, I c, I np_stride,
                        const T *__restrict__ params, T u0, T u1, int mode) {
-  const Op<T> op = {u0, u1, mode};
-  const int m = qc_fmt_opaque(mode);
-  const I nthr = (I)gridDim.x * (I)blockDim.x;
-  for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += nthr) {
-    unsigned char k;
-    y[i] = op((unsigned)codes[i], params + qc_param_index<L>(i, a, b, c), (qc_i64)np_stride, m,
-              &k);
-  }
+  qc_code_drive<L>(Op<T>{u0, u1, mode}, codes, y, n, a, b, c, np_stride, params);
 }
 
 /* The finished (lo, hi) of x[0, n) (qc_minmax.h's NaN / signed-zero rule)
@@ -118,7 +116,7 @@ template <class R, typename I>
 __global__ void qc_group(const float *x, unsigned char *codes, float *y, unsigned char *mask,
                          float *scale, float *zp, I rows, I K, I g, float qmin, float qmax,
                          int mode) {
-  const R rec = {qmin, qmax, qc_fmt_opaque(mode)};
+  const R rec = {qmin, qmax, qc_opaque(mode)};
   const unsigned lane = threadIdx.x & 31u;
   qc_warp_per_group(rows, K, g, [&](I grp, I start, I n) {
     float lo, hi;
@@ -149,7 +147,7 @@ template <class R, typename I>
 __global__ void qc_block_scaled(const float *x, unsigned char *scodes, unsigned char *codes,
                                 float *y, I rows, I K, I g, int elem, int mode, float p0,
                                 float p1) {
-  const R rec = {elem, qc_fmt_opaque(mode), p0, p1};
+  const R rec = {elem, qc_opaque(mode), p0, p1};
   const unsigned lane = threadIdx.x & 31u;
   qc_warp_per_group(rows, K, g, [&](I blk, I start, I n) {
     float lo, hi;

@@ -11,25 +11,29 @@
  * [lo, hi] are not counted.  The range itself (torch's choice and widening
  * rules) is chosen on the host, as on the CPU path.
  */
+#include "qc_cuda.h"
 #include "qc_elementwise.h"
 
 #define QC_HIST_THREADS 256
 #define QC_HIST_SMEM 4096 /* bins counted in shared memory */
 
-template <typename I>
-__global__ void __launch_bounds__(QC_HIST_THREADS)
-qc_histc(const float *__restrict__ x, I n, float lo, float hi, int bins, int absolute,
-         int skip_zeros, unsigned long long *counts) {
+/* Count the bin bin_of(v) (an int; < 0: not counted) of every value
+ * v = |x[i]| (`absolute`) or x[i], i < n, into counts[bins], grid-stride:
+ * into a block histogram in shared memory when the bins fit
+ * (QC_HIST_SMEM), added to counts at the end; into counts directly
+ * otherwise.  Integer atomics: exact whatever the launch shape. */
+template <typename I, typename F>
+__device__ __forceinline__ void qc_hist_count(const float *__restrict__ x, I n, int bins,
+                                              int absolute, unsigned long long *counts,
+                                              const F &bin_of) {
   __shared__ unsigned int s_counts[QC_HIST_SMEM];
   const bool in_shared = bins <= QC_HIST_SMEM;
   if (in_shared)
     for (int b = threadIdx.x; b < bins; b += blockDim.x) s_counts[b] = 0u;
   __syncthreads();
-  const float fbins = (float)bins;
-  const I step = (I)gridDim.x * (I)blockDim.x;
-  for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
-    const float v = absolute ? fabsf(x[i]) : x[i];
-    const int b = (skip_zeros && v == 0.0f) ? -1 : qc_histc_bin_f32(v, lo, hi, fbins, bins);
+  const I step = qc_grid_threads<I>();
+  for (I i = qc_grid_thread<I>(); i < n; i += step) {
+    const int b = bin_of(absolute ? fabsf(x[i]) : x[i]);
     if (b < 0) continue;
     if (in_shared)
       atomicAdd(&s_counts[b], 1u);
@@ -40,6 +44,18 @@ qc_histc(const float *__restrict__ x, I n, float lo, float hi, int bins, int abs
   if (in_shared)
     for (int b = threadIdx.x; b < bins; b += blockDim.x)
       if (s_counts[b]) atomicAdd(&counts[b], (unsigned long long)s_counts[b]);
+}
+
+/* torch.histc: the bin of qc_histc_bin_f32, zeros left out when
+ * `skip_zeros`. */
+template <typename I>
+__global__ void __launch_bounds__(QC_HIST_THREADS)
+qc_histc(const float *__restrict__ x, I n, float lo, float hi, int bins, int absolute,
+         int skip_zeros, unsigned long long *counts) {
+  const float fbins = (float)bins;
+  qc_hist_count(x, n, bins, absolute, counts, [&](float v) {
+    return (skip_zeros && v == 0.0f) ? -1 : qc_histc_bin_f32(v, lo, hi, fbins, bins);
+  });
 }
 
 /* numpy.histogram's counts of |x| (`absolute`) or x, zeros left out when
@@ -62,18 +78,11 @@ __global__ void __launch_bounds__(QC_HIST_THREADS)
 qc_hist_edges(const float *__restrict__ x, I n, const double *__restrict__ edges, int bins,
               int uniform, float first, float denom, int absolute, int skip_zeros,
               unsigned long long *counts) {
-  __shared__ unsigned int s_counts[QC_HIST_SMEM];
-  const bool in_shared = bins <= QC_HIST_SMEM;
-  if (in_shared)
-    for (int b = threadIdx.x; b < bins; b += blockDim.x) s_counts[b] = 0u;
-  __syncthreads();
   const double lo = edges[0], hi = edges[bins];
   const float fbins = (float)bins;
-  const I step = (I)gridDim.x * (I)blockDim.x;
-  for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
-    const float v = absolute ? fabsf(x[i]) : x[i];
+  qc_hist_count(x, n, bins, absolute, counts, [&](float v) {
     const double vd = v; /* exact */
-    if ((skip_zeros && v == 0.0f) || !(vd >= lo && vd <= hi)) continue;
+    if ((skip_zeros && v == 0.0f) || !(vd >= lo && vd <= hi)) return -1;
     int k;
     if (uniform) {
       const float f = ((v - first) / denom) * fbins;
@@ -92,13 +101,6 @@ qc_hist_edges(const float *__restrict__ x, I n, const double *__restrict__ edges
       }
       k = a - 1 < bins ? a - 1 : bins - 1;
     }
-    if (in_shared)
-      atomicAdd(&s_counts[k], 1u);
-    else
-      atomicAdd(&counts[k], 1ull);
-  }
-  __syncthreads();
-  if (in_shared)
-    for (int b = threadIdx.x; b < bins; b += blockDim.x)
-      if (s_counts[b]) atomicAdd(&counts[b], (unsigned long long)s_counts[b]);
+    return k;
+  });
 }

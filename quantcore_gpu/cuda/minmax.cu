@@ -41,22 +41,12 @@
  * rules; they are those of quantcore/observers.py and quantcore/qparams.py
  * in float32.
  */
+#include "qc_cuda.h"
 #include "qc_minmax.h"
 
 #define QC_MM_THREADS 256 /* blockDim.x of the reduction kernels */
 
 /* ------------------------------------------------------------ helpers */
-
-/* 16-byte vector loads of T. */
-template <typename T> struct QcMMVec;
-template <> struct QcMMVec<float> {
-  typedef float4 type;
-  enum { V = 4 };
-};
-template <> struct QcMMVec<double> {
-  typedef double2 type;
-  enum { V = 2 };
-};
 
 /* Block-wide fold; the result is valid in thread 0.  All threads of the
  * block must call it (it synchronises). */
@@ -66,13 +56,7 @@ template <typename T> __device__ __forceinline__ QcMinMax<T> qc_mm_block_reduce(
   __shared__ unsigned s_fl[32];
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const unsigned nwarps = (blockDim.x + 31u) >> 5;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    T olo = __shfl_down_sync(0xffffffffu, a.lo, off);
-    T ohi = __shfl_down_sync(0xffffffffu, a.hi, off);
-    unsigned ofl = __shfl_down_sync(0xffffffffu, a.fl, off);
-    a.fold(olo, ohi, ofl);
-  }
+  qc_mm_warp_fold(a);
   if (lane == 0) {
     s_lo[warp] = a.lo;
     s_hi[warp] = a.hi;
@@ -83,13 +67,7 @@ template <typename T> __device__ __forceinline__ QcMinMax<T> qc_mm_block_reduce(
     QcMinMax<T> b;
     b.init();
     if (lane < nwarps) b.fold(s_lo[lane], s_hi[lane], s_fl[lane]);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      T olo = __shfl_down_sync(0xffffffffu, b.lo, off);
-      T ohi = __shfl_down_sync(0xffffffffu, b.hi, off);
-      unsigned ofl = __shfl_down_sync(0xffffffffu, b.fl, off);
-      b.fold(olo, ohi, ofl);
-    }
+    qc_mm_warp_fold(b);
     a = b;
   }
   __syncthreads();
@@ -247,8 +225,8 @@ __global__ void __launch_bounds__(QC_MM_THREADS)
 qc_minmax_rows(const T *__restrict__ x, I outer, I C, I inner, unsigned int P, T *part_lo,
                T *part_hi, unsigned char *part_fl, unsigned int *counter,
                QC_MM_LAST_PARAMS) {
-  typedef typename QcMMVec<T>::type VT;
-  const int V = QcMMVec<T>::V;
+  typedef typename QcVec<T>::type VT;
+  const int V = QcVec<T>::V;
   const I c = (I)(blockIdx.x / P), p = (I)(blockIdx.x % P);
   const I tid = (I)threadIdx.x, bd = (I)blockDim.x;
   const I step = (I)P * bd;
@@ -258,11 +236,11 @@ qc_minmax_rows(const T *__restrict__ x, I outer, I C, I inner, unsigned int P, T
     /* one contiguous segment per channel */
     const T *base = x + c * inner;
     I start = 0;
-    if (((unsigned long long)base & 15ull) == 0) {
+    if (qc_vec_ok<T>(base)) {
       const I nv = inner / (I)V;
       const VT *vb = reinterpret_cast<const VT *>(base);
       for (I v = p * bd + tid; v < nv; v += step) {
-        union { VT v; T a[V]; } u;
+        typename QcVec<T>::lanes u;
         u.v = vb[v];
 #pragma unroll
         for (int k = 0; k < V; k++) acc.add(u.a[k]);
@@ -370,12 +348,7 @@ qc_minmax_chan(const T *__restrict__ x, I outer, I C, I inner, unsigned int LANE
         acc.add(x[(o * C + c) * inner + r]);
       }
     }
-    for (unsigned off = LANES / 2; off > 0; off >>= 1) {
-      T olo = __shfl_down_sync(0xffffffffu, acc.lo, off, LANES);
-      T ohi = __shfl_down_sync(0xffffffffu, acc.hi, off, LANES);
-      unsigned ofl = __shfl_down_sync(0xffffffffu, acc.fl, off, LANES);
-      acc.fold(olo, ohi, ofl);
-    }
+    qc_mm_warp_fold(acc, LANES);
     if (lane == 0 && c < C) {
       part_lo[c] = acc.lo;
       part_hi[c] = acc.hi;
