@@ -341,11 +341,8 @@ def _plan(arr, param, func):
     parameter, the channel axis (None per tensor) and the shape to give the
     result.  Several non-1 dimensions become one channel per element.
     """
-    try:
-        shape = np.broadcast_shapes(arr.shape, param.shape)
-    except ValueError:
-        raise ValueError(f"{func}: amax of shape {param.shape} does not broadcast against "
-                         f"inputs of shape {arr.shape}") from None
+    shape = _broadcast(arr.shape, param.shape, f"{func}: amax of shape {param.shape} does not "
+                       f"broadcast against inputs of shape {arr.shape}")
     xp = A.array_module(arr)
     if A.is_cupy_array(param) and xp is np:  # (numpy x, device amax: a small copy)
         param = param.get()
@@ -465,12 +462,17 @@ def fake_tensor_quant_backward(grad_outputs, inputs, amax):
     return _ste(g, mask.reshape(shape), func)
 
 
-def _ste(g, mask, func):
+def _broadcast(shape_a, shape_b, message):
+    """numpy's broadcast shape, or ValueError(message)."""
     try:
-        shape = np.broadcast_shapes(g.shape, mask.shape)
+        return np.broadcast_shapes(shape_a, shape_b)
     except ValueError:
-        raise ValueError(f"{func}: grad_outputs of shape {g.shape} does not broadcast against "
-                         f"the inputs' shape {mask.shape}") from None
+        raise ValueError(message) from None
+
+
+def _ste(g, mask, func):
+    shape = _broadcast(g.shape, mask.shape, f"{func}: grad_outputs of shape {g.shape} does "
+                       f"not broadcast against the inputs' shape {mask.shape}")
     # PQ: torch.where(mask, grad_outputs, zero), a select (+0.0 outside)
     xp = A.array_module(g)
     return xp.where(xp.broadcast_to(mask, shape).view(np.bool_), xp.broadcast_to(g, shape),
