@@ -89,6 +89,7 @@ from .. import _arrays as A
 from .. import observers as _obs
 from .. import qparams as Q
 from .._switches import Switches
+from ..fake_quantize import _FAST_RULES
 from ..fake_quantize import FakeQuantize as _CoreFakeQuantize
 from ..ops import _affine, affine_mode, ste_backward
 from ._partial import _with_args
@@ -456,12 +457,11 @@ class FakeQuantize(Switches):
         if core is None or core.observer is not obs._core:
             core = _CoreFakeQuantize(obs._core, self.quant_min, self.quant_max, symmetric=True,
                                      eps=obs.eps)
+            # (private to this module: its switches stay as set here)
+            core.packed_mask = False
+            core.training = core.observer_enabled = core.fake_quant_enabled = True
             self._fused = core
         core._mode = mode  # division by the scale, current rounding
-        core.packed_mask = False
-        core.training = True
-        core.observer_enabled = True
-        core.fake_quant_enabled = True
         # the qparams into the core (through its checking setters unless it
         # holds them already: it keeps what the last forward wrote)
         scale, core_scale = self.scale, core.scale
@@ -471,7 +471,13 @@ class FakeQuantize(Switches):
         core_zp = core.zero_point
         if not (core_zp.shape == (1,) and core_zp[0] == 0):
             core.zero_point = np.zeros(1, np.int64)
-        y = core(arr)
+        y = None
+        if type(arr) is np.ndarray and type(obs._core) in _FAST_RULES and \
+                not core._host_stale and type(obs._core.min_val) is np.ndarray and \
+                arr.flags.c_contiguous:
+            y = core._forward_fused(arr, None)  # (arr is checked: the core's kernel call)
+        if y is None:
+            y = core(arr)
         self.scale = np.array(core.scale, F32).reshape(1)
         mask = core.mask
         self._keep_mask(None if mask is None else mask.view(np.bool_), arr.shape)

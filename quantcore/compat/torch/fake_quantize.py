@@ -6,6 +6,7 @@ import numpy as np
 from ... import _arrays as A
 from ... import ops as _ops
 from ... import qparams as Q
+from ...fake_quantize import _FAST_RULES
 from ...fake_quantize import FakeQuantize as _CoreFakeQuantize
 from ..._switches import Switches
 from ...observers import store_into
@@ -186,6 +187,9 @@ class FakeQuantize(_FakeQuantizeBase):
                 core.symmetric != symmetric or (core.quant_min, core.quant_max) != (qmin, qmax):
             core = _CoreFakeQuantize(app._core, qmin, qmax, symmetric=symmetric, eps=eps)
             core._mode = _MODE_PER_TENSOR  # torch's per-tensor kernel: NaN -> quant_min
+            # (private to this module: its switches stay as set here)
+            core.training = core.observer_enabled = core.fake_quant_enabled = True
+            core.packed_mask = False
             self._fused = core
         return core
 
@@ -205,20 +209,30 @@ class FakeQuantize(_FakeQuantizeBase):
         if core is None:
             return None
         obs = app._core
-        app._sync_first()
         kept = (obs.min_val[()], obs.max_val[()], obs.num_batches)  # (exact bits)
-        core.training = core.observer_enabled = core.fake_quant_enabled = True
-        core.packed_mask = False
-        y = core.forward(X)
+        # app._sync_first(): torch's first call is the one that finds no statistics
+        first = float(kept[0]) == np.inf and float(kept[1]) == -np.inf
+        obs.num_batches = synced = 0 if first else max(kept[2], 1)
+        y = None
+        if type(obs) in _FAST_RULES and not core._host_stale and type(obs.min_val) is np.ndarray:
+            y = core._forward_fused(X, None)  # (X is checked: the core's kernel call itself)
+        if y is None:
+            y = core.forward(X)
         scale = core.scale
         if not (-_MAX_F32 <= float(obs.min_val) <= float(obs.max_val) <= _MAX_F32 and
                 _TINY_F32 <= float(scale[0]) <= _MAX_F32):
             obs._store(kept[0], kept[1])
-            obs.num_batches = kept[2]
+            obs.num_batches = synced
             return None
-        # (finite, in range: _store_qparams' casts need no errstate)
-        store_into(self, "scale", scale, F32)
-        store_into(self, "zero_point", core.zero_point, self.zero_point.dtype)
+        # (finite, in range: the casts need no errstate)
+        s_buf, z_buf = self.scale, self.zero_point
+        if s_buf.shape == (1,) and z_buf.shape == (1,) and s_buf.flags.writeable and \
+                z_buf.flags.writeable:  # torch's [1] buffers, written in place
+            s_buf[0] = scale[0]
+            z_buf[0] = core.zero_point[0]
+        else:
+            store_into(self, "scale", scale, F32)
+            store_into(self, "zero_point", core.zero_point, z_buf.dtype)
         self._last_shape = X.shape
         self._last_mask = core.mask.view(np.bool_)
         return y
