@@ -119,11 +119,6 @@ def interop_method(method):
     return wrapper
 
 
-def device_native(func):
-    """(Transitional marker, removed with its last use.)"""
-    return func
-
-
 def is_aligned(a):
     """True when every element of ``a`` lies at a multiple of its item size.
 

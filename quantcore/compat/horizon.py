@@ -240,11 +240,9 @@ class MovingAverageMinMaxObserver:
     min_val = property(lambda self: self._core.min_val, doc="Running minimum (float32).")
     max_val = property(lambda self: self._core.max_val, doc="Running maximum (float32).")
 
-    @A.device_native
     def __call__(self, x):
         return self.forward(x)
 
-    @A.device_native
     def forward(self, x):
         """Record ``x`` and return it unchanged (a cupy x on the device, no
         synchronisation: the statistics become device arrays)."""
@@ -397,7 +395,6 @@ class FakeQuantize(Switches):
         return arr.astype(dtype)
 
     # ------------------------------------------------------------- forward
-    @A.device_native
     def __call__(self, x):
         return self.forward(x)
 
@@ -408,7 +405,6 @@ class FakeQuantize(Switches):
                 and not self.in_place and type(obs) is MovingAverageMinMaxObserver
                 and self.quant_min < 0 and _MARCH[0] != "bernoulli")
 
-    @A.device_native
     def forward(self, x):
         """Fake-quantized ``x`` (see the class docstring).  A cupy x is
         observed and quantized on the device; the scale is a device array
@@ -499,7 +495,6 @@ class FakeQuantize(Switches):
         ``compat_mask``), or None (no quantization, or ``saturate=False``)."""
         return self._mask
 
-    @A.device_native
     def backward(self, grad_output):
         """Input gradient of the last forward: ``grad * mask`` with
         ``saturate``, else ``grad`` (straight through)."""

@@ -299,11 +299,9 @@ class FakeQuantWithMinMaxObserver:
         self.training = bool(mode)
         return self
 
-    @A.device_native
     def __call__(self, x):
         return self.construct(x)
 
-    @A.device_native
     def construct(self, x):
         """Fake-quantize ``x`` (training: update ``minq`` / ``maxq`` first).
 
@@ -329,7 +327,6 @@ class FakeQuantWithMinMaxObserver:
 
     forward = construct
 
-    @A.device_native
     def backward(self, dout, x):
         """Input gradient: ``dout`` inside the nudged range, 0 outside.
 

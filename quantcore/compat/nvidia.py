@@ -380,7 +380,6 @@ def _q_of(y, div, axis, ndim):
 
 
 # ------------------------------------------------------------ functions
-@A.device_native
 def fake_tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=True):
     """PQ's ``fake_tensor_quant``: quantize with ``amax`` and dequantize.
 
@@ -415,7 +414,6 @@ def fake_tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=Tru
     return y.reshape(shape)
 
 
-@A.device_native
 def tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=True):
     """PQ's ``tensor_quant``: ``(q, scale)`` with ``q`` as floats.
 
@@ -444,7 +442,6 @@ def tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=True):
     return q.astype(arr.dtype), A.array_module(arr).asarray(scale.astype(arr.dtype))
 
 
-@A.device_native
 def fake_tensor_quant_backward(grad_outputs, inputs, amax):
     """Gradient of :func:`fake_tensor_quant` / :func:`tensor_quant` with
     respect to ``inputs``: clipped straight-through estimator::
@@ -490,7 +487,6 @@ def _affine_args(inputs, min_range, max_range, num_bits, func):
     return arr, lo, hi, nb
 
 
-@A.device_native
 def fake_affine_tensor_quant(inputs, min_range, max_range, num_bits=8):
     """PQ's ``fake_affine_tensor_quant`` (gemmlowp-style, per tensor).
 
@@ -510,7 +506,6 @@ def fake_affine_tensor_quant(inputs, min_range, max_range, num_bits=8):
     return _affine(arr, step, -qzero, qmin, qmax, mode, func=func)
 
 
-@A.device_native
 def fake_affine_tensor_quant_backward(grad_outputs, inputs, min_range, max_range):
     """Gradient of :func:`fake_affine_tensor_quant`: ``grad_outputs`` where
     ``min_range <= x <= max_range`` (inclusive), else 0."""
@@ -534,7 +529,6 @@ class MaxCalibrator(_calib.MaxCalibrator):
         super().__init__(8, axis, unsigned, track_amax)
         self._num_bits = num_bits
 
-    @A.device_native
     def collect(self, x):
         """Update the running amax with ``max |x|`` over the reduced axes (a
         cupy x on the device: the amax stays a device array; one byte, the
@@ -789,11 +783,9 @@ class TensorQuantizer:
         outputs, self._scale = tensor_quant(inputs, amax, self._num_bits, self._unsigned)
         return outputs
 
-    @A.device_native
     def __call__(self, inputs):
         return self.forward(inputs)
 
-    @A.device_native
     def forward(self, inputs):
         """Calibrate / clip / quantize ``inputs`` as the switches say.  cupy
         inputs are calibrated and quantized on the device (a fixed amax is

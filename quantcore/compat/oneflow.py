@@ -131,7 +131,6 @@ class _Module:
         """Evaluation mode; returns self."""
         return self.train(False)
 
-    @A.device_native  # (forward takes cupy itself, or is staged)
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
@@ -161,7 +160,6 @@ class MinMaxObserver(_Module):
             raise ValueError(f"{cls}: per-channel quantization is not implemented for the "
                              "cambricon formula (per_layer_quantization must be True)")
 
-    @A.device_native
     def forward(self, input):
         """(scale, zero_point) of ``input``; a cupy input gives device qparams
         (the reduction and the formula on the device, no synchronisation)."""
@@ -238,7 +236,6 @@ class MovingAverageMinMaxObserver(_Module):
         obs.min_val, obs.max_val = self.moving_min.reshape(()), self.moving_max.reshape(())
         obs.update(x)
 
-    @A.device_native
     def forward(self, input, current_train_step):
         """Update the buffers (training, up to ``stop_update_after_iters``)
         and return their qparams.  A cupy input is observed on the device:
@@ -305,7 +302,6 @@ class FakeQuantization(_Module):
             return 0, 2 ** b - 1
         return -2 ** (b - 1), 2 ** (b - 1) - 1
 
-    @A.device_native
     def forward(self, input, scale, zero_point):
         """The fake-quantized (or, Quantization, integer) ``input``.  cupy
         input is computed on the device; device scale / zero_point stay there
@@ -371,7 +367,6 @@ class FakeQuantization(_Module):
         return _affine_fast(input, s, z, lo, hi, mode, "before_rounding" if affine else "none",
                             None, cls)
 
-    @A.device_native
     def backward(self, dy):
         """Identity (straight-through, no clipping mask): returns ``dy``."""
         return A.as_float_array(dy, "dy", f"{type(self).__name__}.backward").copy()

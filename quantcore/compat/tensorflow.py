@@ -207,7 +207,6 @@ def _outside_sums(g, x, nmin, nmax, axis):
 
 
 # ------------------------------------------------------------------- args
-@A.device_native
 def fake_quant_with_min_max_args(inputs, min=-6, max=6, num_bits=8, narrow_range=False,
                                  name=None):
     """Fake-quantize ``inputs`` into the nudged ``[min, max]`` (attributes).
@@ -221,7 +220,6 @@ def fake_quant_with_min_max_args(inputs, min=-6, max=6, num_bits=8, narrow_range
     return _forward(x, mn, mx, qmin, qmax, NUDGED_TF, None, op)[0]
 
 
-@A.device_native
 def fake_quant_with_min_max_args_gradient(gradients, inputs, min=-6, max=6, num_bits=8,
                                           narrow_range=False, name=None):
     """``gradients`` where ``nudged_min <= inputs <= nudged_max``, else 0."""
@@ -234,7 +232,6 @@ def fake_quant_with_min_max_args_gradient(gradients, inputs, min=-6, max=6, num_
 
 
 # ------------------------------------------------------------------- vars
-@A.device_native
 def fake_quant_with_min_max_vars(inputs, min, max, num_bits=8, narrow_range=False, name=None):
     """Fake-quantize ``inputs`` into the nudged ``[min, max]`` (rank-0 tensors).
 
@@ -255,7 +252,6 @@ def fake_quant_with_min_max_vars(inputs, min, max, num_bits=8, narrow_range=Fals
     return _forward(x, mn, mx, qmin, qmax, NUDGED_TF | NUDGED_DIVIDE, None, op)[0]
 
 
-@A.device_native
 def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=8,
                                           narrow_range=False, name=None):
     """``(backprops_wrt_input, backprop_wrt_min, backprop_wrt_max)``.
@@ -284,7 +280,6 @@ def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=
 
 
 # ------------------------------------------------------------ per channel
-@A.device_native
 def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narrow_range=False,
                                              name=None):
     """Per-channel fake quantization along the last axis of ``inputs``.
@@ -308,7 +303,6 @@ def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narro
     return y
 
 
-@A.device_native
 def fake_quant_with_min_max_vars_per_channel_gradient(gradients, inputs, min, max, num_bits=8,
                                                       narrow_range=False, name=None):
     """``(backprops_wrt_input, backprop_wrt_min[d], backprop_wrt_max[d])``, per

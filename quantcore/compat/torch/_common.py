@@ -208,7 +208,6 @@ class _Module(TrainEval):
     with_args = classmethod(_with_args)
     with_callable_args = classmethod(_with_callable_args)
 
-    @A.device_native  # (forward takes cupy itself, or is staged)
     def __call__(self, x):
         return self.forward(x)
 

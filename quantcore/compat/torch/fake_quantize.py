@@ -52,7 +52,6 @@ class _FakeQuantizeBase(Switches, _Module):
         self.observer_enabled = np.array([1], dtype=self._FLAG_DTYPE)
 
 
-    @A.device_native
     def backward(self, grad_output):
         """Input gradient of the last forward: ``grad * mask`` (straight-through
         estimator), or ``grad`` itself where fake quant was off."""
@@ -134,7 +133,6 @@ class FakeQuantize(_FakeQuantizeBase):
             store_into(self, "scale", scale, F32)
             store_into(self, "zero_point", zero_point, self.zero_point.dtype)
 
-    @A.device_native
     def forward(self, X):
         """Observe (if enabled), update scale / zero_point, fake-quantize (if enabled).
 
@@ -321,7 +319,6 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         self._init_flags()
         self.is_symmetric_quant = _is_symmetric(self.activation_post_process.qscheme)
 
-    @A.device_native
     def forward(self, X):
         """One fused call (a cupy X on the device: see
         :func:`fused_moving_avg_obs_fake_quant`; the running values and

@@ -96,7 +96,6 @@ def _per_tensor(x, scale, zp, qmin, qmax, func):
                        exact=exact)
 
 
-@A.device_native
 def fake_quantize_per_tensor_affine_cachemask(x, scale, zero_point, quant_min, quant_max):
     """``torch.ops.aten.fake_quantize_per_tensor_affine_cachemask`` -> (out, mask).
 
@@ -179,7 +178,6 @@ def _per_tensor_tensor_qparams(x, scale, zero_point, quant_min, quant_max,
     return _per_tensor(arr, float(s), zp, qmin, qmax, func)
 
 
-@A.device_native
 def fake_quantize_per_tensor_affine(x, scale, zero_point, quant_min, quant_max):
     """``torch.fake_quantize_per_tensor_affine``.
 
@@ -269,7 +267,6 @@ def _torch_dtype_name(dtype):
     return _TORCH_DTYPE_NAMES.get(np.dtype(dtype).name, np.dtype(dtype).name)
 
 
-@A.device_native
 def fake_quantize_per_channel_affine_cachemask(x, scale, zero_point, axis, quant_min,
                                                quant_max):
     """``torch.ops.aten.fake_quantize_per_channel_affine_cachemask`` -> (out, mask)."""
@@ -316,7 +313,6 @@ def _per_channel(arr, s, z, axis, qmin, qmax, func):
                        inv=inv, exact=exact)
 
 
-@A.device_native
 def fake_quantize_per_channel_affine(x, scale, zero_point, axis, quant_min, quant_max):
     """``torch.fake_quantize_per_channel_affine``.
 

@@ -229,7 +229,6 @@ def _moving_average(rmin, rmax, cur_min, cur_max, c):
     return rmin, rmax
 
 
-@A.device_native
 def fused_moving_avg_obs_fake_quant(x, observer_on, fake_quant_on, running_min, running_max,
                                     scale, zero_point, averaging_const, quant_min, quant_max,
                                     ch_axis, per_row_fake_quant=False, symmetric_quant=False):

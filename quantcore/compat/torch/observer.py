@@ -115,7 +115,6 @@ class _UniformObserver(_Module):
         """``(scale, zero_point)`` from the running statistics."""
         return self._calculate_qparams(self.min_val, self.max_val)
 
-    @A.device_native
     def forward(self, x_orig):
         """Record x (per tensor, or per channel along ``ch_axis``) and return
         it.  A cupy x is observed on the device with no synchronisation: the
@@ -341,7 +340,6 @@ class HistogramObserver(_UniformObserver):
     min_val = _held_array("_hist.min_val", shape=())
     max_val = _held_array("_hist.max_val", shape=())
 
-    @A.device_native
     def forward(self, x_orig):
         """Add x to the histogram and return it (float32 statistics: torch bins
         float64 / float16 input in that precision, not reproduced).  A cupy
@@ -429,7 +427,6 @@ class FixedQParamsObserver(_Module):
         self.dtype = _name(dtype, "dtype")
         self.qscheme = _name(qscheme, "qscheme")
 
-    @A.device_native
     def forward(self, X):
         return X
 
