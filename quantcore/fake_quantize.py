@@ -285,8 +285,7 @@ class FakeQuantize(Switches):
         if A.is_cupy_array(arr) and arr.dtype != np.float16 and \
                 type(self._observer) in _FAST_RULES and self._observer.nan_policy != "raise":
             return self._forward_device(arr, out)
-        if self.axis is None and arr.dtype == F32 and type(self._observer) in _FAST_RULES \
-                and not self._host_stale and type(self._observer.min_val) is np.ndarray:
+        if arr.dtype == F32 and self._fused_ready():
             fast = self._forward_fused(arr, out)
             if fast is not None:
                 return fast
@@ -324,6 +323,12 @@ class FakeQuantize(Switches):
             self._mask = (np.packbits(mask.reshape(-1), bitorder="little")
                           if self.packed_mask else mask)
             return y
+
+    def _fused_ready(self):
+        """True when a float32 host forward may take :meth:`_forward_fused`
+        (per tensor, an observer rule the kernel has, host state current)."""
+        return self.axis is None and type(self._observer) in _FAST_RULES and \
+            not self._host_stale and type(self._observer.min_val) is np.ndarray
 
     def _forward_fused(self, arr, out):
         """Per-tensor float32 forward in one kernel call (observe, qparams,

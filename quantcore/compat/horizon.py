@@ -89,7 +89,6 @@ from .. import _arrays as A
 from .. import observers as _obs
 from .. import qparams as Q
 from .._switches import Switches
-from ..fake_quantize import _FAST_RULES
 from ..fake_quantize import FakeQuantize as _CoreFakeQuantize
 from ..ops import _affine, affine_mode, ste_backward
 from ._partial import _with_args
@@ -468,10 +467,8 @@ class FakeQuantize(Switches):
         if not (core_zp.shape == (1,) and core_zp[0] == 0):
             core.zero_point = np.zeros(1, np.int64)
         y = None
-        if type(arr) is np.ndarray and type(obs._core) in _FAST_RULES and \
-                not core._host_stale and type(obs._core.min_val) is np.ndarray and \
-                arr.flags.c_contiguous:
-            y = core._forward_fused(arr, None)  # (arr is checked: the core's kernel call)
+        if type(arr) is np.ndarray and arr.flags.c_contiguous and core._fused_ready():
+            y = core._forward_fused(arr, None)  # (arr is checked: the core's kernel step)
         if y is None:
             y = core(arr)
         self.scale = np.array(core.scale, F32).reshape(1)

@@ -6,7 +6,6 @@ import numpy as np
 from ... import _arrays as A
 from ... import ops as _ops
 from ... import qparams as Q
-from ...fake_quantize import _FAST_RULES
 from ...fake_quantize import FakeQuantize as _CoreFakeQuantize
 from ..._switches import Switches
 from ...observers import store_into
@@ -207,20 +206,17 @@ class FakeQuantize(_FakeQuantizeBase):
         if core is None:
             return None
         obs = app._core
+        app._sync_first()
         kept = (obs.min_val[()], obs.max_val[()], obs.num_batches)  # (exact bits)
-        # app._sync_first(): torch's first call is the one that finds no statistics
-        first = float(kept[0]) == np.inf and float(kept[1]) == -np.inf
-        obs.num_batches = synced = 0 if first else max(kept[2], 1)
-        y = None
-        if type(obs) in _FAST_RULES and not core._host_stale and type(obs.min_val) is np.ndarray:
-            y = core._forward_fused(X, None)  # (X is checked: the core's kernel call itself)
+        # (X is checked: the core's kernel step itself where it can take it)
+        y = core._forward_fused(X, None) if core._fused_ready() else None
         if y is None:
             y = core.forward(X)
         scale = core.scale
         if not (-_MAX_F32 <= float(obs.min_val) <= float(obs.max_val) <= _MAX_F32 and
                 _TINY_F32 <= float(scale[0]) <= _MAX_F32):
             obs._store(kept[0], kept[1])
-            obs.num_batches = synced
+            obs.num_batches = kept[2]
             return None
         # (finite, in range: the casts need no errstate)
         s_buf, z_buf = self.scale, self.zero_point
