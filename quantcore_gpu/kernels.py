@@ -303,11 +303,16 @@ def _index(n):
     return "unsigned int", np.uint32
 
 
+def _grid(n):
+    """Blocks of a grid-stride launch over n threads' worth of work (at
+    most 32 blocks per SM)."""
+    return max(1, min(-(-n // _THREADS), _sm_count() * 8 * 4))
+
+
 def _ew_grid(n, dtype):
-    """Blocks of a grid-stride elementwise launch."""
-    per_block = _THREADS * _VEC[dtype]
-    blocks = -(-n // per_block)
-    return max(1, min(blocks, _sm_count() * 8 * 4))
+    """Blocks of a grid-stride elementwise launch (``_VEC`` values a thread
+    at a time)."""
+    return _grid(-(-n // _VEC[dtype]))
 
 
 def _dt(a):
@@ -623,11 +628,6 @@ def numpy_column_sums(x):
         fn = _function("reduce.cu", f"qc_column_sums<float, {ct}>")
         fn((_grid(d),), (_THREADS,), (x, out, it(rows), it(d)))
     return out
-
-
-def _grid(n):
-    """Blocks of a grid-stride launch over n threads' worth of work."""
-    return max(1, min(-(-n // _THREADS), _sm_count() * 8 * 4))
 
 
 # ------------------------------------------------------- LSQ backward terms
