@@ -14,13 +14,14 @@ each test:
   of the same dtype, shape and bits (NaN lanes: both NaN); other results
   must be equal; arrays the call updates in place must be updated alike;
   when the numpy call raises, the cupy call must raise the same type.
-- an object of a public class gets a twin, built from the same arguments;
-  each public method call (and ``__call__``) on the object is repeated on
-  the twin with cupy arguments and compared as above; attributes the test
-  sets on the object are set on the twin too (arrays as cupy copies).
-
-What a test reads from an object's attributes is not compared (the twin's
-state is cupy); its results are.
+- an object of a public class gets a twin, built from the same arguments
+  (host copies of its arrays); each public method call (and ``__call__``)
+  on the object is repeated on the twin with cupy arguments and compared
+  as above, and after it the array attributes of the two (and of the
+  quantcore objects they hold) must agree bit for bit.  Attributes the
+  test sets on the object are set on the twin too (host copies), and
+  arrays it writes into in place are copied to the twin before the next
+  call.
 """
 import contextlib
 import functools
@@ -47,6 +48,8 @@ _TWINS = {}
 def _twin_of(obj):
     entry = _TWINS.get(id(obj))
     return entry[1] if entry is not None and entry[0] is obj else None
+
+
 #: mirrored calls in progress: calls made from inside one (the compat code's
 #: own calls, the device replay, a twin's construction) are not mirrored again
 _DEPTH = [0]
@@ -201,8 +204,10 @@ def _mirror_function(func, name, cp):
 
 
 def _mirror_class(cls, cp, patches, names):
-    """Patch cls (and its bases in quantcore.compat) in place; record the
-    originals in ``patches`` as (owner, attr, original)."""
+    """Patch cls and its bases in the mirrored modules (``names``) in place,
+    and on cls the public methods it inherits from quantcore's other
+    classes; record the originals in ``patches`` as (owner, attr, original),
+    None where the attribute is new."""
     for klass in cls.__mro__:
         if not klass.__module__.startswith(names):
             continue
@@ -229,7 +234,7 @@ def _mirror_class(cls, cp, patches, names):
             setattr(cls, attr, _mirror_method(member, attr, cp))
     if "__setattr__" not in vars(cls):
         patches.append((cls, "__setattr__", None))
-        cls.__setattr__ = _mirror_setattr(cp)
+        cls.__setattr__ = _mirror_setattr()
 
 
 def _mirror_init(init):
@@ -248,8 +253,8 @@ def _mirror_init(init):
 
 
 def _state_arrays(obj, cp, prefix="", depth=0):
-    """{(holder, attribute): array} of obj's array attributes, and of the
-    quantcore objects it holds (one level down)."""
+    """{"attr" or "holder_attr.attr": (holder, attr, array)} for obj's array
+    attributes and those of the quantcore objects it holds (one level down)."""
     found = {}
     for attr, value in list(getattr(obj, "__dict__", {}).items()):
         if isinstance(value, (np.ndarray, cp.ndarray)):
@@ -297,7 +302,7 @@ def _mirror_method(method, name, cp):
     return mirrored
 
 
-def _mirror_setattr(cp):
+def _mirror_setattr():
     def mirrored(self, attr, value):
         object.__setattr__(self, attr, value)
         twin = _twin_of(self)
@@ -338,7 +343,7 @@ def uninstall(patches):
     for owner, attr, original in reversed(patches):
         if isinstance(owner, dict):
             owner[attr] = original
-        elif original is None or attr == "__setattr__":
+        elif original is None:
             delattr(owner, attr)
         else:
             setattr(owner, attr, original)

@@ -154,6 +154,18 @@ def minmax(x, axis=None, nan_policy="propagate"):
     return lo, hi
 
 
+def gpu_cupy():
+    """cupy on a usable device (a GPU, or the CUDA emulator of ``make
+    gpu-emu-test``); otherwise the calling test module is skipped."""
+    import pytest
+    cp = pytest.importorskip("cupy")
+    import quantcore_gpu
+    ok, reason = quantcore_gpu.can_use()
+    if not ok:
+        pytest.skip(f"no usable GPU: {reason}", allow_module_level=True)
+    return cp
+
+
 def to_numpy(a):
     """A numpy copy of a cupy array (``.get()``: the only way device data
     reaches the host), anything else through ``numpy.asarray``."""

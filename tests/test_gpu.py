@@ -19,20 +19,14 @@ import warnings
 import numpy as np
 import pytest
 
-cp = pytest.importorskip("cupy")
+from quantcore import FakeQuantize, ops
+from quantcore import qparams as Q
+from quantcore._cpu import _kernels as K
+from quantcore.observers import MinMaxObserver, MovingAverageMinMaxObserver
+from quantcore_gpu import kernels as G
+from reference import assert_bits_equal, gpu_cupy
 
-import quantcore_gpu  # noqa: E402
-
-_OK, _REASON = quantcore_gpu.can_use()
-if not _OK:
-    pytest.skip(f"no usable GPU: {_REASON}", allow_module_level=True)
-
-from quantcore import FakeQuantize, ops  # noqa: E402
-from quantcore import qparams as Q  # noqa: E402
-from quantcore._cpu import _kernels as K  # noqa: E402
-from quantcore.observers import MinMaxObserver, MovingAverageMinMaxObserver  # noqa: E402
-from quantcore_gpu import kernels as G  # noqa: E402
-from reference import assert_bits_equal  # noqa: E402
+cp = gpu_cupy()
 
 pytestmark = pytest.mark.gpu
 

@@ -12,18 +12,12 @@ NaN lanes compare as "both NaN".
 import numpy as np
 import pytest
 
-cp = pytest.importorskip("cupy")
+from quantcore import formats as F
+from quantcore._cpu import _kernels as K
+from quantcore_gpu import kernels as G
+from reference import assert_bits_equal, gpu_cupy
 
-import quantcore_gpu  # noqa: E402
-
-_OK, _REASON = quantcore_gpu.can_use()
-if not _OK:
-    pytest.skip(f"no usable GPU: {_REASON}", allow_module_level=True)
-
-from quantcore import formats as F  # noqa: E402
-from quantcore._cpu import _kernels as K  # noqa: E402
-from quantcore_gpu import kernels as G  # noqa: E402
-from reference import assert_bits_equal  # noqa: E402
+cp = gpu_cupy()
 
 pytestmark = pytest.mark.gpu
 

@@ -11,19 +11,13 @@ NaN lanes compare as "both NaN".
 import numpy as np
 import pytest
 
-cp = pytest.importorskip("cupy")
+import quantcore as qc
+from quantcore import mx
+from quantcore._cpu import _kernels as K
+from quantcore_gpu import kernels as G
+from reference import assert_bits_equal, gpu_cupy
 
-import quantcore_gpu  # noqa: E402
-
-_OK, _REASON = quantcore_gpu.can_use()
-if not _OK:
-    pytest.skip(f"no usable GPU: {_REASON}", allow_module_level=True)
-
-import quantcore as qc  # noqa: E402
-from quantcore import mx  # noqa: E402
-from quantcore._cpu import _kernels as K  # noqa: E402
-from quantcore_gpu import kernels as G  # noqa: E402
-from reference import assert_bits_equal  # noqa: E402
+cp = gpu_cupy()
 
 pytestmark = pytest.mark.gpu
 
