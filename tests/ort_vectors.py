@@ -58,3 +58,38 @@ def same_bits(a, b):
     nan_a, nan_b = np.isnan(a), np.isnan(b)
     return bool(np.array_equal(nan_a, nan_b) and
                 a[~nan_a].tobytes() == b[~nan_b].tobytes())
+
+
+# The keys whose recorded value depends on the CPU it was recorded on: ORT's
+# DistributionCalibrater sums ``hist * values`` with numpy, and numpy's
+# reduction order follows the SIMD level it dispatches to (AVX-512 or not),
+# so the last bit of avg / std differs between machines.  These are compared
+# with live onnxruntime on this machine, never with the recorded value.
+SUM_ORDER_KEYS = ("avg", "std")
+
+
+def live_avg_std(hist, hist_edges, scenario="same"):
+    """(avg, std) as installed onnxruntime computes them here, from the same
+    histogram (its own ``HistogramCollector._avg_std``)."""
+    from onnxruntime.quantization.calibrate import HistogramCollector
+    power = {"same": 1, "p3": 1.0 / 3.0}[scenario]
+    return HistogramCollector._avg_std(np.asarray(hist), np.asarray(hist_edges), power=power)
+
+
+def same_distribution(td, expected, scenario="same"):
+    """The keys of a recorded TensorData that quantcore's ``td`` does not
+    match, bit for bit: the CPU-independent ones against the recording, avg
+    and std against live onnxruntime on the same histogram."""
+    live = dict(zip(SUM_ORDER_KEYS, live_avg_std(td.hist, td.hist_edges, scenario)))
+    bad = []
+    for key, val in expected.items():
+        if key not in ("avg", "std", "lowest", "highest", "hist", "hist_edges"):
+            continue
+        got = np.asarray(getattr(td, key))
+        if key in SUM_ORDER_KEYS:
+            ok = same_bits(got, live[key])
+        else:
+            ok = matches_digest(got, val) if "sha256" in val else same_bits(got, dec(val))
+        if not ok:
+            bad.append(key)
+    return bad
