@@ -93,3 +93,40 @@ def same_distribution(td, expected, scenario="same"):
         if not ok:
             bad.append(key)
     return bad
+
+
+def live_entropy(pk, qk):
+    """ORT's own ``entropy`` (float32 KL; numpy's log and sums) run here."""
+    from onnxruntime.quantization import calibrate
+    return calibrate.entropy(pk, qk)
+
+
+def live_entropy_threshold(histogram, num_quantized_bins):
+    """``(threshold, kl)``: installed ORT's ``get_entropy_threshold`` on a
+    collector state ``(hist, edges, min, max, ...)``, run here, and the KL
+    divergence of every window it tried, as the float64 array ORT fills
+    (its module-level ``smooth_distribution`` and ``entropy`` are wrapped for
+    the call to record them).  numpy's float32 log gives other last bits at
+    other SIMD levels, so these replace recorded values."""
+    from onnxruntime.quantization import calibrate
+    smoothed, divs = [], []
+    inner_smooth, inner_entropy = calibrate.smooth_distribution, calibrate.entropy
+
+    def smooth(p, *args, **kw):
+        smoothed.append(inner_smooth(p, *args, **kw))
+        return smoothed[-1]
+
+    def entropy(p, q):
+        divs.append(inner_entropy(p, q))
+        return divs[-1]
+    calibrate.smooth_distribution, calibrate.entropy = smooth, entropy
+    try:
+        threshold = calibrate.HistogramCollector.get_entropy_threshold(
+            None, tuple(histogram), num_quantized_bins)
+    finally:
+        calibrate.smooth_distribution, calibrate.entropy = inner_smooth, inner_entropy
+    dtype = np.asarray(histogram[1]).dtype
+    pending = iter(divs)
+    kl = [np.inf if p is None or q is None else np.array(next(pending), dtype=dtype)
+          for p, q in zip(smoothed[0::2], smoothed[1::2])]
+    return threshold, np.array(kl, dtype=np.float64)
