@@ -76,7 +76,8 @@ def check_matplotlib():
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise CliError("--plot needs matplotlib (pip install matplotlib)") from None
+        from .cli import install_hint
+        raise CliError(f"--plot needs matplotlib: {install_hint('matplotlib')}") from None
 
 
 def _pyplot():

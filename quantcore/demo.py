@@ -40,9 +40,9 @@ def load_data(seed):
     """(x_train, y_train, x_test, y_test), pixels scaled to [0, 1]."""
     try:
         from sklearn.datasets import load_digits
-    except ImportError as exc:  # pragma: no cover - make demo installs it
-        raise SystemExit(
-            "quantcore demo needs scikit-learn (pip install 'quantcore[demo]')") from exc
+    except ImportError as exc:  # make demo installs it; the CLI: one line, exit 2
+        raise ImportError("quantcore demo needs scikit-learn: pip install "
+                          "'quantcore-fakequant[demo]'") from exc
     x, y = load_digits(return_X_y=True)
     x = (x / 16.0).astype(F32)
     order = np.random.default_rng(seed).permutation(len(x))
@@ -236,7 +236,8 @@ def run_demo(seed=0, plot_path="quantcore_demo.png", epochs=40, qat_epochs=15, o
             import onnx as _  # noqa: F401
             import onnxruntime as _  # noqa: F401,F811
         except ImportError:
-            print("(onnx / onnxruntime not installed: no ONNX part; pip install 'quantcore[demo]')")
+            print("(onnx / onnxruntime not installed: no ONNX part; "
+                  "pip install 'quantcore-fakequant[demo]')")
         else:
             rows = run_onnx_demo(x_tr, y_tr, x_te, y_te, seed)
             results["onnx"] = {k: v if k == "float" else v["quantized_accuracy"]
