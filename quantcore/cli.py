@@ -458,6 +458,9 @@ def calibrate(args):
         if path:
             check_writable(path, option)
     if args.plot:
+        if not args.plot.lower().endswith((".png", ".pdf")):
+            raise CliError(f"--plot {args.plot}: expected a .png (one image) or .pdf (one page "
+                           "per part) path")
         from .cli_plot import check_matplotlib
         check_matplotlib()
     notes = []
@@ -586,7 +589,7 @@ def print_table(head, rows, left=1):
 
 def _fmt(values, spec):
     values = np.asarray(values).reshape(-1)
-    if values.size == 1:
+    if values.size == 1 or values.min() == values.max():
         return format(values[0].item(), spec)
     return f"{format(values.min().item(), spec)}..{format(values.max().item(), spec)}"
 
@@ -597,9 +600,9 @@ def _print_table(rows, scheme, args):
         f"{granularity}")
     if args.quiet:
         return
-    say("clip range: the float range the qparams represent, [(qmin - zero point) * scale, "
-        "(qmax - zero point) * scale]" + ("; per channel: the lowest and highest of the "
-                                           "channels'" if args.per_channel else ""))
+    say("clip range: [(qmin - zero point) * scale, (qmax - zero point) * scale], what the "
+        "qparams represent" + (" (per channel: the lowest and the highest end)"
+                               if args.per_channel else ""))
     print_table(("tensor", "shape", "clip range", "scale", "zero point", "SQNR dB",
                  "max |err|"),
                 [(key, "x".join(map(str, shape)) or "scalar", f"[{lo:.4g}, {hi:.4g}]",
@@ -848,7 +851,8 @@ def _add_calibrate(sub):
     out.add_argument("--plot", metavar="PNG",
                      help="plot which method suits which tensor: an SQNR summary of every "
                           "tensor and method, then each tensor's histogram with every method's "
-                          "range (PNG pages, or one PDF; needs matplotlib)")
+                          "range (one .png image of stacked pages, or a .pdf of pages; needs "
+                          "matplotlib)")
     bar = out.add_mutually_exclusive_group()
     add_quiet(bar)
     bar.add_argument("--progress", action="store_true",
