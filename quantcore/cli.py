@@ -1,10 +1,19 @@
 """The ``quantcore`` command line: calibrate tensors in files, apply saved
-qparams, run the demo.
+qparams, quantize a checkpoint's weights (and read it back), run the demo.
 
     quantcore calibrate model.safetensors -o qparams.json
     quantcore calibrate model.safetensors --weights-only --method mse --bits 4 --plot mse.png
     quantcore fake-quant model.safetensors --qparams qparams.json -o model_fq.safetensors
+    quantcore quantize model.safetensors --format int4 -o q.safetensors   (cli_quantize.py)
+    quantcore dequantize q.safetensors -o back.safetensors
     quantcore demo
+
+``calibrate`` and ``quantize`` share their option names and meanings
+(``--tensors`` globs, ``-q``), their input checks (:func:`check_input`,
+:func:`open_safetensors`) and their note and table printing
+(:func:`print_notes`, :func:`print_table`); an ImportError of an optional
+package becomes one line naming the ``quantcore-fakequant`` extra that
+installs it (:data:`EXTRAS`), status 2.
 
 Exit status: 0 when something was done; 2 for a user error (a bad file or
 option, an unwritable output, nothing left to calibrate), printed as one
@@ -773,6 +782,8 @@ EXAMPLES = """examples:
   quantcore calibrate acts.npz --method percentile --percentile 99.9 --affine
   quantcore calibrate model.npz --tensors 'blocks.*.weight' 'head.*'
   quantcore fake-quant model.safetensors --qparams qparams.json -o model_fq.safetensors
+  quantcore quantize model.safetensors --format int4 --group-size 128 -o q.safetensors
+  quantcore dequantize q.safetensors -o back.safetensors
   quantcore demo
 
 Errors are one line on stderr, exit status 2."""
