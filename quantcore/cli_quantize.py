@@ -301,9 +301,9 @@ def _select(reader, args, notes):
             "; --tensors quantizes them"
         notes.append(f"copied {len(keys)} tensor(s) unchanged, {why}{hint}: {short_list(keys)}")
     if short:
-        notes.append(f"{len(short)} tensor(s) end with a shorter group (the input dimension "
-                     f"is not a multiple of {g}; as ORT MatMulNBits pads it): "
-                     f"{short_list(short)}")
+        notes.append(f"{len(short)} tensor(s) end with a shorter last group (the input "
+                     f"dimension K is not a multiple of {g}; the group is padded, as ORT "
+                     f"MatMulNBits and the MX / NVFP4 references do): {short_list(short)}")
     return chosen
 
 
@@ -468,7 +468,8 @@ def _quantize_tensor(reader, writer, name, args):
 
 
 def _mib(n):
-    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+    return (f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB" if n >= 2**10
+            else f"{n} B")
 
 
 def _scheme_text(args):

@@ -921,8 +921,11 @@ def test_version_and_missing_extras(monkeypatch, capsys):
     assert err.count("\n") == 1 and "pip install 'quantcore-fakequant[demo]'" in err
 
     def needs_tqdm(args):
-        import tqdm_not_installed_here  # noqa: F401
+        raise ModuleNotFoundError("No module named 'tqdm'", name="tqdm")
     monkeypatch.setattr(cli, "calibrate", needs_tqdm)
+    assert main(["calibrate", "x.npy"]) == 2
+    assert capsys.readouterr().err == ("quantcore: error: this needs the optional package tqdm: "
+                                       "pip install 'quantcore-fakequant[cli]'\n")
     assert cli.missing_extra(ModuleNotFoundError("x", name="matplotlib")).endswith(
         "pip install 'quantcore-fakequant[cli]'")
     assert cli.missing_extra(ModuleNotFoundError("x", name="onnxruntime.quantization")) \
