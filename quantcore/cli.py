@@ -275,10 +275,7 @@ def _gather(files):
     files)."""
     work, seen = [], {}
     for path in files:
-        if path.endswith(".safetensors"):   # the whole file checked, as quantize does
-            check_input(path)
-            open_safetensors(path).close()
-        for entry in list_tensors(path):
+        for entry in _list_checked(path):
             key = entry.name if len(files) == 1 else f"{os.path.basename(path)}:{entry.name}"
             if key in seen:
                 raise CliError(f"tensor {key!r} is in both {seen[key]} and {path}; rename a file")
@@ -348,6 +345,15 @@ def check_input(path, expected=".npy, .npz or .safetensors"):
         raise CliError(f"{path}: no such file")
     if os.path.isdir(path):
         raise CliError(f"{path}: is a directory, expected a {expected} file")
+
+
+def _list_checked(path):
+    """``list_tensors``, a safetensors file first checked whole as
+    ``quantize`` checks it (``calibrate`` and ``fake-quant`` read with this)."""
+    if path.endswith(".safetensors"):
+        check_input(path)
+        open_safetensors(path).close()
+    return list_tensors(path)
 
 
 def open_safetensors(path):
@@ -671,7 +677,7 @@ def fake_quant_files(args):
     if not args.output.endswith((".npy", ".npz", ".safetensors")):
         raise CliError(f"{args.output}: unknown output type (expected .npy, .npz or "
                        ".safetensors)")
-    entries = list_tensors(args.file)
+    entries = _list_checked(args.file)
     out, applied, notes = {}, 0, []
     for e in entries:
         key = f"{os.path.basename(args.file)}:{e.name}"

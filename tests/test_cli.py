@@ -889,10 +889,14 @@ def _truncated(tmp_path):
     (lambda p: (p / "d.safetensors").mkdir() or p / "d.safetensors", "is a directory"),
     (lambda p: p / "none.safetensors", "no such file"),
 ])
-def test_calibrate_and_quantize_refuse_bad_inputs_alike(tmp_path, capsys, make, fragment):
+def test_calibrate_quantize_and_fake_quant_refuse_bad_inputs_alike(tmp_path, capsys, make,
+                                                                     fragment):
     path = make(tmp_path)
+    (tmp_path / "q.json").write_text("{}")
     for argv in (["calibrate", str(path)],
-                 ["quantize", str(path), "-o", str(tmp_path / "q.safetensors")]):
+                 ["quantize", str(path), "-o", str(tmp_path / "q.safetensors")],
+                 ["fake-quant", str(path), "--qparams", str(tmp_path / "q.json"), "-o",
+                  str(tmp_path / "fq.safetensors")]):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert fragment in err and err.count("\n") == 1, (argv, err)
