@@ -78,10 +78,10 @@ test-numpy-levels: install
 # g++ and runs each CUDA thread as a fiber (warp-by-warp thread order, blocks
 # in random order); its own self-tests first.  Then every compat layer's and
 # calibrator's own tests again with --mirror-cupy (tests/mirror.py): each call
-# repeated on cupy copies of its arrays, results and state compared bit for bit.
+# repeated on cupy copies of its arrays, results and state compared bit for bit
+# (the modules: tests/conftest.py's MIRRORED_TESTS, the one list).
 GPU_EMU_ENV := PYTHONPATH=tests/cudaemu QC_GPU_EMULATOR=1 CUDAEMU_THREAD_ORDER=warp \
   CUDAEMU_BLOCK_ORDER=random
-MIRRORED_TESTS := $(wildcard tests/test_compat_*.py) tests/test_calib.py tests/test_calib_search.py
 gpu-emu-test: install
 	@$(MAKE) --no-print-directory -k gpu-emu-kernels gpu-emu-mirror
 
@@ -89,8 +89,8 @@ gpu-emu-kernels: install
 	$(GPU_EMU_ENV) $(PY) -m pytest -q -p no:cacheprovider -m gpu tests $(PYTEST_ARGS)
 
 gpu-emu-mirror: install
-	$(GPU_EMU_ENV) $(PY) -m pytest -q -p no:cacheprovider -m gpu --mirror-cupy \
-	  $(MIRRORED_TESTS) $(PYTEST_ARGS)
+	$(GPU_EMU_ENV) $(PY) -m pytest -q -p no:cacheprovider -m gpu --mirror-cupy tests \
+	  $(PYTEST_ARGS)
 
 # full benchmark run: JSON + Markdown summary + PNG plot under bench/results/
 BENCH_JSON ?= bench/results/latest.json
