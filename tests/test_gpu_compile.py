@@ -45,7 +45,7 @@ def test_compile_error_is_reported_with_the_nvrtc_log():
     cc, lib = _nvrtc()
     bad = ('#include "qc_elementwise.h"\n'
            'template <typename T> __global__ void k(T *x) { x[0] = undefined_name; }\n')
-    r = cc.compile_source(lib, "bad.cu", bad, kernels.compile_options(with_digest=False),
+    r = cc.compile_source(lib, "bad.cu", bad, kernels.compile_options(),
                           ["k<float>"], "compute_90")
     assert not r.ok
     assert "undefined_name" in r.log
@@ -57,7 +57,7 @@ def test_every_cu_file_is_compiled():
 
 
 def test_options_keep_the_numerical_contract():
-    opts = kernels.compile_options(with_digest=False)
+    opts = kernels.compile_options()
     assert "--fmad=false" in opts
     assert not any("fast_math" in o or "fast-math" in o for o in opts)
     assert not any(o.startswith(("-ftz=true", "--ftz=true", "-prec-div=false",
