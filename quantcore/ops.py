@@ -122,10 +122,28 @@ def minmax(x, axis=None, *, nan_policy="propagate"):
             K.minmax_finish(lo, hi, flags)
             return lo, hi
     arr = A.as_float_array(x, "x", func)
+    if A.is_cupy_array(arr):
+        return _minmax_device(arr, axis, nan_policy == "omit", func)
     lo, hi, flags = _minmax_flags(arr, axis, func)
     if nan_policy == "omit":
         flags = A.array_module(lo).asarray(flags, dtype=np.uint8) & np.uint8(~MM_NAN & 0xFF)
     lo, hi = _finish_minmax(lo, hi, flags)
+    return lo.astype(arr.dtype, copy=False), hi.astype(arr.dtype, copy=False)
+
+
+def _minmax_device(arr, axis, omit, func):
+    """:func:`minmax` of a cupy array in one launch (contiguous float32 /
+    float64 input): the reduction's last block applies the NaN /
+    signed-zero rule (``minmax_device`` finish 1, or 2 for "omit")."""
+    axis = A.normalize_axis(axis, arr.ndim, func)
+    work = A.compute_dtype(arr.dtype)
+    layout = A.Layout(arr, work)
+    outer, C, inner = (1, 1, layout.flat.shape[0]) if axis is None else layout.channels(axis)
+    lo, hi = layout.xp.empty(C, dtype=work), layout.xp.empty(C, dtype=work)
+    A.gpu_kernels(func).minmax_device(layout.flat, outer, C, inner, lo, hi,
+                                      finish=2 if omit else 1)
+    if axis is None:
+        lo, hi = lo.reshape(()), hi.reshape(())
     return lo.astype(arr.dtype, copy=False), hi.astype(arr.dtype, copy=False)
 
 

@@ -248,3 +248,45 @@ def test_torch_fused_op_moves_no_tensor(x):
         to_host, to_device = moved(lambda: T.fused_moving_avg_obs_fake_quant(
             x * 2, on, on, *state, 0.01, 0, 255, 0, per_row))
         assert to_host <= host_limit and to_device <= 16 * C + 64, (to_host, to_device)
+
+
+def device_work(step):
+    """(kernel launches, other device operations) while ``step()`` runs:
+    quantcore's RawKernel launches (the emulator's ``LAUNCHES``) and every
+    cupy call that real CuPy runs as a kernel of its own (array results of
+    arithmetic, copies, ``astype``, ``full`` / ``zeros`` / ``ones``)."""
+    import cupy
+    ops = [0]
+    patched = {}
+    for name in ("_to_device", "full", "zeros", "ones"):
+        real = getattr(cupy, name)
+
+        def counting(*args, _real=real, **kwargs):
+            ops[0] += 1
+            return _real(*args, **kwargs)
+        patched[name] = real
+        setattr(cupy, name, counting)
+    launches = sum(cupy.LAUNCHES.values())
+    try:
+        result = step()
+    finally:
+        for name, real in patched.items():
+            setattr(cupy, name, real)
+    return sum(cupy.LAUNCHES.values()) - launches, ops[0], result
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+@pytest.mark.parametrize("nan_policy", ["propagate", "omit"])
+def test_minmax_is_one_launch(x, axis, nan_policy):
+    """qc.minmax on a contiguous float32 cupy array: the fused reduction
+    alone (its last block applies the NaN / signed-zero rule), results
+    equal to the CPU's."""
+    y = x.copy()
+    y[3, 7] = np.nan
+    qc.minmax(y)   # (the first reduction of a thread allocates its counter)
+    launches, ops, (lo, hi) = device_work(lambda: qc.minmax(y, axis, nan_policy=nan_policy))
+    assert (launches, ops) == (1, 0)
+    ref = qc.minmax(y.get(), axis, nan_policy=nan_policy)
+    for r, g in zip(ref, (lo, hi)):
+        assert isinstance(g, cp.ndarray) and g.shape == r.shape and g.dtype == r.dtype
+        assert np.array_equal(r, g.get(), equal_nan=True)
