@@ -290,3 +290,26 @@ def test_minmax_is_one_launch(x, axis, nan_policy):
     for r, g in zip(ref, (lo, hi)):
         assert isinstance(g, cp.ndarray) and g.shape == r.shape and g.dtype == r.dtype
         assert np.array_equal(r, g.get(), equal_nan=True)
+
+
+@pytest.mark.parametrize("axis", [None, 0])
+def test_fake_quant_with_device_qparams_moves_nothing(x, axis):
+    """fake_quant / fake_quant_with_mask with cupy scale and zero point:
+    read by the kernel on the device (no read-back, no upload), the same
+    bits as with host qparams."""
+    C = 1 if axis is None else x.shape[0]
+    s_host = np.linspace(0.02, 0.05, C).astype(np.float32)
+    z_host = np.arange(C, dtype=np.int32) - 3
+    if axis is None:
+        s_host, z_host = s_host[0], z_host[0]
+    s, z = cp.asarray(s_host), cp.asarray(z_host)
+    qc.fake_quant(x, s, z, -128, 127, axis=axis)  # (the reduction-free path: no counter)
+    for fn in (qc.fake_quant, lambda *a, **k: qc.fake_quant_with_mask(*a, **k)[0]):
+        got = []
+        assert moved(lambda: got.append(fn(x, s, z, -128, 127, axis=axis))) == (0, 0)
+        ref = fn(x.get(), s_host, z_host, -128, 127, axis=axis)
+        assert np.array_equal(ref.view(np.uint32), got[0].get().view(np.uint32))
+    with pytest.raises(ValueError, match="zero_point must be a single value"):
+        qc.fake_quant(x, cp.asarray(np.float32(0.1)), cp.zeros(2, cp.int32), -128, 127)
+    with pytest.raises(ValueError, match="1-D array of 10 values"):
+        qc.fake_quant(x, cp.ones(3, cp.float32), 0, -128, 127, axis=0)
