@@ -1097,16 +1097,27 @@ def _warp_per_group_launch(kernel, recipe_list, recipe, x, rows, K, g, outputs, 
 
 
 def block_scaled_quant(recipe, x, scodes, codes, y, rows, K, g, elem, mode, p0, p1,
-                       nthreads=None):
+                       nthreads=None, scale_from=None):
     """The CPU's ``block_scaled_quant``: recipe `recipe` (``BLOCK_RECIPES``:
     MX, NVFP4) over rows of K float32 values in blocks of g; writes scodes
-    (uint8 per block) and codes (uint8) / y (float32) when not None."""
+    (uint8 per block) and codes (uint8) / y (float32) when not None.
+    ``scale_from``: (range, div, mul, gout) to take ``p1 = gs = f32(amax /
+    div)`` and ``p0 = f32(mul * gs)`` from the device instead, amax from
+    ``range`` (float32[2]: x's finished min and max; +NaN when either is
+    NaN), ``gs`` also written to ``gout`` (float32[1] or None)."""
     launch = _warp_per_group_launch(
         "qc_block_scaled", _BLOCK_LIST, recipe, x, rows, K, g,
         (("scodes", scodes, True), ("codes", codes, False), ("y", y, False)),
         "block_scaled_quant")
     if launch is not None:
         fn, grid, it, K, g = launch
+        rng, div, mul, gout = scale_from if scale_from is not None else (None, 1.0, 1.0, None)
+        if rng is not None:
+            _check(rng, "range")
+            if rng.dtype != np.float32 or rng.size != 2:
+                raise ValueError("block_scaled_quant: range must be float32[2]")
+            p0 = p1 = 0.0
         fn((grid,), (_FMT_THREADS,), (x, scodes, codes, y, it(int(rows)), it(K), it(g),
                                       np.int32(elem), np.int32(mode), np.float32(p0),
-                                      np.float32(p1)))
+                                      np.float32(p1), rng, np.float32(div), np.float32(mul),
+                                      gout))

@@ -313,3 +313,26 @@ def test_fake_quant_with_device_qparams_moves_nothing(x, axis):
         qc.fake_quant(x, cp.asarray(np.float32(0.1)), cp.zeros(2, cp.int32), -128, 127)
     with pytest.raises(ValueError, match="1-D array of 10 values"):
         qc.fake_quant(x, cp.ones(3, cp.float32), 0, -128, 127, axis=0)
+
+
+def test_nvfp4_default_global_scale_moves_nothing(x):
+    """NVFP4 modelopt without a global scale: the range and the scale are
+    formed on the device (no read-back); the same bits as the CPU, and the
+    global scale comes back as a 0-d device array."""
+    from quantcore import mx
+    y = (x * np.float32(0.01)).reshape(-1, 80)
+    ref_codes, ref_scales, ref_g = mx.nvfp4_quantize(y.get())
+    mx.nvfp4_quantize(y)
+    got = []
+    assert moved(lambda: got.append(mx.nvfp4_quantize(y))) == (0, 0)
+    codes, scales, g = got[0]
+    assert isinstance(g, cp.ndarray) and g.shape == () and g.dtype == np.float32
+    assert np.array_equal(codes.get(), ref_codes) and np.array_equal(scales.get(), ref_scales)
+    assert g.get().view(np.uint32) == np.float32(ref_g).view(np.uint32)
+    fq = []
+    assert moved(lambda: fq.append(mx.nvfp4_fake_quant(y))) == (0, 0)
+    ref = mx.nvfp4_fake_quant(y.get())
+    assert np.array_equal(ref.view(np.uint32), fq[0].get().view(np.uint32))
+    nan = y.copy()
+    nan[3, 5] = np.nan
+    assert np.isnan(mx.nvfp4_quantize(nan)[2].get())
