@@ -336,3 +336,33 @@ def test_nvfp4_default_global_scale_moves_nothing(x):
     nan = y.copy()
     nan[3, 5] = np.nan
     assert np.isnan(mx.nvfp4_quantize(nan)[2].get())
+
+
+def syncs(step):
+    """Reads from the device (each a host synchronisation) while ``step()`` runs."""
+    before = cp.TRANSFERS["to_host_calls"]
+    step()
+    return cp.TRANSFERS["to_host_calls"] - before
+
+
+def test_synchronisations_are_those_the_frameworks_make(x):
+    """The reads left, each no more than the framework's own collect makes
+    (docs/ARCHITECTURE.md): MaxCalibrator the NaN check (PQ reads
+    ``x.min() < 0``), the histogram calibrators the range and the grown
+    bins (PQ / torch read the range for histc and compare it with the
+    edges), an observer with nan_policy="raise" the batch counts."""
+    mc = calib.MaxCalibrator(8, axis=0)
+    mc.collect(x)
+    assert syncs(lambda: mc.collect(x * 2)) <= 1
+    for torch_hist in (True, False):
+        hc = calib.HistogramCalibrator(8, None, False, num_bins=256, torch_hist=torch_hist)
+        hc.collect(x)
+        assert syncs(lambda: hc.collect(x * 0.5)) <= 2
+        assert syncs(lambda: hc.collect(x * 2)) <= 2
+    th = calib.TorchHistogram(bins=256)
+    th.collect(x)
+    assert syncs(lambda: th.collect(x + 5)) <= 2
+    obs = qc.MinMaxObserver(nan_policy="raise")
+    obs.update(x)
+    assert syncs(lambda: obs.update(x * 2)) == 1
+    assert syncs(lambda: qc.MinMaxObserver().update(x * 2)) == 0
