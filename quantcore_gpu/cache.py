@@ -29,7 +29,8 @@ The folder is ``$QUANTCORE_KERNEL_CACHE`` when set (``off`` disables the
 disk cache: modules then live in a per-process temporary folder), else
 ``$XDG_CACHE_HOME/quantcore/kernels`` or ``~/.cache/quantcore/kernels``.
 A folder that cannot be written falls back to the per-process one (with
-one warning).
+one warning).  Entries are never pruned (each source and NVRTC version
+adds one per group): deleting the folder is always safe.
 """
 import atexit
 import hashlib

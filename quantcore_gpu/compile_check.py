@@ -31,6 +31,9 @@ from . import kernels
 DEFAULT_ARCHS = ("compute_75", "compute_80", "compute_90")
 
 NVRTC_SUCCESS = 0
+#: what cupy.cuda.compiler.compile_using_nvrtc adds to the runtime's options
+#: (NVRTC 12 on; besides the architecture)
+CUPY_ADDS = ("--device-as-default-execution-space",)
 
 
 class NvrtcUnavailable(RuntimeError):
@@ -180,7 +183,7 @@ def check_all(archs=DEFAULT_ARCHS, lib=None, werror=False):
     ``werror`` a compile log that mentions a warning fails too."""
     if lib is None:
         lib, _ = load_nvrtc()
-    options = kernels.compile_options()
+    options = kernels.compile_options() + CUPY_ADDS
     results = []
     for source, names in sorted(kernels.SOURCES.items()):
         code = kernels.read_source(source)
