@@ -110,14 +110,13 @@ def run_py(code, env=None, args=()):
     return seconds, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def compile_cold_warm(sources):
+def compile_cold_warm(sources, folder):
     """(cold, warm): (seconds, module log) of two fresh processes sharing
-    one new cache folder."""
-    with tempfile.TemporaryDirectory(prefix="qc-gpu-check-") as folder:
-        env = dict(os.environ, QUANTCORE_KERNEL_CACHE=folder)
-        arg = (json.dumps(sources),)
-        cold = run_py(WARM_UP, env, arg)
-        warm = run_py(WARM_UP, env, arg)
+    the cache folder ``folder`` (empty at first)."""
+    env = dict(os.environ, QUANTCORE_KERNEL_CACHE=folder)
+    arg = (json.dumps(sources),)
+    cold = run_py(WARM_UP, env, arg)
+    warm = run_py(WARM_UP, env, arg)
     return cold, warm
 
 
@@ -283,8 +282,22 @@ def main(argv=None):
     info = environment(cp)
     for k, v in info.items():
         print(f"{k}: {v}")
+    with tempfile.TemporaryDirectory(prefix="qc-gpu-check-") as folder:
+        # the cold compile's cache serves the probes, the tests and the benchmarks
+        saved = os.environ.get("QUANTCORE_KERNEL_CACHE")
+        os.environ["QUANTCORE_KERNEL_CACHE"] = folder
+        try:
+            return _check(args, cp, info, folder, t_start)
+        finally:
+            if saved is None:
+                os.environ.pop("QUANTCORE_KERNEL_CACHE", None)
+            else:
+                os.environ["QUANTCORE_KERNEL_CACHE"] = saved
+
+
+def _check(args, cp, info, folder, t_start):
     sources = ["minmax.cu", "lsq.cu"] if args.dry_run else []
-    cold, warm = compile_cold_warm(sources)
+    cold, warm = compile_cold_warm(sources, folder)
     print(f"compile: cold {cold[0]:.1f} s, warm {warm[0]:.1f} s")
     probe_rows = probes(cp)
     for name, ok_, detail in probe_rows:

@@ -41,3 +41,15 @@ def test_dry_run_on_the_emulator(tmp_path, capsys):
     assert "cold (empty cache)" in text and "(compiled)" in text and "(loaded)" in text
     assert "streams:" in text and "subnormal:" in text and "NaN:" in text
     assert "compile: cold" in printed
+
+
+def test_without_a_gpu_it_says_so_in_one_line():
+    import importlib.util
+    import subprocess
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("cupy is importable here")
+    script = os.path.join(os.path.dirname(gpu_check.__file__), "gpu_check.py")
+    proc = subprocess.run([sys.executable, script, "--dry-run"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("gpu-check: ")
+    assert "Traceback" not in proc.stderr
