@@ -366,3 +366,19 @@ def test_synchronisations_are_those_the_frameworks_make(x):
     obs.update(x)
     assert syncs(lambda: obs.update(x * 2)) == 1
     assert syncs(lambda: qc.MinMaxObserver().update(x * 2)) == 0
+
+
+@pytest.mark.parametrize("make", [lambda: qc.FakeQuantize(),
+                                  lambda: qc.FakeQuantize(axis=0)], ids=["tensor", "channel"])
+def test_fake_quantize_training_step_is_two_launches_and_no_sync(x, make):
+    """The issue's target: a FakeQuantize training step (observe + qparams
+    in one launch, fake quant in another) with nothing crossing and no
+    other device operation."""
+    fq = make()
+    y = x * 2
+    fq(x)
+    fq(y)
+    got = []
+    assert moved(lambda: got.append(device_work(lambda: fq(y)))) == (0, 0)
+    launches, ops, _ = got[0]
+    assert launches <= 2 and ops == 0, (launches, ops)
