@@ -8,7 +8,7 @@ SOURCES := setup.py pyproject.toml $(wildcard quantcore/_cpu/*.pyx quantcore/_cp
 PYTEST_ARGS ?=
 
 .PHONY: all venv install demo test test-lint test-cpu test-numpy-levels gpu-emu-kernels \
-  gpu-emu-mirror bench bench-summary asan-test gpu-test gpu-emu-test clean
+  gpu-emu-mirror bench bench-summary asan-test gpu-test gpu-check gpu-emu-test clean
 
 all: test
 
@@ -113,6 +113,16 @@ gpu-test:
 	QC_BENCH_GPU_SIZES=1 $(GPU_PY) -m pytest -q bench/test_bench_gpu.py --benchmark-only \
 	  --benchmark-json=$(GPU_JSON)
 	$(GPU_PY) bench/summary.py $(GPU_JSON)
+
+# On a machine with an NVIDIA GPU and cupy: device, driver, CuPy and NVRTC
+# versions; every kernel module compiled cold (empty cache folder) and
+# loaded warm, each timed; the subnormal / NaN / stream probes against the
+# CPU; the whole GPU test suite; the GPU benchmarks against a cupy copy and
+# torch CUDA; writes bench/results/gpu-<device>.md (bench/gpu_check.py;
+# about 5-8 min on an H100 host).  CI runs its --dry-run on the emulator.
+gpu-check:
+	$(GPU_PY) -m pip install --no-build-isolation --no-deps -e .
+	$(GPU_PY) bench/gpu_check.py $(GPU_CHECK_ARGS)
 
 # kernels under AddressSanitizer: a separate in-place build in build/asan
 ASAN_DIR := build/asan

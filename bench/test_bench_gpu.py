@@ -51,7 +51,9 @@ def torch_cuda_or_skip():
 
 @pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)
 @pytest.mark.parametrize("op", ["gpu_fake_quant", "gpu_minmax", "gpu_fake_quantize_forward",
-                                "gpu_compat_fake_quantize_step", "gpu_histogram_collect"])
+                                "gpu_compat_fake_quantize_step", "gpu_histogram_collect",
+                                "gpu_minmax_per_channel", "gpu_mx_fake_quant",
+                                "gpu_nvfp4_fake_quant"])
 def test_gpu_roofline_copy(benchmark, op, n):
     _gpu_or_skip()
     x = device_input(n)
@@ -151,3 +153,31 @@ def test_gpu_histogram_collect(benchmark, impl, n):
         return qc_hist
     _bench_against_torch(benchmark, impl, n, "gpu_histogram_collect", 4, quantcore_call,
                          torch_call)
+
+
+@pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_gpu_minmax_per_channel(benchmark, impl, n):
+    """Per-channel min / max of a (1024, n / 1024) weight along axis 0,
+    against torch.aminmax(dim=1)."""
+    _bench_against_torch(benchmark, impl, n, "gpu_minmax_per_channel", 4,
+                         lambda x: lambda: qc.minmax(x.reshape(1024, -1), axis=0),
+                         lambda torch, t: lambda: torch.aminmax(t.view(1024, -1), dim=1))
+
+
+@pytest.mark.parametrize("n", GPU_SIZES, ids=size_id)
+@pytest.mark.parametrize("op", ["gpu_mx_fake_quant", "gpu_nvfp4_fake_quant"])
+def test_gpu_block_scaled_fake_quant(benchmark, op, n):
+    """MX (e4m3 elements, blocks of 32) and NVFP4 (modelopt, with a global
+    scale) fake quant; torch has no CUDA op for either."""
+    from quantcore import mx
+    _gpu_or_skip()
+    x = device_input(n)
+    out = cp.empty_like(x)
+    annotate(benchmark, op, n, "quantcore-gpu", 8 * n)
+    if op == "gpu_mx_fake_quant":
+        call = lambda: mx.mx_fake_quant(x, "e4m3")  # noqa: E731
+    else:
+        gs = np.float32(1.0)
+        call = lambda: mx.nvfp4_fake_quant(x, gs, out=out)  # noqa: E731
+    benchmark(synced(call))

@@ -113,7 +113,10 @@ def _block_run(arr, ax, bs, recipe, elem, mode, p0, p1, want_codes, want_y, func
         A.kernels_for(flat, func).block_scaled_quant(
             K.BLOCK_RECIPES[recipe], flat, scodes.reshape(-1),
             None if codes is None else codes.reshape(-1), None if y is None else y.reshape(-1),
-            rows, k, bs, elem, mode, float(p0), float(p1), effective_n_threads(flat.shape[0]))
+            rows, k, bs, elem, mode, *((0.0, 0.0) if isinstance(p0, _DeviceScale) else
+                                       (float(p0), float(p1))),
+            effective_n_threads(flat.shape[0]),
+            **({"scale_from": p0} if isinstance(p0, _DeviceScale) else {}))
     return scodes, codes, y
 
 
@@ -323,12 +326,29 @@ def mx_dequantize(scales, codes, elem, *, axis=-1, block_size=32, length=None):
 
 
 # ------------------------------------------------------------------ NVFP4
+class _DeviceScale(tuple):
+    """(range, div, mul, gout): NVFP4 modelopt's default global scale
+    formed by the block kernel from x's range on the device
+    (``block_scaled_quant``'s ``scale_from``)."""
+
+    def __new__(cls, *items):
+        return super().__new__(cls, items)
+
+
 def _nvfp4_scales(arr, global_scale, recipe, func):
     """(mode, p0, p1, g): the recipe's mode word and parameters, and the
     per-tensor scale g (None for torchao without one).  modelopt's default
     g = f32(amax(|x|) / 2688)."""
     if recipe not in _NVFP4_RECIPES:
         raise ValueError(f"{func}: recipe must be one of {list(_NVFP4_RECIPES)}, got {recipe!r}")
+    if global_scale is None and recipe == "modelopt" and arr.size and \
+            A.is_cupy_array(arr) and arr.dtype != np.float64:
+        # on the device: the range and the scale stay there (no synchronisation)
+        xp = A.array_module(arr)
+        rng, gout = xp.empty(2, F32), xp.empty(1, F32)
+        A.gpu_kernels(func).minmax_device(A.Layout(arr, np.dtype(F32)).flat, 1, 1, arr.size,
+                                          rng[0:1], rng[1:2], finish=1)
+        return 0, _DeviceScale(rng, 2688.0, 6.0, gout), 0.0, gout.reshape(())
     if global_scale is None and recipe == "modelopt":
         from .ops import minmax
         lo, hi = (np.asarray(A.to_host(v), F32) for v in minmax(arr, None))

@@ -122,10 +122,28 @@ def minmax(x, axis=None, *, nan_policy="propagate"):
             K.minmax_finish(lo, hi, flags)
             return lo, hi
     arr = A.as_float_array(x, "x", func)
+    if A.is_cupy_array(arr):
+        return _minmax_device(arr, axis, nan_policy == "omit", func)
     lo, hi, flags = _minmax_flags(arr, axis, func)
     if nan_policy == "omit":
         flags = A.array_module(lo).asarray(flags, dtype=np.uint8) & np.uint8(~MM_NAN & 0xFF)
     lo, hi = _finish_minmax(lo, hi, flags)
+    return lo.astype(arr.dtype, copy=False), hi.astype(arr.dtype, copy=False)
+
+
+def _minmax_device(arr, axis, omit, func):
+    """:func:`minmax` of a cupy array in one launch (contiguous float32 /
+    float64 input): the reduction's last block applies the NaN /
+    signed-zero rule (``minmax_device`` finish 1, or 2 for "omit")."""
+    axis = A.normalize_axis(axis, arr.ndim, func)
+    work = A.compute_dtype(arr.dtype)
+    layout = A.Layout(arr, work)
+    outer, C, inner = (1, 1, layout.flat.shape[0]) if axis is None else layout.channels(axis)
+    lo, hi = layout.xp.empty(C, dtype=work), layout.xp.empty(C, dtype=work)
+    A.gpu_kernels(func).minmax_device(layout.flat, outer, C, inner, lo, hi,
+                                      finish=2 if omit else 1)
+    if axis is None:
+        lo, hi = lo.reshape(()), hi.reshape(())
     return lo.astype(arr.dtype, copy=False), hi.astype(arr.dtype, copy=False)
 
 
@@ -325,11 +343,37 @@ def _affine_params(x, scale, zero_point, quant_min, quant_max, axis, zero_point_
         s, z = _check_scalar_qparams(scale, zero_point, qmin, qmax, zero_point_add, work, func)
         return arr, axis, qmin, qmax, np.array([s]), np.array([z])
     channels = None if axis is None else arr.shape[axis]
+    if A.is_cupy_array(arr) and _device_params((scale, zero_point)):
+        # cupy qparams of cupy x stay on the device, unread: checking their
+        # values would synchronise (torch's tensor-qparams ops do not either)
+        return arr, axis, qmin, qmax, _device_param(scale, "scale", func, channels), \
+            _device_param(zero_point, "zero_point", func, channels)
     s = A.param_array(scale, "scale", func, channels)
     z = A.param_array(zero_point, "zero_point", func, channels)
     check_scales(s, work, func)
     _check_zero_point(z, qmin, qmax, zero_point_add, func)
     return arr, axis, qmin, qmax, s, z
+
+
+def _device_param(value, name, func, channels):
+    """A cupy qparam's shape and dtype checked as ``param_array`` checks a
+    host one (its values are not read): a 1-D device array of 1 or
+    ``channels`` values; a host value goes through ``param_array``."""
+    if not A.is_cupy_array(value):
+        return A.param_array(value, name, func, channels)
+    if value.dtype.kind not in "iufb":
+        raise TypeError(f"{func}: {name} must be real, got dtype {value.dtype}")
+    if channels is None:
+        if value.size != 1:
+            raise ValueError(f"{func}: {name} must be a single value for per-tensor "
+                             f"quantization (axis=None), got shape {value.shape}")
+        return value.reshape(1)
+    if value.ndim == 0:
+        return A.array_module(value).broadcast_to(value.reshape(1), (channels,))
+    if value.ndim != 1 or value.shape[0] != channels:
+        raise ValueError(f"{func}: {name} must be a 1-D array of {channels} values "
+                         f"(x.shape[axis]), got shape {value.shape}")
+    return value
 
 
 def check_scales(s, work, func):
@@ -489,7 +533,9 @@ def fake_quant(x, scale, zero_point, quant_min, quant_max, *, axis=None, roundin
         One value per tensor (``axis=None``) or ``x.shape[axis]`` values.
         scale must be finite and > 0.  With ``zero_point_add="after_rounding"``
         the zero point must be an integer in ``[quant_min, quant_max]``; with
-        ``"none"`` it must be 0.
+        ``"none"`` it must be 0.  cupy arrays with a cupy ``x`` are
+        read by the kernel on the device, and only their shape and dtype are
+        checked (checking the values would synchronise with the host).
     quant_min, quant_max : int
         The integer range, ``quant_min < quant_max``.  The clamp and the
         mask use them rounded to the compute dtype (an int32 range in

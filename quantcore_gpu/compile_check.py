@@ -3,9 +3,10 @@
     python -m quantcore_gpu.compile_check [--arch compute_90 ...] [-v]
 
 Each ``cuda/*.cu`` is compiled to PTX with every template instantiation
-that ``quantcore_gpu.kernels`` launches (its name expressions) and the
-options the runtime uses (``--fmad=false``, ``-std=c++17``,
-``-I quantcore/include``), for each architecture.  PTX needs no driver and
+that ``quantcore_gpu.kernels`` launches (its name expressions) and exactly
+the options the runtime uses (``kernels.compile_options()``: no
+flush-to-zero, IEEE division and square root, ``--fmad=false``,
+``-std=c++17``, ``-I quantcore/include``), for each architecture.  PTX needs no driver and
 no device, so this runs on any Linux machine with NVRTC: the
 ``nvidia-cuda-nvrtc-cu12`` wheel (``pip install nvidia-cuda-nvrtc-cu12``)
 or a CUDA toolkit.  The library is loaded with ctypes; set
@@ -30,6 +31,9 @@ from . import kernels
 DEFAULT_ARCHS = ("compute_75", "compute_80", "compute_90")
 
 NVRTC_SUCCESS = 0
+#: what cupy.cuda.compiler.compile_using_nvrtc adds to the runtime's options
+#: (NVRTC 12 on; besides the architecture)
+CUPY_ADDS = ("--device-as-default-execution-space",)
 
 
 class NvrtcUnavailable(RuntimeError):
@@ -95,6 +99,8 @@ def _declare(lib):
     lib.nvrtcGetPTXSize.argtypes = [p, c.POINTER(c.c_size_t)]
     lib.nvrtcGetPTX.argtypes = [p, c.c_char_p]
     lib.nvrtcGetLoweredName.argtypes = [p, c.c_char_p, c.POINTER(c.c_char_p)]
+    lib.nvrtcGetCUBINSize.argtypes = [p, c.POINTER(c.c_size_t)]
+    lib.nvrtcGetCUBIN.argtypes = [p, c.c_char_p]
 
 
 def nvrtc_version(lib):
@@ -107,11 +113,13 @@ class CompileResult:
     def __init__(self, source, arch, ok, log, ptx_size=0, lowered=None, seconds=0.0):
         self.source, self.arch, self.ok, self.log = source, arch, ok, log
         self.ptx_size, self.lowered, self.seconds = ptx_size, lowered or {}, seconds
+        self.ptx = self.cubin = None
 
 
 def compile_source(lib, name, code, options, name_expressions, arch):
-    """Compile one source to PTX; a CompileResult (never raises on a
-    compile error)."""
+    """Compile one source to PTX (and, for a real architecture ``sm_XX``,
+    a cubin); a CompileResult with ``ptx`` text and ``cubin`` bytes (never
+    raises on a compile error)."""
     c = ctypes
     t0 = time.perf_counter()
     prog = c.c_void_p()
@@ -156,8 +164,16 @@ def compile_source(lib, name, code, options, name_expressions, arch):
         if missing:
             return CompileResult(name, arch, False, "kernels missing from the PTX: "
                                  + ", ".join(missing), seconds=time.perf_counter() - t0)
-        return CompileResult(name, arch, True, log, ptx_size.value, lowered,
-                             time.perf_counter() - t0)
+        res = CompileResult(name, arch, True, log, ptx_size.value, lowered)
+        res.ptx = text
+        if arch.startswith("sm_"):
+            size = c.c_size_t()
+            lib.nvrtcGetCUBINSize(prog, c.byref(size))
+            cubin = c.create_string_buffer(size.value)
+            lib.nvrtcGetCUBIN(prog, cubin)
+            res.cubin = cubin.raw[:size.value]
+        res.seconds = time.perf_counter() - t0
+        return res
     finally:
         lib.nvrtcDestroyProgram(c.byref(prog))
 
@@ -167,7 +183,7 @@ def check_all(archs=DEFAULT_ARCHS, lib=None, werror=False):
     ``werror`` a compile log that mentions a warning fails too."""
     if lib is None:
         lib, _ = load_nvrtc()
-    options = kernels.compile_options(with_digest=False)
+    options = kernels.compile_options() + CUPY_ADDS
     results = []
     for source, names in sorted(kernels.SOURCES.items()):
         code = kernels.read_source(source)

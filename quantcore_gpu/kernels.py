@@ -19,20 +19,27 @@ accepted and ignored.  Differences:
 Sources are ``cuda/*.cu`` beside this module; they ``#include`` the headers
 of ``quantcore/include`` (``qc_families.h``: the elementwise families,
 whose list this module reads to instantiate the generic kernel for each).
-Each is compiled once per device (memoized) with ``--fmad=false`` (never
-``--use_fast_math``).  Launch arguments are numpy scalars of the kernel's
-parameter types.
+Each source's kernels are compiled in two modules (32-bit index and
+64-bit index; the second on first need) with exactly
+:func:`compile_options` (no flush-to-zero, IEEE division and square root,
+``--fmad=false``; never ``--use_fast_math``) by NVRTC into a binary for
+the device's architecture, kept in the on-disk cache of
+:mod:`quantcore_gpu.cache` and loaded with ``cupy.RawModule(path=...)``:
+never through ``RawModule(code=...)``, which appends ``-ftz=true``.
+Launch arguments are numpy scalars of the kernel's parameter types.
 
 Importing this module does not import cupy.
 """
 import functools
-import hashlib
 import importlib.util
 import os
 import re
 import threading
+import time
 
 import numpy as np
+
+from . import cache as _cache
 
 __all__ = [
     "SOURCES", "FAMILIES", "FAMILY_PARAMS", "compile_options", "include_dir", "cuda_dir",
@@ -41,7 +48,8 @@ __all__ = [
     "QP_SCHEMES", "ObserverState", "observe",
     "ENCODE_FAMILIES", "DECODE_FAMILIES", "GROUP_RECIPES", "encode", "decode", "encode_groups",
     "decode_groups", "group_quant", "BLOCK_RECIPES", "block_scaled_quant",
-    "numpy_row_sums", "numpy_column_sums", "lsq_grads",
+    "numpy_row_sums", "numpy_column_sums", "lsq_grads", "module_groups", "module_fields",
+    "warm_up", "MODULE_LOG",
 ]
 
 # --------------------------------------------------------------- sources
@@ -101,11 +109,13 @@ def _names(families):
             "lsq.cu": tuple(f"qc_lsq_grads<{i}>" for i in _INDEX)}
 
 
-#: NVRTC options besides the include directory; the numerical contract
-#: needs --fmad=false (no contraction of a * b + c); IEEE division and
-#: square root and no flush-to-zero are NVRTC's defaults, and
-#: --use_fast_math must never be added.
-BASE_OPTIONS = ("--fmad=false", "-std=c++17")
+#: NVRTC options besides the include directory: the numerical contract,
+#: each stated (no flush-to-zero of float32 subnormals, IEEE-rounded
+#: division and square root, no contraction of a * b + c into FMA), never
+#: --use_fast_math.  The modules are compiled with exactly these (plus the
+#: architecture): see ``_compile``.
+BASE_OPTIONS = ("--ftz=false", "--prec-div=true", "--prec-sqrt=true", "--fmad=false",
+                "-std=c++17")
 
 _THREADS = 256        # threads per block of every kernel
 _MM_THREADS = 256     # QC_MM_THREADS in minmax.cu
@@ -213,33 +223,34 @@ _SCHEME_LIST = _schemes()
 QP_SCHEMES = {name: (i, n) for i, (name, _, n) in enumerate(_SCHEME_LIST)}
 
 
-def _header_digest():
-    """Hash of the shared headers: CuPy's compile cache keys on the source
-    and the options only, so an edited header must change the options."""
-    h = hashlib.sha256()
-    inc = include_dir()
-    for name in sorted(os.listdir(inc)):
-        if name.endswith(".h"):
-            with open(os.path.join(inc, name), "rb") as fh:
-                h.update(name.encode() + b"\0" + fh.read())
-    return h.hexdigest()[:16]
+def compile_options():
+    """The NVRTC options of every source (the compile adds the architecture)."""
+    return tuple(BASE_OPTIONS) + (f"-I{include_dir()}",)
 
 
-def compile_options(with_digest=True):
-    """The NVRTC options of every source (CuPy adds the architecture)."""
-    opts = list(BASE_OPTIONS) + [f"-I{include_dir()}"]
-    if with_digest:
-        opts.append(f"-DQC_HEADER_DIGEST=0x{_header_digest()}ull")
-    return tuple(opts)
+_INDEX64 = "unsigned long long"
+
+
+def module_groups(source):
+    """{group: name expressions} of a source: "i32" (32-bit index and no
+    index) and "i64" (64-bit index; compiled on first need)."""
+    names = SOURCES[source]
+    groups = {"i32": tuple(n for n in names if _INDEX64 not in n),
+              "i64": tuple(n for n in names if _INDEX64 in n)}
+    return {g: v for g, v in groups.items() if v}
 
 
 # ------------------------------------------------------- module factory
 
 _lock = threading.Lock()
-_modules = {}     # (device id, source) -> cupy.RawModule
+_modules = {}     # (device id, source, group) -> (cupy.RawModule, {name: lowered name})
+_module_locks = {}  # (device id, source, group) -> threading.Lock
 _functions = {}   # (device id, name expression) -> cupy.RawKernel
 _device_info = {}  # device id -> SM count
-_counters = {}    # (device id, stream ptr) -> uint32[1] device counter
+_local = threading.local()   # .counters: (device id, stream ptr) -> uint32[1] device counter
+#: every module this process obtained, in order: (device id, source, group,
+#: "compiled" or "loaded", seconds from the request to the loaded module)
+MODULE_LOG = []
 
 
 def _cupy():
@@ -251,28 +262,111 @@ def _device_id():
     return _cupy().cuda.runtime.getDevice()
 
 
-def _module(source):
+def _target():
+    """What the binary depends on besides the sources and options: the
+    compiler (NVRTC, the version CuPy loaded), the current device's compute
+    capability (CuPy compiles for ``sm_<cc>``, or ``compute_<cc>`` PTX
+    beyond the NVRTC's newest architecture or with CUPY_COMPILE_WITH_PTX)."""
     cp = _cupy()
-    key = (_device_id(), source)
-    mod = _modules.get(key)
-    if mod is None:
-        with _lock:
-            mod = _modules.get(key)
-            if mod is None:
-                mod = cp.RawModule(code=read_source(source), options=compile_options(),
-                                   name_expressions=SOURCES[source])
-                mod.compile()
-                _modules[key] = mod
+    return {"compiler": "nvrtc", "nvrtc": [int(v) for v in cp.cuda.nvrtc.getVersion()],
+            "cc": str(cp.cuda.Device().compute_capability),
+            "ptx": os.environ.get("CUPY_COMPILE_WITH_PTX", "0").lower() in ("1", "true", "yes",
+                                                                          "on")}
+
+
+def module_fields(source, group, target):
+    """The cache-key fields of one module (see :mod:`quantcore_gpu.cache`)."""
+    inc = f"-I{include_dir()}"
+    return {"source": source, "group": group,
+            "files": _cache.closure(source, read_source(source), (cuda_dir(), include_dir())),
+            "options": ["-I<quantcore/include>" if o == inc else o for o in compile_options()],
+            "names": list(module_groups(source)[group]), "target": target}
+
+
+def _compile(source, names):
+    """NVRTC through ``cupy.cuda.compiler.compile_using_nvrtc``: exactly
+    :func:`compile_options` plus the architecture (``-arch=sm_<cc>``) and
+    ``--device-as-default-execution-space`` (CuPy's additions on that path;
+    no ``-ftz``, unlike ``RawModule(code=...)``).  (binary, {name: lowered})."""
+    from cupy.cuda import compiler
+    binary, mapping = compiler.compile_using_nvrtc(
+        read_source(source), compile_options(), filename=source, name_expressions=names)
+    return bytes(binary), dict(mapping)
+
+
+def _load(entry):
+    """``cupy.RawModule(path=...)`` of a cache entry's binary, loaded now."""
+    mod = _cupy().RawModule(path=entry.path)
+    mod.get_function(next(iter(entry.lowered.values())))   # (the driver loads it here)
     return mod
+
+
+def _module(source, group):
+    """(module, lowered names) of one group of a source on the current
+    device: from the in-process table, else the disk cache, else compiled
+    (and cached).  One lock per module: different modules can compile at
+    once (NVRTC runs without the GIL)."""
+    cp = _cupy()
+    key = (_device_id(), source, group)
+    found = _modules.get(key)
+    if found is None:
+        with _lock:
+            lock = _module_locks.setdefault(key, threading.Lock())
+        with lock:
+            found = _modules.get(key)
+            if found is None:
+                t0 = time.perf_counter()
+                fields = module_fields(source, group, _target())
+                names = module_groups(source)[group]
+                entry = _cache.get_module(fields, names, lambda: _compile(source, names))
+                try:
+                    mod = _load(entry)
+                except cp.cuda.driver.CUDADriverError:
+                    if entry.compiled:
+                        raise
+                    # an entry the driver refuses (e.g. written for another driver) is a miss
+                    _cache.REJECTED.append((_cache.key_of(fields), "the driver refused it"))
+                    entry = _cache.get_module(fields, names, lambda: _compile(source, names),
+                                              force=True)
+                    mod = _load(entry)
+                MODULE_LOG.append((key[0], source, group,
+                                   "compiled" if entry.compiled else "loaded",
+                                   time.perf_counter() - t0))
+                found = _modules[key] = (mod, entry.lowered)
+    return found
 
 
 def _function(source, name):
     key = (_device_id(), name)
     fn = _functions.get(key)
     if fn is None:
-        fn = _module(source).get_function(name)
+        mod, lowered = _module(source, "i64" if _INDEX64 in name else "i32")
+        if name not in lowered:
+            raise KeyError(f"quantcore_gpu: {name!r} is not a kernel of {source}")
+        fn = mod.get_function(lowered[name])
         _functions[key] = fn
     return fn
+
+
+def warm_up(index64=False, sources=None, workers=None):
+    """Obtain every module of the current device now (from the disk cache
+    or compiled, ``workers`` at a time: default one per CPU, at most 8),
+    the 64-bit-index groups too when ``index64``; ``sources``: a subset of
+    ``SOURCES``.  Returns the new ``MODULE_LOG`` records."""
+    from concurrent.futures import ThreadPoolExecutor
+    cp = _cupy()
+    dev = _device_id()
+    todo = [(s, g) for s in sorted(sources or SOURCES) for g in module_groups(s)
+            if g == "i32" or index64]
+
+    def get(item):
+        with cp.cuda.Device(dev):
+            return _module(*item)
+    start = len(MODULE_LOG)
+    workers = workers or min(8, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        list(pool.map(get, todo))
+    return MODULE_LOG[start:]
 
 
 def _sm_count():
@@ -285,14 +379,19 @@ def _sm_count():
 
 
 def _counter():
-    """A zeroed uint32 counter for the reductions on the current device and
-    stream; the last block of each reduction leaves it at 0 again."""
+    """A zeroed uint32 counter for the reductions launched by this thread
+    on the current device and stream; the last block of each reduction
+    leaves it at 0 again.  Per thread as well as per stream: with
+    CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1 every thread's default stream has
+    the same ``ptr``, but the threads' launches run concurrently."""
     cp = _cupy()
+    counters = getattr(_local, "counters", None)
+    if counters is None:
+        counters = _local.counters = {}
     key = (_device_id(), cp.cuda.get_current_stream().ptr)
-    c = _counters.get(key)
+    c = counters.get(key)
     if c is None:
-        c = cp.zeros(1, dtype=np.uint32)
-        _counters[key] = c
+        c = counters[key] = cp.zeros(1, dtype=np.uint32)
     return c
 
 
@@ -998,16 +1097,27 @@ def _warp_per_group_launch(kernel, recipe_list, recipe, x, rows, K, g, outputs, 
 
 
 def block_scaled_quant(recipe, x, scodes, codes, y, rows, K, g, elem, mode, p0, p1,
-                       nthreads=None):
+                       nthreads=None, scale_from=None):
     """The CPU's ``block_scaled_quant``: recipe `recipe` (``BLOCK_RECIPES``:
     MX, NVFP4) over rows of K float32 values in blocks of g; writes scodes
-    (uint8 per block) and codes (uint8) / y (float32) when not None."""
+    (uint8 per block) and codes (uint8) / y (float32) when not None.
+    ``scale_from``: (range, div, mul, gout) to take ``p1 = gs = f32(amax /
+    div)`` and ``p0 = f32(mul * gs)`` from the device instead, amax from
+    ``range`` (float32[2]: x's finished min and max; +NaN when either is
+    NaN), ``gs`` also written to ``gout`` (float32[1] or None)."""
     launch = _warp_per_group_launch(
         "qc_block_scaled", _BLOCK_LIST, recipe, x, rows, K, g,
         (("scodes", scodes, True), ("codes", codes, False), ("y", y, False)),
         "block_scaled_quant")
     if launch is not None:
         fn, grid, it, K, g = launch
+        rng, div, mul, gout = scale_from if scale_from is not None else (None, 1.0, 1.0, None)
+        if rng is not None:
+            _check(rng, "range")
+            if rng.dtype != np.float32 or rng.size != 2:
+                raise ValueError("block_scaled_quant: range must be float32[2]")
+            p0 = p1 = 0.0
         fn((grid,), (_FMT_THREADS,), (x, scodes, codes, y, it(int(rows)), it(K), it(g),
                                       np.int32(elem), np.int32(mode), np.float32(p0),
-                                      np.float32(p1)))
+                                      np.float32(p1), rng, np.float32(div), np.float32(mul),
+                                      gout))

@@ -248,3 +248,137 @@ def test_torch_fused_op_moves_no_tensor(x):
         to_host, to_device = moved(lambda: T.fused_moving_avg_obs_fake_quant(
             x * 2, on, on, *state, 0.01, 0, 255, 0, per_row))
         assert to_host <= host_limit and to_device <= 16 * C + 64, (to_host, to_device)
+
+
+def device_work(step):
+    """(kernel launches, other device operations) while ``step()`` runs:
+    quantcore's RawKernel launches (the emulator's ``LAUNCHES``) and every
+    cupy call that real CuPy runs as a kernel of its own (array results of
+    arithmetic, copies, ``astype``, ``full`` / ``zeros`` / ``ones``)."""
+    import cupy
+    ops = [0]
+    patched = {}
+    for name in ("_to_device", "full", "zeros", "ones"):
+        real = getattr(cupy, name)
+
+        def counting(*args, _real=real, **kwargs):
+            ops[0] += 1
+            return _real(*args, **kwargs)
+        patched[name] = real
+        setattr(cupy, name, counting)
+    launches = sum(cupy.LAUNCHES.values())
+    try:
+        result = step()
+    finally:
+        for name, real in patched.items():
+            setattr(cupy, name, real)
+    return sum(cupy.LAUNCHES.values()) - launches, ops[0], result
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+@pytest.mark.parametrize("nan_policy", ["propagate", "omit"])
+def test_minmax_is_one_launch(x, axis, nan_policy):
+    """qc.minmax on a contiguous float32 cupy array: the fused reduction
+    alone (its last block applies the NaN / signed-zero rule), results
+    equal to the CPU's."""
+    y = x.copy()
+    y[3, 7] = np.nan
+    qc.minmax(y)   # (the first reduction of a thread allocates its counter)
+    launches, ops, (lo, hi) = device_work(lambda: qc.minmax(y, axis, nan_policy=nan_policy))
+    assert (launches, ops) == (1, 0)
+    ref = qc.minmax(y.get(), axis, nan_policy=nan_policy)
+    for r, g in zip(ref, (lo, hi)):
+        assert isinstance(g, cp.ndarray) and g.shape == r.shape and g.dtype == r.dtype
+        assert np.array_equal(r, g.get(), equal_nan=True)
+
+
+@pytest.mark.parametrize("axis", [None, 0])
+def test_fake_quant_with_device_qparams_moves_nothing(x, axis):
+    """fake_quant / fake_quant_with_mask with cupy scale and zero point:
+    read by the kernel on the device (no read-back, no upload), the same
+    bits as with host qparams."""
+    C = 1 if axis is None else x.shape[0]
+    s_host = np.linspace(0.02, 0.05, C).astype(np.float32)
+    z_host = np.arange(C, dtype=np.int32) - 3
+    if axis is None:
+        s_host, z_host = s_host[0], z_host[0]
+    s, z = cp.asarray(s_host), cp.asarray(z_host)
+    qc.fake_quant(x, s, z, -128, 127, axis=axis)  # (the reduction-free path: no counter)
+    for fn in (qc.fake_quant, lambda *a, **k: qc.fake_quant_with_mask(*a, **k)[0]):
+        got = []
+        assert moved(lambda: got.append(fn(x, s, z, -128, 127, axis=axis))) == (0, 0)
+        ref = fn(x.get(), s_host, z_host, -128, 127, axis=axis)
+        assert np.array_equal(ref.view(np.uint32), got[0].get().view(np.uint32))
+    with pytest.raises(ValueError, match="zero_point must be a single value"):
+        qc.fake_quant(x, cp.asarray(np.float32(0.1)), cp.zeros(2, cp.int32), -128, 127)
+    with pytest.raises(ValueError, match="1-D array of 10 values"):
+        qc.fake_quant(x, cp.ones(3, cp.float32), 0, -128, 127, axis=0)
+
+
+def test_nvfp4_default_global_scale_moves_nothing(x):
+    """NVFP4 modelopt without a global scale: the range and the scale are
+    formed on the device (no read-back); the same bits as the CPU, and the
+    global scale comes back as a 0-d device array."""
+    from quantcore import mx
+    y = (x * np.float32(0.01)).reshape(-1, 80)
+    ref_codes, ref_scales, ref_g = mx.nvfp4_quantize(y.get())
+    mx.nvfp4_quantize(y)
+    got = []
+    assert moved(lambda: got.append(mx.nvfp4_quantize(y))) == (0, 0)
+    codes, scales, g = got[0]
+    assert isinstance(g, cp.ndarray) and g.shape == () and g.dtype == np.float32
+    assert np.array_equal(codes.get(), ref_codes) and np.array_equal(scales.get(), ref_scales)
+    assert g.get().view(np.uint32) == np.float32(ref_g).view(np.uint32)
+    fq = []
+    assert moved(lambda: fq.append(mx.nvfp4_fake_quant(y))) == (0, 0)
+    ref = mx.nvfp4_fake_quant(y.get())
+    assert np.array_equal(ref.view(np.uint32), fq[0].get().view(np.uint32))
+    nan = y.copy()
+    nan[3, 5] = np.nan
+    assert np.isnan(mx.nvfp4_quantize(nan)[2].get())
+
+
+def syncs(step):
+    """Reads from the device (each a host synchronisation) while ``step()`` runs."""
+    before = cp.TRANSFERS["to_host_calls"]
+    step()
+    return cp.TRANSFERS["to_host_calls"] - before
+
+
+def test_synchronisations_are_those_the_frameworks_make(x):
+    """The reads left, each no more than the framework's own collect makes
+    (docs/ARCHITECTURE.md): MaxCalibrator the NaN check (PQ reads
+    ``x.min() < 0``), the histogram calibrators the range and the grown
+    bins (PQ / torch read the range for histc and compare it with the
+    edges), an observer with nan_policy="raise" the batch counts."""
+    mc = calib.MaxCalibrator(8, axis=0)
+    mc.collect(x)
+    assert syncs(lambda: mc.collect(x * 2)) <= 1
+    for torch_hist in (True, False):
+        hc = calib.HistogramCalibrator(8, None, False, num_bins=256, torch_hist=torch_hist)
+        hc.collect(x)
+        assert syncs(lambda: hc.collect(x * 0.5)) <= 2
+        assert syncs(lambda: hc.collect(x * 2)) <= 2
+    th = calib.TorchHistogram(bins=256)
+    th.collect(x)
+    assert syncs(lambda: th.collect(x + 5)) <= 2
+    obs = qc.MinMaxObserver(nan_policy="raise")
+    obs.update(x)
+    assert syncs(lambda: obs.update(x * 2)) == 1
+    assert syncs(lambda: qc.MinMaxObserver().update(x * 2)) == 0
+
+
+@pytest.mark.parametrize("make", [lambda: qc.FakeQuantize(),
+                                  lambda: qc.FakeQuantize(axis=0)], ids=["tensor", "channel"])
+def test_fake_quantize_training_step_is_two_launches_and_no_sync(x, make):
+    """The issue's target: a FakeQuantize training step (observe + qparams
+    in one launch, fake quant in another) with nothing crossing and no
+    other device operation."""
+    fq = make()
+    y = x * 2
+    fq(x)
+    fq(y)
+    got = []
+    assert moved(lambda: got.append(device_work(lambda: fq(y)))) == (0, 0)
+    launches, ops, _ = got[0]
+    assert launches <= 2 and ops == 0, (launches, ops)

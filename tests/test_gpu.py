@@ -457,7 +457,7 @@ def test_minmax_launch_shape_follows_the_layout(shape, axis):
     """Many channels of little work each get a thread group per channel, not
     a block per channel: no launch has more than max(32 blocks per SM, one
     block per 1024 values)."""
-    mod = G._module("minmax.cu").module
+    mod = G._module("minmax.cu", "i32")[0].module   # (the emulator's loaded library)
     outer, C, inner = layout(shape, axis)
     x = cp.asarray(np.arange(outer * C * inner, dtype=np.float32))
     before = mod.stats()["blocks"]

@@ -142,11 +142,24 @@ __global__ void qc_group(const float *x, unsigned char *codes, float *y, unsigne
  * lanes fold the block's (lo, hi, flags) into its amax (qc_block_amax), R's
  * block() gives the scale code and factors, then the elements' codes and
  * fake-quant values.  Outputs as the CPU's block_scaled: scodes per block,
- * codes and y per element (each may be NULL). */
+ * codes and y per element (each may be NULL).  ``range`` (may be NULL):
+ * p0 / p1 from the device instead (NVFP4 modelopt's default global scale,
+ * with no host synchronisation; also written to ``gout`` when not NULL). */
 template <class R, typename I>
 __global__ void qc_block_scaled(const float *x, unsigned char *scodes, unsigned char *codes,
                                 float *y, I rows, I K, I g, int elem, int mode, float p0,
-                                float p1) {
+                                float p1, const float *range, float rdiv, float rmul,
+                                float *gout) {
+  if (range) { /* a per-tensor scale from x's finished (min, max) on the device:
+                * gs = f32(amax / rdiv) (amax: +NaN if either is NaN, else
+                * max(|lo|, |hi|)), p0 = f32(rmul * gs), p1 = gs */
+    const float lo = range[0], hi = range[1];
+    const float a = lo < 0.0f ? -lo : lo, b = hi < 0.0f ? -hi : hi;
+    const float gs = (lo != lo || hi != hi) ? nanf("") : (a > b ? a : b) / rdiv;
+    p0 = rmul * gs;
+    p1 = gs;
+    if (gout && blockIdx.x == 0 && threadIdx.x == 0) *gout = gs;
+  }
   const R rec = {elem, qc_opaque(mode), p0, p1};
   const unsigned lane = threadIdx.x & 31u;
   qc_warp_per_group(rows, K, g, [&](I blk, I start, I n) {

@@ -456,3 +456,7 @@ min, max = amin, amax  # noqa: A001  (cupy.min / cupy.max)
 
 def from_dlpack(x, *, device=None, copy=None):
     raise NotImplementedError("cudaemu: DLPack exchange is not emulated")
+
+
+# RawModule(path=...) (binaries from cuda.compiler.compile_using_nvrtc) besides code=
+from ._binary import RawModule, NVRTC_COMPILES  # noqa: E402,F401,F811

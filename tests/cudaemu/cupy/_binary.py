@@ -1,0 +1,134 @@
+"""cudaemu: CuPy's compile-to-binary path and binary loading.
+
+Real CuPy (13.x): ``cupy.cuda.compiler.compile_using_nvrtc(source, options,
+arch=None, filename=..., name_expressions=...)`` compiles with NVRTC,
+adding only ``-arch=sm_<cc>`` (or ``compute_<cc>`` for PTX) and, from NVRTC
+12 on, ``--device-as-default-execution-space``, and returns ``(cubin,
+{name expression: lowered name})``; ``cupy.RawModule(path=...)`` loads a
+cubin / PTX file (``cuModuleLoad``, memoized per path and device) and its
+``get_function`` takes the lowered name.  ``cupy.cuda.nvrtc.getVersion()``
+is the NVRTC's (major, minor).
+
+Here the "binary" is a blob holding the source, the options and the name
+expressions; loading it builds the same shared library as
+``RawModule(code=...)`` does (g++ and the cudaemu prelude, the options
+mapped as ``_emu.build`` maps them), so that quantcore's own compile and
+disk cache run unchanged on the emulator.  A file that is not such a blob
+is refused as the driver refuses a bad image (``CUDA_ERROR_INVALID_IMAGE``).
+"""
+import hashlib
+import json
+import threading
+
+from . import _emu
+
+#: not a real NVRTC version: entries written on the emulator and on a real
+#: GPU never share a cache key
+NVRTC_VERSION = (0, 1)
+_MAGIC = b"CUDAEMU-MODULE 1\n"
+#: (filename, number of name expressions) of every compile_using_nvrtc call
+NVRTC_COMPILES = []
+
+
+def get_version():
+    return NVRTC_VERSION
+
+
+def _lowered(expr):
+    """A stand-in for NVRTC's mangled name of a name expression."""
+    return "_Z7cudaemu" + hashlib.sha1(expr.encode()).hexdigest()[:16]
+
+
+def compile_using_nvrtc(source, options=(), arch=None, filename="kern.cu", name_expressions=None,
+                        log_stream=None, cache_in_memory=False, jitify=False):
+    """(blob, mapping), as CuPy's: the options the caller gave plus the
+    architecture and ``--device-as-default-execution-space``; compile
+    errors raise CompileException at this point, as with NVRTC."""
+    from . import cuda
+    if jitify:
+        raise _emu.CompileException("cudaemu: jitify is not emulated")
+    if not name_expressions:
+        raise _emu.CompileException("cudaemu: name_expressions are required (extern \"C\" "
+                                    "kernels are not emulated)")
+    arch = arch or cuda.Device().compute_capability
+    options = tuple(options) + (f"-arch=sm_{arch}", "--device-as-default-execution-space")
+    names = [str(n) for n in name_expressions]
+    name = filename.rsplit("/", 1)[-1].replace(".cu", "") or "module"
+    _emu.build(source, options, names, name)   # g++ now: the errors NVRTC would report
+    NVRTC_COMPILES.append((filename, len(names)))
+    mapping = {n: _lowered(n) for n in names}
+    blob = _MAGIC + json.dumps({"source": source, "options": list(options), "names": names,
+                                "name": name, "lowered": mapping}).encode()
+    return blob, mapping
+
+
+_loaded = {}     # path -> _BinaryModule (CuPy memoizes modules loaded from a path)
+_loaded_lock = threading.Lock()
+
+
+class _BinaryModule:
+    """A module loaded from a blob file."""
+
+    def __init__(self, path):
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise _emu.CUDADriverError(f"CUDA_ERROR_FILE_NOT_FOUND: {path} ({exc})") from None
+        try:
+            if not data.startswith(_MAGIC):
+                raise ValueError("no cudaemu module header")
+            meta = json.loads(data[len(_MAGIC):].decode())
+            self.mod = _emu.Module(meta["source"], tuple(meta["options"]), meta["names"],
+                                   meta["name"])
+            self.by_lowered = {v: k for k, v in meta["lowered"].items()}
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            raise _emu.CUDADriverError(f"CUDA_ERROR_INVALID_IMAGE: {path} is not a module "
+                                       f"image ({type(exc).__name__}: {exc})") from None
+
+    def stats(self):
+        """The emulator's launch statistics of this module's library."""
+        return self.mod.stats()
+
+
+class PathModule:
+    """``cupy.RawModule(path=...)``: loaded on first ``get_function`` (or
+    ``compile``), memoized per path."""
+
+    def __init__(self, path):
+        self.file_path = path
+        self.code = None
+        self.options = ()
+        self.name_expressions = None
+
+    @property
+    def module(self):
+        with _loaded_lock:
+            mod = _loaded.get(self.file_path)
+            if mod is None:
+                mod = _loaded[self.file_path] = _BinaryModule(self.file_path)
+        return mod
+
+    def compile(self, log_stream=None):
+        self.module
+
+    def get_function(self, name):
+        mod = self.module
+        expr = mod.by_lowered.get(name)
+        if expr is None:
+            raise _emu.CUDADriverError(f"CUDA_ERROR_NOT_FOUND: named symbol not found ({name!r})")
+        return _emu.Kernel(mod.mod, mod.mod.names.index(expr), expr)
+
+
+class RawModule(_emu.RawModule):
+    """``cupy.RawModule``: ``path=`` loads a binary (here a PathModule),
+    ``code=`` compiles as ``_emu.RawModule`` does."""
+
+    def __new__(cls, *, code=None, path=None, **kwargs):
+        if (code is None) == (path is None):
+            raise TypeError("Exactly one of `code` and `path` keyword arguments must be given.")
+        if path is not None:
+            if kwargs.get("name_expressions") is not None:
+                raise ValueError("need CUDA C++ code for the requested kernels")
+            return PathModule(path)
+        return super().__new__(cls)
