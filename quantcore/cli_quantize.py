@@ -204,6 +204,8 @@ def _selected(reader, name, args):
 def run(args):
     """The ``quantize`` command; returns the exit status."""
     from .cli_files import check_writable as _check_writable
+    if os.path.isdir(args.file):
+        raise _error(f"{args.file}: is a directory, expected a .safetensors file")
     if not os.path.isfile(args.file):
         raise _error(f"{args.file}: no such file")
     try:

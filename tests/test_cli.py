@@ -578,7 +578,7 @@ ERRORS = [
     (CAL + ["{badst}"], "not a safetensors file (header length 16 does not fit"),
     (CAL + ["{junkst}"], "not a safetensors file (header is not JSON"),
     (CAL + ["{shortst}"], "not a safetensors file (shorter than its 8-byte header)"),
-    (CAL + ["{entryst}"], "bad safetensors entry: data_offsets [0, 99]"),
+    (CAL + ["{entryst}"], "'x': data_offsets [0, 99] span 99 bytes"),
     (CAL + ["{obj}"], "holds Python objects (dtype object), which are never unpickled"),
     (CAL + ["{objz}"], "holds Python objects (dtype object)"),
     (CAL + ["{txt}"], "unknown file type"),
