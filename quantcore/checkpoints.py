@@ -172,6 +172,8 @@ def read_header(path):
     """
     if os.path.isdir(path):
         raise IsADirectoryError(21, "is a directory, expected a safetensors file", path)
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block open()
+        raise ValueError(f"{path}: not a regular file (a device, FIFO or socket)")
     size = os.path.getsize(path)
     with open(path, "rb") as fh:
         head = fh.read(8)

@@ -96,13 +96,11 @@ def _dtype_problem(dtype):
 # ------------------------------------------------------------------- .npy
 def _npy_header(fh, where):
     """(shape, fortran_order, dtype) of the .npy stream at its start."""
+    from .state import npy_header
     try:
-        version = np.lib.format.read_magic(fh)
-        if version == (1, 0):
-            return np.lib.format.read_array_header_1_0(fh)
-        return np.lib.format.read_array_header_2_0(fh)
-    except (ValueError, EOFError, SyntaxError, TypeError) as exc:
-        raise CliError(f"{where}: not a .npy array ({one_line(exc)})") from None
+        return npy_header(fh)
+    except ValueError as exc:
+        raise CliError(f"{where}: {one_line(exc)}") from None
 
 
 def _list_npy(path, base):
@@ -132,11 +130,16 @@ def _list_npz(path):
         raise CliError(f"{path}: cannot read: {one_line(exc)}") from None
     entries = []
     with archive:
-        for member in archive.namelist():
+        names = archive.namelist()
+        twice = sorted({m for m in names if names.count(m) > 1})
+        if twice:
+            raise CliError(f"{path}: not a valid .npz file (members {twice[:3]} appear twice)")
+        for member in names:
             name = member[:-4] if member.endswith(".npy") else member
             try:
                 with archive.open(member) as fh:
                     shape, _, dtype = _npy_header(fh, f"{path}:{name}")
+                    have = archive.getinfo(member).file_size - fh.tell()
             except CliError as exc:
                 entries.append(TensorEntry(name, (), "unknown", False, None, str(exc)))
                 continue
@@ -148,8 +151,11 @@ def _list_npz(path):
             def read(member=member):
                 with np.load(path, allow_pickle=False) as npz:
                     return npz[member[:-4] if member.endswith(".npy") else member]
-            entries.append(TensorEntry(name, shape, dtype, dtype.kind == "f", read,
-                                       _dtype_problem(dtype)))
+            problem = _dtype_problem(dtype)
+            if problem is None and have < math.prod(shape) * dtype.itemsize:
+                problem = (f"cannot read: the member holds {have} bytes of data, shape {shape} "
+                           f"needs {math.prod(shape) * dtype.itemsize}")
+            entries.append(TensorEntry(name, shape, dtype, dtype.kind == "f", read, problem))
     return entries
 
 
@@ -220,6 +226,8 @@ def list_tensors(path):
         raise CliError(f"{path}: no such file")
     if os.path.isdir(path):
         raise CliError(f"{path}: is a directory, expected a .npy, .npz or .safetensors file")
+    if not os.path.isfile(path):  # (a FIFO would block open())
+        raise CliError(f"{path}: not a regular file (a device, FIFO or socket)")
     base = os.path.splitext(os.path.basename(path))[0]
     try:
         if path.endswith(".npy"):
