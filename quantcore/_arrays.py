@@ -330,6 +330,18 @@ def normalize_axis(axis, ndim, func):
     return axis % ndim
 
 
+def collapse_repeats(arr, keep=None):
+    """A view of ``arr`` with every stride-0 axis (a broadcast repeat) except
+    ``keep`` cut to one element: the same set of values, for reductions that
+    see only the set (min / max).  ``np.broadcast_to(1.5, 2**31)`` is then
+    reduced from one element, not copied to 8 GiB first."""
+    if arr.size <= 1 or 0 not in arr.strides:
+        return arr
+    index = tuple(slice(0, 1) if stride == 0 and i != keep else slice(None)
+                  for i, stride in enumerate(arr.strides))
+    return arr[index]
+
+
 class Layout:
     """A contiguous 1-D view of an array and how channels lie in it.
 

@@ -206,7 +206,7 @@ def run(args):
     from .cli_files import check_writable as _check_writable
     if os.path.isdir(args.file):
         raise _error(f"{args.file}: is a directory, expected a .safetensors file")
-    if not os.path.isfile(args.file):
+    if not os.path.exists(args.file):
         raise _error(f"{args.file}: no such file")
     try:
         reader = SafetensorsReader(args.file)

@@ -62,7 +62,7 @@ _ENC, _DEC = K.ENCODE_FAMILIES, K.DECODE_FAMILIES
 # ----------------------------------------------------------------- helpers
 def _fp8_name(fmt, func):
     name = fmt[len("float8_"):] if isinstance(fmt, str) and fmt.startswith("float8_") else fmt
-    if name not in FP8_FORMATS:
+    if not isinstance(name, str) or name not in FP8_FORMATS:
         raise ValueError(f"{func}: fmt must be one of {sorted(FP8_FORMATS)} (optionally with a "
                          f"'float8_' prefix), got {fmt!r}")
     return name

@@ -50,7 +50,7 @@ E2M1_ID = MX_ELEMENTS["e2m1"]
 
 def _elem_name(elem, func):
     name = _ALIASES.get(elem, elem) if isinstance(elem, str) else elem
-    if name not in MX_ELEMENTS:
+    if not isinstance(name, str) or name not in MX_ELEMENTS:
         raise ValueError(f"{func}: elem must be one of {sorted(MX_ELEMENTS)} (or an alias such as "
                          f"'fp4_e2m1' / 'float8_e4m3fn'), got {elem!r}")
     return name

@@ -13,7 +13,8 @@ as another is refused), each of the expected type (ints are ints, flags are
 bools, statistics are float arrays of the right rank with min <= max,
 counts are >= 0, integers fit 64 bits, eps is finite and >= 0, scales are
 finite and >= min(eps, 1) or NaN -- the NaN scales of a FakeQuantize that
-has seen only non-finite batches --, one per tensor or per observed channel,
+has seen only non-finite batches --, +inf only where the observer's
+statistics are infinite, one per tensor or per observed channel,
 zero points integral and within [quant_min, quant_max]); the objects are
 then built through their constructors, which check the rest.  A truncated, tampered or foreign file
 raises ``ValueError("load_state: <path> is not a valid quantcore state file:
@@ -110,8 +111,11 @@ def _check_value(where, key, kind, v):
                 bad("integral")
         elif v.dtype.kind != "f" or v.dtype.itemsize > 8:
             bad("a float32 / float64 array")
-        if kind == "scale" and bool(np.any(np.isinf(v) | (v < 0))):
-            bad("finite and >= 0 (or NaN)")
+        if kind == "scale" and bool(np.any(v < 0)):
+            bad(">= 0")
+        if kind != "zero_point" and v.dtype.itemsize > 4 and \
+                bool(np.any(np.isfinite(v) & (np.abs(v) > np.finfo(np.float32).max))):
+            bad("within float32 (the statistics are float32)")
         return
     v = _scalar(v)
     if kind == "bool":
@@ -212,6 +216,15 @@ def _check_qparams(where, state):
     elif scale.size != 1 and channels and scale.size != channels:
         raise ValueError(f"{where}scale holds {scale.size} values, the per-channel observer "
                          f"{channels} channels")
+    lo, hi = obs["min_val"].reshape(-1), obs["max_val"].reshape(-1)
+    with np.errstate(invalid="ignore"):
+        seen_nonfinite = ~(np.isfinite(lo) & np.isfinite(hi)) & ~((lo == np.inf) & (hi == -np.inf))
+    if lo.size != scale.size:
+        seen_nonfinite = np.full(scale.shape, lo.size == 1 and bool(seen_nonfinite.all()))
+    infinite = np.isinf(scale) & ~seen_nonfinite  # (+-inf data seen with "propagate": inf)
+    if bool(np.any(infinite)):
+        raise ValueError(f"{where + 'scale'!r} must be finite where the observer saw finite "
+                         f"data (or NaN), got {scale[infinite][:4].tolist()}")
     floor = np.float32(min(float(_scalar(state["eps"])), 1.0))
     low = scale < floor
     if bool(np.any(low)):

@@ -34,7 +34,7 @@ from quantcore.cli_files import CliError, list_tensors  # noqa: E402
 safetensors = pytest.importorskip("safetensors")
 
 _SLOW = int(os.environ.get("QC_FUZZ_EXAMPLES", "0"))
-_FUZZ = settings(max_examples=_SLOW or 1500, deadline=None, derandomize=not _SLOW,
+_FUZZ = settings(max_examples=_SLOW or 1200, deadline=None, derandomize=not _SLOW,
                  suppress_health_check=list(HealthCheck), database=None)
 _FUZZ_STATE = settings(_FUZZ, max_examples=_SLOW or 600)
 

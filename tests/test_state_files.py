@@ -184,7 +184,7 @@ FAKE_QUANTIZE_TAMPERING = [
     (_set("training", "no"), "'training' must be true or false"),
     (_set("symmetric", "false"), "'symmetric' must be true or false"),
     (_set("scale", "x"), "'scale' must be a numeric array"),
-    (_set_array("scale", "__ndarray__", [-1.0]), "'scale' must be finite and >= 0"),
+    (_set_array("scale", "__ndarray__", [-1.0]), "'scale' must be >= 0"),
     (_set_array("scale", "__ndarray__", [0.0]), "'scale' must be >= min(eps, 1)"),
     (_set_array("zero_point", "dtype", "<f4"), None),  # integral float zero points load
     (lambda doc: (doc["zero_point"].update(dtype="<f4", __ndarray__=[0.5])), "integral"),
@@ -194,7 +194,8 @@ FAKE_QUANTIZE_TAMPERING = [
     (_set("observer/junk", 0), "unexpected keys ['junk']"),
     # values a constructor or the qparams could never produce: each would compute NaN or
     # garbage if loaded
-    (_set_array("scale", "__ndarray__", [float("inf")]), "'scale' must be finite and >= 0"),
+    (_set_array("scale", "__ndarray__", [float("inf")]), "'scale' must be finite where the "
+                                                         "observer saw finite data"),
     (_set_array("scale", "__ndarray__", [1e-45]), "'scale' must be >= min(eps, 1)"),
     (_set_array("zero_point", "__ndarray__", [8]), "'zero_point' must lie in [quant_min, "
                                                    "quant_max] = [-8, 7], got [8]"),
