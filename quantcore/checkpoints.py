@@ -330,24 +330,29 @@ class SafetensorsReader(Mapping):
         F8_E4M3, F8_E5M2)."""
         return self._entry(name)[0] in _FLOAT32_READ
 
-    def float32(self, name, rows=None):
+    def float32(self, name, rows=None, cols=None):
         """The tensor as a new float32 array, exactly (F16 / BF16 / FP8
         values are all float32 values; F64 is rounded to nearest).  With
-        ``rows`` (a slice, any step, as numpy slices): those rows of the
-        tensor seen as 2-D ``[-1, shape[-1]]``, shape ``(rows, shape[-1])``."""
+        ``rows`` / ``cols`` (slices, any step, as numpy slices): that block
+        of the tensor seen as 2-D ``[-1, shape[-1]]``, shape ``(rows, cols)``
+        (a long row is read a piece at a time)."""
         dt, shape, begin, end = self._entry(name)
         if not self.is_float(name):
             raise ValueError(f"{self.path}: tensor {name!r} is {dt}, not a float tensor read "
                              f"as float32 ({', '.join(_FLOAT32_READ)})")
         raw = self.raw(name)
         item = DTYPES[dt][0]
-        if rows is not None:
-            if not isinstance(rows, slice):
-                raise TypeError(f"rows must be a slice, got {type(rows).__name__}")
+        if rows is not None or cols is not None:
+            for what, s in (("rows", rows), ("cols", cols)):
+                if s is not None and not isinstance(s, slice):
+                    raise TypeError(f"{what} must be a slice, got {type(s).__name__}")
             k = shape[-1] if shape else 1
-            table = raw.reshape(math.prod(shape[:-1]) if shape else 1, k * item)[rows]
-            shape = (table.shape[0], k)
-            raw = table.reshape(-1) if rows.step in (None, 1) else \
+            table = raw.reshape(math.prod(shape[:-1]) if shape else 1, k, item)
+            table = table[slice(None) if rows is None else rows]
+            if cols is not None:
+                table = table[:, cols]
+            shape = table.shape[:2]
+            raw = table.reshape(-1) if table.flags.c_contiguous else \
                 np.ascontiguousarray(table).reshape(-1)
         if dt == "BF16":  # the upper half of a float32, in place (no temporary)
             out = np.empty(raw.size // 2, np.uint32)

@@ -203,8 +203,13 @@ def test_float32_row_slices_follow_numpy(ckpt, rows):
     ref = _weights()["layer.w3d"].astype(np.float32).reshape(-1, 256)
     with CK.SafetensorsReader(ckpt) as r:
         assert_bits_equal(r.float32("layer.w3d", rows), ref[rows])
+        for cols in (slice(0, 64), slice(200, None), slice(None, None, -3), slice(5, 5)):
+            assert_bits_equal(r.float32("layer.w3d", rows, cols), ref[rows][:, cols])
+            assert_bits_equal(r.float32("layer.w3d", cols=cols), ref[:, cols])
         with pytest.raises(TypeError, match="rows must be a slice"):
             r.float32("layer.w3d", [0, 1])
+        with pytest.raises(TypeError, match="cols must be a slice"):
+            r.float32("layer.w3d", cols=3)
 
 
 @pytest.mark.parametrize("entries, meta, match", [
@@ -363,6 +368,45 @@ def test_quantize_peak_memory_is_a_fraction_of_the_largest_tensor(tmp_path, caps
     finally:
         tracemalloc.stop()
     assert peak < 1.2 * 2048 * 1024 * 2, peak
+
+
+@pytest.mark.parametrize("fmt, extra", [("int4", []), ("int8", ["--symmetric"]),
+                                        ("int4", ["--recipe", "tinygemm", "--group-size", "64"]),
+                                        ("fp8", []), ("mxfp4", []), ("mxfp8", []),
+                                        ("nvfp4", [])])
+def test_quantize_long_rows_in_pieces_same_bytes_same_memory(ckpt, tmp_path, capsys,
+                                                             monkeypatch, fmt, extra):
+    """A row longer than the chunk is read in pieces of whole groups / blocks:
+    the output is byte for byte the output of whole rows, and the traced peak
+    of a [1, n] tensor is that of an [r, n / r] one of the same bytes (a
+    [1, 2**28] BF16 tensor no longer needs 8 copies of its row)."""
+    from quantcore import cli_quantize
+    whole = str(tmp_path / "whole.safetensors")
+    assert main(["quantize", ckpt, "--format", fmt, "-o", whole, "-q"] + extra) == 0
+    monkeypatch.setattr(cli_quantize, "CHUNK_ELEMENTS", 100)  # rows of 192 / 256: pieces
+    pieces = str(tmp_path / "pieces.safetensors")
+    assert main(["quantize", ckpt, "--format", fmt, "-o", pieces, "-q"] + extra) == 0
+    with CK.SafetensorsReader(whole) as a, CK.SafetensorsReader(pieces) as b:
+        assert list(a) == list(b) and a.metadata == b.metadata
+        for name in a:
+            assert a.info(name) == b.info(name)
+            assert bytes(a.raw(name)) == bytes(b.raw(name)), name
+    if fmt != "int4" or extra:
+        return
+    monkeypatch.setattr(cli_quantize, "CHUNK_ELEMENTS", 1 << 14)
+    n = 1 << 19
+    x = (np.random.default_rng(0).standard_normal(n) * 0.05).astype(ml_dtypes.bfloat16)
+    peaks = []
+    for shape in ((1, n), (1 << 9, 1 << 10)):
+        path = str(tmp_path / "t.safetensors")
+        safetensors_numpy.save_file({"w": x.reshape(shape)}, path)
+        tracemalloc.start()
+        try:
+            assert main(["quantize", path, "-o", str(tmp_path / "q.safetensors"), "-q"]) == 0
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    assert peaks[0] < 1.5 * peaks[1], peaks
 
 
 # ---------------------------------------------------------------- observers
