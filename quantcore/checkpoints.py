@@ -363,7 +363,8 @@ class SafetensorsReader(Mapping):
             from .formats import fp8_decode
             out = fp8_decode(np.ascontiguousarray(raw), _FP8[dt])
         else:
-            out = raw.view(np.dtype(DTYPES[dt][1])).astype(np.float32)
+            with np.errstate(over="ignore"):  # (F64 beyond float32: +-inf, as documented)
+                out = raw.view(np.dtype(DTYPES[dt][1])).astype(np.float32)
         return out.reshape(shape)
 
     def close(self):
