@@ -7,7 +7,8 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 SOURCES := setup.py pyproject.toml $(wildcard quantcore/_cpu/*.pyx quantcore/_cpu/*.pxd quantcore/_cpu/qc_*.cpp quantcore/include/*.h)
 PYTEST_ARGS ?=
 
-.PHONY: all venv install demo test bench bench-summary asan-test gpu-test gpu-emu-test clean
+.PHONY: all venv install demo test test-lint test-cpu test-numpy-levels gpu-emu-kernels \
+  gpu-emu-mirror bench bench-summary asan-test gpu-test gpu-emu-test clean
 
 all: test
 
@@ -35,13 +36,41 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed-demo
 	$(PY) -m quantcore demo
 
-# ruff (pyproject.toml: E, F, W at 100 columns), the unit tests, then every
-# benchmark once as a test (no timing), then the tests that take cupy arrays
-# on the CUDA emulator (the real .cu kernels run on the CPU)
+# make test: every phase runs even when an earlier one failed (make -k), and
+# make test fails if any did.  The phases: ruff (pyproject.toml: E, F, W at
+# 100 columns); the unit tests, then every benchmark once as a test (no
+# timing); the numpy-dependent tests again with numpy's SIMD dispatch capped
+# at two lower levels and another thread count; the tests that take cupy
+# arrays on the CUDA emulator (the real .cu kernels run on the CPU).
+TEST_PHASES := test-lint test-cpu test-numpy-levels gpu-emu-kernels gpu-emu-mirror
 test: install
+	@$(MAKE) --no-print-directory -k $(TEST_PHASES) || \
+	  { echo "make test: a phase failed (its output is above)"; exit 1; }
+
+test-lint: install
 	$(PY) -m ruff check .
+
+test-cpu: install
 	$(PY) -m pytest -q -m "not gpu" tests bench --benchmark-disable $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory gpu-emu-test
+
+# Tests whose references compute with numpy (onnxruntime's calibrators, the
+# frameworks' numpy formulas, numpy.histogram): numpy's float32 reductions and
+# its pow / exp / log pick their code by the SIMD level it dispatches to
+# (AVX-512 gives other last bits than AVX2), so no expected value may depend
+# on the CPU it was recorded on.  Run them again with numpy capped at AVX2
+# (X86_V3) and at the SSE4.2 baseline (X86_V2), and on 3 threads, whatever
+# this machine has; tests/test_numpy_levels.py checks the cap takes effect.
+NUMPY_LEVEL_TESTS := $(wildcard tests/test_compat_*.py) tests/test_calib.py \
+  tests/test_calib_search.py tests/test_onnx.py tests/test_np_histogram.py \
+  tests/test_numpy_levels.py
+NPY_CAP_AVX2 := X86_V4 AVX512_ICL AVX512_SPR
+NPY_CAP_BASELINE := X86_V3 $(NPY_CAP_AVX2)
+test-numpy-levels: install
+	NPY_DISABLE_CPU_FEATURES="$(NPY_CAP_AVX2)" QC_EXPECT_NUMPY_LEVEL=X86_V3 \
+	  $(PY) -m pytest -q -p no:cacheprovider -m "not gpu" $(NUMPY_LEVEL_TESTS) $(PYTEST_ARGS)
+	NPY_DISABLE_CPU_FEATURES="$(NPY_CAP_BASELINE)" QC_EXPECT_NUMPY_LEVEL=X86_V2 \
+	  OMP_NUM_THREADS=3 $(PY) -m pytest -q -p no:cacheprovider -m "not gpu" \
+	  $(NUMPY_LEVEL_TESTS) $(PYTEST_ARGS)
 
 # Every test that takes cupy input (kernels, public API, stateful layer,
 # compat layers, calibrators, dask with cupy chunks) on tests/cudaemu: a fake
@@ -54,7 +83,12 @@ GPU_EMU_ENV := PYTHONPATH=tests/cudaemu QC_GPU_EMULATOR=1 CUDAEMU_THREAD_ORDER=w
   CUDAEMU_BLOCK_ORDER=random
 MIRRORED_TESTS := $(wildcard tests/test_compat_*.py) tests/test_calib.py tests/test_calib_search.py
 gpu-emu-test: install
+	@$(MAKE) --no-print-directory -k gpu-emu-kernels gpu-emu-mirror
+
+gpu-emu-kernels: install
 	$(GPU_EMU_ENV) $(PY) -m pytest -q -p no:cacheprovider -m gpu tests $(PYTEST_ARGS)
+
+gpu-emu-mirror: install
 	$(GPU_EMU_ENV) $(PY) -m pytest -q -p no:cacheprovider -m gpu --mirror-cupy \
 	  $(MIRRORED_TESTS) $(PYTEST_ARGS)
 

@@ -245,8 +245,8 @@ def read_header(path):
             raise ValueError(f"{path}: tensor {name[:80]!r}: data_offsets [{begin}, {end}] "
                              f"{what} (the tensors must tile the data section from 0)")
         if end > data_size:
-            raise ValueError(f"{path}: tensor {name[:80]!r}: data_offsets [{begin}, {end}] "
-                             f"end beyond the {data_size} data bytes of the file")
+            raise ValueError(f"{path}: tensor {name[:80]!r} lies outside the file: data_offsets "
+                             f"[{begin}, {end}] end beyond its {data_size} data bytes")
         pos = end
     if pos != data_size:
         raise ValueError(f"{path}: not a safetensors file (the tensors cover {pos} bytes, "
@@ -330,12 +330,13 @@ class SafetensorsReader(Mapping):
         F8_E4M3, F8_E5M2)."""
         return self._entry(name)[0] in _FLOAT32_READ
 
-    def float32(self, name, rows=None, cols=None):
+    def float32(self, name, rows=None, cols=None, *, width=None):
         """The tensor as a new float32 array, exactly (F16 / BF16 / FP8
         values are all float32 values; F64 is rounded to nearest).  With
         ``rows`` / ``cols`` (slices, any step, as numpy slices): that block
-        of the tensor seen as 2-D ``[-1, shape[-1]]``, shape ``(rows, cols)``
-        (a long row is read a piece at a time)."""
+        of the tensor seen as 2-D ``[-1, width]`` (``width`` dividing its
+        size; default ``shape[-1]``), shape ``(rows, cols)`` (a long row is
+        read a piece at a time)."""
         dt, shape, begin, end = self._entry(name)
         if not self.is_float(name):
             raise ValueError(f"{self.path}: tensor {name!r} is {dt}, not a float tensor read "
@@ -346,8 +347,15 @@ class SafetensorsReader(Mapping):
             for what, s in (("rows", rows), ("cols", cols)):
                 if s is not None and not isinstance(s, slice):
                     raise TypeError(f"{what} must be a slice, got {type(s).__name__}")
-            k = shape[-1] if shape else 1
-            table = raw.reshape(math.prod(shape[:-1]) if shape else 1, k, item)
+            if width is None:
+                nrows, k = (math.prod(shape[:-1]), shape[-1]) if shape else (1, 1)
+            else:
+                n, k = math.prod(shape), width
+                if type(k) is not int or k < 1 or n % k:
+                    raise ValueError(f"{self.path}: width {k!r} does not divide the {n} values "
+                                     f"of tensor {name!r}")
+                nrows = n // k
+            table = raw.reshape(nrows, k, item)
             table = table[slice(None) if rows is None else rows]
             if cols is not None:
                 table = table[:, cols]

@@ -1,10 +1,19 @@
 """The ``quantcore`` command line: calibrate tensors in files, apply saved
-qparams, run the demo.
+qparams, quantize a checkpoint's weights (and read it back), run the demo.
 
     quantcore calibrate model.safetensors -o qparams.json
     quantcore calibrate model.safetensors --weights-only --method mse --bits 4 --plot mse.png
     quantcore fake-quant model.safetensors --qparams qparams.json -o model_fq.safetensors
+    quantcore quantize model.safetensors --format int4 -o q.safetensors   (cli_quantize.py)
+    quantcore dequantize q.safetensors -o back.safetensors
     quantcore demo
+
+``calibrate`` and ``quantize`` share their option names and meanings
+(``--tensors`` globs, ``-q``), their input checks (:func:`check_input`,
+:func:`open_safetensors`) and their note and table printing
+(:func:`print_notes`, :func:`print_table`); an ImportError of an optional
+package becomes one line naming the ``quantcore-fakequant`` extra that
+installs it (:data:`EXTRAS`), status 2.
 
 Exit status: 0 when something was done; 2 for a user error (a bad file or
 option, an unwritable output, nothing left to calibrate), printed as one
@@ -25,6 +34,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 import warnings
 
 import numpy as np
@@ -49,6 +59,8 @@ DEFAULT_BINS = 2048
 DEFAULT_PERCENTILE = 99.99
 #: entropy warns below this many values per histogram bin
 MIN_VALUES_PER_BIN = 16
+#: notes and warnings are wrapped to this many columns
+NOTE_WIDTH = 100
 
 
 class Skip(Exception):
@@ -263,7 +275,7 @@ def _gather(files):
     files)."""
     work, seen = [], {}
     for path in files:
-        for entry in list_tensors(path):
+        for entry in _list_checked(path):
             key = entry.name if len(files) == 1 else f"{os.path.basename(path)}:{entry.name}"
             if key in seen:
                 raise CliError(f"tensor {key!r} is in both {seen[key]} and {path}; rename a file")
@@ -274,16 +286,9 @@ def _gather(files):
 
 def _select(work, patterns, weights_only, per_channel, per_channel_1d, notes):
     """The tensors this run calibrates; the others go to ``notes``."""
-    if patterns:
-        def matches(w, pattern):   # the name, or FILE:name with several files
-            return fnmatch.fnmatchcase(w.key, pattern) or fnmatch.fnmatchcase(w.entry.name,
-                                                                             pattern)
-        unmatched = [p for p in patterns if not any(matches(w, p) for w in work)]
-        if unmatched:
-            known = ", ".join(w.key for w in work[:8])
-            raise CliError(f"--tensors: nothing matches {', '.join(unmatched)} (the files hold "
-                           f"{known}{', ...' if len(work) > 8 else ''})")
-        work = [w for w in work if any(matches(w, p) for p in patterns)]
+    if patterns:   # the name, or FILE:name with several files
+        keys = set(match_tensors([w.key for w in work], patterns, [w.entry.name for w in work]))
+        work = [w for w in work if w.key in keys]
     left = {"not floating point": [], "1-D or scalar (--weights-only)": [],
             "1-D or scalar (--per-channel)": []}  # reason: keys
     chosen = []
@@ -304,14 +309,64 @@ def _select(work, patterns, weights_only, per_channel, per_channel_1d, notes):
     for reason, keys in left.items():
         if keys:
             notes.append(f"left out {len(keys)} tensor(s), {reason}{why[reason]}: "
-                         f"{_short_list(keys)}")
+                         f"{short_list(keys)}")
     return chosen
 
 
-def _short_list(items, n=6):
+def match_tensors(keys, patterns, aliases=None):
+    """The keys that match one of the globs ``patterns`` (a key also
+    matches by its alias: its bare name when keys are FILE:name);
+    CliError naming the globs that match nothing.  ``calibrate`` and
+    ``quantize`` select with this."""
+    aliases = keys if aliases is None else aliases
+
+    def hit(key, alias):
+        return any(fnmatch.fnmatchcase(key, p) or fnmatch.fnmatchcase(alias, p)
+                   for p in patterns)
+    unmatched = [p for p in patterns if not any(
+        fnmatch.fnmatchcase(k, p) or fnmatch.fnmatchcase(a, p) for k, a in zip(keys, aliases))]
+    if unmatched:
+        raise CliError(f"--tensors: nothing matches {', '.join(unmatched)} (the file(s) hold "
+                       f"{short_list(keys, 8)})")
+    return [k for k, a in zip(keys, aliases) if hit(k, a)]
+
+
+def short_list(items, n=6):
+    """At most ``n`` items, comma-separated, and how many more."""
     items = list(items)
     more = f", ... (+{len(items) - n} more)" if len(items) > n else ""
     return ", ".join(items[:n]) + more
+
+
+def check_input(path, expected=".npy, .npz or .safetensors"):
+    """CliError unless ``path`` is an existing file (``calibrate`` and
+    ``quantize`` report a missing path and a directory alike)."""
+    if not os.path.exists(path):
+        raise CliError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise CliError(f"{path}: is a directory, expected a {expected} file")
+
+
+def _list_checked(path):
+    """``list_tensors``, a safetensors file first checked whole as
+    ``quantize`` checks it (``calibrate`` and ``fake-quant`` read with this)."""
+    if path.endswith(".safetensors"):
+        check_input(path)
+        open_safetensors(path).close()
+    return list_tensors(path)
+
+
+def open_safetensors(path):
+    """A :class:`quantcore.checkpoints.SafetensorsReader`, or a CliError:
+    a malformed or truncated file (a tensor whose bytes lie past its end)
+    is refused as a whole, by ``calibrate`` and ``quantize`` alike."""
+    from .checkpoints import SafetensorsReader
+    try:
+        return SafetensorsReader(path)
+    except ValueError as exc:
+        raise CliError(one_line(exc)) from None
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read: {exc.strerror or one_line(exc)}") from None
 
 
 def _check_values(x, method):
@@ -372,11 +427,8 @@ def _calibrate_one(w, args, scheme, bar):
     entry = {"scale": scale.tolist(), "zero_point": zp.tolist(), "quant_min": scheme.qmin,
              "quant_max": scheme.qmax, "axis": axis, "rounding": scheme.rounding,
              "method": args.method, "symmetric": scheme.symmetric, "shape": list(arr.shape)}
-    if hists is not None:
-        lo_x, hi_x = hists.finite.min(), hists.finite.max()
-    else:   # (+-inf was refused above for minmax / moving_average)
-        lo_x, hi_x = method_range(x, "minmax", scheme)
-    row = (w.key, arr.shape, float(lo_x), float(hi_x), scale, zp, sqnr, err)
+    c_lo, c_hi = clipping_range(scale, zp, scheme.qmin, scheme.qmax)
+    row = (w.key, arr.shape, float(c_lo.min()), float(c_hi.max()), scale, zp, sqnr, err)
     plot = _plot_data(w.key, arr, x, hists, scheme, args, (lo, hi, sqnr)) if args.plot else None
     return row, entry, plot, notes, sparse
 
@@ -421,6 +473,9 @@ def calibrate(args):
         if path:
             check_writable(path, option)
     if args.plot:
+        if not args.plot.lower().endswith((".png", ".pdf")):
+            raise CliError(f"--plot {args.plot}: expected a .png (one image) or .pdf (one page "
+                           "per part) path")
         from .cli_plot import check_matplotlib
         check_matplotlib()
     notes = []
@@ -459,17 +514,17 @@ def calibrate(args):
         notes.append(
             f"warning: entropy lost more than 1 dB to minmax on {len(sparse)} tensor(s) with "
             f"fewer than {MIN_VALUES_PER_BIN} values per histogram bin: "
-            + _short_list(sparse, 4) + ". TensorRT's KL search needs a dense histogram (many "
+            + short_list(sparse, 4) + ". TensorRT's KL search needs a dense histogram (many "
             "activation samples); on small tensors it can clip most values: prefer mse or "
             "minmax there, or fewer --bins")
     for reason, keys in skipped.items():
-        notes.append(f"left out {len(keys)} tensor(s), {reason}: {_short_list(keys)}")
+        notes.append(f"left out {len(keys)} tensor(s), {reason}: {short_list(keys)}")
     if not rows:   # the notes on what was left out become the error
         left = [n for n in notes if n.startswith("left out")]
-        _print_notes([n for n in notes if n not in left])
+        print_notes([n for n in notes if n not in left])
         raise CliError(f"nothing calibrated: {'; '.join(left) or 'no tensor selected'}")
     _print_table(rows, scheme, args)
-    _print_notes(notes)
+    print_notes(notes)
     if args.output:
         def dump():
             with open(args.output, "w") as fh:
@@ -522,30 +577,52 @@ def _is_terminal(stream):
         return False
 
 
-def _print_notes(notes):
+def print_notes(notes, width=NOTE_WIDTH):
+    """Each note (``warning: ...`` or ``note: ...``) wrapped to ``width``
+    columns, continuation lines indented."""
     for note in notes:
-        print(note if note.startswith("warning:") else f"note: {note}")
+        say(note if note.startswith("warning:") else f"note: {note}", width)
+
+
+def say(text, width=NOTE_WIDTH):
+    """Print a summary line wrapped to ``width`` columns."""
+    print(textwrap.fill(text, width, subsequent_indent="    ", break_long_words=False,
+                        break_on_hyphens=False))
+
+
+def print_table(head, rows, left=1):
+    """A table of strings, columns as wide as their widest cell (nothing
+    cut); the first ``left`` columns left-aligned, the others right."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:{'<' if i < left else '>'}{w}}}" for i, w in enumerate(widths))
+    header = fmt.format(*head)
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(fmt.format(*r).rstrip())
 
 
 def _fmt(values, spec):
     values = np.asarray(values).reshape(-1)
-    if values.size == 1:
+    if values.size == 1 or values.min() == values.max():
         return format(values[0].item(), spec)
     return f"{format(values.min().item(), spec)}..{format(values.max().item(), spec)}"
 
 
 def _print_table(rows, scheme, args):
     granularity = (f"per channel (axis {args.axis})" if args.per_channel else "per tensor")
-    print(f"method {args.method}, {scheme.describe()}, {granularity}")
-    width = min(max(len("tensor"), *(len(r[0]) for r in rows)), 48) + 2
-    header = (f"{'tensor':<{width}}{'shape':<18}{'range':<24}{'scale':<26}{'zero point':<12}"
-              f"{'SQNR dB':>9}{'max |err|':>12}")
-    print(header)
-    print("-" * len(header))
-    for key, shape, lo, hi, scale, zp, sqnr, err in rows:
-        name = key if len(key) <= width - 2 else ".." + key[-(width - 4):]
-        print(f"{name:<{width}}{str(tuple(shape))[:17]:<18}{f'[{lo:.4g}, {hi:.4g}]':<24}"
-              f"{_fmt(scale, '.6g'):<26}{_fmt(zp, 'd'):<12}{sqnr:>9.2f}{err:>12.4g}")
+    say(f"calibrated {len(rows)} tensor(s): method {args.method}, {scheme.describe()}, "
+        f"{granularity}")
+    if args.quiet:
+        return
+    say("clip range: [(qmin - zero point) * scale, (qmax - zero point) * scale], what the "
+        "qparams represent" + (" (per channel: the lowest and the highest end)"
+                               if args.per_channel else ""))
+    print_table(("tensor", "shape", "clip range", "scale", "zero point", "SQNR dB",
+                 "max |err|"),
+                [(key, "x".join(map(str, shape)) or "scalar", f"[{lo:.4g}, {hi:.4g}]",
+                  _fmt(scale, ".6g"), _fmt(zp, "d"), f"{sqnr:.2f}", f"{err:.4g}")
+                 for key, shape, lo, hi, scale, zp, sqnr, err in rows], left=3)
 
 
 # --------------------------------------------------------------- fake quant
@@ -600,7 +677,7 @@ def fake_quant_files(args):
     if not args.output.endswith((".npy", ".npz", ".safetensors")):
         raise CliError(f"{args.output}: unknown output type (expected .npy, .npz or "
                        ".safetensors)")
-    entries = list_tensors(args.file)
+    entries = _list_checked(args.file)
     out, applied, notes = {}, 0, []
     for e in entries:
         key = f"{os.path.basename(args.file)}:{e.name}"
@@ -640,6 +717,30 @@ def fake_quant_files(args):
 
 
 # ------------------------------------------------------------------ parser
+#: optional modules -> the extra of quantcore-fakequant that installs them
+EXTRAS = {"sklearn": "demo", "matplotlib": "cli", "tqdm": "cli", "onnx": "onnx",
+          "onnxruntime": "onnx", "ml_dtypes": "onnx", "torch": "torch", "dask": "dask",
+          "jax": "jax", "tensorflow": "tensorflow", "yaml": "nvidia", "cupy": "gpu"}
+
+
+def install_hint(module):
+    """``pip install 'quantcore-fakequant[EXTRA]'`` for an optional module
+    (the distribution's name: ``quantcore`` on PyPI is another project)."""
+    top = (module or "").split(".")[0]
+    extra = EXTRAS.get(top)
+    return (f"pip install 'quantcore-fakequant[{extra}]'" if extra else
+            f"pip install {top or 'the missing package'}")
+
+
+def missing_extra(exc):
+    """The one-line message of an ImportError: the module and its extra."""
+    name = getattr(exc, "name", None)
+    if not name:   # raised by quantcore with its own message (naming the extra)
+        return one_line(exc)
+    return f"this needs the optional package {name}: {install_hint(name)}"
+
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit status 2)."""
 
@@ -687,6 +788,8 @@ EXAMPLES = """examples:
   quantcore calibrate acts.npz --method percentile --percentile 99.9 --affine
   quantcore calibrate model.npz --tensors 'blocks.*.weight' 'head.*'
   quantcore fake-quant model.safetensors --qparams qparams.json -o model_fq.safetensors
+  quantcore quantize model.safetensors --format int4 --group-size 128 -o q.safetensors
+  quantcore dequantize q.safetensors -o back.safetensors
   quantcore demo
 
 Errors are one line on stderr, exit status 2."""
@@ -710,9 +813,10 @@ def _add_calibrate(sub):
                     "quantization; optionally write the qparams as JSON (for 'quantcore "
                     "fake-quant') and plot which method suits which tensor.  NaN values are "
                     "ignored (and counted); tensors that cannot be calibrated are left out with "
-                    "a note.  The defaults suit weights: 8-bit signed symmetric, as torch's and "
-                    "onnxruntime's weight defaults; use --affine (and --unsigned) for "
-                    "activations.",
+                    "a note.  The defaults suit weights: 8-bit signed symmetric per tensor, as "
+                    "torch's and onnxruntime's weight observers; use --affine (and --unsigned) "
+                    "for activations.  (quantize's int4 / int8 groups default to affine, as ORT "
+                    "MatMulNBits and torchao: small groups are seldom centred on 0.)",
         formatter_class=_formatter(argparse.HelpFormatter))
     cal.set_defaults(run=calibrate)
     cal.add_argument("files", nargs="+", metavar="FILE", help=".npy, .npz or .safetensors")
@@ -755,9 +859,7 @@ def _add_calibrate(sub):
     qopts.add_argument("--rounding", choices=ROUNDING, default="half_even",
                        help="rounding of the fake quantization (default half_even)")
     sel = cal.add_argument_group("tensors")
-    sel.add_argument("--tensors", nargs="+", metavar="PATTERN",
-                     help="only tensors whose name (or FILE:name) matches one of these globs, "
-                          "e.g. 'blocks.*.weight'")
+    add_tensors(sel, "only tensors whose name (or FILE:name) matches one of these globs")
     sel.add_argument("--weights-only", action="store_true",
                      help="only tensors of 2 or more dimensions (matrices, convolution kernels, "
                           "embeddings): leaves out 1-D biases, norm weights and scalars")
@@ -766,12 +868,27 @@ def _add_calibrate(sub):
     out.add_argument("--plot", metavar="PNG",
                      help="plot which method suits which tensor: an SQNR summary of every "
                           "tensor and method, then each tensor's histogram with every method's "
-                          "range (PNG pages, or one PDF; needs matplotlib)")
+                          "range (one .png image of stacked pages, or a .pdf of pages; needs "
+                          "matplotlib)")
     bar = out.add_mutually_exclusive_group()
-    bar.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_quiet(bar)
     bar.add_argument("--progress", action="store_true",
                      help="show the progress bar at once, also when stderr is not a terminal "
                           f"(default: on a terminal, after {PROGRESS_DELAY:g} s)")
+
+
+def add_tensors(parser, text):
+    """``--tensors PATTERN ...``: globs, in ``calibrate`` and ``quantize``."""
+    parser.add_argument("--tensors", nargs="+", metavar="PATTERN",
+                        help=f"{text}, e.g. 'blocks.*.weight' (fnmatch globs: * ? [..]; a "
+                             "glob that matches nothing is an error)")
+
+
+def add_quiet(parser):
+    """``-q``: the same meaning in ``calibrate`` and ``quantize``."""
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no per-tensor table and no progress bar: the summary lines, "
+                             "notes, warnings and errors only")
 
 
 def _add_fake_quant(sub):
@@ -818,12 +935,15 @@ def _add_info(sub):
 
 
 def build_parser():
+    import quantcore
     parser = _Parser(
         prog="quantcore",
         description="Framework-free quantization observers and fake quantization,\n"
                     "bit-exact with PyTorch, MindSpore, OneFlow, NVIDIA, Horizon and "
                     "TensorFlow.",
         epilog=EXAMPLES, formatter_class=_formatter(argparse.RawDescriptionHelpFormatter))
+    parser.add_argument("--version", action="version",
+                        version=f"quantcore-fakequant {quantcore.__version__}")
     sub = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND",
                                 help="quantcore COMMAND --help for its options")
     _add_calibrate(sub)
@@ -850,6 +970,9 @@ def main(argv=None):
         return args.run(args)
     except (CliError, ValueError, TypeError, OSError) as exc:
         print(f"quantcore: error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except ImportError as exc:   # an optional dependency: name the extra that installs it
+        print(f"quantcore: error: {missing_extra(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("quantcore: interrupted", file=sys.stderr)

@@ -1,22 +1,23 @@
 """``quantcore calibrate --plot``: which method suits which tensor.
 
 The first page is the summary: every tensor's SQNR under every method (a
-table coloured by the distance to the tensor's best method, the best one
+table coloured by the distance to the tensor's best method, the best ones
 framed, the run's method marked; more than SUMMARY_ROWS tensors continue on
 further pages) and, beside it, the methods ranked by how many tensors they
-win and by their mean SQNR loss to the best.  The following pages show the
-MAX_DETAILED tensors where the run's method loses most to the best one
-(all of them in a run of fewer): each tensor's histogram over a strip with
-one row per method, its clipping range as a bar and its SQNR in the row
-label, the run's method drawn bold and its range shaded on the histogram,
-so ranges that coincide stay visible and no legend covers the data.
+win and by their mean SQNR loss to the best.  Methods within TIE_DB of the
+best SQNR are all best (ties are no one's: no method is preferred; a tie
+counts as a win for each).  The following pages show the tensors where the
+run's method loses most to the best one (at most MAX_DETAILED, and only
+tensors where it does lose); where it loses nowhere, the page says so and
+shows the tensors where the methods differ most.  Each tensor's histogram
+sits over a strip with one row per method, its clipping range as a bar and
+its SQNR in the row label, the run's method drawn bold and its range
+shaded on the histogram, so ranges that coincide stay visible and no
+legend covers the data.
 
-A ``.pdf`` path gets one document with all pages; any other path (``.png``)
-gets the summary there and the tensor pages as ``NAME_2.png``,
-``NAME_3.png``, ...
+One file per path: a ``.pdf`` path gets one document with a page each, a
+``.png`` path one image with the pages stacked top to bottom.
 """
-import os
-
 import numpy as np
 
 from .cli_files import CliError, write_or_fail
@@ -27,6 +28,8 @@ TENSORS_PER_PAGE = 5
 MAX_DETAILED = 10
 #: the summary's colours run from 0 (best) to this many dB below the best
 LOSS_SCALE = 6.0
+#: SQNRs this close (dB) to the best are tied with it
+TIE_DB = 0.01
 DPI = 80
 COLORS = {"minmax": "#1f77b4", "moving_average": "#9467bd", "percentile": "#2ca02c",
           "entropy": "#d62728", "mse": "#ff7f0e"}
@@ -66,17 +69,22 @@ class TensorPlot:
         return (max(scores) - run, max(scores) - min(scores))
 
     def best(self):
-        """The method of highest SQNR (the first of equals), or None."""
-        scored = [(s, -k, m) for k, m in enumerate(self.methods)
-                  if (s := self.sqnr(m)) is not None and not np.isnan(s)]
-        return max(scored)[2] if scored else None
+        """The methods of highest SQNR, all those within TIE_DB of it (a
+        tuple, in the plot's method order; empty when none applies)."""
+        scored = {m: s for m in self.methods if (s := self.sqnr(m)) is not None
+                  and not np.isnan(s)}
+        if not scored:
+            return ()
+        top = max(scored.values())
+        return tuple(m for m, s in scored.items() if s == top or s >= top - TIE_DB)
 
 
 def check_matplotlib():
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise CliError("--plot needs matplotlib (pip install matplotlib)") from None
+        from .cli import install_hint
+        raise CliError(f"--plot needs matplotlib: {install_hint('matplotlib')}") from None
 
 
 def _pyplot():
@@ -103,7 +111,7 @@ def _loss_to_best(plots, methods):
     return loss
 
 
-def _summary_page(plt, plots, rows, methods, chosen, scheme_text, first):
+def _summary_page(plt, plots, rows, methods, chosen, scheme_text, first, caption):
     n = len(rows)
     height = max(1.6 + 0.24 * n, 2.4 + 0.45 * len(methods))
     fig = plt.figure(figsize=(12, height), dpi=DPI)
@@ -118,9 +126,9 @@ def _summary_page(plt, plots, rows, methods, chosen, scheme_text, first):
         for c, m in enumerate(methods):
             s = p.sqnr(m)
             text = "n/a" if s is None else ("inf" if np.isinf(s) and s > 0 else f"{s:.1f}")
-            weight = "bold" if m == best else "normal"
+            weight = "bold" if m in best else "normal"
             table.text(c, r, text, ha="center", va="center", fontsize=8, fontweight=weight)
-            if m == best:
+            if m in best:
                 table.add_patch(plt.Rectangle((c - 0.48, r - 0.45), 0.96, 0.9, fill=False,
                                               lw=1.6, ec="black"))
     table.set_xticks(range(len(methods)))
@@ -133,23 +141,40 @@ def _summary_page(plt, plots, rows, methods, chosen, scheme_text, first):
     table.set_yticks(range(n))
     table.set_yticklabels([_short(plots[row].key, 44) for row in rows], fontsize=8)
     table.set_xlabel(f"SQNR in dB (colour: 0 to {LOSS_SCALE:g}+ dB below the tensor's best "
-                     "method; framed: best; grey: n/a)", fontsize=8)
+                     f"method; framed: best, ties within {TIE_DB:g} dB all framed; grey: n/a)",
+                     fontsize=8)
     fig.text(0.01, 1 - 0.35 / height,
              f"Which method, for which tensor: {scheme_text}"
              + ("" if first else " (continued)"), fontsize=11, fontweight="bold", va="top")
     if first:
         _ranking(fig, plots, methods, chosen, height)
-        if len(plots) > MAX_DETAILED:
-            fig.text(0.76, 0.9 / height, f"pages 2..: the {MAX_DETAILED} tensors where\n"
-                     f"{chosen} loses most to the best method\n(--tensors selects others)",
-                     fontsize=8, va="bottom")
+        fig.text(0.01, 0.08 / height, f"Ranking: tensors won (a tie counts for each), mean "
+                 f"dB below each tensor's best.  {caption[0].upper()}{caption[1:]} "
+                 "(--tensors selects others).", fontsize=8, va="bottom")
     return fig
+
+
+def _detailed(plots, chosen):
+    """(the tensors the detail pages show, what they are): where the run's
+    method loses most to the best method, at most MAX_DETAILED, only those
+    where it loses; where it loses nowhere, the widest SQNR spreads."""
+    losing = sorted((k for k, p in enumerate(plots) if p.loss()[0] > TIE_DB),
+                    key=lambda k: (-plots[k].loss()[0], k))
+    if losing:
+        shown = losing[:MAX_DETAILED]
+        return ([plots[k] for k in shown],
+                f"next: the {len(shown)} tensor(s) where {chosen} loses most to the best "
+                f"method (it loses on {len(losing)} of {len(plots)})")
+    spread = sorted(range(len(plots)), key=lambda k: (-plots[k].loss()[1], k))[:MAX_DETAILED]
+    return ([plots[k] for k in spread],
+            f"{chosen} is best or tied (within {TIE_DB:g} dB) on every tensor; next: the "
+            f"{len(spread)} tensor(s) where the methods differ most")
 
 
 def _ranking(fig, plots, methods, chosen, height):
     """Methods ranked by the tensors they win, with the mean loss to the best."""
     loss = _loss_to_best(plots, methods)
-    wins = np.array([sum(1 for p in plots if p.best() == m) for m in methods])
+    wins = np.array([sum(1 for p in plots if m in p.best()) for m in methods])
     mean_loss = np.array([np.nanmean(col) if np.isfinite(col).any() else np.nan
                           for col in loss.T])
     order = sorted(range(len(methods)), key=lambda k: (-wins[k], np.nan_to_num(mean_loss[k],
@@ -164,7 +189,7 @@ def _ranking(fig, plots, methods, chosen, height):
         if methods[k] == chosen:
             label.set_fontweight("bold")
     ax.invert_yaxis()
-    ax.set_xlabel("tensors where it is best\n(mean: dB below each tensor's best)", fontsize=8)
+    ax.set_xlabel("tensors won", fontsize=8)
     ax.set_xlim(0, max(1, wins.max()) * 2.4)
     ax.tick_params(labelsize=8)
     for y, k in zip(ys, order):
@@ -196,14 +221,15 @@ def _tensor_panel(fig, box, p, methods, chosen):
     hist.axvspan(lo, hi, color=COLORS.get(chosen, RUN_COLOR), alpha=0.12, lw=0)
     best = p.best()
     title = f"{p.key}  {p.shape}   this run: {chosen}, {sqnr:.1f} dB"
-    if best is not None and best != chosen:
-        title += f"   best: {best}, {p.sqnr(best):.1f} dB"
+    if best and chosen not in best:
+        title += (f"   best: {', '.join(best)}{' (tied)' if len(best) > 1 else ''}, "
+                  f"{p.sqnr(best[0]):.1f} dB")
     hist.set_title(title, fontsize=9, loc="left")
     spans = [p.edges[0], p.edges[-1]]
     labels = []
     for row, m in enumerate(methods):
         value = p.methods.get(m)
-        mark = " (best)" if m == best else ""
+        mark = " (best)" if m in best else ""
         if not isinstance(value, tuple):
             labels.append(f"{m}: n/a")
             strip.text(0.5, row, str(value)[:70], transform=strip.get_yaxis_transform(),
@@ -235,12 +261,11 @@ def _tensor_panel(fig, box, p, methods, chosen):
     strip.set_xlim(lo_all - pad, hi_all + pad)
 
 
-def _tensor_page(plt, plots, methods, chosen, page, pages):
+def _tensor_page(plt, plots, methods, chosen, caption):
     per_page = len(plots)
     height = 0.6 + 3.1 * per_page
     fig = plt.figure(figsize=(12, height), dpi=DPI)
-    fig.text(0.01, 1 - 0.25 / height, f"tensors, page {page} of {pages}", fontsize=9,
-             va="top")
+    fig.text(0.01, 1 - 0.25 / height, caption, fontsize=9, va="top")
     for k, p in enumerate(plots):
         bottom = (height - 0.45 - 3.1 * (k + 1) + 0.55) / height
         _tensor_panel(fig, (0.24, bottom, 0.72, 2.35 / height), p, methods, chosen)
@@ -248,24 +273,24 @@ def _tensor_page(plt, plots, methods, chosen, page, pages):
 
 
 def plot_calibration(plots, path, chosen, scheme_text):
-    """Write the pages for ``plots`` (list of :class:`TensorPlot`); returns
-    the paths written."""
+    """Write the pages for ``plots`` (list of :class:`TensorPlot`) to the
+    one file ``path`` (``.pdf``: a page each; otherwise one image, the
+    pages stacked); returns ``[path]``."""
     plt = _pyplot()
     methods = list(COLORS) + sorted({m for p in plots for m in p.methods} - set(COLORS))
+    detailed, caption = _detailed(plots, chosen)
     pages = []
     for start in range(0, max(len(plots), 1), SUMMARY_ROWS):
         rows = list(range(start, min(start + SUMMARY_ROWS, len(plots))))
         pages.append(lambda rows=rows, first=(start == 0): _summary_page(
-            plt, plots, rows, methods, chosen, scheme_text, first))
-    detailed = plots
-    if len(plots) > MAX_DETAILED:
-        worst = sorted(range(len(plots)), key=lambda k: plots[k].loss(), reverse=True)
-        detailed = [plots[k] for k in worst[:MAX_DETAILED]]
+            plt, plots, rows, methods, chosen, scheme_text, first, caption))
     n_tensor_pages = -(-len(detailed) // TENSORS_PER_PAGE)
     for k in range(n_tensor_pages):
         chunk = detailed[k * TENSORS_PER_PAGE:(k + 1) * TENSORS_PER_PAGE]
-        pages.append(lambda chunk=chunk, k=k: _tensor_page(plt, chunk, methods, chosen, k + 1,
-                                                            n_tensor_pages))
+        text = caption.replace("next: the", "the", 1) + \
+            (f" (part {k + 1} of {n_tensor_pages})" if n_tensor_pages > 1 else "")
+        pages.append(lambda chunk=chunk, text=text: _tensor_page(plt, chunk, methods, chosen,
+                                                                 text))
     if path.lower().endswith(".pdf"):
         from matplotlib.backends.backend_pdf import PdfPages
 
@@ -277,12 +302,15 @@ def plot_calibration(plots, path, chosen, scheme_text):
                     plt.close(fig)
         write_or_fail(path, write_pdf)
         return [path]
-    stem, ext = os.path.splitext(path)
-    written = []
-    for number, make in enumerate(pages, start=1):
-        target = path if number == 1 else f"{stem}_{number}{ext}"
+    images = []
+    for make in pages:   # each page rendered, then stacked into the one image
         fig = make()
-        write_or_fail(target, lambda fig=fig, target=target: fig.savefig(target, dpi=DPI))
+        fig.canvas.draw()
+        images.append(np.asarray(fig.canvas.buffer_rgba())[..., :3].copy())
         plt.close(fig)
-        written.append(target)
-    return written
+    width = max(im.shape[1] for im in images)
+    rule = np.full((3, width, 3), 160, np.uint8)
+    stacked = np.concatenate([part for im in images for part in (
+        np.pad(im, ((0, 0), (0, width - im.shape[1]), (0, 0)), constant_values=255), rule)][:-1])
+    write_or_fail(path, lambda: plt.imsave(path, stacked, format="png"))
+    return [path]

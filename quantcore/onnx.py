@@ -72,7 +72,7 @@ def _onnx():
         import onnxruntime
     except ImportError as exc:  # pragma: no cover - the onnx extra installs both
         raise ImportError("quantcore.onnx needs onnx and onnxruntime "
-                          "(pip install 'quantcore[onnx]')") from exc
+                          "(pip install 'quantcore-fakequant[onnx]')") from exc
     return onnx, onnxruntime
 
 

@@ -777,7 +777,7 @@ HOSTILE_FILES = {  # name -> (file name, bytes, message fragment)
     "st trailing bytes": ("m.safetensors", _st({"a": _t()}, bytes(12)),
                           "the data section holds 12"),
     "st past the end": ("m.safetensors", _st({"a": _t(shape=[4], offsets=[0, 16])}, bytes(4)),
-                        "beyond the 4 data bytes"),
+                        "beyond its 4 data bytes"),
     "st wrong byte count": ("m.safetensors", _st({"a": _t(shape=[2], offsets=[0, 4])}, bytes(4)),
                             "takes 8"),
     # .npy / .npz

@@ -62,7 +62,7 @@ def checkpoint(path, rng=None):
 
 def run_json(capsys, tmp_path, *argv):
     q = tmp_path / "q.json"
-    assert main(["calibrate", *map(str, argv), "-q", "-o", str(q)]) == 0
+    assert main(["calibrate", *map(str, argv), "-o", str(q)]) == 0
     return json.loads(q.read_text()), capsys.readouterr().out
 
 
@@ -87,7 +87,7 @@ def test_calibrate_and_apply_round_trip(files, tmp_path, capsys):
 
 def test_table_numbers(files, capsys):
     """The table's SQNR and max error are those of the fake-quantized tensor."""
-    assert main(["calibrate", str(files["npy"]), "-q", "--bits", "4", "--affine"]) == 0
+    assert main(["calibrate", str(files["npy"]), "--bits", "4", "--affine"]) == 0
     row = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("act")][0]
     lo, hi = qc.minmax(files["a"])
     s, z = qc.qparams.affine_qparams(lo, hi, -8, 7)
@@ -97,8 +97,10 @@ def test_table_numbers(files, capsys):
     fields = row.split()
     assert fields[-2] == f"{sqnr:.2f}" and float(fields[-1]) == pytest.approx(
         np.max(np.abs(x - y)), rel=1e-3)
-    assert f"{s[0]:.6g}" in row and f"[{float(lo):.4g}, {float(hi):.4g}]" in row
-    assert fields[1:3] == ["(32,", "64)"]
+    # the range column is the clipping range of the qparams, not the data's
+    c_lo, c_hi = (-8 - float(z[0])) * float(s[0]), (7 - float(z[0])) * float(s[0])
+    assert f"{s[0]:.6g}" in row and f"[{c_lo:.4g}, {c_hi:.4g}]" in row
+    assert fields[1] == "32x64"
 
 
 def test_per_channel_round_trip_safetensors(files, tmp_path, capsys):
@@ -128,7 +130,7 @@ def test_per_channel_round_trip_safetensors(files, tmp_path, capsys):
     ["--tensors", "weight"],
 ])
 def test_calibrate_methods(files, argv, capsys):
-    assert main(["calibrate", str(files["st"]), "-q"] + argv) == 0
+    assert main(["calibrate", str(files["st"])] + argv) == 0
     assert "weight" in capsys.readouterr().out
 
 
@@ -180,7 +182,7 @@ def test_affine_is_honoured_by_the_histogram_methods(tmp_path, capsys):
     np.savez(tmp_path / "m.npz", skew=skew, relu=relu)
 
     def sqnr(method, *extra):
-        assert main(["calibrate", str(tmp_path / "m.npz"), "-q", "--method", method,
+        assert main(["calibrate", str(tmp_path / "m.npz"), "--method", method,
                      "--tensors", "skew", *extra]) == 0
         row = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("skew")][0]
         return float(row.split()[-2])
@@ -206,19 +208,21 @@ def test_entropy_warns_on_sparse_histograms(tmp_path, capsys):
         return x
     np.savez(tmp_path / "t.npz", small=small(7), lucky=small(6),
              big=np.random.default_rng(6).normal(size=(256, 256)).astype(f32))
-    assert main(["calibrate", str(tmp_path / "t.npz"), "--method", "entropy", "-q"]) == 0
+    assert main(["calibrate", str(tmp_path / "t.npz"), "--method", "entropy"]) == 0
     out = capsys.readouterr().out
-    warning = [ln for ln in out.splitlines() if ln.startswith("warning: entropy")]
+    assert max(map(len, out.splitlines())) <= 100     # wrapped
+    warning = [para for para in out.replace("\n    ", " ").splitlines()
+               if para.startswith("warning: entropy")]
     assert len(warning) == 1 and "on 1 tensor(s)" in warning[0]
     assert "small (48 values: 1.6 dB, minmax 38.3)" in warning[0]
     assert "prefer mse or minmax" in warning[0]
 
 
 def test_moving_average_warns_about_static_weights(files, capsys):
-    assert main(["calibrate", str(files["npz"]), "-q", "--method", "moving_average"]) == 0
+    assert main(["calibrate", str(files["npz"]), "--method", "moving_average"]) == 0
     assert "warning: moving_average averages the ranges of successive batches" in \
         capsys.readouterr().out
-    assert main(["calibrate", str(files["npz"]), "-q"]) == 0
+    assert main(["calibrate", str(files["npz"])]) == 0
     assert "warning" not in capsys.readouterr().out
 
 
@@ -277,7 +281,7 @@ def test_uncalibratable_tensors_are_left_out_with_notes(tmp_path, capsys):
         lo, hi = qc.minmax(exact)
         assert saved[name]["scale"] == qc.qparams.symmetric_qparams(lo, hi, -128,
                                                                      127)[0].tolist()
-    assert main(["calibrate", str(tmp_path / "mixed.safetensors"), "-q", "--tensors",
+    assert main(["calibrate", str(tmp_path / "mixed.safetensors"), "--tensors",
                  "empty", "ids", "inf"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("quantcore: error: nothing calibrated: left out 1 tensor(s), not "
@@ -292,6 +296,7 @@ def test_float8_without_ml_dtypes_is_a_note(tmp_path, capsys, monkeypatch):
               str(tmp_path / "f8.safetensors"))
     monkeypatch.setitem(sys.modules, "ml_dtypes", None)
     saved, out = run_json(capsys, tmp_path, tmp_path / "f8.safetensors")
+    out = " ".join(out.split())   # (notes are wrapped)
     assert list(saved) == ["w"]
     assert "left out 1 tensor(s), F8_E4M3 values need the ml_dtypes package to be read " \
            "(pip install ml_dtypes): fp8" in out
@@ -302,7 +307,7 @@ def test_nan_values_are_ignored_and_counted(tmp_path, capsys):
     x[::50] = np.nan
     np.save(tmp_path / "n.npy", x)
     for method in ("minmax", "moving_average", "entropy"):
-        assert main(["calibrate", str(tmp_path / "n.npy"), "-q", "--method", method]) == 0
+        assert main(["calibrate", str(tmp_path / "n.npy"), "--method", method]) == 0
         out = capsys.readouterr().out
         assert "note: n: 4 NaN value(s) ignored" in out and " nan " not in out
 
@@ -311,8 +316,8 @@ def test_inf_is_handled_by_histogram_methods(tmp_path, capsys):
     x = np.linspace(-1, 1, 200, dtype=f32)
     x[3] = np.inf
     np.save(tmp_path / "i.npy", x)
-    assert main(["calibrate", str(tmp_path / "i.npy"), "-q", "--method", "percentile"]) == 0
-    assert main(["calibrate", str(tmp_path / "i.npy"), "-q"]) == 2
+    assert main(["calibrate", str(tmp_path / "i.npy"), "--method", "percentile"]) == 0
+    assert main(["calibrate", str(tmp_path / "i.npy")]) == 2
     assert "--method percentile, entropy or mse use the finite values" in \
         capsys.readouterr().err
 
@@ -333,7 +338,7 @@ def test_plot_data(files, tmp_path):
     assert (c_lo, c_hi) == pytest.approx(((-128 - z[0]) * s[0], (127 - z[0]) * s[0]))
     assert sqnr == pytest.approx(cli.sqnr_db(x, qc.fake_quant(x, s[0], z[0], -128, 127)))
     assert plot.counts.sum() == x.size
-    assert plot.best() in cli.METHODS
+    assert plot.best() and set(plot.best()) <= set(cli.METHODS)
 
 
 def test_plot_pages_cover_every_tensor(tmp_path, capsys, monkeypatch):
@@ -346,30 +351,44 @@ def test_plot_pages_cover_every_tensor(tmp_path, capsys, monkeypatch):
     np.savez(tmp_path / "many.npz", **{f"t{k:02d}": rng.standard_t(2 + k % 5, size=(40, 30))
                                        .astype(f32) for k in range(8)})
     png = tmp_path / "h.png"
-    assert main(["calibrate", str(tmp_path / "many.npz"), "--plot", str(png), "-q",
+    assert main(["calibrate", str(tmp_path / "many.npz"), "--plot", str(png),
                  "--method", "mse", "--bins", "256"]) == 0
     out = capsys.readouterr().out
-    # 8 tensors: two summary pages (6 rows each), then the 3 worst on 2 pages
-    pages = [png] + [tmp_path / f"h_{k}.png" for k in range(2, 5)]
-    assert f"plot written to {', '.join(map(str, pages))}" in out
-    for page in pages:
-        assert page.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and page.stat().st_size > 10000
-    assert not (tmp_path / "h_5.png").exists()
+    # 8 tensors: two summary pages (6 rows each), then at most 3 tensors on 2 pages,
+    # all stacked in the one file asked for
+    assert f"plot written to {png}\n" in out
+    assert sorted(os.listdir(tmp_path)) == ["h.png", "many.npz"]   # no h_2.png beside it
+    import matplotlib.image
+    image = matplotlib.image.imread(str(png))
+    assert image.shape[1] == 12 * cli_plot.DPI
+    assert image.shape[0] > 2 * (1.6 + 0.24 * 6) * cli_plot.DPI   # more than two pages tall
     pdf = tmp_path / "h.pdf"
-    assert main(["calibrate", str(tmp_path / "many.npz"), "--plot", str(pdf), "-q",
+    assert main(["calibrate", str(tmp_path / "many.npz"), "--plot", str(pdf),
                  "--tensors", "t0[0-2]", "--bins", "256"]) == 0
     assert pdf.read_bytes()[:5] == b"%PDF-" and f"plot written to {pdf}\n" in \
         capsys.readouterr().out
 
 
 def test_plot_detail_pages_pick_the_tensors_where_the_method_loses_most():
-    from quantcore.cli_plot import TensorPlot
+    from quantcore.cli_plot import MAX_DETAILED, TensorPlot, _detailed
     edges = np.linspace(-1, 1, 5)
     plots = [TensorPlot(f"t{k}", (4,), np.ones(4), edges,
                         {"minmax": (-1, 1, 30.0), "mse": (-1, 1, 30.0 + k)}, (-1, 1, 30.0, False))
              for k in range(12)]
-    assert plots[5].loss() == (5.0, 5.0) and plots[5].best() == "mse"
-    assert plots[0].best() == "minmax"   # ties: the first method
+    assert plots[5].loss() == (5.0, 5.0) and plots[5].best() == ("mse",)
+    assert plots[0].best() == ("minmax", "mse")          # a tie: both, no preference
+    shown, caption = _detailed(plots, "minmax")
+    assert [p.key for p in shown] == [f"t{k}" for k in range(11, 11 - MAX_DETAILED, -1)]
+    assert "where minmax loses most" in caption and "loses on 11 of 12" in caption
+    # mse wins or ties everywhere: no page claims it loses
+    mse_run = [TensorPlot(p.key, p.shape, p.counts, p.edges, p.methods,
+                          (-1, 1, p.sqnr("mse"), False)) for p in plots[:4]]
+    shown, caption = _detailed(mse_run, "mse")
+    assert "mse is best or tied" in caption and "loses" not in caption
+    assert [p.key for p in shown] == ["t3", "t2", "t1", "t0"]   # the widest spread first
+    # only the tensors where it loses, however few
+    shown, caption = _detailed(plots[:3], "minmax")
+    assert [p.key for p in shown] == ["t2", "t1"] and "loses on 2 of 3" in caption
 
 
 # --------------------------------------------------------- progress bar
@@ -453,7 +472,7 @@ def test_fake_quant_keeps_metadata_and_writes_widened_tensors_as_float32(tmp_pat
     w = torch.linspace(-1, 1, 64).reshape(8, 8)
     save_file({"w": w.to(torch.bfloat16), "b": torch.ones(3)}, str(tmp_path / "m.safetensors"),
               metadata={"source": "test"})
-    assert main(["calibrate", str(tmp_path / "m.safetensors"), "-q", "-o",
+    assert main(["calibrate", str(tmp_path / "m.safetensors"), "-o",
                  str(tmp_path / "q.json"), "--tensors", "w"]) == 0
     assert main(["fake-quant", str(tmp_path / "m.safetensors"), "--qparams",
                  str(tmp_path / "q.json"), "-o", str(tmp_path / "o.safetensors")]) == 0
@@ -578,7 +597,7 @@ ERRORS = [
     (CAL + ["{badst}"], "not a safetensors file (header length 16 does not fit"),
     (CAL + ["{junkst}"], "not a safetensors file (header is not JSON"),
     (CAL + ["{shortst}"], "not a safetensors file (shorter than its 8-byte header)"),
-    (CAL + ["{entryst}"], "'x': data_offsets [0, 99] span 99 bytes"),
+    (CAL + ["{entryst}"], "'x': data_offsets [0, 99] span 99 bytes"),  # as quantize refuses it
     (CAL + ["{obj}"], "holds Python objects (dtype object), which are never unpickled"),
     (CAL + ["{objz}"], "holds Python objects (dtype object)"),
     (CAL + ["{txt}"], "unknown file type"),
@@ -675,3 +694,243 @@ def test_module_entry_point(files, tmp_path):
         res = _run(*argv)
         assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
         assert "Traceback" not in res.stderr
+
+
+# ------------------------------------------------------------------ quantize
+def _cnn_checkpoint(path):
+    """A conv net + a linear head as torch names them: conv kernels, BatchNorm
+    statistics, an embedding, biases, a linear weight whose input dimension
+    (200) is not a multiple of 128."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from quantcore.checkpoints import SafetensorsWriter
+    rng = np.random.default_rng(3)
+    bf = ml_dtypes.bfloat16
+    t = {"conv1.weight": rng.normal(size=(32, 16, 3, 3)).astype(bf),
+         "bn1.weight": (1 + rng.normal(size=32) * 0.1).astype(f32),
+         "bn1.running_mean": rng.normal(size=32).astype(f32),
+         "bn1.running_var": rng.random(32).astype(f32),
+         "bn1.num_batches_tracked": np.array(7, np.int64),
+         "tok_embeddings.weight": rng.normal(size=(100, 256)).astype(bf),
+         "fc.weight": rng.normal(size=(64, 256)).astype(bf),
+         "fc.bias": rng.normal(size=64).astype(bf),
+         "head.weight": rng.normal(size=(10, 200)).astype(bf)}
+    with SafetensorsWriter(str(path), [(k, v.dtype, v.shape) for k, v in t.items()],
+                           {"origin": "test"}) as w:
+        for k, v in t.items():
+            w.write(k, v)
+    return t
+
+
+def _quantize(capsys, *argv):
+    code = main(["quantize", *map(str, argv)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_quantize_defaults_touch_linear_weights_only(tmp_path, capsys):
+    from quantcore import formats as F
+    from quantcore.checkpoints import SafetensorsReader
+    t = _cnn_checkpoint(tmp_path / "m.safetensors")
+    code, out, err = _quantize(capsys, tmp_path / "m.safetensors", "-o",
+                               tmp_path / "q.safetensors")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert max(map(len, out.splitlines())) <= 100
+    with SafetensorsReader(str(tmp_path / "q.safetensors")) as r:
+        for name in ("conv1.weight", "bn1.weight", "bn1.running_mean", "bn1.running_var",
+                     "bn1.num_batches_tracked", "tok_embeddings.weight", "fc.bias"):
+            want = np.asarray(t[name]).reshape(-1).view(np.uint8)
+            assert np.array_equal(np.asarray(r.raw(name)), want), name   # copied as is
+        assert set(n for n in r if n.endswith(".qweight")) == {"fc.weight.qweight",
+                                                                "head.weight.qweight"}
+        # groups along the input dimension (the last of a Linear weight (out, in))
+        w = t["head.weight"].astype(f32)
+        q, s, z = F.group_quantize(w, 4, 128, recipe="onnx")
+        assert np.array_equal(np.asarray(r["head.weight.qweight"]), F.pack_int4(q))
+        assert np.array_equal(np.asarray(r["head.weight.scales"]), s)
+        assert r.metadata["origin"] == "test" and r.metadata["symmetric"] == "false"
+    for fragment in ("BatchNorm statistics", "bn1.running_mean", "convolution kernels",
+                     "conv1.weight", "embeddings", "tok_embeddings.weight", "fc.bias",
+                     "head.weight (K=200)", "--tensors quantizes them"):
+        assert fragment in text, fragment
+    # the size line: whole file and the quantized tensors alone, bits per weight
+    n_w = 64 * 256 + 10 * 200
+    q_out = (64 * 128 + 64 * 2 * 4 + 64 * 2) + (10 * 100 + 10 * 2 * 4 + 10 * 2)
+    assert f"{8 * q_out / n_w:.2f} bits per weight" in text and f"over {n_w} weights" in text
+    assert "SQNR over the quantized tensors only" in text
+    row = [ln for ln in out.splitlines() if ln.startswith("fc.weight ")][0].split()
+    assert row[1] == "64x256" and row[3] == f"{8 * (64 * 128 + 64 * 2 * 5) / (64 * 256):.2f}"
+
+
+def test_quantize_named_conv_groups_run_along_its_flattened_input(tmp_path, capsys):
+    from quantcore import formats as F
+    from quantcore.checkpoints import SafetensorsReader
+    t = _cnn_checkpoint(tmp_path / "m.safetensors")
+    code, out, err = _quantize(capsys, tmp_path / "m.safetensors", "--tensors", "conv*",
+                               "--group-size", "16", "--format", "int8", "--symmetric",
+                               "--recipe", "awq", "-o", tmp_path / "q.safetensors")
+    assert code == 0, err
+    w = t["conv1.weight"].astype(f32).reshape(32, 16 * 9)
+    q, s, _ = F.group_quantize(w, 8, 16, symmetric=True, recipe="awq")
+    with SafetensorsReader(str(tmp_path / "q.safetensors")) as r:
+        assert np.array_equal(np.asarray(r["conv1.weight.qweight"]), q)
+        assert np.array_equal(np.asarray(r["conv1.weight.scales"]), s)
+        assert "conv1.weight.zero_points" not in r and "fc.weight" in r
+    # groups of 16 int8 values + a float32 scale per group: 10 bits per weight, more
+    # than BF16's 16? no: less; with groups of 2 they would grow, and a warning says so
+    code, out, err = _quantize(capsys, tmp_path / "m.safetensors", "--tensors", "conv*",
+                               "--group-size", "2", "--format", "int8",
+                               "-o", tmp_path / "q2.safetensors")
+    assert code == 0 and "warning: 1 tensor(s) did not get smaller" in " ".join(out.split())
+    # a named tensor whose group does not fit is refused (awq has no short last group)
+    code, out, err = _quantize(capsys, tmp_path / "m.safetensors", "--tensors", "head.*",
+                               "--recipe", "awq", "-o", tmp_path / "q3.safetensors")
+    assert code == 2 and "input dimension 200 is not a multiple of --group-size 128" in err
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--format", "fp8", "--group-size", "64"], "--group-size applies to --format int4 / int8"),
+    (["--format", "mxfp4", "--recipe", "awq"], "--recipe applies to --format int4 / int8"),
+    (["--format", "nvfp4", "--symmetric"], "--symmetric / --affine applies"),
+    (["--recipe", "tinygemm", "--symmetric"], "asymmetric only"),
+    (["--tensors", "nope*"], "--tensors: nothing matches nope*"),
+    (["--tensors", "bn1.num*"], "is not a non-empty float tensor"),
+])
+def test_quantize_refuses_options_that_do_not_apply(tmp_path, capsys, argv, fragment):
+    _cnn_checkpoint(tmp_path / "m.safetensors")
+    code, out, err = _quantize(capsys, tmp_path / "m.safetensors", "-o",
+                               tmp_path / "q.safetensors", *argv)
+    assert code == 2 and fragment in err and err.count("\n") == 1, err
+    assert not (tmp_path / "q.safetensors").exists()
+
+
+@pytest.mark.parametrize("argv", [[], ["--symmetric"], ["--format", "int8", "--recipe",
+                                                         "tinygemm", "--group-size", "16"],
+                                  ["--recipe", "awq", "--symmetric", "--group-size", "8"],
+                                  ["--format", "fp8"], ["--format", "mxfp4"],
+                                  ["--format", "mxfp8"], ["--format", "nvfp4"]])
+def test_quantize_output_loads_back_to_float(tmp_path, capsys, argv):
+    """dequantize / load_dequantized give back every quantized tensor in its
+    shape, equal bit for bit to the library's own dequantization (so the
+    SQNR the quantize run printed is that of the file), the rest as stored."""
+    from quantcore import formats as F
+    from quantcore import mx
+    from quantcore.checkpoints import SafetensorsReader
+    from quantcore.cli_quantize import load_dequantized
+    t = _cnn_checkpoint(tmp_path / "m.safetensors")
+    code, out, err = _quantize(capsys, tmp_path / "m.safetensors", "--tensors", "conv*",
+                               "fc.weight", "-o", tmp_path / "q.safetensors", *argv)
+    assert code == 0, err
+    assert main(["dequantize", str(tmp_path / "q.safetensors"), "-o",
+                 str(tmp_path / "back.safetensors")]) == 0
+    assert "2 dequantized to float32, 7 copied" in capsys.readouterr().out
+    back = load_dequantized(str(tmp_path / "q.safetensors"))
+    assert list(back) == list(t)
+    with SafetensorsReader(str(tmp_path / "back.safetensors")) as r:
+        assert list(r) == list(t) and r.metadata["origin"] == "test"
+        for name in t:
+            assert np.array_equal(np.asarray(r[name]).reshape(-1).view(np.uint8),
+                                  np.asarray(back[name]).reshape(-1).view(np.uint8)), name
+    fmt = argv[argv.index("--format") + 1] if "--format" in argv else "int4"
+    for name in ("conv1.weight", "fc.weight", "fc.bias"):
+        x = t[name].astype(f32)
+        if name == "fc.bias":
+            assert np.array_equal(back[name].view(np.uint8), t[name].view(np.uint8))
+            continue
+        m = x.reshape(x.shape[0], -1)
+        if fmt == "fp8":
+            codes, s = F.fp8_quantize(m, axis=0)
+            want = F.fp8_dequantize(codes, s, axis=0)
+        elif fmt == "nvfp4":
+            want = mx.nvfp4_fake_quant(m)
+        elif fmt.startswith("mx"):
+            want = mx.mx_fake_quant(m, "e2m1" if fmt == "mxfp4" else "e4m3")
+        else:
+            bits = 4 if fmt == "int4" else 8
+            g = int(argv[argv.index("--group-size") + 1]) if "--group-size" in argv else 128
+            recipe = argv[argv.index("--recipe") + 1] if "--recipe" in argv else "onnx"
+            want = F.group_fake_quant(m, bits, g, symmetric="--symmetric" in argv,
+                                      recipe=recipe)
+        got = back[name]
+        assert got.shape == x.shape and got.dtype == f32
+        assert np.array_equal(got.reshape(m.shape).view(np.uint32), want.view(np.uint32)), name
+        row = [ln for ln in out.splitlines() if ln.startswith(name + " ")][0].split()
+        assert float(row[4]) == pytest.approx(cli.sqnr_db(x, got), abs=0.006)
+
+
+def test_quantize_quiet_keeps_the_summary(tmp_path, capsys):
+    _cnn_checkpoint(tmp_path / "m.safetensors")
+    code, out, _ = _quantize(capsys, tmp_path / "m.safetensors", "-q", "-o",
+                             tmp_path / "q.safetensors")
+    assert code == 0 and "SQNR dB" not in out and "bits per weight" in out
+    assert main(["calibrate", str(tmp_path / "m.safetensors"), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "SQNR dB" not in out and out.startswith("calibrated 8 tensor(s)")
+
+
+def test_dequantize_refuses_other_files(tmp_path, capsys):
+    _cnn_checkpoint(tmp_path / "m.safetensors")
+    assert main(["dequantize", str(tmp_path / "m.safetensors"), "-o",
+                 str(tmp_path / "b.safetensors")]) == 2
+    assert "not written by 'quantcore quantize'" in capsys.readouterr().err
+
+
+# ------------------------------------- calibrate and quantize: the same story
+def _truncated(tmp_path):
+    path = tmp_path / "cut.safetensors"
+    save_tensors({"w": np.ones((8, 128), f32), "v": np.ones((4, 128), f32)}, str(path))
+    data = path.read_bytes()
+    path.write_bytes(data[:-100])
+    return path
+
+
+@pytest.mark.parametrize("make, fragment", [
+    (_truncated, "'v' lies outside the file"),
+    (lambda p: (p / "d.safetensors").mkdir() or p / "d.safetensors", "is a directory"),
+    (lambda p: p / "none.safetensors", "no such file"),
+])
+def test_calibrate_quantize_and_fake_quant_refuse_bad_inputs_alike(tmp_path, capsys, make,
+                                                                     fragment):
+    path = make(tmp_path)
+    (tmp_path / "q.json").write_text("{}")
+    for argv in (["calibrate", str(path)],
+                 ["quantize", str(path), "-o", str(tmp_path / "q.safetensors")],
+                 ["fake-quant", str(path), "--qparams", str(tmp_path / "q.json"), "-o",
+                  str(tmp_path / "fq.safetensors")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert fragment in err and err.count("\n") == 1, (argv, err)
+
+
+def test_tensors_globs_in_both_commands(tmp_path, capsys):
+    _cnn_checkpoint(tmp_path / "m.safetensors")
+    assert main(["calibrate", str(tmp_path / "m.safetensors"), "--tensors", "fc.*"]) == 0
+    out = capsys.readouterr().out
+    assert "fc.weight" in out and "fc.bias" in out and "conv1" not in out
+    code, out, _ = _quantize(capsys, tmp_path / "m.safetensors", "--tensors", "fc.*", "-o",
+                             tmp_path / "q.safetensors")
+    assert code == 0 and "fc.weight " in out and "fc.bias " in out and "conv1" not in out
+    for cmd in (["calibrate"], ["quantize", "-o", str(tmp_path / "x.safetensors")]):
+        assert main(cmd + [str(tmp_path / "m.safetensors"), "--tensors", "zz*"]) == 2
+        assert "--tensors: nothing matches zz*" in capsys.readouterr().err
+
+
+def test_version_and_missing_extras(monkeypatch, capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"quantcore-fakequant {qc.__version__}"
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    assert main(["demo", "--plot", ""]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'quantcore-fakequant[demo]'" in err
+
+    def needs_tqdm(args):
+        raise ModuleNotFoundError("No module named 'tqdm'", name="tqdm")
+    monkeypatch.setattr(cli, "calibrate", needs_tqdm)
+    assert main(["calibrate", "x.npy"]) == 2
+    assert capsys.readouterr().err == ("quantcore: error: this needs the optional package tqdm: "
+                                       "pip install 'quantcore-fakequant[cli]'\n")
+    assert cli.missing_extra(ModuleNotFoundError("x", name="matplotlib")).endswith(
+        "pip install 'quantcore-fakequant[cli]'")
+    assert cli.missing_extra(ModuleNotFoundError("x", name="onnxruntime.quantization")) \
+        .endswith("pip install 'quantcore-fakequant[onnx]'")

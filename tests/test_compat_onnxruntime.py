@@ -1,6 +1,8 @@
 """quantcore.compat.onnxruntime against every vector of
 tests/data/onnxruntime_vectors.json (recorded from onnxruntime 1.32.0; the live
-comparisons are in test_compat_onnxruntime_live.py)."""
+comparisons on ONNX models are in test_onnx.py).  The Distribution method's avg
+and std depend on numpy's SIMD sum order, so they are compared with live
+onnxruntime here (ort_vectors.same_distribution), not with the recording."""
 import os
 
 import numpy as np
@@ -9,7 +11,8 @@ import pytest
 pytest.importorskip("ml_dtypes")
 
 from quantcore.compat import onnxruntime as O  # noqa: E402
-from ort_vectors import V, dec, matches_digest, same_bits  # noqa: E402
+from ort_vectors import (V, dec, live_entropy, live_entropy_threshold, matches_digest,  # noqa: E402
+                         same_bits, same_distribution)
 
 F32 = np.float32
 
@@ -290,8 +293,9 @@ def test_histogram_collector(case):
     _state_equal(col.histogram_dict["t"], case["state"]["t"])
     if case.get("entropy_128"):
         lo, hi = O.get_entropy_threshold(col.histogram_dict["t"], 128)
-        exp = case["entropy_128"]["t"]
-        assert same_bits(np.asarray(lo), dec(exp[0])) and same_bits(np.asarray(hi), dec(exp[1]))
+        (exp_lo, exp_hi), _ = live_entropy_threshold(col.histogram_dict["t"], 128)
+        assert same_bits(np.asarray(lo), np.asarray(exp_lo))
+        assert same_bits(np.asarray(hi), np.asarray(exp_hi))
 
 
 def test_histogram_collector_streams_the_same_calls():
@@ -353,13 +357,15 @@ def test_entropy_cases(i):
                 else same_bits(state[idx], dec(exp)))
     assert same_bits(np.asarray(state[2]), dec(case["min"]))
     assert same_bits(np.asarray(state[4]), dec(case["threshold"]))
+    # the KL values and the window they pick come from numpy's float32 log,
+    # whose last bits depend on the SIMD level: live ORT here, not the recording
+    (live_lo, live_hi), live_kl = live_entropy_threshold(state, nq)
     if "kl_divergence" in case:
         kl, _ = O.entropy_kl(state[0], nq)
-        assert same_bits(kl, dec(case["kl_divergence"]))
-        assert int(np.argmin(kl)) == case["argmin"]
+        assert same_bits(kl, live_kl)
     lo, hi, *_ = col.compute_entropy()["t"]
-    assert same_bits(np.asarray(lo), dec(case["result"][0]))
-    assert same_bits(np.asarray(hi), dec(case["result"][1]))
+    assert same_bits(np.asarray(lo), np.asarray(live_lo))
+    assert same_bits(np.asarray(hi), np.asarray(live_hi))
 
 
 def test_smooth_distribution_and_entropy_function():
@@ -367,7 +373,8 @@ def test_smooth_distribution_and_entropy_function():
         out = O.smooth_distribution(dec(case["p"]))
         assert (out is None) if case["out"] is None else same_bits(out, dec(case["out"]))
     ef = V["entropy"]["entropy_function"]
-    assert same_bits(O.entropy(dec(ef["pk"]), dec(ef["qk"])), dec(ef["ort_entropy"]))
+    pk, qk = dec(ef["pk"]), dec(ef["qk"])
+    assert same_bits(O.entropy(pk, qk), np.asarray(live_entropy(pk, qk)))
 
 
 @pytest.mark.parametrize("i", range(len(V["percentile"]["cases"])))
@@ -396,8 +403,7 @@ def test_distribution_cases(i):
             col.compute_distribution()
         return
     td = col.compute_distribution()["t"]
-    for key in ("avg", "std", "lowest", "highest"):
-        assert same_bits(np.asarray(getattr(td, key)), dec(case[key])), key
+    assert not same_distribution(td, case, case.get("scenario", "same"))
 
 
 @pytest.mark.parametrize("case", V["histogram_edge_cases"], ids=lambda c: c["name"])
@@ -405,9 +411,12 @@ def test_histogram_edge_cases(case):
     data = dec(case["data"])
     for key, kw in (("entropy_128_128", dict(num_bins=128)),
                     ("entropy_512_128", dict(num_bins=512))):
-        lo, hi, *_ = _single_call("entropy", [[data]], **kw).compute_entropy()["t"]
-        assert (same_bits(np.asarray(lo), dec(case[key][0]))
-                and same_bits(np.asarray(hi), dec(case[key][1])))
+        col = _single_call("entropy", [[data]], **kw)
+        (exp_lo, exp_hi), _ = live_entropy_threshold(col.histogram_dict["t"],
+                                                     kw.get("num_quantized_bins", 128))
+        lo, hi, *_ = col.compute_entropy()["t"]
+        assert same_bits(np.asarray(lo), np.asarray(exp_lo))
+        assert same_bits(np.asarray(hi), np.asarray(exp_hi))
     for key, sym in (("percentile_sym_2048", True), ("percentile_asym_2048", False)):
         exp = case[key]
         if isinstance(exp, dict):
@@ -418,8 +427,7 @@ def test_histogram_edge_cases(case):
                                   symmetric=sym).compute_percentile()["t"]
         assert same_bits(np.asarray(lo), dec(exp[0])) and same_bits(np.asarray(hi), dec(exp[1]))
     td = _single_call("distribution", [[data]], num_bins=512).compute_distribution()["t"]
-    for key in ("avg", "std", "lowest", "highest"):
-        assert same_bits(np.asarray(getattr(td, key)), dec(case["distribution_512"][key])), key
+    assert not same_distribution(td, case["distribution_512"])
 
 
 def _method(name):
@@ -453,6 +461,10 @@ def test_calibrators_live_vectors(case, passes):
     td = cal.compute_data()
     assert td.calibration_method == method
     for name, exp in case["result"]["data"].items():
+        if method == O.CalibrationMethod.Distribution:
+            assert not same_distribution(td[name], exp,
+                                         case["extra_options"].get("scenario", "same")), name
+            continue
         for key, val in exp.items():
             got = getattr(td[name], key)
             assert (matches_digest(got, val) if "sha256" in val
@@ -563,12 +575,16 @@ def test_tensor_executor_gives_the_sequential_result(method, options, passes):
                                  np.asarray(getattr(results[0][name], key))), (name, key)
 
 
-def test_kernel_threads_limits_this_thread_only():
+def test_kernel_threads_limits_this_thread_only(threads):
+    """Inside ``kernel_threads(1)`` this thread's kernels run on one thread,
+    another thread keeps quantcore's setting (set here, so the check holds
+    whatever OMP_NUM_THREADS or an earlier library left in the OpenMP runtime)."""
     import threading
+    threads(3)
     seen = {}
     with O.kernel_threads(1):
         assert O._threads(1 << 20) == 1
         t = threading.Thread(target=lambda: seen.update(other=O._threads(1 << 20)))
         t.start()
         t.join()
-    assert seen["other"] == O._threads(1 << 20)   # another thread: quantcore's setting
+    assert seen["other"] == 3 == O._threads(1 << 20)

@@ -133,3 +133,7 @@ def test_full_demo_through_the_cli(tmp_path, capsys):
             assert line.endswith("identical"), line
             if method != "minmax":   # ORT keeps every batch's activations
                 assert mib[0] < mib[1], line
+    # the FP8 row is explained: with ORT's ReLU removal undone, FP8 is within 2 points
+    kept = re.search(r"^  same ranges give ([\d.]+)%\.$", out, flags=re.M)
+    assert "(fp8*)" in rows["distribution"] and kept, out
+    assert float(kept[1]) >= float_acc - 2

@@ -125,7 +125,8 @@ _BAD_HEADERS = {
     "gap": (_st_file({"a": _t(offsets=[1, 2])}, b"12"), "unused", 1),
     "trailing data": (_st_file({"a": _t()}, b"12"), "cover 1 bytes, the data section holds 2",
                       1),
-    "past the end": (_st_file({"a": _t(shape=[4], offsets=[0, 4])}, b"1"), "beyond the 1", 1),
+    "past the end": (_st_file({"a": _t(shape=[4], offsets=[0, 4])}, b"1"),
+                     "'a' lies outside the file", 1),
     "wrong size": (_st_file({"a": _t(dtype="F32", shape=[2], offsets=[0, 4])}, b"1234"),
                    "takes 8", 1),
     "unknown dtype": (_st_file({"a": _t(dtype="F128")}, b"1"), "'a': dtype 'F128'", 1),
@@ -299,10 +300,8 @@ def test_quantize_cli_layout_and_sqnr(ckpt, tmp_path, capsys, fmt, extra):
         assert np.array_equal(back["layer.w_bf16.qweight"].view(np.uint8), q.view(np.uint8))
         assert np.array_equal(back["layer.w_bf16.scales"].view(np.uint8), s)
         line = [ln for ln in stdout.splitlines() if ln.startswith("layer.w_bf16 ")][0]
-        assert abs(float(line.split()[3]) - qc.cli.sqnr_db(w, y)) < 0.01
-        w3 = ref["layer.w3d"].astype(np.float32)
-        q3 = qc.nvfp4_quantize(w3)[0] if fmt == "nvfp4" else qc.mx_quantize(w3, elem)[1]
-        assert np.array_equal(back["layer.w3d.qweight"].view(np.uint8), q3.view(np.uint8))
+        assert abs(float(line.split()[4]) - qc.cli.sqnr_db(w, y)) < 0.01
+        _w3d_is_copied(back, ref)
         return
     if fmt == "fp8":
         codes, s = F.fp8_quantize(w, axis=0)
@@ -321,12 +320,15 @@ def test_quantize_cli_layout_and_sqnr(ckpt, tmp_path, capsys, fmt, extra):
     y = F.group_dequantize(q, s, z, g, recipe=recipe, bits=bits)
     want = qc.cli.sqnr_db(w, y)
     line = [ln for ln in stdout.splitlines() if ln.startswith("layer.w_bf16 ")][0]
-    assert abs(float(line.split()[3]) - want) < 0.01
-    # the 3-D tensor: groups along its last axis
-    w3 = ref["layer.w3d"].astype(np.float32)
-    q3, _, _ = F.group_quantize(w3, bits, g, symmetric=sym, recipe=recipe)
-    assert np.array_equal(back["layer.w3d.qweight"].view(np.uint8),
-                          (F.pack_int4(q3) if bits == 4 else q3).view(np.uint8))
+    assert abs(float(line.split()[4]) - want) < 0.01
+    _w3d_is_copied(back, ref)
+
+
+def _w3d_is_copied(back, ref):
+    """A 3-D tensor (a conv kernel's rank) is copied by default
+    (tests/test_cli.py quantizes named ones)."""
+    assert "layer.w3d.qweight" not in back
+    assert np.array_equal(back["layer.w3d"].view(np.uint8), ref["layer.w3d"].view(np.uint8))
 
 
 def test_quantize_cli_errors_are_one_line(ckpt, tmp_path, capsys):
@@ -335,7 +337,7 @@ def test_quantize_cli_errors_are_one_line(ckpt, tmp_path, capsys):
                              "-o", out], capsys)
     assert code == 2 and "not a multiple of --group-size" in err and err.count("\n") == 1
     code, _, err = _run_cli(["quantize", ckpt, "--tensors", "nope", "-o", out], capsys)
-    assert code == 2 and "no tensor 'nope'" in err
+    assert code == 2 and "nothing matches nope" in err
     code, _, err = _run_cli(["quantize", str(tmp_path / "missing.safetensors"), "-o", out],
                             capsys)
     assert code == 2 and "no such file" in err

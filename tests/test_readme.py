@@ -86,3 +86,7 @@ def test_shell_block_runs_alone(index, tmp_path):
         assert "SQNR dB" in res.stdout and res.stderr == ""   # no progress bar in a pipe
         assert (tmp_path / "qparams.json").exists() and (tmp_path / "weights_fq.npz").exists()
         assert (tmp_path / "methods.png").exists()
+        assert not (tmp_path / "methods_2.png").exists()     # one file per path
+    if any(c.startswith("quantcore quantize") for c in commands):
+        assert "bits per weight" in res.stdout and "copied 1 tensor(s)" in res.stdout
+        assert (tmp_path / "q.safetensors").exists() and (tmp_path / "back.safetensors").exists()
