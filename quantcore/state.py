@@ -417,8 +417,9 @@ def load_state(path, expected=None):
                         raise ValueError(f"{key!r}: {len(data)} values for shape "
                                          f"{value['shape']}")
                     try:
-                        flat[key] = np.array(data, dtype=dtype).reshape(value["shape"])
-                    except OverflowError:
+                        with np.errstate(over="raise"):  # (1e300 as float32: not inf)
+                            flat[key] = np.array(data, dtype=dtype).reshape(value["shape"])
+                    except (OverflowError, FloatingPointError):
                         raise ValueError(f"{key!r}: a value does not fit {dtype}") from None
                 else:
                     flat[key] = value

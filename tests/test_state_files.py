@@ -213,6 +213,7 @@ FAKE_QUANTIZE_TAMPERING = [
     (_set_array("observer/min_val", "__ndarray__", [5.0]), "min_val must be <= max_val"),
     (_set_array("scale", "__ndarray__", [True]), "flat list of numbers"),
     (_set_array("zero_point", "__ndarray__", [10 ** 400]), "a value does not fit int64"),
+    (_set_array("scale", "__ndarray__", [1e300]), "'scale': a value does not fit float32"),
 ]
 
 
