@@ -330,6 +330,18 @@ def normalize_axis(axis, ndim, func):
     return axis % ndim
 
 
+def collapse_repeats(arr, keep=None):
+    """A view of ``arr`` with every stride-0 axis (a broadcast repeat) except
+    ``keep`` cut to one element: the same set of values, for reductions that
+    see only the set (min / max).  ``np.broadcast_to(1.5, 2**31)`` is then
+    reduced from one element, not copied to 8 GiB first."""
+    if arr.size <= 1 or 0 not in arr.strides:
+        return arr
+    index = tuple(slice(0, 1) if stride == 0 and i != keep else slice(None)
+                  for i, stride in enumerate(arr.strides))
+    return arr[index]
+
+
 class Layout:
     """A contiguous 1-D view of an array and how channels lie in it.
 
@@ -414,7 +426,7 @@ class Output:
             flat = None
             if _writes_as(out.dtype, work_dtype):
                 flat = layout.flat_of(out.view(work_dtype))
-            if flat is not None and (not xp.may_share_memory(out, src) or _same_memory(out, src)):
+            if flat is not None and can_write_into(out, src):
                 self.result, self.flat = out, flat
                 return
             self._copy_to = out
@@ -445,25 +457,54 @@ def data_pointer(a):
     return a.data.ptr if is_cupy_array(a) else a.__array_interface__["data"][0]
 
 
+def can_write_into(out, src):
+    """True when a kernel may write ``out`` while it reads ``src``: disjoint
+    memory, or the very same elements (each read before it is written)."""
+    return not array_module(out).may_share_memory(out, src) or _same_memory(out, src)
+
+
 def _same_memory(a, b):
     """True when a and b are the same elements in the same order."""
     return (data_pointer(a) == data_pointer(b) and a.shape == b.shape
             and a.strides == b.strides and a.dtype.itemsize == b.dtype.itemsize)
 
 
+INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
+
+
+def _int64(v, name, func):
+    """``v`` unless it overflows the 64-bit integers the kernels take."""
+    if not INT64_MIN <= v <= INT64_MAX:
+        raise ValueError(f"{func}: {name} must fit a 64-bit integer, got an integer of "
+                         f"{v.bit_length()} bits")
+    return v
+
+
 def as_int(value, name, func):
-    """An integral Python int from an int-like or integral float."""
+    """An integral Python int, within int64, from an int-like or integral
+    float (ValueError beyond int64: the kernels take C integers)."""
     if type(value) is int:
-        return value
+        return _int64(value, name, func)
     if isinstance(value, bool):
         raise TypeError(f"{func}: {name} must be an integer, got {value!r}")
     if isinstance(value, numbers.Integral):
-        return int(value)
+        return _int64(int(value), name, func)
     if isinstance(value, numbers.Real) and float(value).is_integer():
-        return int(value)
+        return _int64(int(value), name, func)
     if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iuf":
         return as_int(value.reshape(-1)[0].item(), name, func)
-    raise TypeError(f"{func}: {name} must be an integer, got {value!r}")
+    raise TypeError(f"{func}: {name} must be an integer, got {value!r:.80}")
+
+
+def check_eps(eps, func):
+    """``eps`` as a float, finite and >= 0."""
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (numbers.Real, np.ndarray)) \
+            or np.ndim(eps) != 0:
+        raise TypeError(f"{func}: eps must be a real number, got {eps!r:.80}")
+    e = float(eps)
+    if not (math.isfinite(e) and e >= 0):
+        raise ValueError(f"{func}: eps must be finite and >= 0, got {e}")
+    return e
 
 
 def check_range(quant_min, quant_max, func):

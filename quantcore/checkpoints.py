@@ -2,51 +2,178 @@
 low-precision dtypes of LLM checkpoints: BF16, F16, F32, F64, F8_E4M3,
 F8_E5M2 and the integer types.
 
-No tensor is refused: every tensor of a valid file is readable as its raw
-bytes, and the float types above as numpy arrays -- with the ``ml_dtypes``
-dtypes (``bfloat16``, ``float8_e4m3fn``, ``float8_e5m2``) when that package
-is installed, and always as float32 through :meth:`SafetensorsReader.float32`
-(BF16 by a shift of its bits, FP8 by :func:`quantcore.fp8_decode`: exact).
-Reading maps the file (``numpy.memmap``, read only): a tensor costs memory
-only when converted, one at a time, so converting the largest tensor of a
-file bounds the peak, not the file size.  :class:`SafetensorsWriter` writes
-a file tensor by tensor (header first, from the declared names, dtypes and
+Every tensor of a valid file is readable as its raw bytes, and the float
+types above as numpy arrays -- with the ``ml_dtypes`` dtypes (``bfloat16``,
+``float8_e4m3fn``, ``float8_e5m2``, ...) when that package is installed, and
+always as float32 through :meth:`SafetensorsReader.float32` (BF16 by a shift
+of its bits, FP8 by :func:`quantcore.fp8_decode`: exact).  Reading maps the
+file (``numpy.memmap``, read only): a tensor costs memory only when
+converted, one at a time, so converting the largest tensor of a file bounds
+the peak, not the file size.  :class:`SafetensorsWriter` writes a file
+tensor by tensor (header first, from the declared names, dtypes and
 shapes), so a converted checkpoint is never held in memory whole.
 
 File format (safetensors): 8 bytes little-endian header length N, N bytes
 of JSON ``{name: {"dtype", "shape", "data_offsets": [begin, end]},
 "__metadata__": {str: str}}``, then the data, offsets relative to its start.
-A malformed file raises ValueError naming what is wrong.
+Both the reader and the writer apply the format's own validation (that of
+the reference ``safetensors`` package) and a little more; a file or a
+declaration that breaks a rule raises ValueError naming the tensor and the
+field:
+
+- the header length is at most 100,000,000 bytes and within the file; the
+  header is UTF-8 text holding one JSON object (no NaN / Infinity, nested
+  at most 3 levels, no key twice in one object);
+- each tensor entry holds exactly ``dtype`` (one of the format's dtype
+  names, :data:`DTYPES` and the sub-byte ``F4`` / ``F6_*``), ``shape`` (a
+  list of integers >= 0; ``true`` is not an integer) and ``data_offsets``
+  (two integers);
+- sorted by offset, the tensors are contiguous from 0 and end exactly at the
+  end of the file, and each spans ``prod(shape) * bits / 8`` bytes (a whole
+  number of bytes); ``prod(shape) * itemsize`` fits a numpy array;
+- ``__metadata__`` (optional, may be null) maps strings to strings.
+
+Stricter than the reference package: a key given twice (the reference
+keeps the last), an unknown field in a tensor entry (the reference ignores
+it), and a shape numpy cannot hold are refused.
 """
 import json
 import math
+import operator
 import os
+import re
 import struct
 from collections.abc import Mapping
 
 import numpy as np
 
 __all__ = ["SafetensorsReader", "SafetensorsWriter", "load_safetensors", "DTYPES",
-           "dtype_name"]
+           "dtype_name", "read_header"]
 
-#: safetensors dtype -> (item size, numpy dtype name or None for ml_dtypes-only)
+#: safetensors dtype -> (item size, numpy dtype name: ml_dtypes' for the
+#: formats numpy lacks)
 DTYPES = {
     "F64": (8, "float64"), "F32": (4, "float32"), "F16": (2, "float16"),
     "BF16": (2, "bfloat16"), "F8_E4M3": (1, "float8_e4m3fn"), "F8_E5M2": (1, "float8_e5m2"),
+    "F8_E8M0": (1, "float8_e8m0fnu"), "F8_E4M3FNUZ": (1, "float8_e4m3fnuz"),
+    "F8_E5M2FNUZ": (1, "float8_e5m2fnuz"), "C64": (8, "complex64"),
     "I64": (8, "int64"), "U64": (8, "uint64"), "I32": (4, "int32"), "U32": (4, "uint32"),
     "I16": (2, "int16"), "U16": (2, "uint16"), "I8": (1, "int8"), "U8": (1, "uint8"),
     "BOOL": (1, "bool"),
 }
+#: the sub-byte dtypes: bits per value (read as raw bytes only)
+SUBBYTE = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
 _NAME_TO_ST = {v[1]: k for k, v in DTYPES.items()}
+_FLOAT32_READ = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
 _FP8 = {"F8_E4M3": "e4m3fn", "F8_E5M2": "e5m2"}
-#: a header larger than this is not believed (safetensors' own limit is 100 MB)
-_MAX_HEADER = 100 * 1024 * 1024
+#: a header larger than this is not believed (the reference's own limit)
+_MAX_HEADER = 100_000_000
+#: a header nests no deeper than {name: {"shape": [...]}}
+_MAX_DEPTH = 3
+_ENTRY_FIELDS = ("dtype", "shape", "data_offsets")
+_INTP_MAX = 2 ** 63 - 1
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+
+
+def _bits(dt):
+    return SUBBYTE[dt] if dt in SUBBYTE else 8 * DTYPES[dt][0]
+
+
+def _index(v):
+    """``v`` as a Python int when it is an integer (never a bool), else None."""
+    if isinstance(v, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
+
+
+def _check_text(what, s):
+    """A name or metadata string: text that UTF-8 can encode (no lone
+    surrogates from ``\\ud800`` escapes)."""
+    if not isinstance(s, str):
+        raise ValueError(f"{what} must be a string, got {type(s).__name__}")
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} {s[:40]!r} is not valid Unicode (a lone surrogate)") from None
+
+
+def check_shape(where, shape, dt):
+    """A shape as a tuple of ints >= 0 whose array numpy can hold
+    (ValueError naming ``where``)."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise ValueError(f"{where}: shape must be a list of integers, got {shape!r:.60}")
+    dims = []
+    for d in shape:
+        i = _index(d)
+        if i is None:
+            raise ValueError(f"{where}: shape {list(shape)!r:.80} holds {d!r:.40}, not an "
+                             "integer")
+        if i < 0:
+            raise ValueError(f"{where}: shape {list(shape)!r:.80} has a negative dimension")
+        dims.append(i)
+    nonzero = math.prod(d for d in dims if d) * max(1, DTYPES[dt][0] if dt in DTYPES else 1)
+    if len(dims) > 64 or nonzero > _INTP_MAX:
+        raise ValueError(f"{where}: shape {dims!r:.80} is too large for an array "
+                         f"({len(dims)} dimensions; at most 64 and 2**63 - 1 bytes)")
+    return tuple(dims)
+
+
+def _tensor_bytes(where, dt, shape):
+    bits = math.prod(shape) * _bits(dt)
+    if bits % 8:
+        raise ValueError(f"{where}: {dt}{list(shape)} is {bits} bits, not a whole number of "
+                         "bytes")
+    return bits // 8
+
+
+def _unique_object(pairs):
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"key {key[:60]!r} appears twice in one object")
+        seen[key] = value
+    return seen
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _depth(raw):
+    """How deeply the JSON text nests (strings skipped)."""
+    a = np.frombuffer(_JSON_STRING.sub(b'""', raw), np.uint8)
+    step = np.isin(a, (0x7B, 0x5B)).astype(np.int64) - np.isin(a, (0x7D, 0x5D))
+    return int(np.cumsum(step).max(initial=0))
 
 
 def read_header(path):
-    """The header of a safetensors file: (header dict, its ``__metadata__``
-    included; offset of the data; data length in bytes).  ValueError naming
-    what is wrong when the file is not a well-formed safetensors file."""
+    """The validated header of a safetensors file.
+
+    Returns
+    -------
+    entries : dict
+        ``{name: (dtype string, shape tuple, begin, end)}`` in file order;
+        ``begin`` / ``end`` relative to the data section.
+    metadata : dict
+        ``__metadata__`` ({} when absent).
+    data_start, data_size : int
+        Offset of the data section in the file and its length in bytes.
+
+    Raises
+    ------
+    ValueError
+        Naming the tensor and the field, for any rule of the module
+        docstring that the file breaks.
+    IsADirectoryError, FileNotFoundError, PermissionError
+        As ``open`` would.
+    """
+    if os.path.isdir(path):
+        raise IsADirectoryError(21, "is a directory, expected a safetensors file", path)
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block open()
+        raise ValueError(f"{path}: not a regular file (a device, FIFO or socket)")
     size = os.path.getsize(path)
     with open(path, "rb") as fh:
         head = fh.read(8)
@@ -55,17 +182,76 @@ def read_header(path):
         (length,) = struct.unpack("<Q", head)
         if length > min(size - 8, _MAX_HEADER):
             raise ValueError(f"{path}: not a safetensors file (header length {length} does "
-                             f"not fit the {size}-byte file)")
+                             f"not fit the {size}-byte file, or exceeds {_MAX_HEADER})")
         raw = fh.read(length)
+
+    def bad(why):
+        return ValueError(f"{path}: not a safetensors file ({why})")
+    depth = _depth(raw)
+    if depth > _MAX_DEPTH:
+        raise bad(f"header nests {depth} levels deep, at most {_MAX_DEPTH}")
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_object,
+                            parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         why = " ".join(str(exc).split())  # (one line)
-        raise ValueError(f"{path}: not a safetensors file (header is not JSON: "
-                         f"{why[:80]})") from None
+        raise bad(f"header is not JSON: {why[:80]}") from None
     if not isinstance(header, dict):
-        raise ValueError(f"{path}: not a safetensors file (header is not a JSON object)")
-    return header, 8 + length, size - 8 - length
+        raise bad("header is not a JSON object")
+    metadata = header.pop("__metadata__", None)
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        raise bad(f"__metadata__ must map strings to strings, got {type(metadata).__name__}")
+    for key, value in metadata.items():
+        _check_text(f"{path}: __metadata__ key", key)
+        _check_text(f"{path}: __metadata__[{key[:40]!r}]", value)
+    data_size = size - 8 - length
+    entries = {}
+    for name, e in header.items():
+        _check_text(f"{path}: tensor name", name)
+        where = f"{path}: tensor {name[:80]!r}"
+        if not isinstance(e, dict):
+            raise ValueError(f"{where}: entry must be an object, got {type(e).__name__}")
+        if set(e) != set(_ENTRY_FIELDS):
+            missing = sorted(set(_ENTRY_FIELDS) - set(e))
+            extra = sorted(set(e) - set(_ENTRY_FIELDS))
+            raise ValueError(f"{where}: entry must hold exactly {list(_ENTRY_FIELDS)}"
+                             + (f"; missing {missing}" if missing else "")
+                             + (f"; unknown {[k[:40] for k in extra]}" if extra else ""))
+        dt = e["dtype"]
+        if not isinstance(dt, str) or (dt not in DTYPES and dt not in SUBBYTE):
+            raise ValueError(f"{where}: dtype {dt!r:.60} is not a safetensors dtype "
+                             f"({', '.join(list(DTYPES) + list(SUBBYTE))})")
+        shape = check_shape(f"{where}", e["shape"], dt)
+        offsets = e["data_offsets"]
+        if not isinstance(offsets, list) or len(offsets) != 2 or \
+                any(_index(o) is None or o < 0 for o in offsets):
+            raise ValueError(f"{where}: data_offsets must be two integers >= 0, got "
+                             f"{offsets!r:.80}")
+        begin, end = offsets
+        if end < begin:
+            raise ValueError(f"{where}: data_offsets [{begin}, {end}] end before they begin")
+        nbytes = _tensor_bytes(where, dt, shape)
+        if end - begin != nbytes:
+            raise ValueError(f"{where}: data_offsets [{begin}, {end}] span {end - begin} "
+                             f"bytes, {dt}{list(shape)} takes {nbytes}")
+        entries[name] = (dt, shape, begin, end)
+    pos = 0
+    for name, (_, _, begin, end) in sorted(entries.items(), key=lambda kv: kv[1][2:]):
+        if begin != pos:
+            what = "overlaps the tensor before it" if begin < pos else \
+                f"leaves bytes {pos}..{begin} unused"
+            raise ValueError(f"{path}: tensor {name[:80]!r}: data_offsets [{begin}, {end}] "
+                             f"{what} (the tensors must tile the data section from 0)")
+        if end > data_size:
+            raise ValueError(f"{path}: tensor {name[:80]!r} lies outside the file: data_offsets "
+                             f"[{begin}, {end}] end beyond its {data_size} data bytes")
+        pos = end
+    if pos != data_size:
+        raise ValueError(f"{path}: not a safetensors file (the tensors cover {pos} bytes, "
+                         f"the data section holds {data_size})")
+    return entries, metadata, 8 + length, data_size
 
 
 def _ml_dtype(name):
@@ -99,23 +285,8 @@ class SafetensorsReader(Mapping):
 
     def __init__(self, path):
         self.path = os.fspath(path)
-        header, self._data_start, data_size = read_header(self.path)
+        self._entries, self.metadata, self._data_start, data_size = read_header(self.path)
         size = self._data_start + data_size
-        self.metadata = dict(header.pop("__metadata__", None) or {})
-        self._entries = {}
-        for name, e in header.items():
-            try:
-                dt, shape, (begin, end) = e["dtype"], [int(d) for d in e["shape"]], \
-                    e["data_offsets"]
-            except (TypeError, KeyError, ValueError):
-                raise ValueError(f"{self.path}: tensor {name!r} has a malformed entry") from None
-            if not (0 <= begin <= end <= data_size) or any(d < 0 for d in shape):
-                raise ValueError(f"{self.path}: tensor {name!r} lies outside the file "
-                                 f"(offsets {begin}..{end}, {data_size} data bytes)")
-            if dt in DTYPES and DTYPES[dt][0] * math.prod(shape) != end - begin:
-                raise ValueError(f"{self.path}: tensor {name!r} ({dt}{shape}) has "
-                                 f"{end - begin} bytes")
-            self._entries[name] = (dt, tuple(shape), int(begin), int(end))
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r") if size else \
             np.zeros(0, np.uint8)
 
@@ -124,7 +295,7 @@ class SafetensorsReader(Mapping):
         dt, shape, begin, end = self._entry(name)
         raw = self._map[self._data_start + begin:self._data_start + end]
         dtype = _ml_dtype(DTYPES[dt][1]) if dt in DTYPES else None
-        if dtype is None:  # an unknown dtype, or BF16 / FP8 without ml_dtypes
+        if dtype is None:  # a sub-byte dtype, or BF16 / FP8 without ml_dtypes
             return raw
         return raw.view(dtype).reshape(shape)
 
@@ -155,30 +326,53 @@ class SafetensorsReader(Mapping):
         return self._map[self._data_start + begin:self._data_start + end]
 
     def is_float(self, name):
-        return self._entry(name)[0] in ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
+        """Whether :meth:`float32` reads the tensor (F64, F32, F16, BF16,
+        F8_E4M3, F8_E5M2)."""
+        return self._entry(name)[0] in _FLOAT32_READ
 
-    def float32(self, name, rows=None):
+    def float32(self, name, rows=None, cols=None, *, width=None):
         """The tensor as a new float32 array, exactly (F16 / BF16 / FP8
         values are all float32 values; F64 is rounded to nearest).  With
-        ``rows`` (a slice): those rows of the tensor seen as 2-D
-        ``[-1, shape[-1]]``, shape ``(rows, shape[-1])``."""
+        ``rows`` / ``cols`` (slices, any step, as numpy slices): that block
+        of the tensor seen as 2-D ``[-1, width]`` (``width`` dividing its
+        size; default ``shape[-1]``), shape ``(rows, cols)`` (a long row is
+        read a piece at a time)."""
         dt, shape, begin, end = self._entry(name)
         if not self.is_float(name):
-            raise ValueError(f"{self.path}: tensor {name!r} is {dt}, not a float tensor")
+            raise ValueError(f"{self.path}: tensor {name!r} is {dt}, not a float tensor read "
+                             f"as float32 ({', '.join(_FLOAT32_READ)})")
         raw = self.raw(name)
         item = DTYPES[dt][0]
-        if rows is not None:
-            k = shape[-1] if shape else 1
-            start, stop, _ = rows.indices(math.prod(shape[:-1]) if shape else 1)
-            raw = raw[start * k * item:stop * k * item]
-            shape = (max(stop - start, 0), k)
-        if dt == "BF16":
-            out = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        if rows is not None or cols is not None:
+            for what, s in (("rows", rows), ("cols", cols)):
+                if s is not None and not isinstance(s, slice):
+                    raise TypeError(f"{what} must be a slice, got {type(s).__name__}")
+            if width is None:
+                nrows, k = (math.prod(shape[:-1]), shape[-1]) if shape else (1, 1)
+            else:
+                n, k = math.prod(shape), width
+                if type(k) is not int or k < 1 or n % k:
+                    raise ValueError(f"{self.path}: width {k!r} does not divide the {n} values "
+                                     f"of tensor {name!r}")
+                nrows = n // k
+            table = raw.reshape(nrows, k, item)
+            table = table[slice(None) if rows is None else rows]
+            if cols is not None:
+                table = table[:, cols]
+            shape = table.shape[:2]
+            raw = table.reshape(-1) if table.flags.c_contiguous else \
+                np.ascontiguousarray(table).reshape(-1)
+        if dt == "BF16":  # the upper half of a float32, in place (no temporary)
+            out = np.empty(raw.size // 2, np.uint32)
+            out[...] = raw.view(np.uint16)
+            out <<= 16
+            out = out.view(np.float32)
         elif dt in _FP8:
             from .formats import fp8_decode
             out = fp8_decode(np.ascontiguousarray(raw), _FP8[dt])
         else:
-            out = raw.view(np.dtype(DTYPES[dt][1])).astype(np.float32)
+            with np.errstate(over="ignore"):  # (F64 beyond float32: +-inf, as documented)
+                out = raw.view(np.dtype(DTYPES[dt][1])).astype(np.float32)
         return out.reshape(shape)
 
     def close(self):
@@ -205,35 +399,67 @@ class SafetensorsWriter:
     the header; then ``write(name, array)`` (or ``write_bytes``) for each
     tensor in the declared order; ``close()`` checks that every tensor was
     written.  ``dtype`` is a safetensors string ("BF16", "U8", ...) or a
-    numpy dtype.  The file is written to ``path + ".partial"`` and renamed
-    on success, so a failed run leaves no truncated file behind.
+    numpy dtype; ``shape`` integers >= 0; ``metadata`` maps strings to
+    strings (numbers are written as their ``str``).  A declaration the
+    reader would refuse (a name twice, a negative or non-integer dimension,
+    a sub-byte tensor of a fractional byte count, a header over the
+    format's limit) raises ValueError naming the tensor.  The file is
+    written to ``path + ".partial"`` and renamed on success, so a failed run
+    leaves no truncated file behind.
     """
 
     def __init__(self, path, entries, metadata=None):
         self.path = os.fspath(path)
+        if os.path.isdir(self.path):
+            raise IsADirectoryError(21, "is a directory, expected a safetensors file path",
+                                    self.path)
         self._order = []
         header = {}
         offset = 0
         for name, dtype, shape in entries:
-            st = dtype if isinstance(dtype, str) and dtype in DTYPES else dtype_name(dtype)
-            nbytes = DTYPES[st][0] * math.prod(shape)
-            header[name] = {"dtype": st, "shape": [int(d) for d in shape],
+            _check_text(f"{self.path}: tensor name", name)
+            where = f"{self.path}: tensor {name[:80]!r}"
+            if name in header or name == "__metadata__":
+                raise ValueError(f"{where}: declared twice (or named __metadata__)")
+            st = dtype if isinstance(dtype, str) and (dtype in DTYPES or dtype in SUBBYTE) \
+                else dtype_name(dtype)
+            shape = check_shape(where, shape, st)
+            nbytes = _tensor_bytes(where, st, shape)
+            header[name] = {"dtype": st, "shape": list(shape),
                             "data_offsets": [offset, offset + nbytes]}
             self._order.append((name, nbytes))
             offset += nbytes
         if metadata:
-            header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+            if not isinstance(metadata, Mapping):
+                raise TypeError(f"metadata must map strings to strings, got "
+                                f"{type(metadata).__name__}")
+            meta = {}
+            for key, value in metadata.items():  # numbers are written as their str()
+                key, value = (str(v) if isinstance(v, (int, float, np.number)) else v
+                              for v in (key, value))
+                _check_text(f"{self.path}: metadata key", key)
+                _check_text(f"{self.path}: metadata[{key[:40]!r}]", value)
+                meta[key] = value
+            header["__metadata__"] = meta
         blob = json.dumps(header, separators=(",", ":")).encode()
         blob += b" " * (-len(blob) % 8)  # data aligned to 8 bytes
+        if len(blob) > _MAX_HEADER:
+            raise ValueError(f"{self.path}: the header would be {len(blob)} bytes, more than "
+                             f"the format's {_MAX_HEADER}")
         self._tmp = self.path + ".partial"
         self._fh = open(self._tmp, "wb")
         self._fh.write(struct.pack("<Q", len(blob)) + blob)
         self._next = 0
 
     def write(self, name, array):
-        """Write the next tensor (C order; its bytes must match the
-        declaration)."""
-        self.write_bytes(name, np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+        """Write the next tensor (C order, little-endian whatever the byte
+        order of ``array``; its bytes must match the declaration)."""
+        arr = np.asarray(array)
+        if arr.dtype.kind == "O":
+            raise TypeError(f"{self.path}: tensor {name!r} holds Python objects")
+        if arr.dtype.byteorder != "|" and arr.dtype.newbyteorder("<") != arr.dtype:
+            arr = arr.astype(arr.dtype.newbyteorder("<"))  # big-endian: the values, swapped
+        self.write_bytes(name, np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
 
     def write_bytes(self, name, data):
         if self._next >= len(self._order):

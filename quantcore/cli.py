@@ -682,14 +682,14 @@ def fake_quant_files(args):
     for e in entries:
         key = f"{os.path.basename(args.file)}:{e.name}"
         qp = saved[e.name] if e.name in saved else saved.get(key)
-        if qp is not None and not e.is_float:
-            raise CliError(f"{e.name}: has qparams but dtype {e.dtype}; only floating-point "
-                           "tensors are fake-quantized")
         if e.problem:
             if qp is not None:
                 raise CliError(f"{e.name}: {e.problem}")
             notes.append(f"{e.name} left out of the output: {e.problem}")
             continue
+        if qp is not None and not e.is_float:
+            raise CliError(f"{e.name}: has qparams but dtype {e.dtype}; only floating-point "
+                           "tensors are fake-quantized")
         if qp is None and args.strict and e.is_float:
             raise CliError(f"{args.qparams}: no qparams for tensor {e.name!r}")
         arr = e.load()

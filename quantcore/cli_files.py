@@ -7,17 +7,14 @@ name says, a corrupt header) raise :class:`CliError`; a tensor that cannot
 be read as numbers (Python objects, an unknown dtype, bytes missing) is
 listed with a ``problem`` and left out by the caller, with a note.
 
-Nothing is ever unpickled.  safetensors files are read and written here
-(the format is an 8-byte little-endian header length, a JSON header of
-``{name: {"dtype", "shape", "data_offsets"}}`` and the raw little-endian
-bytes), so neither reading nor writing needs the safetensors package;
-bfloat16 is widened to float32 exactly, float8 (E4M3, E5M2) too when
-``ml_dtypes`` is installed.
+Nothing is ever unpickled.  safetensors files are read and written through
+:mod:`quantcore.checkpoints` (which validates a header as the format's
+reference does), so neither needs the safetensors package; bfloat16 is
+widened to float32 exactly, float8 (E4M3, E5M2) too when ``ml_dtypes`` is
+installed.
 """
-import json
 import math
 import os
-import struct
 import zipfile
 
 import numpy as np
@@ -99,13 +96,11 @@ def _dtype_problem(dtype):
 # ------------------------------------------------------------------- .npy
 def _npy_header(fh, where):
     """(shape, fortran_order, dtype) of the .npy stream at its start."""
+    from .state import npy_header
     try:
-        version = np.lib.format.read_magic(fh)
-        if version == (1, 0):
-            return np.lib.format.read_array_header_1_0(fh)
-        return np.lib.format.read_array_header_2_0(fh)
-    except (ValueError, EOFError, SyntaxError, TypeError) as exc:
-        raise CliError(f"{where}: not a .npy array ({one_line(exc)})") from None
+        return npy_header(fh)
+    except ValueError as exc:
+        raise CliError(f"{where}: {one_line(exc)}") from None
 
 
 def _list_npy(path, base):
@@ -135,11 +130,16 @@ def _list_npz(path):
         raise CliError(f"{path}: cannot read: {one_line(exc)}") from None
     entries = []
     with archive:
-        for member in archive.namelist():
+        names = archive.namelist()
+        twice = sorted({m for m in names if names.count(m) > 1})
+        if twice:
+            raise CliError(f"{path}: not a valid .npz file (members {twice[:3]} appear twice)")
+        for member in names:
             name = member[:-4] if member.endswith(".npy") else member
             try:
                 with archive.open(member) as fh:
                     shape, _, dtype = _npy_header(fh, f"{path}:{name}")
+                    have = archive.getinfo(member).file_size - fh.tell()
             except CliError as exc:
                 entries.append(TensorEntry(name, (), "unknown", False, None, str(exc)))
                 continue
@@ -151,48 +151,37 @@ def _list_npz(path):
             def read(member=member):
                 with np.load(path, allow_pickle=False) as npz:
                     return npz[member[:-4] if member.endswith(".npy") else member]
-            entries.append(TensorEntry(name, shape, dtype, dtype.kind == "f", read,
-                                       _dtype_problem(dtype)))
+            problem = _dtype_problem(dtype)
+            if problem is None and have < math.prod(shape) * dtype.itemsize:
+                problem = (f"cannot read: the member holds {have} bytes of data, shape {shape} "
+                           f"needs {math.prod(shape) * dtype.itemsize}")
+            entries.append(TensorEntry(name, shape, dtype, dtype.kind == "f", read, problem))
     return entries
 
 
 # ----------------------------------------------------------- .safetensors
 def _safetensors_header(path):
-    """(header dict, offset of the data, data length); CliError when the
-    file is not a well-formed safetensors file."""
+    """(entries, metadata, offset of the data, data length), validated by
+    :func:`quantcore.checkpoints.read_header`; CliError when the file is not
+    a well-formed safetensors file."""
     from .checkpoints import read_header
     try:
         return read_header(path)
     except ValueError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(one_line(exc)) from None
 
 
-def _safetensors_entry(path, name, info, data_start, data_len):
-    def problem(why):
-        return TensorEntry(name, (), "unknown", False, None, f"bad safetensors entry: {why}")
-    if not isinstance(info, dict):
-        return problem("not an object")
-    code, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool)
-                                            and d >= 0 for d in shape)):
-        return problem(f"shape {shape!r}")
-    if not (isinstance(offsets, list) and len(offsets) == 2
-            and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
-            and 0 <= offsets[0] <= offsets[1] <= data_len):
-        return problem(f"data_offsets {offsets!r} (data holds {data_len} bytes)")
+def _safetensors_entry(path, name, entry, data_start):
+    code, shape, begin, _ = entry
     if code in _SAFETENSORS_DTYPES:
         dtype, widen = np.dtype(_SAFETENSORS_DTYPES[code]), None
-        itemsize = dtype.itemsize
     elif code in _WIDENED:
-        itemsize, widen = _WIDENED[code]
-        dtype = None
+        widen, dtype = _WIDENED[code][1], None
     else:
         return TensorEntry(name, shape, code, False, None,
                            f"dtype {code!r} is not read (not a real number type numpy holds)")
     count = math.prod(shape)
-    if offsets[1] - offsets[0] != count * itemsize:
-        return problem(f"{offsets[1] - offsets[0]} bytes for shape {tuple(shape)} of {code}")
-    start = data_start + offsets[0]
+    start = data_start + begin
 
     def raw(dt):
         with open(path, "rb") as fh:
@@ -220,15 +209,14 @@ def _safetensors_entry(path, name, info, data_start, data_len):
 
 
 def _list_safetensors(path):
-    header, data_start, data_len = _safetensors_header(path)
-    return [_safetensors_entry(path, name, info, data_start, data_len)
-            for name, info in header.items() if name != "__metadata__"]
+    entries, _, data_start, _ = _safetensors_header(path)
+    return [_safetensors_entry(path, name, entry, data_start)
+            for name, entry in entries.items()]
 
 
 def safetensors_metadata(path):
     """The ``__metadata__`` of a safetensors file ({} when absent)."""
-    meta = _safetensors_header(path)[0].get("__metadata__")
-    return {str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {}
+    return dict(_safetensors_header(path)[1])
 
 
 # ------------------------------------------------------------------ public
@@ -238,6 +226,8 @@ def list_tensors(path):
         raise CliError(f"{path}: no such file")
     if os.path.isdir(path):
         raise CliError(f"{path}: is a directory, expected a .npy, .npz or .safetensors file")
+    if not os.path.isfile(path):  # (a FIFO would block open())
+        raise CliError(f"{path}: not a regular file (a device, FIFO or socket)")
     base = os.path.splitext(os.path.basename(path))[0]
     try:
         if path.endswith(".npy"):
@@ -252,26 +242,19 @@ def list_tensors(path):
 
 
 def _save_safetensors(tensors, path, metadata):
-    header, offset, arrays = {}, 0, []
-    if metadata:
-        header["__metadata__"] = metadata
-    for name, arr in tensors.items():
-        arr = np.asarray(arr)        # (ascontiguousarray would make a 0-d array 1-D)
-        arr = arr.astype(arr.dtype.newbyteorder("<"), order="C", copy=False)
-        code = _SAFETENSORS_CODES.get(arr.dtype.newbyteorder("<"))
-        if code is None:
+    from .checkpoints import SafetensorsWriter
+    arrays = {name: np.asarray(arr) for name, arr in tensors.items()}
+    for name, arr in arrays.items():
+        if arr.dtype.newbyteorder("<") not in _SAFETENSORS_CODES:
             raise CliError(f"{name}: dtype {arr.dtype} cannot be written to a safetensors file")
-        header[name] = {"dtype": code, "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + arr.nbytes]}
-        offset += arr.nbytes
-        arrays.append(arr)
-    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)          # the data starts 8-byte aligned
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(raw)))
-        fh.write(raw)
-        for arr in arrays:
-            fh.write(arr.tobytes())
+    try:
+        writer = SafetensorsWriter(path, [(n, a.dtype, a.shape) for n, a in arrays.items()],
+                                   metadata)
+    except (ValueError, TypeError) as exc:
+        raise CliError(one_line(exc)) from None
+    with writer:
+        for name, arr in arrays.items():
+            writer.write(name, arr)
 
 
 def save_tensors(tensors, path, metadata=None):

@@ -334,9 +334,10 @@ def _plan(reader, name, args):
     return out
 
 
-def _quantize_chunk(x, args, global_scale=None):
+def _quantize_chunk(x, args, global_scale=None, amax=None):
     """(outputs in _plan order, the dequantized chunk) of float32 rows x
-    (NVFP4: without the per-tensor scale, which the caller writes)."""
+    (NVFP4: without the per-tensor scale, which the caller writes; FP8:
+    ``amax`` per row when x is a piece of its rows)."""
     if args.format in _BLOCK_FORMATS:
         from . import mx
         _, elem = _BLOCK_FORMATS[args.format]
@@ -347,7 +348,7 @@ def _quantize_chunk(x, args, global_scale=None):
         s, q = mx.mx_quantize(x, elem)
         return [q, s], mx.mx_dequantize(s, q, elem, length=k if elem == "e2m1" else None)
     if args.format == "fp8":
-        codes, s = F.fp8_quantize(x, axis=0)
+        codes, s = F.fp8_quantize(x, amax, axis=0)
         inv = (np.float32(1) / s).astype(np.float32)
         y = F.fp8_dequantize(codes, s, axis=0)
         return [codes, inv], y
@@ -437,29 +438,45 @@ def _quantize_tensor(reader, writer, name, args):
     weights, _Sqnr)."""
     dt, shape = reader.info(name)
     rows, k = _matrix(shape)
-    sub = math.prod(shape[1:-1]) if len(shape) > 2 else 1   # reader rows per matrix row
     step = max(1, CHUNK_ELEMENTS // max(k, 1))
     plan = _plan(reader, name, args)
     parts = [[] for _ in plan]
     acc = _Sqnr()
-    chunks = [(start, min(start + step, rows)) for start in range(0, rows, step)]
+    # a row longer than a chunk is read in pieces of whole groups / blocks (an
+    # even count, for the two-per-byte packings): the memory follows the
+    # chunk size whatever the shape
+    unit = (1 if args.format == "fp8" else _BLOCK_FORMATS[args.format][0]
+            if args.format in _BLOCK_FORMATS else args.group_size)
+    unit *= 1 + unit % 2
+    width = k if k <= CHUNK_ELEMENTS else max(unit, CHUNK_ELEMENTS // unit * unit)
+    chunks = [(slice(start, min(start + step, rows)),
+               None if width == k else slice(col, min(col + width, k)))
+              for start in range(0, rows, step) for col in range(0, k, width)]
 
-    def read(lo, hi):
-        return reader.float32(name, slice(lo * sub, hi * sub)).reshape(hi - lo, k)
-    g = None
+    def read(c):
+        return reader.float32(name, *c, width=k)
+
+    def amax_of(c):
+        return np.abs(read(c)).max(axis=-1, initial=0)
+    g = row_amax = None
     if args.format == "nvfp4":  # modelopt's per-tensor scale: amax / 2688 over the whole tensor
-        amax = max(float(np.abs(read(lo, hi)).max(initial=0)) for lo, hi in chunks)
+        amax = max(float(amax_of(c).max(initial=0)) for c in chunks)
         g = np.float32(np.float32(amax) / np.float32(2688))
         parts[2].append(np.array([g], np.float32))
-    for lo, hi in chunks:
-        x = read(lo, hi)
+    for flat_rows, cols in chunks:
+        x = read((flat_rows, cols))
         if not np.isfinite(x).all():
             raise _error(f"tensor {name!r} holds NaN or inf values: not quantized (choose "
                          "tensors with --tensors)")
-        outs, y = _quantize_chunk(x, args, g)
+        if args.format == "fp8" and cols is not None:  # the row's scale, from all its pieces
+            if cols.start == 0:
+                row_amax = np.max([amax_of((flat_rows, c)) for r, c in chunks
+                                   if r == flat_rows], axis=0)
+        outs, y = _quantize_chunk(x, args, g, row_amax)
         acc.add(x, y)
         for i, o in enumerate(outs):
-            parts[i].append(np.ascontiguousarray(o))
+            if not (args.format == "fp8" and i == 1 and cols is not None and cols.start):
+                parts[i].append(np.ascontiguousarray(o))  # (FP8: one scale per row)
     # the tensor's outputs, in the declared order (each the concatenation of
     # its chunks: a fraction of the input tensor's size)
     for (out_name, _, _), pieces in zip(plan, parts):

@@ -144,7 +144,7 @@ class FakeQuantize(Switches):
         self._device_unobserved = False
         self.axis = observer.axis
         self.symmetric = bool(symmetric)
-        self.eps = float(eps)
+        self.eps = A.check_eps(eps, func)
         self.rounding = rounding
         self._mode = ops.affine_mode(rounding, func=func)
         self._sym_zp = Q.symmetric_zero_point(self.quant_min, self.quant_max)

@@ -62,7 +62,7 @@ _ENC, _DEC = K.ENCODE_FAMILIES, K.DECODE_FAMILIES
 # ----------------------------------------------------------------- helpers
 def _fp8_name(fmt, func):
     name = fmt[len("float8_"):] if isinstance(fmt, str) and fmt.startswith("float8_") else fmt
-    if name not in FP8_FORMATS:
+    if not isinstance(name, str) or name not in FP8_FORMATS:
         raise ValueError(f"{func}: fmt must be one of {sorted(FP8_FORMATS)} (optionally with a "
                          f"'float8_' prefix), got {fmt!r}")
     return name
@@ -321,8 +321,10 @@ def _fp8_params(arr, amax, fmt, recipe, pow2, axis, func):
         am = np.where(np.isnan(lo) | np.isnan(hi), F32(np.nan), am).astype(F32).reshape(-1)
     else:
         am = A.param_array(amax, "amax", func, _channel_count(axis, arr.shape)).astype(F32)
-        if (am < 0).any():
-            raise ValueError(f"{func}: amax must be >= 0, got {am[am < 0][:4].tolist()}")
+        bad = ~(np.isfinite(am) & (am >= 0))
+        if bad.any():
+            raise ValueError(f"{func}: amax must be >= 0 and finite, got "
+                             f"{am[bad][:4].tolist()}")
     return name, am, fp8_scale(am, name, recipe=recipe, pow2=pow2)
 
 
@@ -596,6 +598,13 @@ def dequantize_linear(q, scale, zero_point=None, *, axis=1, block_size=0, input=
 
 
 # ------------------------------------------------------ group quantization
+def _group_bits(bits, func):
+    b = A.as_int(bits, "bits", func)
+    if not 2 <= b <= 8:
+        raise ValueError(f"{func}: bits must be in 2..8, got {b}")
+    return b
+
+
 def group_qrange(bits, recipe="onnx", symmetric=False, quant_min=None, quant_max=None):
     """(qmin, qmax) of a group recipe's codes (spec §6.2): [0, 2**bits - 1]
     for onnx (symmetric too: zero point 2**(bits-1)), tinygemm, hqq, gptq and
@@ -604,9 +613,7 @@ def group_qrange(bits, recipe="onnx", symmetric=False, quant_min=None, quant_max
     func = "group_quantize"
     if recipe not in GROUP_RECIPES:
         raise ValueError(f"{func}: recipe must be one of {list(GROUP_RECIPES)}, got {recipe!r}")
-    b = A.as_int(bits, "bits", func)
-    if not 2 <= b <= 8:
-        raise ValueError(f"{func}: bits must be in 2..8, got {b}")
+    b = _group_bits(bits, func)
     if symmetric and recipe in _FLOAT_ZP:
         raise ValueError(f"{func}: the {recipe} recipe is asymmetric only (symmetric=False)")
     signed = symmetric and recipe in ("awq", "torchao", "onnx_numpy")
@@ -660,11 +667,12 @@ def _group_run(arr, ax, g, recipe, qmin, qmax, mode, want_codes, want_y, want_ma
     mask = xp.empty(moved.shape, np.uint8) if want_mask else None
     scale = xp.empty(moved.shape[:-1] + (ng,), F32)
     zp = xp.empty(moved.shape[:-1] + (ng,), F32)
-    A.kernels_for(flat, func).group_quant(
-        K.GROUP_RECIPES[recipe], flat, None if codes is None else codes.reshape(-1),
-        None if y is None else y.reshape(-1), None if mask is None else mask.reshape(-1),
-        scale.reshape(-1), zp.reshape(-1), rows, k, g, float(qmin), float(qmax), mode,
-        _nthreads(flat))
+    if flat.size:  # (an empty w: empty codes and no group)
+        A.kernels_for(flat, func).group_quant(
+            K.GROUP_RECIPES[recipe], flat, None if codes is None else codes.reshape(-1),
+            None if y is None else y.reshape(-1), None if mask is None else mask.reshape(-1),
+            scale.reshape(-1), zp.reshape(-1), rows, k, g, float(qmin), float(qmax), mode,
+            _nthreads(flat))
 
     def back(a):
         return None if a is None else xp.ascontiguousarray(_from_last(a, ax))
@@ -764,7 +772,7 @@ def group_dequantize(q, scale, zero_point, group_size, *, axis=-1, recipe="onnx"
     s = _to_last(s, ax).reshape(-1)
     z = _to_last(z, ax).reshape(-1)
     if recipe == "tinygemm":
-        b = A.as_int(bits, "bits", func)
+        b = _group_bits(bits, func)
         params, mode = (s, xp.full(s.shape, 1 << (b - 1), F32), z), mode | INT_ADD_FLOAT
     else:
         params = (s, z, xp.zeros(s.shape, F32))
@@ -821,6 +829,10 @@ def unpack_int4(packed, n, *, signed=False, order="low_first"):
     xp, arr = _as_codes(packed, "packed", func)
     if order not in _ORDERS:
         raise ValueError(f"{func}: order must be one of {list(_ORDERS)}, got {order!r}")
+    if arr.dtype.itemsize != 1:
+        raise TypeError(f"{func}: packed must be uint8 / int8 bytes, got {arr.dtype}")
+    if arr.ndim == 0:
+        raise ValueError(f"{func}: packed must have at least one dimension")
     n = A.as_int(n, "n", func)
     if not 0 <= n <= 2 * arr.shape[-1]:
         raise ValueError(f"{func}: n = {n} does not fit {arr.shape[-1]} bytes")

@@ -271,6 +271,8 @@ class GroupFakeQuantize(_STE):
                  quant_min=None, quant_max=None, nan_policy="skip"):
         F.group_qrange(bits, recipe, symmetric, quant_min, quant_max)  # validates
         self.bits, self.group_size = bits, A.as_int(group_size, "group_size", "GroupFakeQuantize")
+        if self.group_size < 1:
+            raise ValueError(f"GroupFakeQuantize: group_size must be >= 1, got {group_size}")
         self.symmetric, self.recipe = bool(symmetric), recipe
         self.quant_min, self.quant_max = quant_min, quant_max
         self.observer = GroupMinMaxObserver(group_size, nan_policy=nan_policy)

@@ -50,7 +50,7 @@ E2M1_ID = MX_ELEMENTS["e2m1"]
 
 def _elem_name(elem, func):
     name = _ALIASES.get(elem, elem) if isinstance(elem, str) else elem
-    if name not in MX_ELEMENTS:
+    if not isinstance(name, str) or name not in MX_ELEMENTS:
         raise ValueError(f"{func}: elem must be one of {sorted(MX_ELEMENTS)} (or an alias such as "
                          f"'fp4_e2m1' / 'float8_e4m3fn'), got {elem!r}")
     return name
@@ -106,7 +106,8 @@ def _block_run(arr, ax, bs, recipe, elem, mode, p0, p1, want_codes, want_y, func
     nb = -(-k // bs)
     scodes = xp.empty(moved.shape[:-1] + (nb,), np.uint8)
     codes = xp.empty(moved.shape, np.uint8) if want_codes else None
-    direct = out is not None and ax == arr.ndim - 1 and out.flags.c_contiguous
+    direct = out is not None and ax == arr.ndim - 1 and out.flags.c_contiguous and \
+        A.can_write_into(out, moved)  # (out overlapping x otherwise: through a temporary)
     y = (out if direct else xp.empty(moved.shape, F32)) if want_y else None
     flat = moved.reshape(-1)
     if flat.size:
@@ -341,6 +342,7 @@ def _nvfp4_scales(arr, global_scale, recipe, func):
     g = f32(amax(|x|) / 2688)."""
     if recipe not in _NVFP4_RECIPES:
         raise ValueError(f"{func}: recipe must be one of {list(_NVFP4_RECIPES)}, got {recipe!r}")
+    given = global_scale is not None
     if global_scale is None and recipe == "modelopt" and arr.size and \
             A.is_cupy_array(arr) and arr.dtype != np.float64:
         # on the device: the range and the scale stay there (no synchronisation)
@@ -360,6 +362,8 @@ def _nvfp4_scales(arr, global_scale, recipe, func):
     if g.size != 1:
         raise ValueError(f"{func}: global_scale must be one value, got shape {g.shape}")
     g = F32(g.reshape(()))
+    if given and not (np.isfinite(g) and g > 0):  # (the default g of a zero x is 0)
+        raise ValueError(f"{func}: global_scale must be finite and > 0, got {g}")
     if recipe == "modelopt":
         return 0, F32(F32(6) * g), g, g
     with np.errstate(divide="ignore"):

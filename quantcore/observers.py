@@ -536,6 +536,11 @@ class EMAMinMaxObserver(ObserverBase):
             raise ValueError(f"EMAMinMaxObserver: decay must be in [0, 1], got {decay!r}")
         self.decay = d
         self.include_zero = bool(include_zero)
+        lo, hi = (np.asarray(A.to_host(v), dtype=np.float64) for v in (min_init, max_init))
+        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))
+                and np.all(lo <= hi)):  # (each would start every statistic at NaN or inf)
+            raise ValueError(f"EMAMinMaxObserver: min_init / max_init must be finite with "
+                             f"min_init <= max_init, got {min_init!r:.60} and {max_init!r:.60}")
         self._init = (min_init, max_init, num_channels)
         super().__init__(axis, nan_policy)
 
@@ -584,6 +589,9 @@ class MomentumMinMaxObserver(ObserverBase):
 
     def __init__(self, momentum=0.95, symmetric=False, axis=None, nan_policy="skip"):
         self.momentum = float(momentum)
+        if not 0.0 <= self.momentum <= 1.0:
+            raise ValueError(f"MomentumMinMaxObserver: momentum must be in [0, 1], got "
+                             f"{momentum!r}")
         self.symmetric = bool(symmetric)
         super().__init__(axis, nan_policy)
 

@@ -151,6 +151,7 @@ def _minmax_flags(x, axis, func):
     """(lo, hi, flags) before the NaN / signed-zero rule; for observers."""
     arr = A.as_float_array(x, "x", func)
     axis = A.normalize_axis(axis, arr.ndim, func)
+    arr = A.collapse_repeats(arr, axis)  # (a broadcast input: no copy of its repeats)
     work = A.compute_dtype(arr.dtype)
     layout = A.Layout(arr, work)
     n = layout.flat.shape[0]

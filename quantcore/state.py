@@ -10,14 +10,20 @@ arrays are rebuilt from numbers with a numeric dtype.
 Before anything is built, the file is checked against the schema of its
 class: exactly the keys that class saves (so a file of one class relabelled
 as another is refused), each of the expected type (ints are ints, flags are
-bools, statistics are float arrays of the right rank, counts are >= 0,
-scales > 0 or NaN -- the NaN scales of a FakeQuantize that has seen only
-non-finite batches --, zero points integral).  A truncated, tampered or foreign file
+bools, statistics are float arrays of the right rank with min <= max,
+counts are >= 0, integers fit 64 bits, eps is finite and >= 0, scales are
+finite and >= min(eps, 1) or NaN -- the NaN scales of a FakeQuantize that
+has seen only non-finite batches --, +inf only where the observer's
+statistics are infinite, one per tensor or per observed channel,
+zero points integral and within [quant_min, quant_max]); the objects are
+then built through their constructors, which check the rest.  A truncated, tampered or foreign file
 raises ``ValueError("load_state: <path> is not a valid quantcore state file:
 <reason>")``; a missing file raises FileNotFoundError.
 """
 import json
+import math
 import os
+import tokenize
 import zipfile
 
 import numpy as np
@@ -103,10 +109,13 @@ def _check_value(where, key, kind, v):
                 bad("an integer array")
             if v.dtype.kind == "f" and not np.all(np.isfinite(v) & (v == np.rint(v))):
                 bad("integral")
-        elif v.dtype.kind != "f":
-            bad("a float array")
-        if kind == "scale" and bool(np.any(v <= 0)):
-            bad("> 0")
+        elif v.dtype.kind != "f" or v.dtype.itemsize > 8:
+            bad("a float32 / float64 array")
+        if kind == "scale" and bool(np.any(v < 0)):
+            bad(">= 0")
+        if kind != "zero_point" and v.dtype.itemsize > 4 and \
+                bool(np.any(np.isfinite(v) & (np.abs(v) > np.finfo(np.float32).max))):
+            bad("within float32 (the statistics are float32)")
         return
     v = _scalar(v)
     if kind == "bool":
@@ -121,6 +130,8 @@ def _check_value(where, key, kind, v):
     elif kind in ("int", "count", "axis"):
         if not _is_int(v):
             bad("an integer")
+        if kind != "axis" and not -2 ** 63 <= v < 2 ** 63:
+            bad("a 64-bit integer")
         if kind == "count" and v < 0:
             bad(">= 0")
         if kind == "axis" and not -_MAX_NDIM <= v < _MAX_NDIM:
@@ -131,6 +142,8 @@ def _check_value(where, key, kind, v):
             bad("a number")
         if not np.isfinite(v):
             bad("finite")
+        if key == "eps" and v < 0:
+            bad(">= 0")
     else:  # pragma: no cover - schema typo
         raise AssertionError(kind)
 
@@ -162,10 +175,12 @@ def _validate(cls_name, state, where=""):
         if _CLASSES.get(obs_class) not in _OBSERVER_FIELDS:
             raise ValueError(f"{where + 'observer_class'!r} must name a quantcore observer, got "
                              f"{obs_class!r}")
-        if state["scale"].shape != state["zero_point"].shape or state["scale"].ndim != 1:
-            raise ValueError(f"{where}scale and zero_point must be 1-D arrays of one shape, "
-                             f"got {state['scale'].shape} and {state['zero_point'].shape}")
+        scale, zp = state["scale"], state["zero_point"]
+        if scale.shape != zp.shape or scale.ndim != 1 or not scale.size:
+            raise ValueError(f"{where}scale and zero_point must be non-empty 1-D arrays of one "
+                             f"shape, got {scale.shape} and {zp.shape}")
         _validate(obs_class, state["observer"], f"{where}observer/")
+        _check_qparams(where, state)
         return
     _check_keys(where, state, {**_OBSERVER_KEYS, **_OBSERVER_FIELDS[cls]})
     if state["min_val"].shape != state["max_val"].shape:
@@ -176,6 +191,52 @@ def _validate(cls_name, state, where=""):
         raise ValueError(f"{where + 'min_val'!r} has rank {state['min_val'].ndim}, a "
                          f"{'per-channel' if per_channel else 'per-tensor'} observer "
                          f"needs {1 if per_channel else 0}")
+    lo, hi = state["min_val"], state["max_val"]
+    with np.errstate(invalid="ignore"):
+        crossed = (lo > hi) & ~((lo == np.inf) & (hi == -np.inf))  # (inf, -inf): no data yet
+    if bool(np.any(crossed)):
+        raise ValueError(f"{where}min_val must be <= max_val (or inf / -inf before any data), "
+                         f"got {np.atleast_1d(lo)[crossed.reshape(-1)][:4].tolist()} > "
+                         f"{np.atleast_1d(hi)[crossed.reshape(-1)][:4].tolist()}")
+
+
+def _check_qparams(where, state):
+    """What a FakeQuantize computes its qparams into: per tensor one scale,
+    per channel one or one per observed channel; each scale NaN (only
+    non-finite batches seen) or finite and >= min(eps, 1) (qparams clamp
+    the scale to eps; a fresh object holds 1); zero points within
+    [quant_min, quant_max]."""
+    scale, zp = state["scale"], state["zero_point"]
+    obs = state["observer"]
+    channels = obs["min_val"].size
+    if not bool(_scalar(obs["per_channel"])):
+        if scale.size != 1:
+            raise ValueError(f"{where}scale holds {scale.size} values, a per-tensor observer "
+                             "has one")
+    elif scale.size != 1 and channels and scale.size != channels:
+        raise ValueError(f"{where}scale holds {scale.size} values, the per-channel observer "
+                         f"{channels} channels")
+    lo, hi = obs["min_val"].reshape(-1), obs["max_val"].reshape(-1)
+    with np.errstate(invalid="ignore"):
+        seen_nonfinite = ~(np.isfinite(lo) & np.isfinite(hi)) & ~((lo == np.inf) & (hi == -np.inf))
+    if lo.size != scale.size:
+        seen_nonfinite = np.full(scale.shape, lo.size == 1 and bool(seen_nonfinite.all()))
+    infinite = np.isinf(scale) & ~seen_nonfinite  # (+-inf data seen with "propagate": inf)
+    if bool(np.any(infinite)):
+        raise ValueError(f"{where + 'scale'!r} must be finite where the observer saw finite "
+                         f"data (or NaN), got {scale[infinite][:4].tolist()}")
+    floor = np.float32(min(float(_scalar(state["eps"])), 1.0))
+    low = scale < floor
+    if bool(np.any(low)):
+        raise ValueError(f"{where + 'scale'!r} must be >= min(eps, 1) = {floor} (or NaN), got "
+                         f"{scale[low][:4].tolist()}")
+    qmin, qmax = _scalar(state["quant_min"]), _scalar(state["quant_max"])
+    if qmin >= qmax:
+        raise ValueError(f"{where}quant_min must be < quant_max, got [{qmin}, {qmax}]")
+    out = (zp < qmin) | (zp > qmax)
+    if bool(np.any(out)):
+        raise ValueError(f"{where + 'zero_point'!r} must lie in [quant_min, quant_max] = "
+                         f"[{qmin}, {qmax}], got {zp[out][:4].tolist()}")
 
 
 def _build(cls_name, state):
@@ -212,6 +273,63 @@ def _to_python(value):
     if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuU":
         return value.item()
     return value
+
+
+#: a state file is small: refuse before reading an archive member larger than this
+_MAX_MEMBER = 1 << 30
+
+
+#: what reading a forged .npy header raises (numpy's parser: ast, tokenize)
+NPY_HEADER_ERRORS = (ValueError, EOFError, SyntaxError, TypeError, OverflowError,
+                     RecursionError, MemoryError, tokenize.TokenError)
+
+
+def npy_header(fh):
+    """(shape, fortran_order, dtype) of the .npy stream at its start;
+    ValueError for anything but a well-formed version 1 / 2 header."""
+    try:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(fh)
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(fh)
+    except NPY_HEADER_ERRORS as exc:
+        raise ValueError(f"not a .npy array ({' '.join(str(exc).split())[:120]})") from None
+    raise ValueError(f"not a .npy array (format version {version})")
+
+
+def _read_npz(path):
+    """``{name: array}`` of an .npz archive, each member's header checked
+    against the bytes the member holds before anything is allocated (a
+    forged shape cannot ask for more memory than the file provides)."""
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+        raise ValueError("not an .npz archive (" + (
+            "a single .npy array" if head == b"\x93NUMPY" else
+            "pickled data, which is never unpickled" if head[:1] == b"\x80" else
+            "not a zip file") + ")")
+    out = {}
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            if name in out:
+                raise ValueError(f"{name!r} appears twice in the archive")
+            if info.file_size > _MAX_MEMBER:
+                raise ValueError(f"{name!r}: {info.file_size} bytes, more than a state holds")
+            with zf.open(info) as fh:
+                shape, fortran, dtype = npy_header(fh)
+                if dtype.hasobject:
+                    raise ValueError(f"{name!r} holds Python objects (never unpickled)")
+                need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                have = info.file_size - fh.tell()
+                if need != have:
+                    raise ValueError(f"{name!r}: its header declares {need} bytes of "
+                                     f"{dtype}{shape}, the member holds {have}")
+                data = fh.read(have)
+            arr = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+            out[name] = arr.copy()
+    return out
 
 
 def save_state(obj, path):
@@ -268,9 +386,12 @@ def load_state(path, expected=None):
     """
     path = os.fspath(path)
     try:
+        if os.path.exists(path) and not os.path.isfile(path):  # (a FIFO would block open())
+            raise ValueError("not a regular file (a directory, device, FIFO or socket)")
         if path.endswith(".json"):
-            with open(path, encoding="utf-8") as fh:
-                doc = json.load(fh)
+            from .checkpoints import _unique_object
+            with open(path, encoding="utf-8") as fh:  # (NaN / Infinity: save_state writes them)
+                doc = json.load(fh, object_pairs_hook=_unique_object)
             if not isinstance(doc, dict):
                 raise ValueError("the top level is not an object")
             flat = {}
@@ -287,18 +408,23 @@ def load_state(path, expected=None):
                         raise ValueError(f"{key!r}: shape must be a list of sizes, got "
                                          f"{value['shape']!r}")
                     data = value["__ndarray__"]
-                    if not isinstance(data, list) or \
-                            not all(isinstance(v, (int, float)) for v in data):
+                    if not isinstance(data, list) or not all(
+                            isinstance(v, (int, float)) and not isinstance(v, bool) for v in data):
                         raise ValueError(f"{key!r}: __ndarray__ must be a flat list of numbers")
-                    flat[key] = np.array(data, dtype=dtype).reshape(value["shape"])
+                    if dtype.kind in "biu" and not all(isinstance(v, int) for v in data):
+                        raise ValueError(f"{key!r}: dtype {dtype} holds integers only")
+                    if len(data) != math.prod(value["shape"]):
+                        raise ValueError(f"{key!r}: {len(data)} values for shape "
+                                         f"{value['shape']}")
+                    try:
+                        with np.errstate(over="raise"):  # (1e300 as float32: not inf)
+                            flat[key] = np.array(data, dtype=dtype).reshape(value["shape"])
+                    except (OverflowError, FloatingPointError):
+                        raise ValueError(f"{key!r}: a value does not fit {dtype}") from None
                 else:
                     flat[key] = value
         else:
-            archive = np.load(path, allow_pickle=False)
-            if not isinstance(archive, np.lib.npyio.NpzFile):
-                raise ValueError("not an .npz archive (a single .npy array)")
-            with archive as npz:
-                flat = {key: _to_python(npz[key]) for key in npz.files}
+            flat = {key: _to_python(value) for key, value in _read_npz(path).items()}
         if flat.get("__format__") != FORMAT:
             raise ValueError(f"missing or unknown __format__ {flat.get('__format__')!r}")
         cls_name = flat.pop("__class__", None)
@@ -313,6 +439,7 @@ def load_state(path, expected=None):
     except (FileNotFoundError, PermissionError):
         raise
     except (OSError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, KeyError, TypeError,
-            ValueError, IndexError, AttributeError, OverflowError, RecursionError) as exc:
+            ValueError, IndexError, AttributeError, OverflowError, RecursionError, SyntaxError,
+            tokenize.TokenError) as exc:
         raise ValueError(
             f"load_state: {path!r} is not a valid quantcore state file: {exc}") from exc

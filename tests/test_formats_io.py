@@ -87,7 +87,7 @@ def test_writer_round_trips_through_safetensors(tmp_path):
     (struct.pack("<Q", 4) + b"nope", "not JSON"),
     (struct.pack("<Q", 64) + json.dumps({"t": {"dtype": "F32", "shape": [4],
                                                 "data_offsets": [0, 99]}}).encode().ljust(64),
-     "outside the file"),
+     "span 99 bytes, F32\\[4\\] takes 16"),
 ])
 def test_reader_refuses_malformed_files_clearly(tmp_path, bad, match):
     p = tmp_path / "bad.safetensors"
@@ -96,8 +96,160 @@ def test_reader_refuses_malformed_files_clearly(tmp_path, bad, match):
         CK.SafetensorsReader(str(p))
 
 
-def test_unknown_dtype_tensor_is_kept_as_raw_bytes(tmp_path):
-    header = json.dumps({"odd": {"dtype": "F8_E8M0", "shape": [3], "data_offsets": [0, 3]},
+def _st_file(header, data=b"", raw=None):
+    """A safetensors file's bytes from a header (a dict, or raw JSON text)."""
+    blob = raw if raw is not None else json.dumps(header).encode()
+    return struct.pack("<Q", len(blob)) + blob + data
+
+
+def _t(dtype="U8", shape=(1,), offsets=(0, 1)):
+    return {"dtype": dtype, "shape": list(shape), "data_offsets": list(offsets)}
+
+
+# (file bytes, what the message must say, whether the reference package also refuses it)
+_BAD_HEADERS = {
+    "float shape": (_st_file({"a": _t(shape=[2.5], offsets=[0, 2])}, b"12"), "'a': shape", 1),
+    "string shape": (_st_file({"a": _t(shape=["8"], offsets=[0, 8])}, bytes(8)),
+                     "'a': shape", 1),
+    "bool shape": (_st_file({"a": _t(shape=[True])}, b"1"), "'a': shape", 1),
+    "negative dim": (_st_file({"a": _t(shape=[-1, 4], offsets=[0, 0])}), "negative dimension",
+                     1),
+    "huge dim": (_st_file({"a": _t(shape=[0, 2 ** 64], offsets=[0, 0])}), "too large", 1),
+    "float offsets": (_st_file({"a": _t(offsets=[0.0, 1.0])}, b"1"), "'a': data_offsets", 1),
+    "string offsets": (_st_file({"a": _t(offsets=["0", "1"])}, b"1"), "'a': data_offsets", 1),
+    "three offsets": (_st_file({"a": _t(offsets=[0, 1, 1])}, b"1"), "'a': data_offsets", 1),
+    "reversed offsets": (_st_file({"a": _t(shape=[0], offsets=[1, 0])}, b"1"),
+                         "end before they begin", 1),
+    "overlap": (_st_file({"a": _t(shape=[2], offsets=[0, 2]), "b": _t(shape=[2], offsets=[1, 3])},
+                         b"123"), "overlaps", 1),
+    "gap": (_st_file({"a": _t(offsets=[1, 2])}, b"12"), "unused", 1),
+    "trailing data": (_st_file({"a": _t()}, b"12"), "cover 1 bytes, the data section holds 2",
+                      1),
+    "past the end": (_st_file({"a": _t(shape=[4], offsets=[0, 4])}, b"1"),
+                     "'a' lies outside the file", 1),
+    "wrong size": (_st_file({"a": _t(dtype="F32", shape=[2], offsets=[0, 4])}, b"1234"),
+                   "takes 8", 1),
+    "unknown dtype": (_st_file({"a": _t(dtype="F128")}, b"1"), "'a': dtype 'F128'", 1),
+    "list dtype": (_st_file({"a": _t(dtype=["F32"])}, b"1"), "'a': dtype", 1),
+    "fractional bytes": (_st_file({"a": _t(dtype="F4", shape=[3], offsets=[0, 1])}, b"1"),
+                         "not a whole number of bytes", 1),
+    "missing field": (_st_file({"a": {"dtype": "U8", "shape": [0]}}), "missing", 1),
+    "entry not object": (_st_file({"a": [1, 2]}), "entry must be an object", 1),
+    "metadata int": (_st_file({"__metadata__": {"k": 1}}), "__metadata__", 1),
+    "metadata list": (_st_file({"__metadata__": ["k"]}), "__metadata__", 1),
+    "metadata string": (_st_file({"__metadata__": "k"}), "__metadata__", 1),
+    "NaN constant": (_st_file(None, raw=b'{"__metadata__": {"k": NaN}}'), "not JSON", 1),
+    "deep nesting": (_st_file(None, raw=b"[" * 100000 + b"]" * 100000), "levels deep", 1),
+    "top-level list": (_st_file(None, raw=b"[]"), "not a JSON object", 1),
+    "two objects": (_st_file(None, raw=b"{}{}"), "not JSON", 1),
+    "bad utf-8": (_st_file(None, raw=b'{"\xff": 1}'), "not JSON", 1),
+    "lone surrogate": (_st_file(None, raw=b'{"\\ud800": {"dtype": "U8", "shape": [0], '
+                                          b'"data_offsets": [0, 0]}}'), "not valid Unicode", 1),
+    "header too long": (struct.pack("<Q", 2 ** 64 - 1) + b"{}", "header length", 1),
+    # stricter than the reference, which keeps the last / ignores the field
+    "duplicate name": (_st_file(None, raw=b'{"a": {"dtype": "U8", "shape": [1], "data_offsets":'
+                                          b' [0, 1]}, "a": {"dtype": "U8", "shape": [1], '
+                                          b'"data_offsets": [0, 1]}}', data=b"1"),
+                       "'a' appears twice", 0),
+    "unknown field": (_st_file({"a": {**_t(), "extra": 1}}, b"1"), "unknown \\['extra'\\]", 0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BAD_HEADERS))
+def test_reader_applies_the_reference_validation(tmp_path, case):
+    """Each rule of the format, broken once: refused with the tensor and the
+    field named, by the reader and by every CLI command that lists a file;
+    the reference package refuses the same file (where it validates it)."""
+    data, match, reference_refuses = _BAD_HEADERS[case]
+    p = tmp_path / "bad.safetensors"
+    p.write_bytes(data)
+    with pytest.raises(ValueError, match=match):
+        CK.SafetensorsReader(str(p))
+    from safetensors import deserialize
+    if reference_refuses:
+        with pytest.raises(Exception):
+            deserialize(data)
+    else:
+        deserialize(data)
+    from quantcore.cli_files import CliError, list_tensors
+    with pytest.raises(CliError, match=match):
+        list_tensors(str(p))
+
+
+def test_reader_accepts_what_the_reference_accepts(tmp_path):
+    """Out-of-order entries, zero-size tensors, null metadata, the newer
+    dtypes and leading / trailing blanks: read byte for byte as the
+    reference package reads them."""
+    from safetensors import deserialize
+    header = {"z": _t("F32", [0, 3], [6, 6]), "b": _t("BF16", [2], [2, 6]),
+              "a": _t("F8_E8M0", [2], [0, 2]), "c": _t("C64", [1], [6, 14]),
+              "f4": _t("F4", [4], [14, 16]), "__metadata__": None}
+    data = bytes(range(16))
+    raw = b"  " + json.dumps(header).encode() + b"   "
+    blob = _st_file(None, data, raw)
+    p = tmp_path / "ok.safetensors"
+    p.write_bytes(blob)
+    ref = {name: t for name, t in deserialize(blob)}
+    with CK.SafetensorsReader(str(p)) as r:
+        assert sorted(r) == sorted(ref) and r.metadata == {}
+        for name, t in ref.items():
+            assert r.info(name) == (t["dtype"], tuple(t["shape"]))
+            assert bytes(r.raw(name)) == bytes(t["data"])
+        assert r["c"].dtype == np.complex64 and r["z"].shape == (0, 3)
+
+
+@pytest.mark.parametrize("rows", [slice(0, 2, 2), slice(None, None, -1), slice(5, 1, -2),
+                                  slice(1, 100, 3), slice(7, 2), slice(-3, None)])
+def test_float32_row_slices_follow_numpy(ckpt, rows):
+    ref = _weights()["layer.w3d"].astype(np.float32).reshape(-1, 256)
+    with CK.SafetensorsReader(ckpt) as r:
+        assert_bits_equal(r.float32("layer.w3d", rows), ref[rows])
+        for cols in (slice(0, 64), slice(200, None), slice(None, None, -3), slice(5, 5)):
+            assert_bits_equal(r.float32("layer.w3d", rows, cols), ref[rows][:, cols])
+            assert_bits_equal(r.float32("layer.w3d", cols=cols), ref[:, cols])
+        with pytest.raises(TypeError, match="rows must be a slice"):
+            r.float32("layer.w3d", [0, 1])
+        with pytest.raises(TypeError, match="cols must be a slice"):
+            r.float32("layer.w3d", cols=3)
+
+
+@pytest.mark.parametrize("entries, meta, match", [
+    ([("a", "F32", (2, -1))], None, "negative dimension"),
+    ([("a", "F32", (2.0,))], None, "not an integer"),
+    ([("a", "F32", (True,))], None, "not an integer"),
+    ([("a", "F32", (2,)), ("a", "F32", (2,))], None, "declared twice"),
+    ([("__metadata__", "F32", (2,))], None, "declared twice"),
+    ([(1, "F32", (2,))], None, "tensor name must be a string"),
+    ([("a", "F4", (3,))], None, "not a whole number of bytes"),
+    ([("a", "F32", (2 ** 62,))], None, "too large"),
+    ([("a", "F32", (2,))], {"k": None}, "must be a string"),
+    ([("a", "F32", (2,))], {"k": "\ud800"}, "not valid Unicode"),
+])
+def test_writer_refuses_what_the_reader_would(tmp_path, entries, meta, match):
+    path = tmp_path / "w.safetensors"
+    with pytest.raises(ValueError, match=match):
+        CK.SafetensorsWriter(str(path), entries, meta)
+    assert not path.exists() and not (tmp_path / "w.safetensors.partial").exists()
+
+
+def test_writer_writes_big_endian_values_and_names_a_directory(tmp_path):
+    x = np.arange(6, dtype=">f4").reshape(2, 3) / 7
+    path = str(tmp_path / "be.safetensors")
+    with CK.SafetensorsWriter(path, [("x", "F32", (2, 3)), ("i", np.dtype(">i2"), (3,))]) as w:
+        w.write("x", x)
+        w.write("i", np.array([1, -2, 300], ">i2"))
+    from safetensors.numpy import load_file
+    back = load_file(path)
+    assert_bits_equal(back["x"], x.astype("<f4"))
+    assert back["i"].tolist() == [1, -2, 300]
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        CK.SafetensorsReader(str(tmp_path))
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        CK.SafetensorsWriter(str(tmp_path), [])
+
+
+def test_sub_byte_dtype_tensor_is_kept_as_raw_bytes(tmp_path):
+    header = json.dumps({"odd": {"dtype": "F4", "shape": [6], "data_offsets": [0, 3]},
                          "w": {"dtype": "F32", "shape": [1], "data_offsets": [3, 7]}}).encode()
     p = tmp_path / "odd.safetensors"
     p.write_bytes(struct.pack("<Q", len(header)) + header + b"\x7f\x80\x81" +
@@ -218,6 +370,45 @@ def test_quantize_peak_memory_is_a_fraction_of_the_largest_tensor(tmp_path, caps
     finally:
         tracemalloc.stop()
     assert peak < 1.2 * 2048 * 1024 * 2, peak
+
+
+@pytest.mark.parametrize("fmt, extra", [("int4", []), ("int8", ["--symmetric"]),
+                                        ("int4", ["--recipe", "tinygemm", "--group-size", "64"]),
+                                        ("fp8", []), ("mxfp4", []), ("mxfp8", []),
+                                        ("nvfp4", [])])
+def test_quantize_long_rows_in_pieces_same_bytes_same_memory(ckpt, tmp_path, capsys,
+                                                             monkeypatch, fmt, extra):
+    """A row longer than the chunk is read in pieces of whole groups / blocks:
+    the output is byte for byte the output of whole rows, and the traced peak
+    of a [1, n] tensor is that of an [r, n / r] one of the same bytes (a
+    [1, 2**28] BF16 tensor no longer needs 8 copies of its row)."""
+    from quantcore import cli_quantize
+    whole = str(tmp_path / "whole.safetensors")
+    assert main(["quantize", ckpt, "--format", fmt, "-o", whole, "-q"] + extra) == 0
+    monkeypatch.setattr(cli_quantize, "CHUNK_ELEMENTS", 100)  # rows of 192 / 256: pieces
+    pieces = str(tmp_path / "pieces.safetensors")
+    assert main(["quantize", ckpt, "--format", fmt, "-o", pieces, "-q"] + extra) == 0
+    with CK.SafetensorsReader(whole) as a, CK.SafetensorsReader(pieces) as b:
+        assert list(a) == list(b) and a.metadata == b.metadata
+        for name in a:
+            assert a.info(name) == b.info(name)
+            assert bytes(a.raw(name)) == bytes(b.raw(name)), name
+    if fmt != "int4" or extra:
+        return
+    monkeypatch.setattr(cli_quantize, "CHUNK_ELEMENTS", 1 << 14)
+    n = 1 << 19
+    x = (np.random.default_rng(0).standard_normal(n) * 0.05).astype(ml_dtypes.bfloat16)
+    peaks = []
+    for shape in ((1, n), (1 << 9, 1 << 10)):
+        path = str(tmp_path / "t.safetensors")
+        safetensors_numpy.save_file({"w": x.reshape(shape)}, path)
+        tracemalloc.start()
+        try:
+            assert main(["quantize", path, "-o", str(tmp_path / "q.safetensors"), "-q"]) == 0
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    assert peaks[0] < 1.5 * peaks[1], peaks
 
 
 # ---------------------------------------------------------------- observers

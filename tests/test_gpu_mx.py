@@ -110,3 +110,27 @@ def test_public_nvfp4_on_cupy(recipe, g):
                       qc.nvfp4_fake_quant(x, g, recipe=recipe))
     assert_bits_equal(qc.nvfp4_dequantize(qg, sg, gg, recipe=recipe, length=40),
                       qc.nvfp4_dequantize(q, s, g_out, recipe=recipe, length=40))
+
+
+@pytest.mark.parametrize("shift", [0, 1, 5])
+def test_block_scaled_out_overlapping_x_on_cupy(shift):
+    """``out`` overlapping ``x`` by a few elements: written through a
+    temporary (as numpy input is), so the result is that of a separate out."""
+    for fn, n in ((lambda a, o: qc.mx_fake_quant(a, "e2m1", out=o), 128),
+                  (lambda a, o: qc.nvfp4_fake_quant(a, out=o), 64)):
+        buf = cp.asarray(np.random.default_rng(shift).standard_normal(n + shift)
+                         .astype(np.float32))
+        expect = fn(buf[shift:].copy(), None)
+        got = fn(buf[shift:], buf[:n])
+        assert_bits_equal(got, expect)
+
+
+def test_broadcast_input_reduced_on_cupy():
+    """A stride-0 cupy input is reduced from one element per repeat (the
+    same values as its copy)."""
+    x = cp.broadcast_to(cp.arange(3, dtype=cp.float32)[:, None], (3, 4096))
+    lo, hi = qc.minmax(x, axis=0)
+    assert lo.get().tolist() == [0, 1, 2] and hi.get().tolist() == [0, 1, 2]
+    obs = qc.MinMaxObserver(axis=0)
+    obs(x)
+    assert_bits_equal(obs.max_val, np.arange(3, dtype=np.float32))

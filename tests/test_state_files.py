@@ -70,7 +70,7 @@ def test_nothing_is_unpickled(tmp_path):
     np.savez(inner, __format__=np.array("quantcore-state-1"),
              __class__=np.array("MinMaxObserver"), min_val=np.array([_Evil()], dtype=object),
              max_val=F32(1))
-    _refused(inner, "Object arrays cannot be loaded")
+    _refused(inner, "holds Python objects (never unpickled)")
     raw = tmp_path / "raw.npz"  # a bare pickle stream named .npz
     raw.write_bytes(pickle.dumps(_Evil()))
     _refused(raw, "pickled")
@@ -78,7 +78,7 @@ def test_nothing_is_unpickled(tmp_path):
     np.save(npy, np.array([_Evil()], dtype=object), allow_pickle=True)
     renamed = tmp_path / "object_npy.npz"
     os.replace(npy, renamed)
-    _refused(renamed, "Object arrays cannot be loaded")
+    _refused(renamed, "a single .npy array")
     assert not marker.exists()
 
 
@@ -137,9 +137,9 @@ OBSERVER_TAMPERING = [
     (_set("min_val", {"a": 1}), "'min_val' must be a numeric array"),
     (_set_array("min_val", "dtype", "|O"), "dtype object"),
     (_set_array("min_val", "dtype", "<c8"), "dtype complex64"),
-    (_set_array("min_val", "dtype", "<i4"), "'min_val' must be a float array"),
+    (_set_array("min_val", "dtype", "<i4"), "'min_val': dtype int32 holds integers only"),
     (_set_array("min_val", "dtype", "zz"), "data type 'zz' not understood"),
-    (_set_array("min_val", "shape", [7]), "cannot reshape"),
+    (_set_array("min_val", "shape", [7]), "4 values for shape [7]"),
     (_set_array("min_val", "shape", "x"), "shape must be a list of sizes"),
     (_set_array("min_val", "__ndarray__", ["a"]), "flat list of numbers"),
     (_set_array("min_val", "__ndarray__", [[1.0]]), "flat list of numbers"),
@@ -184,14 +184,36 @@ FAKE_QUANTIZE_TAMPERING = [
     (_set("training", "no"), "'training' must be true or false"),
     (_set("symmetric", "false"), "'symmetric' must be true or false"),
     (_set("scale", "x"), "'scale' must be a numeric array"),
-    (_set_array("scale", "__ndarray__", [-1.0]), "'scale' must be > 0"),
-    (_set_array("scale", "__ndarray__", [0.0]), "'scale' must be > 0"),
+    (_set_array("scale", "__ndarray__", [-1.0]), "'scale' must be >= 0"),
+    (_set_array("scale", "__ndarray__", [0.0]), "'scale' must be >= min(eps, 1)"),
     (_set_array("zero_point", "dtype", "<f4"), None),  # integral float zero points load
     (lambda doc: (doc["zero_point"].update(dtype="<f4", __ndarray__=[0.5])), "integral"),
     (lambda doc: (doc["scale"].update(__ndarray__=[0.1, 0.2], shape=[2])),
-     "scale and zero_point must be 1-D arrays of one shape"),
+     "scale and zero_point must be non-empty 1-D arrays of one shape"),
     (_set("observer/min_val", "x"), "'observer/min_val' must be a numeric array"),
     (_set("observer/junk", 0), "unexpected keys ['junk']"),
+    # values a constructor or the qparams could never produce: each would compute NaN or
+    # garbage if loaded
+    (_set_array("scale", "__ndarray__", [float("inf")]), "'scale' must be finite where the "
+                                                         "observer saw finite data"),
+    (_set_array("scale", "__ndarray__", [1e-45]), "'scale' must be >= min(eps, 1)"),
+    (_set_array("zero_point", "__ndarray__", [8]), "'zero_point' must lie in [quant_min, "
+                                                   "quant_max] = [-8, 7], got [8]"),
+    (_set_array("zero_point", "__ndarray__", [-9]), "'zero_point' must lie in"),
+    (_set("eps", -1.0), "'eps' must be >= 0"),
+    (_set("eps", float("inf")), "'eps' must be finite"),
+    (lambda doc: (doc["scale"].update(__ndarray__=[0.1, 0.2], shape=[2]),
+                  doc["zero_point"].update(__ndarray__=[0, 0], shape=[2])),
+     "scale holds 2 values, a per-tensor observer has one"),
+    (lambda doc: (doc["scale"].update(__ndarray__=[], shape=[0]),
+                  doc["zero_point"].update(__ndarray__=[], shape=[0])), "non-empty"),
+    (_set("quant_min", 2 ** 70), "'quant_min' must be a 64-bit integer"),
+    (_set("quant_max", -(10 ** 400)), "'quant_max' must be a 64-bit integer"),
+    (_set("step", 2 ** 64), "'step' must be a 64-bit integer"),
+    (_set_array("observer/min_val", "__ndarray__", [5.0]), "min_val must be <= max_val"),
+    (_set_array("scale", "__ndarray__", [True]), "flat list of numbers"),
+    (_set_array("zero_point", "__ndarray__", [10 ** 400]), "a value does not fit int64"),
+    (_set_array("scale", "__ndarray__", [1e300]), "'scale': a value does not fit float32"),
 ]
 
 
@@ -220,6 +242,47 @@ def test_npz_with_wrong_types(tmp_path):
                                  ("__class__", np.array(["MinMaxObserver"]), "unknown class")]:
         np.savez(path, **{**head, **good, key: value})
         _refused(path, fragment)
+
+
+def test_duplicate_keys_are_refused(saved, tmp_path):
+    """A key given twice (JSON keeps the last silently; a zip archive may
+    hold two members of one name) is refused, not resolved."""
+    text = saved["fq.json"].read_text()
+    js = tmp_path / "dup.json"
+    js.write_text(text.replace('"eps":', '"eps": 0.5, "eps":', 1))
+    _refused(js, "key 'eps' appears twice")
+    import zipfile
+    npz = tmp_path / "dup.npz"
+    with zipfile.ZipFile(saved["obs.npz"]) as src, zipfile.ZipFile(npz, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+        with pytest.warns(UserWarning, match="Duplicate name"):
+            dst.writestr("min_val.npy", src.read("min_val.npy"))
+    _refused(npz, "'min_val' appears twice")
+
+
+def test_forged_npz_member_header_allocates_nothing(saved, tmp_path):
+    """An .npz member whose header declares 2**40 values (but holds a few
+    bytes) is refused from its header, before any allocation; a truncated
+    header is a clear ValueError."""
+    import zipfile
+    forgeries = {
+        "huge": lambda b: b.replace(b"'shape': (4,)", b"'shape': (1099511627776,)"),
+        "truncated": lambda b: b[:30],
+        "unterminated": lambda b: b.replace(b"'shape': (4,), }", b"'shape': '(4,"),
+    }
+    for label, forge in forgeries.items():
+        out = tmp_path / f"{label}.npz"
+        with zipfile.ZipFile(saved["obs.npz"]) as src, zipfile.ZipFile(out, "w") as dst:
+            for info in src.infolist():
+                data = src.read(info)
+                if info.filename == "min_val.npy":
+                    assert forge(data) != data
+                    data = forge(data)
+                dst.writestr(info.filename, data)
+        with pytest.raises(ValueError, match=INVALID) as err:
+            qc.load_state(out)
+        assert "min_val" in str(err.value) or "not a .npy array" in str(err.value), err.value
 
 
 def test_expected_class(saved):
