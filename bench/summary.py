@@ -29,7 +29,7 @@ def load(path):
 
 
 def size_name(n):
-    return f"{n >> 20}Mi" if n >= 1 << 20 else f"{n >> 10}Ki"
+    return f"{n >> 20}Mi" if n >= 1 << 20 else f"{n >> 10}Ki" if n >= 1 << 10 else str(n)
 
 
 def _first(impls, *keys):
