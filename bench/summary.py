@@ -22,7 +22,7 @@ def load(path):
     rows = defaultdict(dict)  # (op, size) -> impl -> (median s, bytes)
     for b in doc["benchmarks"]:
         info = b.get("extra_info", {})
-        if "op" not in info:
+        if "op" not in info or "bytes" not in info:  # (ONNX Runtime runs: own tables)
             continue
         rows[(info["op"], info["size"])][info["impl"]] = (b["stats"]["median"], info["bytes"])
     return doc, rows

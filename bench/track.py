@@ -156,7 +156,7 @@ def ratios(doc):
     groups = defaultdict(dict)  # (op, size) -> impl -> (median, fullname)
     for b in doc.get("benchmarks", []):
         info = b.get("extra_info", {})
-        if "op" not in info or "impl" not in info:
+        if not {"op", "size", "impl"} <= info.keys():
             continue
         groups[(info["op"], info["size"])][info["impl"]] = (b["stats"]["median"], b["fullname"])
     out = {}
@@ -241,9 +241,15 @@ def mismatches(ref, new):
     build variant, thread count (a comparison across these measures the
     machine, not the commit)."""
     a, b = run_info(ref), run_info(new)
-    return [f"{key}: reference {a.get(key)!r}, this run {b.get(key)!r}"
-            for key in ("cpu_kind", "simd_variant", "threads")
-            if a.get(key) is not None and b.get(key) is not None and a.get(key) != b.get(key)]
+    out = [f"{key}: reference {a.get(key)!r}, this run {b.get(key)!r}"
+           for key in ("cpu_kind", "simd_variant", "threads")
+           if a.get(key) is not None and b.get(key) is not None and a.get(key) != b.get(key)]
+    for label, info in (("reference", a), ("this run", b)):
+        load, cores = info.get("loadavg"), info.get("cpu_count")
+        if load and cores and load[0] > cores:
+            out.append(f"{label}: load average {load[0]} on {cores} cores: its all-threads "
+                       "timings wait for CPUs (re-record / re-run on a quiet machine)")
+    return out
 
 
 def report(ref, new, rows, tolerance=TOLERANCE):

@@ -98,8 +98,10 @@ def test_ratios_are_over_the_copy_of_the_same_group():
 
 def test_groups_without_a_roofline_have_no_ratio():
     doc = run({("compat_x", 1024, "compat"): 5e-6, ("compat_x", 1024, "core"): 4e-6})
-    doc["benchmarks"].append({"fullname": "ort", "extra_info": {"model": "m"},
-                              "stats": {"median": 1.0}})
+    for info in ({"op": "ort_calibration", "size": 1024, "impl": "quantcore"},
+                 {"op": "ort_peak_memory", "method": "MinMax"}):  # (as test_bench_ort)
+        doc["benchmarks"].append({"fullname": "ort", "extra_info": info,
+                                  "stats": {"median": 1.0}})
     assert track.ratios(doc) == {}
 
 
@@ -165,7 +167,10 @@ def test_report_warns_when_the_conditions_differ():
     ref, new = run(BASE), run(BASE, variant="baseline", threads=1)
     text = track.report(ref, new, track.compare(ref, new))
     assert "WARNING: simd_variant: reference 'x86-64-v3', this run 'baseline'" in text
-    assert "WARNING: threads" in text
+    assert "WARNING: threads" in text and "load average" not in text.split("\n", 2)[2]
+    new["machine_info"]["quantcore"].update(loadavg=[9.5, 9.0, 8.0], cpu_count=2)
+    assert "WARNING: this run: load average 9.5 on 2 cores" in \
+        track.report(ref, new, track.compare(ref, new))
     assert "nothing moved" in text
 
 
