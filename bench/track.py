@@ -338,8 +338,11 @@ def history(docs, kind=None):
         commit = (d.get("commit_info", {}).get("id") or "?")[:7]
         label = f"{commit}{'+' if d.get('commit_info', {}).get('dirty') else ''} " \
             f"{d.get('datetime', '?')[5:16].replace('T', ' ')}"
-        stamp = (label, d.get("datetime"))
-        if stamp in seen:  # (a reference that is also a saved run)
+        # a reference is also a saved run (its --benchmark-json twin, stamped
+        # a moment apart): the same commit and timings
+        stamp = (commit, tuple(sorted((b["fullname"], b["stats"].get("median"))
+                                      for b in d.get("benchmarks", []))))
+        if stamp in seen:
             continue
         seen.add(stamp)
         columns.append((label, d))
@@ -386,7 +389,7 @@ def history_plot(columns, table, path, title):
     for ax in list(axes.flat)[len(ops):]:
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (3.6 * nrow)))  # (room for the title)
     fig.savefig(path, dpi=90)
     plt.close(fig)
 

@@ -297,7 +297,8 @@ def test_history_orders_runs_by_time_and_keeps_one_kind():
     docs = [run(with_times(fake_quant__1024__quantcore_all=0.5), commit="b" * 40,
                 when="2026-11-27T12:00:00", dirty=True),
             run(BASE, commit="a" * 40, when="2026-11-26T12:00:00"),
-            run(BASE, commit="c" * 40, cpu=intel)]
+            run(BASE, commit="c" * 40, cpu=intel),
+            run(BASE, commit="a" * 40, when="2026-11-26T12:00:01")]  # (its reference copy)
     columns, table = track.history(docs, "amd-epyc-avx512-2c")
     assert [c[0] for c in columns] == ["aaaaaaa 11-26 12:00", "bbbbbbb+ 11-27 12:00"]
     assert table[("fake_quant", 1024, "quantcore-all")] == pytest.approx([4.0, 2.0])
