@@ -207,8 +207,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     doc, rows = load(args.json)
     machine = doc.get("machine_info", {})
+    qc_info = machine.get("quantcore", {})  # (bench/conftest.py; older runs lack it)
+    kind = (f" (CPU kind {qc_info['cpu_kind']}, SIMD flags "
+            f"{'/'.join(qc_info.get('cpu_simd_flags', [])) or '-'}, build variant "
+            f"{qc_info.get('simd_variant')}, {qc_info.get('threads')} threads, load average "
+            f"{qc_info.get('loadavg', '?')})") if qc_info else ""
     header = (f"Machine: {machine.get('cpu', {}).get('brand_raw', '?')}, "
-              f"{machine.get('cpu', {}).get('count', '?')} cores; medians of one run "
+              f"{machine.get('cpu', {}).get('count', '?')} cores{kind}; medians of one run "
               f"({doc.get('datetime', '?')[:10]}, commit "
               f"{doc.get('commit_info', {}).get('id', '?')[:8]}); '/ copy' = quantcore "
               "time / time of np.copyto (GPU: cupy.copyto) of the same array; "
