@@ -77,8 +77,8 @@ bench-summary:
 
 # Run the benchmarks (saved as above) and compare each ratio to np.copyto of
 # the same run with bench/results/ref-<cpu kind>.json; what moved is re-run
-# (twice at most, best kept); exit 1 when a ratio of quantcore's own code is
-# still > 10% worse.  BENCH_CHECK_ARGS: test paths / -k to narrow it.
+# twice; exit 1 when a ratio of quantcore's own code is > 10% worse in two
+# attempts of three.  BENCH_CHECK_ARGS: test paths / -k to narrow it.
 BENCH_CHECK_ARGS ?= bench
 bench-check: install
 	$(PY) bench/track.py check --storage $(BENCH_STORAGE) -- $(BENCH_CHECK_ARGS) $(PYTEST_ARGS)
