@@ -8,7 +8,8 @@ SOURCES := setup.py pyproject.toml $(wildcard quantcore/_cpu/*.pyx quantcore/_cp
 PYTEST_ARGS ?=
 
 .PHONY: all venv install demo test test-lint test-cpu test-numpy-levels gpu-emu-kernels \
-  gpu-emu-mirror bench bench-summary asan-test gpu-test gpu-check gpu-emu-test clean
+  gpu-emu-mirror bench bench-summary bench-check bench-reference bench-history asan-test \
+  gpu-test gpu-check gpu-emu-test clean
 
 all: test
 
@@ -92,15 +93,40 @@ gpu-emu-mirror: install
 	$(GPU_EMU_ENV) $(PY) -m pytest -q -p no:cacheprovider -m gpu --mirror-cupy tests \
 	  $(PYTEST_ARGS)
 
-# full benchmark run: JSON + Markdown summary + PNG plot under bench/results/
-BENCH_JSON ?= bench/results/latest.json
+# Full benchmark run: JSON + Markdown summary + PNG plot under bench/results/,
+# and the run saved into pytest-benchmark's storage (one file per run, named
+# by commit and date; bench/conftest.py adds the CPU kind, SIMD flags, thread
+# count and the extension's build variant in use).  See bench/README.md.
+BENCH_JSON    ?= bench/results/latest.json
+BENCH_STORAGE ?= bench/runs
+BENCH_SAVE    := --benchmark-autosave --benchmark-storage=file://$(BENCH_STORAGE)
 bench: install
 	$(PIP) install matplotlib
-	$(PY) -m pytest bench -q --benchmark-only --benchmark-json=$(BENCH_JSON) $(PYTEST_ARGS)
+	$(PY) -m pytest bench -q --benchmark-only $(BENCH_SAVE) --benchmark-json=$(BENCH_JSON) \
+	  $(PYTEST_ARGS)
 	$(PY) bench/summary.py $(BENCH_JSON)
 
 bench-summary:
 	$(PY) bench/summary.py $(BENCH_JSON)
+
+# Run the benchmarks (saved as above) and compare each ratio to np.copyto of
+# the same run with bench/results/ref-<cpu kind>.json; what moved is re-run
+# twice; exit 1 when a ratio of quantcore's own code is > 10% worse in two
+# attempts of three.  BENCH_CHECK_ARGS: test paths / -k to narrow it.
+BENCH_CHECK_ARGS ?= bench
+bench-check: install
+	$(PY) bench/track.py check --storage $(BENCH_STORAGE) -- $(BENCH_CHECK_ARGS) $(PYTEST_ARGS)
+
+# Store the last `make bench` run (BENCH_JSON) as its CPU kind's reference
+# (record it on a quiet machine).
+bench-reference:
+	$(PY) bench/track.py reference $(BENCH_JSON)
+
+# Each operation's ratio across the stored runs and references, by commit:
+# bench/results/history.md and bench/results/history-<cpu kind>.png
+bench-history: install
+	$(PIP) install matplotlib
+	$(PY) bench/track.py history --storage $(BENCH_STORAGE)
 
 # On a machine with an NVIDIA GPU and cupy (no registry needed: the system
 # python's numpy, cython, cupy, pytest and pytest-benchmark are used): build

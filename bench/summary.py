@@ -22,14 +22,14 @@ def load(path):
     rows = defaultdict(dict)  # (op, size) -> impl -> (median s, bytes)
     for b in doc["benchmarks"]:
         info = b.get("extra_info", {})
-        if "op" not in info:
+        if "op" not in info or "bytes" not in info:  # (ONNX Runtime runs: own tables)
             continue
         rows[(info["op"], info["size"])][info["impl"]] = (b["stats"]["median"], info["bytes"])
     return doc, rows
 
 
 def size_name(n):
-    return f"{n >> 20}Mi" if n >= 1 << 20 else f"{n >> 10}Ki"
+    return f"{n >> 20}Mi" if n >= 1 << 20 else f"{n >> 10}Ki" if n >= 1 << 10 else str(n)
 
 
 def _first(impls, *keys):
@@ -207,8 +207,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     doc, rows = load(args.json)
     machine = doc.get("machine_info", {})
+    qc_info = machine.get("quantcore", {})  # (bench/conftest.py; older runs lack it)
+    kind = (f" (CPU kind {qc_info['cpu_kind']}, SIMD flags "
+            f"{'/'.join(qc_info.get('cpu_simd_flags', [])) or '-'}, build variant "
+            f"{qc_info.get('simd_variant')}, {qc_info.get('threads')} threads, load average "
+            f"{qc_info.get('loadavg', '?')})") if qc_info else ""
     header = (f"Machine: {machine.get('cpu', {}).get('brand_raw', '?')}, "
-              f"{machine.get('cpu', {}).get('count', '?')} cores; medians of one run "
+              f"{machine.get('cpu', {}).get('count', '?')} cores{kind}; medians of one run "
               f"({doc.get('datetime', '?')[:10]}, commit "
               f"{doc.get('commit_info', {}).get('id', '?')[:8]}); '/ copy' = quantcore "
               "time / time of np.copyto (GPU: cupy.copyto) of the same array; "

@@ -18,6 +18,7 @@ from ._switches import Switches
 from .observers import MinMaxObserver, MovingAverageMinMaxObserver, ObserverBase, store_into
 
 F32 = np.float32
+_F32 = np.dtype(F32)
 
 __all__ = ["FakeQuantize"]
 
@@ -26,6 +27,21 @@ __all__ = ["FakeQuantize"]
 _FAST_RULES = {MinMaxObserver: _kernels.OBS_MINMAX,
                MovingAverageMinMaxObserver: _kernels.OBS_MOVING_AVG}
 _NAN_POLICY = {"skip": 0, "propagate": 1, "raise": 2}
+
+
+def _store_minmax(obs, lo, hi):
+    """``obs._store(lo, hi)`` for the fused step's new statistics (float32
+    scalars): written in place into the float32 0-d arrays a per-tensor
+    host observer holds, without ``store_into``'s general conversions (a
+    scalar value takes its slow path: 2 x 0.5 us of a 5 us step at 1 Ki);
+    any other state goes through ``obs._store``."""
+    mn, mx = obs.min_val, obs.max_val
+    if type(mx) is np.ndarray and mn.shape == () == mx.shape and mn.dtype is _F32 is mx.dtype \
+            and mn.flags.writeable and mx.flags.writeable:
+        mn[()] = lo
+        mx[()] = hi
+    else:
+        obs._store(lo, hi)
 
 
 def _synced_qparam(name, dtype, check, doc):
@@ -393,7 +409,7 @@ class FakeQuantize(Switches):
             if status == _kernels.NONFINITE_SKIPPED:
                 obs._note_nonfinite_batch()
             elif status == _kernels.OBSERVED:
-                obs._store(state[0], state[1])
+                _store_minmax(obs, state[0], state[1])
                 obs.num_batches += 1
             if not direct and (status == _kernels.OBSERVED or nan_first):
                 self._store_qparams(scale, zp)
