@@ -266,10 +266,14 @@ def _shared_symbols(so):
         addr, section, (size, name) = int(lparts[0], 16), lparts[-1], rparts
         if name.strip() == "cudaemu_num_kernels":
             anchor = addr
+        # the enclosing function, without template arguments (a kernel's
+        # may name cudaemu::fp<float>, the float of the kernel source)
         scope = name.split("(")[0]
+        while re.search(r"<[^<>]*>", scope):
+            scope = re.sub(r"<[^<>]*>", "", scope)
         if ("::" in name.rsplit(")", 1)[-1] and section.startswith((".bss", ".data"))
                 and " O " in left + " " and not name.startswith("guard variable")
-                and not any(t in scope for t in ("std::", "cudaemu", "__gnu_cxx"))):
+                and not scope.strip().startswith(("std::", "cudaemu", "__gnu_cxx"))):
             syms[addr] = (int(size, 16), name.strip())
     return anchor, sorted((a, n, nm) for a, (n, nm) in syms.items())
 
