@@ -914,14 +914,15 @@ class _CallStats:
                 raise ValueError(
                     "setting an array element with a sequence. The requested array has an "
                     "inhomogeneous shape after 1 dimensions. (ORT stacks the batches of one "
-                    f"collect_data call: shapes {self.shape} and {shape}; passes=1 takes them)")
+                    f"collect_data call: shapes {self.shape} and {shape}; one call per batch, "
+                    "CalibStridedMinMax=1 / strided=1, takes them)")
             self.shape = shape
         if self.dtype is not None and a.dtype != self.dtype:
             raise ValueError(f"The calibration expects only one element type but got "
                              f"{ {self.dtype, a.dtype} }")
         self.dtype = a.dtype
         if a.size == 0:
-            return
+            return False
         self.size += a.size
         if a.dtype == np.float32:
             lo, hi, has_nan = _minmax_f32(a)
@@ -939,6 +940,7 @@ class _CallStats:
             self.absmin = am if self.absmin is None else (
                 am if np.isnan(am)
                 else (self.absmin if np.isnan(self.absmin) else min(self.absmin, am)))
+        return has_nan
 
     def signed(self):
         """(min, max) as ORT holds them: 0-d zeros for an empty call."""
@@ -1761,10 +1763,12 @@ class _HistogramCalibrater:
         again = _second_pass(data, "collect_data")
         col = self.collector
         stats = {}
+        nans = {}
 
         def add_range(item):
             name, a, shape = item
-            stats[name].add(a, need_absmin=self._need_absmin(name), shape=shape)
+            if stats[name].add(a, need_absmin=self._need_absmin(name), shape=shape):
+                nans[name] = nans.get(name, 0) + 1   # one thread per tensor
 
         for batch in iter_batches(data):
             items = self._arrays(batch)
@@ -1781,7 +1785,8 @@ class _HistogramCalibrater:
                          [item for item in self._arrays(batch) if item[0] in plans])
             self.batches += 1
         for name, st in stats.items():
-            self._note_nan(name, st.any_nan)
+            if name in nans:
+                self.nan_batches[name] = self.nan_batches.get(name, 0) + nans[name]
             col.finish(name, st, plans[name])
 
     def compute_data(self):
