@@ -343,7 +343,9 @@ class _Spill:
     def write(self, batch):
         entry = []
         for name, a in batch.items():
-            a = np.ascontiguousarray(a)
+            a = np.asarray(a)
+            if not a.flags.c_contiguous:   # (np.ascontiguousarray makes 0-d arrays 1-d)
+                a = a.copy(order="C")
             entry.append((name, a.dtype, a.shape))
             if a.size:
                 self.file.write(memoryview(a.reshape(-1)).cast("B"))
@@ -628,7 +630,7 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
     if measure_memory:
         tracemalloc.start()
     t0 = time.perf_counter()
-    state = {"reads": 0, "spill": None, "inference": 0.0}
+    state = {"reads": 0, "spill": None, "inference": 0.0, "batches": 0}
     try:
         m = load_model(model)
         tensors, infos = select_tensors(m, op_types_to_calibrate)
@@ -647,6 +649,8 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
                 state["inference"] += dt
                 batch = {n: v for n, v in zip(names, out) if n in wanted}
                 del out
+                if state["reads"] == 1:
+                    state["batches"] += 1
                 if two_pass and state["reads"] == 1:
                     if i == 0 and (replay == "spill" or replay == "auto" and _spill_faster(
                             batch, dt)):
@@ -682,8 +686,8 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
         if state["spill"] is not None:
             state["spill"].close()
     how = ("spill" if state["spill"] is not None else "rerun") if two_pass else None
-    return CalibrationResult(td, getattr(cal, "batches", None), getattr(cal, "nan_batches", {}),
-                             seconds, peak, inference_seconds=state["inference"], replay=how)
+    return CalibrationResult(td, state["batches"], getattr(cal, "nan_batches", {}), seconds, peak,
+                             inference_seconds=state["inference"], replay=how)
 
 
 def _spill_faster(batch, seconds):
@@ -811,9 +815,13 @@ def quantize(model_input, model_output, calibration_data_reader=None,
         calibration_providers=calibration_providers, extra_options=extra_options)
     extra = dict(extra_options or {})
     if extra.get("SmoothQuant", False):  # ORT transforms the model with the reader itself
-        quantize_static(model_input, model_output, calibration_data_reader,
-                        calibrate_method=CalibrationMethod[_ort_method(method)],
-                        calibration_cache_path=calibration_cache_path, **ort_kw)
+        method = CalibrationMethod[_ort_method(method)]
+        try:
+            quantize_static(model_input, model_output, calibration_data_reader,
+                            calibrate_method=method,
+                            calibration_cache_path=calibration_cache_path, **ort_kw)
+        except (RuntimeError, ImportError) as exc:  # ORT's: neural-compressor is missing
+            raise ValueError(f"SmoothQuant (ORT's, run by ORT): {_one_line(exc)}") from None
         return None
     cached = calibration_cache_path is not None and os.path.isfile(calibration_cache_path)
     result = None
@@ -841,11 +849,11 @@ def quantize(model_input, model_output, calibration_data_reader=None,
             quantize_static(model_input, model_output, None, calibration_cache_path=cache,
                             calibrate_method=CalibrationMethod[
                                 tensors_range.calibration_method.name], **ort_kw)
-        except Exception as exc:
-            if _is_ort_error(exc):
-                raise ValueError(f"{_label(model_input)}: onnxruntime's quantizer failed: "
-                                 f"{_one_line(exc)}") from None
+        except (ValueError, TypeError, OSError):
             raise
+        except Exception as exc:  # ORT's quantizer: NotImplementedError, AssertionError, ...
+            raise ValueError(f"{_label(model_input)}: onnxruntime's quantizer failed: "
+                             f"{type(exc).__name__}: {_one_line(exc)}") from None
         if tensorrt_table:
             os.makedirs(tensorrt_table, exist_ok=True)
             O.write_calibration_table(tensors_range, tensorrt_table, absmax=True)

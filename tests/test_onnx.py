@@ -460,3 +460,98 @@ def test_default_call_is_quantize_statics_default_call(method, batch_model_path,
     sb = ort.InferenceSession(theirs, providers=["CPUExecutionProvider"])
     for feed in data:
         assert same_bits(sa.run(None, feed)[0], sb.run(None, feed)[0])
+
+
+# ---------------------------------------------------------------- real models
+# Two models the project did not build, from PyPI wheels (the `test` extra):
+# silero-vad's recurrent voice activity detector (a state input whose batch
+# axis is 1, a 0-d sample rate) and RapidOCR's PP-OCRv4 text detector.
+
+def _wheel_model(package, relative):
+    mod = pytest.importorskip(package)
+    path = os.path.join(os.path.dirname(mod.__file__), relative)
+    assert os.path.isfile(path), path
+    return path
+
+
+def vad_feeds(path, batches=4, rows=3, seed=0):
+    """Speech-like 512-sample chunks at 16 kHz, the state carried by the
+    float model from chunk to chunk (as the model is used)."""
+    rng = np.random.default_rng(seed)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    t = np.arange(512 * batches) / 16000
+    state = np.zeros((2, rows, 128), F32)
+    feeds = []
+    for b in range(batches):
+        f0 = rng.uniform(90, 250, (rows, 1))
+        seg = t[b * 512:(b + 1) * 512]
+        x = (0.3 * np.sin(2 * np.pi * f0 * seg) * (1 + np.sin(2 * np.pi * 3 * seg))
+             + 0.02 * rng.standard_normal((rows, 512))).astype(F32)
+        feed = {"input": x, "state": state, "sr": np.array(16000, np.int64)}
+        feeds.append(feed)
+        state = sess.run(None, feed)[1]
+    return feeds
+
+
+def ocr_feeds(batches=3, h=64, w=96, seed=0):
+    """Dark strokes on light paper, normalized as PP-OCR does ((x / 255 - 0.5) / 0.5)."""
+    rng = np.random.default_rng(seed)
+    feeds = []
+    for _ in range(batches):
+        img = np.full((h, w, 3), 235.0) + rng.normal(0, 6, (h, w, 3))
+        for _ in range(6):
+            y0, x0 = rng.integers(4, h - 12), rng.integers(4, w - 30)
+            img[y0:y0 + rng.integers(3, 8), x0:x0 + rng.integers(8, 28)] = rng.uniform(10, 60)
+        x = ((np.clip(img, 0, 255) / 255 - 0.5) / 0.5).astype(F32)
+        feeds.append({"x": x.transpose(2, 0, 1)[None].copy()})
+    return feeds
+
+
+REAL_MODELS = {
+    "silero_vad": (("silero_vad", "data/silero_vad_16k_op15.onnx"), vad_feeds),
+    "ppocr_det": (("rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx"),
+                  lambda path: ocr_feeds()),
+}
+
+
+class _OneShot:
+    """An ORT-style reader that cannot be replayed."""
+
+    def __init__(self, feeds):
+        self.it = iter(feeds)
+
+    def get_next(self):
+        return next(self.it, None)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")  # ORT's
+@pytest.mark.parametrize("method", ["MinMax", "Entropy", "Percentile"])
+@pytest.mark.parametrize("name", sorted(REAL_MODELS))
+def test_real_models_from_wheels_equal_quantize_static(name, method, tmp_path):
+    """quantize() with ORT's defaults == quantize_static's default call on a
+    real model: the same initializers and outputs, bit for bit."""
+    from onnxruntime.quantization import CalibrationMethod, quantize_static
+    (package, relative), make = REAL_MODELS[name]
+    path = _wheel_model(package, relative)
+    feeds = make(path)
+    ours, theirs = str(tmp_path / "qc.onnx"), str(tmp_path / "ort.onnx")
+    res = qonnx.quantize(path, ours, _OneShot(feeds), calibrate_method=method)
+    quantize_static(path, theirs, _OneShot(feeds), calibrate_method=CalibrationMethod[method])
+    a, b = _initializers(ours), _initializers(theirs)
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert same_bits(a[k], b[k]), k
+    assert len(res.tensors_range) > 30
+    sa = ort.InferenceSession(ours, providers=["CPUExecutionProvider"])
+    sb = ort.InferenceSession(theirs, providers=["CPUExecutionProvider"])
+    for feed in feeds[:2]:
+        for ya, yb in zip(sa.run(None, feed), sb.run(None, feed)):
+            assert same_bits(ya, yb)
+
+
+def test_real_detector_percentile_per_batch(tmp_path):
+    """CalibStridedMinMax=1 with Percentile on the PP-OCR detector (empty
+    float constants: ORT's surprise 18) calibrates every tensor."""
+    path = _wheel_model("rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx")
+    res = qonnx.calibrate(path, ocr_feeds(2, 64, 64), "percentile", strided=1)
+    assert all(np.isfinite(lo) and np.isfinite(hi) for lo, hi in res.ranges().values())

@@ -99,6 +99,11 @@ ORT's surprises (spec section 18) and what this module does
     :func:`adjust_weight_scale_for_int32_bias`.
 17. A float16 range gives a float16 scale; float16 QuantizeLinear divides in
     float32 (ORT's kernel): reproduced.
+18. Symmetric Percentile: a call after the first in which a tensor is empty
+    (a dynamic shape with a zero dimension) fails in ORT (``np.nanmax`` of
+    nothing: "zero-size array to reduction operation fmax"), e.g. with
+    ``CalibStridedMinMax=1``: **not** reproduced; the empty call adds
+    nothing to that tensor's histogram, minimum or maximum.
 
 Also: a batch's min or max that is a zero gets numpy's sign (numpy's choice
 between ``-0.0`` and ``+0.0`` when both occur is asked of numpy itself); in
@@ -1053,9 +1058,8 @@ class HistogramCollector:
                     first, last = first - 0.5, last + 0.5
                 return _Plan(self.num_bins, (first, last), True)
             edges = old[1]
-            if stats.size == 0:
-                raise ValueError(
-                    "zero-size array to reduction operation fmax which has no identity")
+            if stats.size == 0:   # ORT: np.nanmax of nothing fails (surprise 18)
+                return _Plan(edges, None, True)
             amax = stats.dtype.type(np.nan) if np.isnan(stats.min) else max(abs(stats.min),
                                                                            abs(stats.max))
             if amax > edges[-1]:
@@ -1088,6 +1092,8 @@ class HistogramCollector:
         mn, mx = stats.signed()
         if self.absolute:
             edges = edges.astype(dtype)
+            if old is not None and stats.size == 0:
+                return   # an empty later call adds nothing (surprise 18)
             if old is None:
                 self.histogram_dict[tensor] = (hist, edges, mn, mx)
             else:
