@@ -123,7 +123,7 @@ CALIB_OPTION_KEYS = {"CalibTensorRangeSymmetric": "symmetric",
 
 #: auto replay: spill when a batch's activations are written and read back
 #: (this many bytes per second, both ways) faster than the model computes them
-SPILL_BYTES_PER_SECOND = 1e9
+SPILL_BYTES_PER_SECOND = 2.5e8
 
 #: onnxruntime's input types as numpy dtypes (the feeds are checked against them)
 _ORT_DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16",
@@ -350,6 +350,17 @@ class _Spill:
             if a.size:
                 self.file.write(memoryview(a.reshape(-1)).cast("B"))
             self.nbytes += a.nbytes
+        self.index.append(entry)
+
+    def write_parts(self, chunk):
+        """{name: pieces}: each name's pieces (1-d, one dtype) as one array."""
+        entry = []
+        for name, parts in chunk.items():
+            entry.append((name, parts[0].dtype, (sum(p.size for p in parts),)))
+            for p in parts:
+                if p.size:
+                    self.file.write(memoryview(np.ascontiguousarray(p)).cast("B"))
+                self.nbytes += p.nbytes
         self.index.append(entry)
 
     def read(self):
@@ -623,14 +634,13 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
                          "(ORT surprise 10): use quantcore.compat.onnxruntime.MinMaxCalibrater "
                          "directly for per-channel statistics")
     two_pass = strided is None and method in ORT_METHODS and method != "minmax"
-    if two_pass and not replayable(data):
-        if replay == "rerun":
-            O._second_pass(data, "calibrate")  # the TypeError saying why
-        replay = "spill"
+    can_rerun = replayable(data)
+    if two_pass and replay == "rerun" and not can_rerun:
+        O._second_pass(data, "calibrate")  # the TypeError saying why
     if measure_memory:
         tracemalloc.start()
     t0 = time.perf_counter()
-    state = {"reads": 0, "spill": None, "inference": 0.0, "batches": 0}
+    state = {"inference": 0.0, "batches": 0, "how": None}
     try:
         m = load_model(model)
         tensors, infos = select_tensors(m, op_types_to_calibrate)
@@ -642,31 +652,26 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
         wanted = set(tensors)
 
         def model_runs():   # in _prefetch's inference thread when parallel
+            state["batches"] = 0
             for i, feed in enumerate(_feeds(data)):
                 t = time.perf_counter()
                 out = runner.run(feed, i)
-                dt = time.perf_counter() - t
-                state["inference"] += dt
+                state["inference"] += time.perf_counter() - t
+                state["batches"] += 1
                 batch = {n: v for n, v in zip(names, out) if n in wanted}
                 del out
-                if state["reads"] == 1:
-                    state["batches"] += 1
-                if two_pass and state["reads"] == 1:
-                    if i == 0 and (replay == "spill" or replay == "auto" and _spill_faster(
-                            batch, dt)):
-                        state["spill"] = _Spill(spill_dir)
-                    if state["spill"] is not None:
-                        state["spill"].write(batch)
                 yield batch
 
         def activations():
-            state["reads"] += 1
-            spilled = state["reads"] > 1 and state["spill"] is not None
-            produce = state["spill"].read if spilled else model_runs
-            for batch in _prefetch(produce) if parallel else produce():
-                if on_batch is not None and not spilled:
+            for batch in _prefetch(model_runs) if parallel else model_runs():
+                if on_batch is not None:
                     on_batch()
                 yield batch
+
+        def keep_spilling(nbytes):
+            """auto: rerun rather than spill when the model is faster than the disk."""
+            return replay == "spill" or not can_rerun or \
+                nbytes / SPILL_BYTES_PER_SECOND < state["inference"]
 
         pool = O.tensor_executor() if parallel else contextlib.nullcontext()
         threads = O.kernel_threads(1) if parallel else contextlib.nullcontext()
@@ -675,25 +680,162 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
                                   executor=executor)
             if strided and strided > 1 or strided and method == "minmax":
                 _collect_strided(cal, activations(), strided, method)
+            elif not two_pass:
+                cal.collect_data(activations())
+            elif replay == "rerun":
+                cal.collect_data(activations)   # ORT's streaming two passes, batch by batch
+                state["how"] = "rerun"
             else:
-                cal.collect_data(activations if two_pass else activations())
+                state["how"] = _one_call(cal, activations, BUFFER_BYTES, spill_dir, executor,
+                                         keep_spilling)
         td = cal.compute_data()
         seconds = time.perf_counter() - t0
         peak = tracemalloc.get_traced_memory()[1] if measure_memory else None
     finally:
         if measure_memory:
             tracemalloc.stop()
-        if state["spill"] is not None:
-            state["spill"].close()
-    how = ("spill" if state["spill"] is not None else "rerun") if two_pass else None
     return CalibrationResult(td, state["batches"], getattr(cal, "nan_batches", {}), seconds, peak,
-                             inference_seconds=state["inference"], replay=how)
+                             inference_seconds=state["inference"], replay=state["how"])
 
 
-def _spill_faster(batch, seconds):
-    """Writing and reading back a batch's activations is faster than the
-    model run that made them (``replay="auto"``)."""
-    return sum(a.nbytes for a in batch.values()) / SPILL_BYTES_PER_SECOND < seconds
+#: the single call's activations kept in memory before they go to a spill file
+#: (or the data is read again)
+BUFFER_BYTES = 16 << 20
+
+
+#: tensors smaller than this (values) are reduced once per chunk (their
+#: pieces joined), larger ones batch by batch
+SMALL_TENSOR = 1 << 15
+#: the batches of one chunk hold at least this many bytes (the last one less)
+CHUNK_BYTES = 4 << 20
+
+
+def _chunks(cal, batches, on_batch_items, executor, reduce_small):
+    """``batches`` grouped into chunks of at least :data:`CHUNK_BYTES`:
+    each batch's items go to ``on_batch_items`` (batch by batch: the large
+    tensors); each chunk is yielded as ``(batches, {name: pieces})`` with the
+    pieces of every small tensor joined into one array first handed to
+    ``reduce_small(name, array, pieces)`` (on ``executor``)."""
+    pieces, held, n = {}, 0, 0
+    for batch in batches:
+        items = cal._arrays(batch)
+        del batch
+        on_batch_items(items)
+        for name, a, _ in items:
+            pieces.setdefault(name, []).append(a)
+            held += a.nbytes
+        n += 1
+        del items
+        if held >= CHUNK_BYTES:
+            yield n, _join_small(pieces, executor, reduce_small)
+            pieces, held, n = {}, 0, 0
+    if n:
+        yield n, _join_small(pieces, executor, reduce_small)
+
+
+def _join_small(pieces, executor, reduce_small):
+    def join(name):
+        parts = pieces[name]
+        a = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        reduce_small(name, a, parts)
+        pieces[name] = [a]   # (one thread per tensor)
+    O._map_tensors(executor, join, [k for k, v in pieces.items() if v[0].size < SMALL_TENSOR])
+    return pieces
+
+
+def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling):
+    """One ORT ``collect_data`` call of the histogram calibrator ``cal`` over
+    the batches of ``read()``, in bounded memory.
+
+    First pass: the range statistics of the call, a large tensor's batch by
+    batch as it comes (while the model runs the next batch), the small
+    tensors' once per chunk of batches (their pieces joined: the per-call
+    cost of many small tensors is paid per chunk, not per batch).  The
+    values are kept in memory up to ``buffer_bytes``; past it, either
+    appended to a spill file chunk by chunk (``keep_spilling(bytes)`` true)
+    or dropped, and ``read()`` is called again for the second pass.  Second
+    pass: every tensor counted over the range of the whole call, chunk by
+    chunk.  The state is the streaming two-pass call's (``collect_data``
+    with ``passes=2``): ORT's stacking checks per batch, range statistics
+    and counts that do not depend on how the values are grouped.  Returns
+    ``"memory"``, ``"spill"`` or ``"rerun"``."""
+    col = cal.collector
+    stats, nans = {}, {}
+    kept, held, spill, mode = [], 0, None, "memory"
+
+    def note_nan(name, parts):
+        nans[name] = nans.get(name, 0) + sum(bool(np.isnan(p).any()) for p in parts)
+
+    def add_range(name, a, parts):
+        if stats[name].add(a, need_absmin=cal._need_absmin(name)):
+            note_nan(name, parts)
+
+    def first_pass_items(items):
+        large = []
+        for name, a, shape in items:
+            st = stats.get(name)
+            if st is None:
+                st = stats[name] = col.new_stats(name)
+            st.add(a[:0], shape=shape)      # ORT's stacking: one shape, one dtype
+            if a.size >= SMALL_TENSOR:
+                large.append((name, a, [a]))
+        O._map_tensors(executor, lambda item: add_range(*item), large)
+
+    n = 0
+    try:
+        for count, chunk in _chunks(cal, read(), first_pass_items, executor, add_range):
+            n += count
+            if mode == "rerun":
+                continue
+            held += sum(a.nbytes for parts in chunk.values() for a in parts)
+            kept.append(chunk)
+            if mode == "memory" and held > buffer_bytes:
+                if keep_spilling(held):
+                    mode, spill = "spill", _Spill(spill_dir)
+                else:
+                    mode = "rerun"
+            if mode == "spill":
+                for c in kept:
+                    spill.write_parts(c)
+            if mode != "memory":
+                kept, chunk = [], None
+        if not stats:
+            raise ValueError("No data is collected.")
+        plans = {name: col.plan(name, st) for name, st in stats.items()}
+
+        def count_parts(item):
+            name, parts = item
+            for a in parts:
+                plans[name].add(a)
+
+        def counted(source):
+            for chunk in source:
+                O._map_tensors(executor, count_parts, list(chunk.items()))
+
+        if mode == "memory":
+            counted(kept)
+            del kept
+        elif mode == "spill":
+            counted({k: [v] for k, v in c.items()} for c in spill.read())
+        else:
+            def count_large(items):
+                O._map_tensors(executor, lambda it: plans[it[0]].add(it[1]),
+                               [(name, a) for name, a, _ in items if a.size >= SMALL_TENSOR])
+
+            def count_small(name, a, parts):
+                plans[name].add(a)
+
+            for _, _ in _chunks(cal, read(), count_large, executor, count_small):
+                pass
+    finally:
+        if spill is not None:
+            spill.close()
+    for name, st in stats.items():
+        if name in nans:
+            cal.nan_batches[name] = cal.nan_batches.get(name, 0) + nans[name]
+        col.finish(name, st, plans[name])
+    cal.batches += n
+    return mode
 
 
 def _collect_strided(cal, batches, k, method):

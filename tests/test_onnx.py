@@ -253,19 +253,41 @@ def test_bad_data_gets_a_clear_result_or_error(method, tmp_path):
 
 
 @pytest.mark.parametrize("method", ["entropy", "percentile", "distribution"])
-def test_one_call_is_the_same_rerun_spilled_or_from_a_one_shot_reader(method, model_path):
-    """The default single call reads the data twice: by rerunning a
-    replayable reader, from the spilled activations, or (a reader that
-    cannot be replayed) always spilled; the ranges and histograms are the
-    same, bit for bit; replay="rerun" of a one-shot reader says why not."""
+def test_one_call_is_the_same_rerun_spilled_or_from_a_one_shot_reader(method, model_path,
+                                                                      monkeypatch):
+    """The default single call needs the range of the whole reader first: the
+    values held in memory, spilled to a file, or the data read again (ORT's
+    streaming two passes, or by chunks); a reader that cannot be replayed is
+    never read twice.  The ranges and histograms are the same, bit for bit,
+    NaN batches counted alike; replay="rerun" of a one-shot reader says why
+    not."""
     rng = np.random.default_rng(11)
     data = [{"x": (rng.standard_normal((2, 3, 5, 5)) * (i + 1)).astype(F32)} for i in range(5)]
-    rerun = qonnx.calibrate(model_path, data, method, replay="rerun")
-    spill = qonnx.calibrate(model_path, data, method, replay="spill")
-    once = qonnx.calibrate(model_path, iter(data), method)
-    assert (rerun.replay, spill.replay, once.replay) == ("rerun", "spill", "spill")
-    _same_result(rerun, spill)
-    _same_result(rerun, once)
+    data[3]["x"][0, 1, 2, 2] = np.nan
+    if method == "percentile":    # |x| of a call with NaN: ORT's error
+        data[3]["x"][0, 1, 2, 2] = 0.25
+    ref = qonnx.calibrate(model_path, data, method, replay="rerun")
+    results = {"rerun": ref}
+    results["memory"] = qonnx.calibrate(model_path, data, method)
+    results["one-shot memory"] = qonnx.calibrate(model_path, iter(data), method)
+    # chunks of one batch, a buffer of one chunk; small tensors joined or not
+    monkeypatch.setattr(qonnx, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(qonnx, "BUFFER_BYTES", 1)
+    for small in (1 << 15, 0):
+        monkeypatch.setattr(qonnx, "SMALL_TENSOR", small)
+        results[f"spill {small}"] = qonnx.calibrate(model_path, data, method, replay="spill")
+        results[f"one-shot spill {small}"] = qonnx.calibrate(model_path, iter(data), method)
+        monkeypatch.setattr(qonnx, "SPILL_BYTES_PER_SECOND", 1e-3)   # the disk is slow: rerun
+        results[f"chunked rerun {small}"] = qonnx.calibrate(model_path, data, method,
+                                                            parallel=small == 0)
+        monkeypatch.setattr(qonnx, "SPILL_BYTES_PER_SECOND", 1e30)
+    monkeypatch.setattr(qonnx, "CHUNK_BYTES", 4000)   # chunks of two batches
+    results["two-batch chunks"] = qonnx.calibrate(model_path, iter(data), method)
+    for key, res in results.items():
+        assert res.replay == key.split()[-2 if key[-1].isdigit() else -1].replace(
+            "chunks", "spill"), (key, res.replay)
+        _same_result(res, ref)
+    assert ref.nan_batches.get("x", 0) == (0 if method == "percentile" else 1)
     with pytest.raises(TypeError, match="reads the data twice"):
         qonnx.calibrate(model_path, iter(data), method, replay="rerun")
     assert qonnx.calibrate(model_path, lambda: iter(data), method).batches == 5
@@ -468,8 +490,13 @@ def test_default_call_is_quantize_statics_default_call(method, batch_model_path,
 # axis is 1, a 0-d sample rate) and RapidOCR's PP-OCRv4 text detector.
 
 def _wheel_model(package, relative):
-    mod = pytest.importorskip(package)
-    path = os.path.join(os.path.dirname(mod.__file__), relative)
+    """The .onnx file a wheel ships (found without importing the package,
+    which would import torch / OpenCV); a skip when it is not installed."""
+    import importlib.util
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.origin:
+        pytest.skip(f"{package} is not installed (pip install '.[test]')")
+    path = os.path.join(os.path.dirname(spec.origin), relative)
     assert os.path.isfile(path), path
     return path
 
