@@ -194,27 +194,34 @@ def status():
              for k in ("VmRSS", "VmHWM")}}
 
 
-side, method, model = sys.argv[1:4]
-reader = B.Reader()
-onnx.load(model)
+side, method, kind, model = sys.argv[1:5]
+if kind == "chain":
+    args = (model, method, B.Reader())
+    onnx.load(model)
+    run = B.run_ort if side == "ort" else B.run_quantcore
+else:      # a real model by name: (path, feeds, op types)
+    path, feeds, ops = B.real_model(model)
+    args = (path, feeds, ops, method)
+    run = B.run_ort_real if side == "ort" else B.run_quantcore_real
 with open("/proc/self/clear_refs", "w") as fh:  # peak RSS := current RSS
     fh.write("5")
 before = status()["VmRSS"]
-run = B.run_ort if side == "ort" else B.run_quantcore
 with contextlib.redirect_stdout(io.StringIO()):
-    seconds, _ = run(model, method, reader)
+    seconds, _ = run(*args)
 peak = status()["VmHWM"]
 print(json.dumps({{"seconds": seconds, "rss_before_mib": before, "peak_rss_mib": peak}}))
 """
 
 
-def peak_rss(side, method, model):
-    """A fresh process imports everything, builds the reader, loads the
-    model, resets its peak RSS (Linux ``/proc/self/clear_refs``: the imports
-    peak higher than a small calibration) and calibrates with ``side``:
-    ``{"rss_before_mib", "peak_rss_mib", "seconds"}``."""
+def peak_rss(side, method, model, kind="chain"):
+    """A fresh process imports everything, builds the reader (``kind``
+    "chain": the spec's model at ``model``; "real": the real model named
+    ``model`` and its feeds), resets its peak RSS (Linux
+    ``/proc/self/clear_refs``: the imports peak higher than a small
+    calibration) and calibrates with ``side``: ``{"rss_before_mib",
+    "peak_rss_mib", "seconds"}``."""
     script = PEAK_SCRIPT.format(bench=os.path.dirname(os.path.abspath(__file__)))
-    res = subprocess.run([sys.executable, "-c", script, side, method, model],
+    res = subprocess.run([sys.executable, "-c", script, side, method, kind, model],
                          capture_output=True, text=True, timeout=900,
                          env=dict(os.environ, QC_ORT_BENCH_FULL="1" if FULL else "0"))
     assert res.returncode == 0, res.stderr[-2000:]
@@ -354,33 +361,6 @@ def test_real_model_vs_ort(benchmark, name, method):
         "vs_augmented_inference": best["quantcore"] / best["augmented"]})
 
 
-REAL_PEAK_SCRIPT = r"""
-import contextlib, io, json, re, sys
-sys.path.insert(0, {bench!r})
-import test_bench_ort as B
-import onnx, onnxruntime.quantization.calibrate  # what either side imports
-from quantcore import onnx as qonnx
-
-
-def status():
-    text = open("/proc/self/status").read()
-    return {{k: int(re.search(k + r":\s+(\d+) kB", text).group(1)) / 1024
-             for k in ("VmRSS", "VmHWM")}}
-
-
-side, method, name = sys.argv[1:4]
-path, feeds, ops = B.real_model(name)
-with open("/proc/self/clear_refs", "w") as fh:  # peak RSS := current RSS
-    fh.write("5")
-before = status()["VmRSS"]
-run = B.run_ort_real if side == "ort" else B.run_quantcore_real
-with contextlib.redirect_stdout(io.StringIO()):
-    seconds, _ = run(path, feeds, ops, method)
-peak = status()["VmHWM"]
-print(json.dumps({{"seconds": seconds, "rss_before_mib": before, "peak_rss_mib": peak}}))
-"""
-
-
 @pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK),
                     reason="the peak-RSS reset needs Linux /proc/self/clear_refs")
 @pytest.mark.parametrize("method", ["MinMax", "Entropy", "Percentile"] if FULL else ["Entropy"])
@@ -389,14 +369,7 @@ def test_real_model_peak_memory(benchmark, name, method):
     """Peak RSS each side adds while calibrating a real model, each in a
     fresh process (the feeds made before the reset)."""
     real_model(name)    # the skip when the wheel is missing
-    out = {}
-    for side in ("ort", "quantcore"):
-        script = REAL_PEAK_SCRIPT.format(bench=os.path.dirname(os.path.abspath(__file__)))
-        res = subprocess.run([sys.executable, "-c", script, side, method, name],
-                             capture_output=True, text=True, timeout=900,
-                             env=dict(os.environ, QC_ORT_BENCH_FULL="1" if FULL else "0"))
-        assert res.returncode == 0, res.stderr[-2000:]
-        out[side] = json.loads(res.stdout.strip().splitlines()[-1])
+    out = {side: peak_rss(side, method, name, "real") for side in ("ort", "quantcore")}
     added = {k: v["peak_rss_mib"] - v["rss_before_mib"] for k, v in out.items()}
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
     batches, size = REAL_SIZES[name]
