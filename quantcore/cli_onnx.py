@@ -25,8 +25,10 @@ The calibration data, one of:
   every batch; a 0-d array never is).  ``labels`` (one class per row) adds
   an accuracy line.
 * ``--data FILE.npz`` of per-batch feeds: arrays named ``INDEX/INPUT``
-  (``0/input``, ``0/state``, ``1/input``, ...), each batch as given.
-* ``--data FOLDER`` of ``.npz`` files, one feed per file (sorted by name).
+  (``0/input``, ``0/state``, ``1/input``, ...), each batch as given
+  (``labels``: one class per row of every batch, in order).
+* ``--data FOLDER`` of ``.npz`` files, one feed per file (sorted by name;
+  a ``labels`` array in a file: that batch's classes).
 * ``--reader MODULE:NAME`` (a module or a ``.py`` file): an ORT
   ``CalibrationDataReader`` class or a callable, called with the
   ``--reader-arg KEY=VALUE`` keywords (JSON values, else strings), or such a
@@ -299,6 +301,8 @@ class FeedFiles:
             with _open_npz(path) as npz:
                 groups = {}
                 for key in npz.files:
+                    if key == "labels":
+                        continue
                     index, _, name = key.partition("/")
                     try:
                         groups.setdefault(int(index), []).append((name, key))
@@ -316,13 +320,16 @@ class FeedFiles:
                     yield {k: npz[k] for k in npz.files}
         else:
             with _open_npz(self.path) as npz:
+                if "labels" in npz.files:
+                    yield {"labels": npz["labels"]}   # (labels only: no feed)
                 for group in self.keys:
                     yield {name: npz[key] for name, key in group}
 
     def __iter__(self):
         for feed in self._batches():
             feed.pop("labels", None)
-            yield feed
+            if feed:
+                yield feed
 
     def labels(self):
         labels = [np.asarray(f["labels"]).reshape(-1) for f in self._batches() if "labels" in f]
@@ -390,7 +397,7 @@ def _data(args, model_inputs):
         return feeds, feeds.labels(), None
     with _open_npz(args.data) as npz:
         names = list(npz.files)
-        per_batch = names and all("/" in n for n in names)
+        per_batch = names and all("/" in n for n in names if n != "labels")
         arrays = None if per_batch else {k: npz[k] for k in names}
     if per_batch:
         feeds = FeedFiles(args.data)

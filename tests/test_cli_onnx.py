@@ -210,7 +210,7 @@ def _recurrent_model(path):
     return path
 
 
-def test_every_data_layout_feeds_a_recurrent_model(tmp_path):
+def test_every_data_layout_feeds_a_recurrent_model(tmp_path, capsys):
     """A state input whose batch axis is 1 and a 0-d input: an arrays .npz
     (axes from the model's symbolic dimension), per-batch feeds in one .npz,
     a folder of .npz feeds, and --reader (an ORT CalibrationDataReader in a
@@ -224,8 +224,9 @@ def test_every_data_layout_feeds_a_recurrent_model(tmp_path):
     quantize_static(str(model), str(tmp_path / "ort.onnx"), Reader(feeds),
                     calibrate_method=CalibrationMethod.Entropy)
     np.savez(tmp_path / "arrays.npz", x=x, state=state, sr=sr)
-    np.savez(tmp_path / "feeds.npz", **{f"{i}/{k}": v for i, f in enumerate(feeds)
-                                        for k, v in f.items()})
+    labels = np.argmax(x, axis=1) % 8
+    np.savez(tmp_path / "feeds.npz", labels=labels, **{f"{i}/{k}": v for i, f in enumerate(feeds)
+                                                       for k, v in f.items()})
     (tmp_path / "dir").mkdir()
     for i, f in enumerate(feeds):
         np.savez(tmp_path / "dir" / f"{i:03d}.npz", **f)
@@ -251,6 +252,7 @@ def test_every_data_layout_feeds_a_recurrent_model(tmp_path):
         out = tmp_path / f"qc{i}.onnx"
         assert main(["onnx", "quantize", str(model), *src, "--method", "entropy", "-o",
                      str(out), "-q"]) == 0, src
+        assert ("accuracy:" in capsys.readouterr().out) == (i == 2), src
         ia, ib = _initializers(out), _initializers(tmp_path / "ort.onnx")
         assert sorted(ia) == sorted(ib) and all(same_bits(ia[k], ib[k]) for k in ia), src
 
