@@ -257,9 +257,9 @@ def test_peak_memory(model, method, benchmark):
 
 
 # ------------------------------------------------------------ real models
-REPEATS = 3 if FULL else 1
+REPEATS = 2 if FULL else 1
 REAL_SIZES = {"silero_vad": (256, 1) if FULL else (16, 1),       # batches, rows
-              "ppocr_det": (12, 320) if FULL else (2, 64)}      # batches, image side
+              "ppocr_det": (24, 320) if FULL else (2, 64)}      # batches, image side
 
 
 def real_model(name):

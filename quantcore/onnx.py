@@ -215,6 +215,9 @@ def _session(model, tensors, infos, providers):
     # ORT's pool threads spin after each run by default, holding the cores
     # that quantcore's statistics need while the next batch runs
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # every calibrated tensor is an output: ORT's arena would keep a run's
+    # worth of them allocated on top of the batches being reduced
+    opts.enable_cpu_mem_arena = False
     return _ort_session(aug.SerializeToString(), opts, providers, "the model")
 
 
