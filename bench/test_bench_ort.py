@@ -379,4 +379,7 @@ def test_real_model_peak_memory(benchmark, name, method):
         "ort_added_peak_mib": added["ort"], "quantcore_added_peak_mib": added["quantcore"],
         "ort_process_peak_mib": out["ort"]["peak_rss_mib"],
         "quantcore_process_peak_mib": out["quantcore"]["peak_rss_mib"]})
-    assert added["quantcore"] <= added["ort"] + 16   # never (much) more than ORT
+    if FULL and name == "ppocr_det" and method != "MinMax":
+        # ORT holds every batch's activations (GiB), quantcore a buffer and a
+        # batch or two (small sizes: both are fixed costs, nothing to compare)
+        assert added["quantcore"] <= added["ort"] / 4

@@ -45,16 +45,23 @@ depend on it):
 * default (``strided=None``): the whole reader is **one call**, as
   ``quantize_static`` without ``CalibStridedMinMax``.  MinMax keeps one
   ``(lo, hi)`` per batch: one pass.  The histogram methods need the range of
-  the whole call before they count: they read the data twice
-  (``replay="rerun"``: the reader again -- a list, a callable returning a
-  fresh iterable, a reader with ``rewind()`` or an iterable that is not its
-  own iterator -- and the model runs again) or keep the activations of the
-  first pass in a temporary file and count from it (``replay="spill"``: one
-  model run; disk: every calibrated activation once).  ``replay="auto"``
-  (default) reruns a replayable reader whose model takes longer to run than
-  its activations take to write and read back, and spills otherwise (a
-  reader that cannot be replayed is always spilled).  The results are the
-  same, bit for bit.
+  the whole call before they count.  ``replay="auto"`` (default) reads the
+  data once, holding the values in memory up to :data:`BUFFER_BYTES`
+  (4 MiB: a small model's whole call); past that, it either appends them to
+  a temporary file (spill) and counts from it, or -- a replayable reader (a
+  list, a callable returning a fresh iterable, a reader with ``rewind()``,
+  an iterable that is not its own iterator) whose model computes the values
+  faster than the disk would write and read them back
+  (:data:`SPILL_BYTES_PER_SECOND`) -- drops them and reads the data again
+  (rerun).  A reader that cannot be replayed is never read twice.
+  ``replay="spill"`` always spills past the buffer; ``replay="rerun"`` is
+  :mod:`quantcore.compat.onnxruntime`'s two passes, batch by batch.  The
+  range statistics of a tensor under ``SMALL_TENSOR`` values are taken once
+  per chunk of batches (:data:`CHUNK_BYTES`: the per-tensor cost of a model
+  of many small tensors is paid per chunk, not per batch), larger ones batch
+  by batch.  The results are the same, bit for bit
+  (``CalibrationResult.replay`` says which way was taken: ``"memory"``,
+  ``"spill"`` or ``"rerun"``).
 * ``strided=k`` (ORT's ``CalibStridedMinMax=k``): every ``k`` consecutive
   batches are one call (``k`` batches of activations are buffered);
   ``strided=1`` is one call per batch, in one pass, nothing buffered.
@@ -603,11 +610,13 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
     passes : {None, 1, 2}
         The older name: 1 is ``strided=1``, 2 the default.
     replay : {"auto", "rerun", "spill"}
-        How the histogram methods read a single call twice (module
-        docstring): ``rerun`` reads the reader again and reruns the model,
-        ``spill`` keeps the activations of the first pass in a temporary file
-        (in ``spill_dir``, default the system's), ``auto`` picks the faster
-        (a reader that cannot be replayed is spilled).  Same result.
+        How the histogram methods get the values of a single call after its
+        range (module docstring): held in memory up to a buffer, then
+        spilled to a temporary file (in ``spill_dir``, default the
+        system's) or read again, whichever is faster (``auto``); always
+        spilled (``spill``); or the data read twice, batch by batch
+        (``rerun``).  A reader that cannot be replayed is read once.  Same
+        result.
     op_types_to_calibrate : list of str or None
         The op types whose tensors are calibrated (None: every node's).
     providers : list or None
@@ -703,14 +712,14 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
 
 #: the single call's activations kept in memory before they go to a spill file
 #: (or the data is read again)
-BUFFER_BYTES = 16 << 20
+BUFFER_BYTES = 4 << 20
 
 
 #: tensors smaller than this (values) are reduced once per chunk (their
 #: pieces joined), larger ones batch by batch
 SMALL_TENSOR = 1 << 15
 #: the batches of one chunk hold at least this many bytes (the last one less)
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
 
 
 def _chunks(cal, batches, on_batch_items, executor, reduce_small):
