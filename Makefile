@@ -13,17 +13,20 @@ all: test
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --upgrade pip
-	$(PIP) install "setuptools>=64" "Cython>=3.0" "numpy>=2.0" wheel
+	$(PIP) install "setuptools>=77" "Cython>=3.0" "numpy>=2.0" wheel
 	touch $@
 
 venv: $(VENV)/.created
 
-# Editable installs, rebuilt when a C/Cython source changes.  `make demo`
-# installs the core and the `demo` extra only (a light venv); `make test`
+# Editable installs, rebuilt when a C/Cython source changes: setup.py keeps
+# the objects in build/qc_obj and recompiles only the units whose sources,
+# headers or flags changed (an install after `make demo` compiles the SIMD
+# builds it lacks, nothing else).  `make demo` installs the core and the
+# `demo` extra only (a light venv) with the baseline loops only (the
+# x86-64-v3 / v4 builds are for speed; `make install` adds them); `make test`
 # adds every test extra (torch, TensorFlow, dask, ...) to the same venv.
 $(VENV)/.installed-demo: $(VENV)/.created $(SOURCES)
-	$(PIP) install --no-build-isolation -e ".[demo]"
+	QUANTCORE_SIMD_BUILDS=baseline $(PIP) install --no-build-isolation -e ".[demo]"
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.created $(SOURCES)
