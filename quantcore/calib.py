@@ -89,33 +89,6 @@ def _as_f32_input(x, func):
     return np.require(arr, _f32, ["C", "A"])  # (aligned: the kernels need it)
 
 
-def _finished_range(arr, omit_nan=False):
-    """(min, max) of a non-empty contiguous float32 array as Python floats,
-    after quantcore's NaN / signed-zero rule (NaN propagates unless
-    ``omit_nan``; an array of NaNs only then gives (inf, -inf)); for cupy
-    input one reduction on the device and an 8-byte read."""
-    if isinstance(arr, np.ndarray):
-        lo, hi = K.minmax_finished(arr.reshape(-1), effective_n_threads(arr.size), omit_nan)
-        return float(lo), float(hi)
-    G = A.gpu_kernels("calib")
-    out = A.array_module(arr).empty(2, dtype=_f32)
-    G.minmax_device(arr.reshape(-1), 1, 1, arr.size, out[0:1], out[1:2],
-                    finish=2 if omit_nan else 1)
-    lo, hi = out.get()
-    return float(lo), float(hi)
-
-
-def _abs_range(arr, absolute, skip_zeros):
-    """(min, max) of the values a histogram bins: ``|arr|`` when
-    ``absolute``, zeros left out when ``skip_zeros``, NaN left out
-    ((inf, -inf) when none is left)."""
-    xp = A.array_module(arr)
-    v = xp.abs(arr) if absolute else arr
-    if skip_zeros:
-        v = xp.where(v == 0, _f32(np.nan), v)
-    return _finished_range(v, omit_nan=True)
-
-
 def _keep_up(state, like):
     """``state`` on the side (host / device) of ``like``: the statistics
     follow the data (small copies)."""
@@ -421,7 +394,7 @@ class HistogramCalibrator:
         arr = _as_f32_input(x, func).reshape(-1)
         if arr.size == 0:
             raise ValueError(f"{func}: x is empty")
-        lo, hi = _finished_range(arr)
+        lo, hi = TN.finished_range(arr)
         if not (math.isfinite(lo) and math.isfinite(hi)):
             raise ValueError(f"{func}: x contains NaN or inf")
         xm = _f32(max(-lo, hi))  # max |x|, also of the non-zero values when there are any
@@ -482,7 +455,7 @@ class HistogramCalibrator:
         absolute, skip = lo < 0, self._skip_zeros
         if self._hist is None:
             if absolute or skip:
-                lo, hi = _abs_range(x, absolute, skip)
+                lo, hi = TN.abs_range(x, absolute, skip)
             # np.histogram(values, bins=n) takes its edges from the values'
             # range alone: the same edges (and errors) from that range
             edges = np.histogram(np.array([lo, hi], _f32), bins=self._num_bins)[1]
@@ -877,7 +850,7 @@ class TorchHistogram:
         arr = _as_f32_input(x, func).reshape(-1)
         if arr.size == 0:
             return x
-        x_min, x_max = _finished_range(arr)
+        x_min, x_max = TN.finished_range(arr)
         if x_min != x_min:
             raise ValueError(f"{func}: x contains NaN")
         if math.isinf(x_min) or math.isinf(x_max):
@@ -887,7 +860,7 @@ class TorchHistogram:
             else:  # on the device the infinities become NaN, which histc skips
                 xp = A.array_module(arr)
                 arr = xp.where(xp.isinf(arr), _f32(np.nan), arr)
-            x_min, x_max = _finished_range(arr, omit_nan=True)
+            x_min, x_max = TN.finished_range(arr, omit_nan=True)
             if x_min > x_max:  # nothing finite
                 return x
         x_min, x_max = _f32(x_min), _f32(x_max)
