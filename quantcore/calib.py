@@ -43,8 +43,7 @@ import numpy as np
 from . import _arrays as A
 from . import qparams as Q
 from . import torch_numerics as TN
-from ._cpu import _kernels as K
-from ._cpu.threads import PARALLEL_THRESHOLD, effective_n_threads
+from ._cpu.threads import PARALLEL_THRESHOLD
 from ._warn import warn
 from .observers import store_into
 
