@@ -16,11 +16,13 @@ import sys
 
 import numpy as np
 
-from . import _arrays as A
-from ._cpu import _kernels as K
-from ._cpu.threads import effective_n_threads
-from .formats import (_DEC, _as_codes, _blocked_input, _from_last, _param, _to_last, pack_int4,
-                      F8_DEQ_MUL)
+from .. import _arrays as A
+from .._cpu import _kernels as K
+from .._cpu.threads import effective_n_threads
+from ._common import (_DEC, F8_DEQ_MUL, FMT_COUNT, _as_codes, _blocked_input, _from_last, _param,
+                      _to_last, formats_for)
+from .fp8 import fp8_decode
+from .groups import pack_int4
 
 __all__ = ["MX_ELEMENTS", "MX_SCALE_MODES", "mx_quantize", "mx_dequantize", "mx_fake_quant",
            "nvfp4_quantize", "nvfp4_dequantize", "nvfp4_fake_quant"]
@@ -29,8 +31,12 @@ F32 = np.float32
 
 # Ids and mode bits mirrored from qc_mx.h (tests/test_mx.py checks them
 # against the header).
-#: MX element types -> element id (the minifloat ids of qc_formats.h; int8 7)
-MX_ELEMENTS = {"e4m3": 0, "e5m2": 1, "e2m3": 4, "e3m2": 5, "e2m1": 6, "int8": 7}
+#: the MX element id of int8: the first id after the minifloats' (QC_MX_INT8)
+MX_INT8 = FMT_COUNT
+#: MX element types -> element id: the minifloat formats of the "mx" role in
+#: formats._common.MINIFLOATS (named without their "fn" suffix), then int8
+MX_ELEMENTS = {**{name.removesuffix("fn"): fid for name, fid in formats_for("mx").items()},
+               "int8": MX_INT8}
 _ALIASES = {"fp8_e4m3": "e4m3", "e4m3fn": "e4m3", "float8_e4m3fn": "e4m3",
             "fp8_e5m2": "e5m2", "float8_e5m2": "e5m2",
             "fp6_e2m3": "e2m3", "e2m3fn": "e2m3", "float6_e2m3fn": "e2m3",
@@ -352,7 +358,7 @@ def _nvfp4_scales(arr, global_scale, recipe, func):
                                           rng[0:1], rng[1:2], finish=1)
         return 0, _DeviceScale(rng, 2688.0, 6.0, gout), 0.0, gout.reshape(())
     if global_scale is None and recipe == "modelopt":
-        from .ops import minmax
+        from ..ops import minmax
         lo, hi = (np.asarray(A.to_host(v), F32) for v in minmax(arr, None))
         amax = F32(np.nan) if np.isnan(lo) or np.isnan(hi) else max(abs(lo), abs(hi))
         global_scale = F32(amax) / F32(2688)
@@ -439,7 +445,6 @@ def nvfp4_dequantize(codes, block_scales, global_scale=None, *, recipe="modelopt
     s = _check_scales(block_scales, moved.shape, NVFP4_BLOCK, arr.ndim - 1, "block_scales", func)
     if recipe == "modelopt":  # its table's 0x8 is +0: decoded as the code 0x0 (+0 * factor)
         moved = moved ^ ((moved == 8).view(np.uint8) << 3)
-    from .formats import fp8_decode
     f = fp8_decode(s, "e4m3fn")
     if global_scale is not None:
         g = np.asarray(A.to_host(global_scale), dtype=F32)

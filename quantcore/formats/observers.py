@@ -25,10 +25,10 @@ import warnings
 
 import numpy as np
 
-from . import _arrays as A
-from . import formats as F
-from ._switches import TrainEval
-from .ops import minmax, ste_backward
+from .. import _arrays as A
+from .._switches import TrainEval
+from ..ops import minmax, ste_backward
+from . import _common, fp8, groups
 
 F32 = np.float32
 
@@ -73,7 +73,7 @@ class _RunningStats:
         """Finished (min, max) of a batch, float32 numpy, in the observer's
         granularity; None to skip it."""
         func = f"{type(self).__name__}.update"
-        arr = F._float_input(x, func)
+        arr = _common._float_input(x, func)
         if arr.size == 0:
             return None
         if self.group_size is not None:
@@ -219,7 +219,7 @@ class FP8FakeQuantize(_STE):
 
     def __init__(self, fmt="e4m3fn", *, recipe="modelopt", pow2=False, axis=None,
                  dynamic=False, nan_policy="skip"):
-        F.fp8_scale(np.float32(1), fmt, recipe=recipe, pow2=pow2)  # validates the options
+        fp8.fp8_scale(np.float32(1), fmt, recipe=recipe, pow2=pow2)  # validates the options
         self.fmt, self.recipe, self.pow2, self.axis = fmt, recipe, bool(pow2), axis
         self.dynamic = bool(dynamic)
         self.observer = AmaxObserver(axis=axis, nan_policy=nan_policy)
@@ -230,7 +230,7 @@ class FP8FakeQuantize(_STE):
     @property
     def scale(self):
         """The current FP8 scale ``s`` (x is quantized as ``cast(x * s)``)."""
-        return F.fp8_scale(self.observer.amax, self.fmt, recipe=self.recipe, pow2=self.pow2)
+        return fp8.fp8_scale(self.observer.amax, self.fmt, recipe=self.recipe, pow2=self.pow2)
 
     @A.interop_method
     def forward(self, x):
@@ -243,7 +243,7 @@ class FP8FakeQuantize(_STE):
         if amax is not None and self.observer.num_batches == 0:
             raise RuntimeError("FP8FakeQuantize: no amax observed yet (train on a batch, or "
                                "use dynamic=True)")
-        y, self._mask = F.fp8_fake_quant(x, amax, self.fmt, recipe=self.recipe, pow2=self.pow2,
+        y, self._mask = fp8.fp8_fake_quant(x, amax, self.fmt, recipe=self.recipe, pow2=self.pow2,
                                          axis=self.axis, return_mask=True)
         return y
 
@@ -269,7 +269,7 @@ class GroupFakeQuantize(_STE):
 
     def __init__(self, bits=4, group_size=128, *, symmetric=False, recipe="onnx",
                  quant_min=None, quant_max=None, nan_policy="skip"):
-        F.group_qrange(bits, recipe, symmetric, quant_min, quant_max)  # validates
+        groups.group_qrange(bits, recipe, symmetric, quant_min, quant_max)  # validates
         self.bits, self.group_size = bits, A.as_int(group_size, "group_size", "GroupFakeQuantize")
         if self.group_size < 1:
             raise ValueError(f"GroupFakeQuantize: group_size must be >= 1, got {group_size}")
@@ -281,7 +281,7 @@ class GroupFakeQuantize(_STE):
 
     def quantize(self, w):
         """(codes, scale, zero_point) of w by the module's recipe."""
-        return F.group_quantize(w, self.bits, self.group_size, symmetric=self.symmetric,
+        return groups.group_quantize(w, self.bits, self.group_size, symmetric=self.symmetric,
                                 recipe=self.recipe, quant_min=self.quant_min,
                                 quant_max=self.quant_max)
 
@@ -292,7 +292,7 @@ class GroupFakeQuantize(_STE):
         if not self.fake_quant_enabled:
             self._mask = None
             return w
-        y, self._mask = F.group_fake_quant(w, self.bits, self.group_size,
+        y, self._mask = groups.group_fake_quant(w, self.bits, self.group_size,
                                            symmetric=self.symmetric, recipe=self.recipe,
                                            quant_min=self.quant_min, quant_max=self.quant_max,
                                            return_mask=True)
