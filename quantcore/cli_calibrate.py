@@ -14,6 +14,7 @@ import warnings
 
 import numpy as np
 
+from . import ops
 from . import qparams as Q
 from .cli_common import (add_quiet, add_tensors, formatter, int_in, list_checked,
                          match_tensors, print_notes, print_table, real_in, say, short_list)
@@ -25,7 +26,8 @@ METHODS = ("minmax", "moving_average", "percentile", "entropy", "mse")
 HIST_METHODS = ("percentile", "entropy", "mse")
 
 
-ROUNDING = ("half_even", "half_up", "half_away")
+#: --rounding: every rounding mode of the library (qc_elementwise.h QC_ROUNDING_MODES)
+ROUNDING = tuple(ops.ROUNDING)
 
 
 #: moving_average splits a tensor into at most this many batches

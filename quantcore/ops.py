@@ -23,17 +23,21 @@ __all__ = [
     "fake_quant_nudged", "fake_quant_amax", "ste_backward",
 ]
 
-# Mode bits, mirrored from qc_elementwise.h (one definition there; these
-# names are checked against it by tests/test_header_constants.py).
-ROUND_HALF_EVEN, ROUND_HALF_UP, ROUND_HALF_AWAY = 0, 1, 2
-ZP_BEFORE, DIVIDE, DEQUANT_WIDE = 4, 8, 16
-NF_PROPAGATE, NF_NAN_TO_QMIN, NF_INT64 = 0, 32, 64
-OUTPUT_Q, NO_ZERO_POINT, FMA_ZP, DEQUANT_NARROW, ROUND_F32 = 128, 256, 512, 1024, 2048
-NUDGED_DIVIDE, NUDGED_TF = 1, 2
-MM_NAN, MM_NEGZERO, MM_POSZERO = 1, 2, 4
+# Mode bits and rounding modes: qc_elementwise.h's, as the extension exports
+# them (one definition, in the header).
+_B = K.MODE_BITS
+ZP_BEFORE, DIVIDE, DEQUANT_WIDE = _B["ZP_BEFORE"], _B["DIVIDE"], _B["DEQUANT_WIDE"]
+NF_PROPAGATE, NF_NAN_TO_QMIN, NF_INT64 = _B["NF_PROPAGATE"], _B["NF_NAN_TO_QMIN"], _B["NF_INT64"]
+OUTPUT_Q, NO_ZERO_POINT, FMA_ZP = _B["OUTPUT_Q"], _B["NO_ZERO_POINT"], _B["FMA_ZP"]
+DEQUANT_NARROW, ROUND_F32 = _B["DEQUANT_NARROW"], _B["ROUND_F32"]
+NUDGED_DIVIDE, NUDGED_TF = _B["NUDGED_DIVIDE"], _B["NUDGED_TF"]
+MM_NAN, MM_NEGZERO, MM_POSZERO = K.MM_NAN, K.MM_NEGZERO, K.MM_POSZERO
 
-ROUNDING = {"half_even": ROUND_HALF_EVEN, "half_up": ROUND_HALF_UP,
-            "half_away": ROUND_HALF_AWAY}
+#: rounding mode name -> id (qc_elementwise.h QC_ROUNDING_MODES): every
+#: ``rounding=`` argument, the CLI's ``--rounding`` and the tests' lists
+ROUNDING = dict(K.ROUNDING_MODES)
+ROUND_HALF_EVEN = ROUNDING["half_even"]  # the default
+ROUND_HALF_UP, ROUND_HALF_AWAY = ROUNDING["half_up"], ROUNDING["half_away"]  # (older names)
 ZERO_POINT_ADD = {"after_rounding": 0, "before_rounding": ZP_BEFORE, "none": NO_ZERO_POINT}
 SCALE_OP = {"mul_inverse": 0, "div": DIVIDE}
 NONFINITE = {"propagate": NF_PROPAGATE, "nan_to_qmin": NF_NAN_TO_QMIN, "int64": NF_INT64}
