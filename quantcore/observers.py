@@ -85,6 +85,12 @@ class ObserverBase:
     #: the constructor's scalar configuration a state file holds, name ->
     #: its kind in state.py's schema ("real", "bool", ...)
     _FIELDS = {}
+    #: the rule of qc_minmax.h's qc_observe_update this class's per-tensor
+    #: update is ("minmax", "moving_average": its ``averaging_constant``), or
+    #: None: FakeQuantize then runs it in its fused CPU step and its
+    #: device-resident GPU step (read from the class itself, not inherited:
+    #: a subclass that changes the update declares its own)
+    DEVICE_RULE = None
     #: every observer class of this module by name: state files can hold
     #: each (state.py reads this; a class defined here is registered)
     REGISTRY = {}
@@ -482,6 +488,7 @@ class MinMaxObserver(ObserverBase):
     """
 
     mergeable = True
+    DEVICE_RULE = "minmax"
 
     def _combine(self, lo, hi, first):
         if first:
@@ -503,6 +510,7 @@ class MovingAverageMinMaxObserver(ObserverBase):
     """
 
     _FIELDS = {"averaging_constant": "real"}
+    DEVICE_RULE = "moving_average"
 
     def __init__(self, averaging_constant=0.01, axis=None, nan_policy="skip"):
         c = float(averaging_constant)
