@@ -27,12 +27,21 @@ __all__ = ["FakeQuantize"]
 _RULE_IDS = {"minmax": _kernels.OBS_MINMAX, "moving_average": _kernels.OBS_MOVING_AVG}
 
 
+_CLASS_RULES = {}   # observer class -> its rule name or None (looked up once per class)
+
+
 def _device_rule(obs):
     """The fused kernels' rule name of ``obs``'s per-tensor update, or None:
     its class's own DEVICE_RULE (not inherited: a subclass may change the
     update)."""
-    rule = type(obs).__dict__.get("DEVICE_RULE")
-    return rule if rule in _RULE_IDS else None
+    try:
+        return _CLASS_RULES[type(obs)]
+    except KeyError:
+        rule = type(obs).__dict__.get("DEVICE_RULE")
+        rule = _CLASS_RULES[type(obs)] = rule if rule in _RULE_IDS else None
+        return rule
+
+
 _NAN_POLICY = {"skip": 0, "propagate": 1, "raise": 2}
 
 
