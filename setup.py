@@ -4,22 +4,38 @@ Flags are part of correctness (ARCHITECTURE.md, "Numerical contract"):
 ``-O3 -ffp-contract=off -fno-trapping-math`` always; never ``-ffast-math`` /
 ``-ffinite-math-only`` / ``-march=native`` by default.  On x86-64 the
 baseline is ``-march=x86-64-v2`` (SSE4.1 ``roundps`` vectorises rounding)
-when the compiler accepts it, else the plain baseline; the loops are built a
-second time for AVX2 + FMA (``qc_loops_v3.cpp``), used at run time on CPUs
-that have them (``QUANTCORE_SIMD=baseline`` keeps the baseline).
+when the compiler accepts it, else the plain baseline; the loops
+(``quantcore/_cpu/qc_loops_*.cpp``, one unit per group of families) are
+built again for ``x86-64-v3`` (AVX2 + FMA) and ``x86-64-v4`` (AVX-512), the
+best one the CPU has chosen at run time (``QUANTCORE_SIMD=baseline`` keeps
+the baseline).
 
 The extension is C++17 (the kernels are templates shared with the CUDA
 sources).  Nothing is probed or written when this file is imported: the
 compiler probes, the build configuration (``quantcore/_cpu/_build_config.py``)
 and the Cython translation happen in the ``build_ext`` command.
 
+Every object is compiled at once, one job per core, and kept in
+``build/qc_obj`` with the list of files it was made from (``-MMD``) and a
+hash of their contents and of the command: a later build (an editable
+reinstall, ``build_ext --inplace``) recompiles only the units whose sources,
+headers or flags changed.  ``ccache`` is used when it is on the PATH.
+
 Environment:
   QUANTCORE_NO_OPENMP=1   force the serial build
+  QUANTCORE_SIMD_BUILDS=baseline
+                          build the baseline loops only (a faster first
+                          build: ``make demo``); a comma list of
+                          baseline, x86-64-v3, x86-64-v4 picks the builds
   QUANTCORE_CFLAGS="..."  extra compiler flags, appended last
   QUANTCORE_LDFLAGS="..." extra linker flags (e.g. -fsanitize=address)
+  QUANTCORE_CCACHE=0      do not use ccache even when it is present
 """
 import glob
+import hashlib
+import json
 import os
+import re
 import platform
 import shlex
 import shutil
@@ -105,27 +121,37 @@ def simd_flags():
     return [], "baseline"
 
 
-V3_PROBE = textwrap.dedent(
+#: the run-time SIMD builds of the loops beyond the baseline: level ->
+#: (name, -march flag, description)
+SIMD_LEVELS = {3: ("x86-64-v3", "-march=x86-64-v3", "x86-64-v3 (AVX2 + FMA)"),
+               4: ("x86-64-v4", "-march=x86-64-v4", "x86-64-v4 (AVX-512)")}
+
+CPU_PROBE = textwrap.dedent(
     """
-    #pragma GCC target("avx2,fma")
-    #include <immintrin.h>
-    static float twice(float x) {
-        __m256 v = _mm256_set1_ps(x);
-        return _mm256_cvtss_f32(_mm256_add_ps(v, v));
-    }
     int main(void) {
         __builtin_cpu_init();
-        return (__builtin_cpu_supports("avx2") ? 0 : 0) + (twice(1.0f) == 2.0f ? 0 : 1);
+        return __builtin_cpu_supports("x86-64-v3") + __builtin_cpu_supports("x86-64-v4") < 0;
     }
     """
 )
 
 
-def simd_v3():
-    """True where the loops can also be built for AVX2 + FMA, chosen at run
-    time (x86-64 with a GCC / Clang that takes the target pragma)."""
+def simd_levels():
+    """The run-time builds of the loops: the levels of SIMD_LEVELS that the
+    compiler takes (x86-64 only; each needs -march=x86-64-vN and
+    __builtin_cpu_supports("x86-64-vN"), GCC 12 / Clang 16), less those that
+    QUANTCORE_SIMD_BUILDS leaves out."""
     machine = platform.machine().lower()
-    return machine in ("x86_64", "amd64") and _try_compile(V3_PROBE, [])
+    if machine not in ("x86_64", "amd64"):
+        return []
+    wanted = os.environ.get("QUANTCORE_SIMD_BUILDS", "").strip().lower()
+    names = {n.strip() for n in wanted.split(",") if n.strip()}
+    known = {"baseline"} | {name for name, _, _ in SIMD_LEVELS.values()}
+    if names - known:
+        sys.exit(f"quantcore: QUANTCORE_SIMD_BUILDS={wanted!r}: expected a comma list of "
+                 f"{sorted(known)}")
+    return [level for level, (name, march, _) in sorted(SIMD_LEVELS.items())
+            if (not names or name in names) and _try_compile(CPU_PROBE, [march])]
 
 
 def build_flags():
@@ -134,8 +160,10 @@ def build_flags():
     # -fno-trapping-math: the code never reads floating-point exception flags;
     # it lets GCC vectorise floor() (roundps) and the branch-free selects.
     # It changes no result (unlike -ffast-math / -ffinite-math-only).
+    # -g0: no debug information (Python's own CFLAGS ask for -g: a third of
+    # the compile time and 3x the size); QUANTCORE_CFLAGS=-g brings it back.
     cflags = ["-O3", "-ffp-contract=off", "-fno-trapping-math", "-fno-strict-aliasing",
-              "-std=c++17"] + simd
+              "-std=c++17", "-g0"] + simd
     if omp:
         cflags += omp
     elif _try_compile("int main(void){return 0;}\n", ["-fopenmp-simd"]):
@@ -150,7 +178,7 @@ def build_flags():
     return cflags, ldflags, bool(omp), baseline
 
 
-def write_build_config(cflags, ldflags, openmp, baseline, v3):
+def write_build_config(cflags, ldflags, openmp, baseline, levels):
     import Cython
 
     cc = _compiler()
@@ -166,7 +194,7 @@ def write_build_config(cflags, ldflags, openmp, baseline, v3):
         "cflags": cflags,
         "ldflags": ldflags,
         "simd_baseline": baseline,
-        "simd_runtime_variants": ["x86-64-v3 (AVX2 + FMA)"] if v3 else [],
+        "simd_runtime_variants": [SIMD_LEVELS[level][2] for level in levels],
         "cython_version": Cython.__version__,
         "numpy_build_version": numpy.__version__,
     }
@@ -177,17 +205,23 @@ def write_build_config(cflags, ldflags, openmp, baseline, v3):
 
 
 CPU = os.path.join("quantcore", "_cpu")
+#: the units of the loops, each compiled once per SIMD build (qc_kernels.h)
+LOOP_UNITS = sorted(glob.glob(os.path.join(CPU, "qc_loops_*.cpp")))
+OBJ_DIR = os.path.join("build", "qc_obj")
 
 
 class BuildExt(build_ext):
     """Translate the Cython sources, probe the compiler, set the flags and
-    write the build configuration, at build time only."""
+    write the build configuration, at build time only; compile every object
+    of every extension at once (one job per core), each only when its
+    sources, headers or command changed."""
 
     def finalize_options(self):
         from Cython.Build import cythonize
 
         self.distribution.ext_modules[:] = cythonize(
             self.distribution.ext_modules,
+            nthreads=min(len(self.distribution.ext_modules), os.cpu_count() or 1),
             compiler_directives={
                 "language_level": 3,
                 "boundscheck": False,
@@ -200,52 +234,108 @@ class BuildExt(build_ext):
 
     def build_extensions(self):
         cflags, ldflags, openmp, baseline = build_flags()
-        v3 = simd_v3()
-        write_build_config(cflags, ldflags, openmp, baseline, v3)
+        levels = simd_levels()
+        write_build_config(cflags, ldflags, openmp, baseline, levels)
+        jobs = []  # (extension, source, object, macros, extra flags)
         for ext in self.extensions:
             ext.extra_compile_args = cflags
             ext.extra_link_args = ldflags
-            if v3 and ext.name == "quantcore._cpu._kernels":
-                # the loops again for AVX2 + FMA, chosen at run time (qc_kernels.h)
-                ext.sources.append(os.path.join(CPU, "qc_loops_v3.cpp"))
-                ext.define_macros.append(("QC_HAVE_V3", "1"))
-        _compile_in_parallel(self.compiler)
+            macros = list(ext.define_macros)
+            if ext.name == "quantcore._cpu._kernels":
+                # the loops: each unit once per build, in the build's namespace
+                for unit in LOOP_UNITS:
+                    for level in [2] + levels:
+                        march = [SIMD_LEVELS[level][1]] if level in SIMD_LEVELS else []
+                        obj = os.path.join(OBJ_DIR, f"{os.path.basename(unit)[:-4]}.v{level}.o")
+                        jobs.append((ext, unit, obj, macros + [("QC_SIMD_LEVEL", str(level))],
+                                     march))
+                # the dispatcher (qc_kernels.h) calls the builds made; it
+                # needs the recipe ids, not qc_mx.h (an edit there rebuilds
+                # the mx unit alone)
+                macros += [(f"QC_HAVE_V{level}", "1") for level in levels]
+                macros += [("QC_NO_BLOCK_RECIPES", None)]
+            for src in ext.sources:
+                obj = os.path.join(OBJ_DIR, os.path.basename(os.path.splitext(src)[0]) + ".o")
+                jobs.append((ext, src, obj, macros, []))
+        _compile_all(self.compiler, jobs)
+        for ext in self.extensions:
+            ext.extra_objects = [job[2] for job in jobs if job[0] is ext]
+        # setuptools links them (its own compile step has nothing left to do);
+        # always, as the objects are up to date but may be newer than the .so
+        self.compiler.compile = lambda sources, *args, **kwargs: []
+        self.force = True
         super().build_extensions()
 
 
-def _compile_in_parallel(compiler):
-    """Compile an extension's source files at the same time, one job per
-    core (setuptools compiles them one after another; the kernels' three
-    translation units each take about a minute).  The objects and the
-    command lines are setuptools' own (``_setup_compile`` / ``_compile``)."""
+def _command(compiler, ext, src, obj, macros, extra):
+    """The compiler command line of one object (setuptools' compiler and
+    Python's flags, the macros, the extension's include directories)."""
+    from setuptools._distutils.ccompiler import gen_preprocess_options
+
+    pp_opts = gen_preprocess_options(macros, ext.include_dirs + compiler.include_dirs)
+    cmd = list(compiler.compiler_so) + pp_opts + ["-c", src, "-o", obj]
+    return cmd + list(ext.extra_compile_args) + extra
+
+
+def _inputs(depfile):
+    """The files an object was made from, as its -MMD file lists them."""
+    with open(depfile, encoding="utf-8") as fh:
+        text = fh.read().replace("\\\n", " ")
+    return [p.replace("\\ ", " ") for p in re.split(r"(?<!\\)\s+", text.split(":", 1)[1]) if p]
+
+
+def _key(cmd, depfile):
+    """A hash of the command and of the contents of every input file."""
+    h = hashlib.sha256(json.dumps(cmd).encode())
+    for path in _inputs(depfile):
+        h.update(path.encode())
+        with open(path, "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()
+
+
+def _compile_all(compiler, jobs):
+    """Compile the objects of `jobs` that are not up to date, one job per
+    core (setuptools compiles one source after another, one extension after
+    another), with ccache in front when it is present."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def compile_all(sources, output_dir=None, macros=None, include_dirs=None, debug=False,
-                    extra_preargs=None, extra_postargs=None, depends=None):
-        macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
-            output_dir, macros, include_dirs, sources, depends, extra_postargs)
-        cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+    ccache = shutil.which("ccache") if os.environ.get("QUANTCORE_CCACHE", "1") != "0" else None
+    os.makedirs(OBJ_DIR, exist_ok=True)
 
-        def one(obj):
-            src, ext = build[obj]
-            compiler._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
+    def one(job):
+        ext, src, obj, macros, extra = job
+        cmd = _command(compiler, ext, src, obj, macros, extra)
+        stamp = obj + ".key"
+        try:
+            with open(stamp) as fh:
+                if os.path.exists(obj) and fh.read() == _key(cmd, obj + ".d"):
+                    return obj
+        except OSError:
+            pass
+        print(f"quantcore: compiling {obj}", file=sys.stderr)
+        res = subprocess.run(([ccache] if ccache else []) + cmd + ["-MMD", "-MF", obj + ".d"])
+        if res.returncode:
+            raise RuntimeError(f"quantcore: compiling {src} failed: {shlex.join(cmd)}")
+        with open(stamp, "w") as fh:
+            fh.write(_key(cmd, obj + ".d"))
+        return obj
 
-        with ThreadPoolExecutor(max(1, min(len(objects), os.cpu_count() or 1))) as pool:
-            list(pool.map(one, objects))  # (re-raises the first compile error)
-        return objects
-
-    compiler.compile = compile_all
+    # the longest first (the loop units), so that the cores stay busy
+    order = sorted(jobs, key=lambda j: (j[1] not in LOOP_UNITS, -len(j[4])))
+    with ThreadPoolExecutor(max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        return list(pool.map(one, order))  # (re-raises the first compile error)
 
 
 extensions = [
     Extension(
         "quantcore._cpu._kernels",
-        [os.path.join(CPU, "_kernels.pyx"), os.path.join(CPU, "qc_loops_base.cpp")],
+        [os.path.join(CPU, "_kernels.pyx")],
         include_dirs=[INCLUDE, numpy.get_include()],
         # rebuild when a shared header changes (setuptools does not see #includes)
         depends=sorted(glob.glob(os.path.join(INCLUDE, "*.h")) +
-                       [os.path.join(CPU, "_kernels.pxd"), os.path.join(CPU, "_shares.pxd"),
-                        os.path.join(CPU, "qc_loops_v3.cpp")]),
+                       [os.path.join(CPU, "_kernels.pxd"), os.path.join(CPU, "_shares.pxd")] +
+                       LOOP_UNITS),
         language="c++",
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
     ),

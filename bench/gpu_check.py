@@ -231,7 +231,38 @@ def run_step(cmd, dry_run, env=None):
     return time.perf_counter() - t0, proc.returncode, tail
 
 
-def report(info, cold, warm, probe_rows, tests, bench, bench_md, dry_run):
+#: issue 33's targets, as ratios measured in the same run: an elementwise
+#: kernel over 256 Mi float32 moves the bytes of a copy, so it should reach
+#: this fraction of the device copy's bandwidth (copy time / its time)
+ELEMENTWISE_TARGET = 0.85
+ELEMENTWISE_OPS = ("gpu_fake_quant",)
+
+
+def targets(bench_json):
+    """[(name, ratio, target, ok)] from a pytest-benchmark JSON: each
+    elementwise op's bandwidth as a fraction of ``cupy.copyto``'s at the
+    same size (the largest size measured).  The launch and synchronisation
+    targets of a FakeQuantize step are tests (tests/test_device_traffic.py:
+    at most 2 launches, nothing crossing), run with the suite."""
+    best = {}
+    for b in bench_json.get("benchmarks", []):
+        info = b.get("extra_info", {})
+        key = (info.get("op"), info.get("size"), info.get("impl"))
+        best[key] = b["stats"]["median"]
+    rows = []
+    for op in ELEMENTWISE_OPS:
+        sizes = sorted(n for (o, n, impl) in best if o == op and impl == "quantcore-gpu"
+                       and (op, n, "cupy.copyto") in best)
+        if not sizes:
+            continue
+        n = sizes[-1]
+        ratio = best[(op, n, "cupy.copyto")] / best[(op, n, "quantcore-gpu")]
+        rows.append((f"{op} at {n // (1 << 20)} Mi: fraction of copy bandwidth", ratio,
+                     ELEMENTWISE_TARGET, ratio >= ELEMENTWISE_TARGET))
+    return rows
+
+
+def report(info, cold, warm, probe_rows, tests, bench, bench_md, dry_run, target_rows=()):
     """The Markdown report (a string)."""
     lines = [f"# quantcore GPU check: {info['device']}", ""]
     if dry_run:
@@ -254,6 +285,10 @@ def report(info, cold, warm, probe_rows, tests, bench, bench_md, dry_run):
         else:
             seconds, rc, tail = step
             lines += [f"exit status {rc} after {seconds:.0f} s", "", "```", tail, "```"]
+    if target_rows:
+        lines += ["", "## Targets (ratios in the same run)", ""]
+        lines += [f"- {'PASS' if ok else 'MISS'}: {name} {ratio:.2f} (target >= {target})"
+                  for name, ratio, target, ok in target_rows]
     if bench_md:
         lines += ["", bench_md]
     return "\n".join(lines) + "\n"
@@ -305,7 +340,7 @@ def _check(args, cp, info, folder, t_start):
     py = sys.executable
     tests = None if args.skip_tests else run_step(
         [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "tests"], args.dry_run)
-    bench, bench_md = None, ""
+    bench, bench_md, target_rows = None, "", []
     if not args.skip_bench:
         with tempfile.TemporaryDirectory() as tmp:
             js = os.path.join(tmp, "gpu.json")
@@ -318,9 +353,14 @@ def _check(args, cp, info, folder, t_start):
                 proc = subprocess.run([py, "bench/summary.py", js], cwd=ROOT,
                                       capture_output=True, text=True)
                 bench_md = proc.stdout
+                with open(js) as fh:
+                    target_rows = targets(json.load(fh))
     for title, step in (("tests", tests), ("benchmarks", bench)):
         print(f"{title}: " + ("not run" if step is None else f"exit {step[1]}, {step[0]:.0f} s"))
-    text = report(info, cold, warm, probe_rows, tests, bench, bench_md, args.dry_run)
+    for name, ratio, target, ok_ in target_rows:
+        print(f"{'PASS' if ok_ else 'MISS'} {name} {ratio:.2f} (target >= {target})")
+    text = report(info, cold, warm, probe_rows, tests, bench, bench_md, args.dry_run,
+                  target_rows)
     out = args.out or os.path.join(ROOT, "bench", "results", f"gpu-{slug(info['device'])}.md")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as fh:

@@ -50,9 +50,10 @@ def build_info():
     dict with keys ``openmp`` (bool: compiled with OpenMP), ``compiler``,
     ``compiler_version``, ``cflags``, ``ldflags``, ``simd_baseline``
     (``"x86-64-v2"`` or ``"baseline"``), ``simd_runtime_variants`` (the
-    builds of the loops chosen at run time: ``["x86-64-v3 (AVX2 + FMA)"]``
-    on x86-64), ``simd_in_use`` (``"x86-64-v3"`` or ``"baseline"``;
-    ``QUANTCORE_SIMD=baseline`` keeps the baseline), ``cython_version``,
+    builds of the loops chosen at run time: ``["x86-64-v3 (AVX2 + FMA)",
+    "x86-64-v4 (AVX-512)"]`` on x86-64), ``simd_in_use`` (``"x86-64-v4"``,
+    ``"x86-64-v3"`` or ``"baseline"``: the best build the CPU has;
+    ``QUANTCORE_SIMD=baseline`` or ``x86-64-v3`` caps it), ``cython_version``,
     ``numpy_build_version``, ``max_threads`` and ``parallel_threshold``.
     """
     from ._cpu import BUILD_CONFIG, _kernels

@@ -1,23 +1,74 @@
-"""``quantcore onnx quantize``: calibrate an ONNX model with quantcore and
-quantize it with ONNX Runtime's own quantize_static.
+"""``quantcore onnx quantize``: ONNX Runtime's ``quantize_static`` from the
+command line, calibrated by quantcore (the ranges ORT's calibrator would
+compute, bit for bit) and written by ORT's own quantizer.
 
-    quantcore onnx quantize model.onnx --data calib.npz --method entropy -o model.qdq.onnx
+    quantcore onnx quantize model.onnx --data calib.npz -o model.qdq.onnx
+    quantcore onnx quantize vad.onnx --data calib.npz --batch-axis state=1 -o vad.qdq.onnx
+    quantcore onnx quantize model.onnx --reader my_data:Reader --reader-arg root=imgs -o q.onnx
 
-``--data`` is an .npz whose arrays are named after the model's inputs
-(optionally ``labels``: one class per row, for the accuracy line), split
-into batches of ``--batch-size`` rows.  The report prints each calibrated
-tensor's range, the SQNR of the quantized model's outputs against the float
-model's on the calibration data, and the accuracy (float / quantized) when
-labels are given.  Option names follow ORT's (``--activation-type QUInt8``,
-``--weight-type QInt8``, ``--per-channel``, ``--activation-symmetric`` =
-``ActivationSymmetric``, ``--weight-symmetric`` = ``WeightSymmetric``, ...).
+Every default is ``quantize_static``'s (ORT 1.32): QDQ, activations and
+weights QInt8, MinMax, the whole reader one calibration call.  Options:
+``--op-types-to-quantize`` / ``--nodes-to-quantize`` / ``--nodes-to-exclude``
+(ORT's node selection), ``--extra KEY=VALUE`` (any ``extra_options`` key,
+typed as ORT types it: :data:`EXTRA_OPTION_TYPES`), ``--per-channel``,
+``--reduce-range``, ``--activation-type``, ``--weight-type``,
+``--quant-format``, ``--calibration-cache`` (used when it exists, written
+otherwise: ORT's ``calibration_cache_path``).
+
+The calibration data, one of:
+
+* ``--data FILE.npz`` of arrays named after the model's inputs, split into
+  batches of ``--batch-size`` rows along each input's batch axis: axis 0, or
+  where the model's shape puts the symbolic dimension that is axis 0 of
+  another input (a recurrent state ``[2, batch, 128]``: axis 1), or
+  ``--batch-axis NAME=AXIS`` / ``NAME=none`` (not batched: the same array in
+  every batch; a 0-d array never is).  ``labels`` (one class per row) adds
+  an accuracy line.
+* ``--data FILE.npz`` of per-batch feeds: arrays named ``INDEX/INPUT``
+  (``0/input``, ``0/state``, ``1/input``, ...), each batch as given
+  (``labels``: one class per row of every batch, in order).
+* ``--data FOLDER`` of ``.npz`` files, one feed per file (sorted by name;
+  a ``labels`` array in a file: that batch's classes).
+* ``--reader MODULE:NAME`` (a module or a ``.py`` file): an ORT
+  ``CalibrationDataReader`` class or a callable, called with the
+  ``--reader-arg KEY=VALUE`` keywords (JSON values, else strings), or such a
+  reader object; its feeds are spooled to a temporary file as they are read,
+  so any reader can be replayed.
+
+The report: each calibrated tensor's range, the SQNR of the quantized
+model's outputs against the float model's on the calibration data, and the
+accuracy (float / quantized) when labels are given.
 """
+import importlib
+import importlib.util
+import json
 import os
 import sys
 
 import numpy as np
 
 QUANT_TYPES = ("QInt8", "QUInt8", "QInt16", "QUInt16", "QInt4", "QUInt4", "QFLOAT8E4M3FN")
+
+#: ORT 1.32 quantize_static's extra_options and how their values are typed
+EXTRA_OPTION_TYPES = {
+    "extra.Sigmoid.nnapi": "bool", "ActivationSymmetric": "bool",
+    "ActivationRestrictedAsymmetric": "bool", "WeightSymmetric": "bool",
+    "EnableSubgraph": "bool", "ForceQuantizeNoInputCheck": "bool", "MatMulConstBOnly": "bool",
+    "AddQDQPairToWeight": "bool", "OpTypesToExcludeOutputQuantization": "list",
+    "DedicatedQDQPair": "bool", "QDQOpTypePerChannelSupportToAxis": "axes",
+    "CalibTensorRangeSymmetric": "bool", "CalibStridedMinMax": "int?",
+    "CalibMovingAverage": "bool", "CalibMovingAverageConstant": "float",
+    "CalibMaxIntermediateOutputs": "int?", "CalibPercentile": "float", "SmoothQuant": "bool",
+    "SmoothQuantAlpha": "float", "SmoothQuantFolding": "bool", "UseQDQContribOps": "bool",
+    "MinimumRealRange": "float?", "TensorQuantOverrides": "overrides",
+    "QDQKeepRemovableActivations": "bool", "QDQDisableWeightAdjustForInt32Bias": "bool",
+    "QuantizeBias": "bool", "DefaultTensorType": "tensortype", "BlockSize": "int",
+}
+_TYPE_TEXT = {"bool": "true or false", "int?": "an int or none", "int": "an int",
+              "float": "a number", "float?": "a number or none",
+              "list": "op types separated by commas", "axes": "a JSON object {op type: axis}",
+              "overrides": "a JSON object {tensor: [{key: value}, ...]}",
+              "tensortype": "an ONNX TensorProto type (FLOAT, 1, ...)"}
 
 
 def add_parser(sub, formatter=None):
@@ -28,52 +79,351 @@ def add_parser(sub, formatter=None):
                        description="ONNX models: quantcore calibrates, ONNX Runtime quantizes.",
                        **kw)
     osub = p.add_subparsers(dest="onnx_command", metavar="COMMAND")
-    q = osub.add_parser("quantize", help="calibrate on --data and write a QDQ model", **kw)
+    q = osub.add_parser("quantize", help="ORT's quantize_static: calibrate and write a model",
+                        description="ORT's quantize_static with its defaults; quantcore "
+                                    "calibrates (python -m pydoc quantcore.cli_onnx).", **kw)
     q.add_argument("model", help="float ONNX model")
-    q.add_argument("--data", required=True, metavar="NPZ",
-                   help="calibration inputs: arrays named after the model inputs (+ 'labels')")
+    src = q.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data", metavar="NPZ|DIR",
+                     help="calibration inputs: an .npz of arrays named after the model inputs "
+                          "(+ 'labels'), an .npz of per-batch feeds 'INDEX/INPUT', or a folder "
+                          "of .npz feeds")
+    src.add_argument("--reader", metavar="MODULE:NAME",
+                     help="an ORT CalibrationDataReader class / callable / object")
+    q.add_argument("--reader-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="keyword argument of --reader (JSON value, else a string)")
     q.add_argument("-o", "--output", required=True, help="quantized model to write")
-    q.add_argument("--method", default="minmax", choices=qonnx.METHODS)
-    q.add_argument("--passes", type=int, default=1, choices=(1, 2),
-                   help="1: one ORT collect call per batch (one pass); 2: ORT's single call "
-                        "over all batches (two passes)")
-    q.add_argument("--batch-size", type=int, default=1, help="rows per batch (default 1)")
+    q.add_argument("--method", "--calibrate-method", dest="method", default="minmax",
+                   choices=qonnx.METHODS, help="calibration method (default minmax, ORT's)")
+    q.add_argument("--batch-size", type=int, default=1,
+                   help="rows per batch of an arrays .npz (default 1)")
+    q.add_argument("--batch-axis", action="append", default=[], metavar="INPUT=AXIS",
+                   help="an input's batch axis in an arrays .npz (an int, or none: not batched)")
+    q.add_argument("--replay", default="auto", choices=qonnx.REPLAYS,
+                   help="histogram methods: read the data again (rerun), from spilled "
+                        "activations (spill), or the faster (auto)")
     q.add_argument("--num-bins", type=int,
-                   help="histogram bins (entropy / percentile / distribution)")
+                   help="histogram bins (entropy / percentile / distribution; ORT's default)")
     q.add_argument("--num-quantized-bins", type=int, help="entropy: quantized bins")
-    q.add_argument("--percentile", type=float, help="percentile: the percentile (default 99.999)")
+    q.add_argument("--percentile", type=float, help="percentile: the percentile (99.999)")
     q.add_argument("--per-channel", action="store_true", help="per-channel weights")
     q.add_argument("--reduce-range", action="store_true", help="ORT's reduce_range (weights)")
-    q.add_argument("--activation-type", default="QUInt8", choices=QUANT_TYPES)
+    q.add_argument("--activation-type", default="QInt8", choices=QUANT_TYPES)
     q.add_argument("--weight-type", default="QInt8", choices=QUANT_TYPES)
     q.add_argument("--quant-format", default="QDQ", choices=("QDQ", "QOperator"))
-    q.add_argument("--activation-symmetric", action="store_true", help="ORT's ActivationSymmetric")
+    q.add_argument("--op-types-to-quantize", metavar="OPS",
+                   help="op types to quantize, separated by commas (default: ORT's)")
+    q.add_argument("--nodes-to-quantize", metavar="NODES",
+                   help="only these node names, separated by commas")
+    q.add_argument("--nodes-to-exclude", metavar="NODES",
+                   help="not these node names, separated by commas")
+    q.add_argument("--extra", action="append", default=[], metavar="KEY=VALUE",
+                   help="an ORT extra_options entry (e.g. ActivationSymmetric=true, "
+                        "CalibStridedMinMax=1, CalibMovingAverage=true)")
+    q.add_argument("--activation-symmetric", action="store_true",
+                   help="= --extra ActivationSymmetric=true")
     q.add_argument("--weight-symmetric", choices=("true", "false"),
-                   help="ORT's WeightSymmetric (default: ORT's per type)")
+                   help="= --extra WeightSymmetric=...")
     q.add_argument("--calib-tensor-range-symmetric", action="store_true",
-                   help="ORT's CalibTensorRangeSymmetric")
-    q.add_argument("--cache", metavar="JSON", help="also keep the calibration cache here")
+                   help="= --extra CalibTensorRangeSymmetric=true")
+    q.add_argument("--use-external-data-format", action="store_true",
+                   help="ORT's use_external_data_format (models over 2 GB)")
+    q.add_argument("--calibration-cache", "--cache", dest="cache", metavar="JSON",
+                   help="ORT's calibration_cache_path: used when it exists, written otherwise")
     q.add_argument("--tensorrt-table", metavar="DIR", help="write TensorRT calibration files")
     q.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
     return p
 
 
-def _progress(total, quiet):
-    """A tqdm bar over batches, only on a terminal."""
+def _progress(quiet):
+    """A tqdm bar over model runs, only on a terminal."""
     if quiet or not sys.stderr.isatty():
         return None
     try:
         from tqdm import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, desc="calibrating", unit="batch", file=sys.stderr, leave=False)
+    return tqdm(desc="calibrating", unit="batch", file=sys.stderr, leave=False)
 
 
 def error(message):
     """Stop with the CLI's one-line error message (exit status 2)."""
     from .cli_files import CliError
     raise CliError(message)
+
+
+def _bool(text, what):
+    t = text.strip().lower()
+    if t in ("true", "1", "yes", "on"):
+        return True
+    if t in ("false", "0", "no", "off"):
+        return False
+    error(f"{what}: expected true or false, got {text!r}")
+
+
+def _json(text, what, expect):
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        error(f"{what}: expected {expect}: {exc}")
+    return value
+
+
+def parse_extra(items, activation_type="QInt8"):
+    """``--extra KEY=VALUE`` entries as ORT's typed ``extra_options``."""
+    from onnxruntime.quantization import QuantType
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep:
+            error(f"--extra {item!r}: expected KEY=VALUE")
+        kind = EXTRA_OPTION_TYPES.get(key)
+        if kind is None:
+            error(f"--extra {key}: not an extra_options key of ORT's quantize_static (known: "
+                  f"{', '.join(EXTRA_OPTION_TYPES)})")
+        what = f"--extra {key}"
+        try:
+            out[key] = _typed(kind, text, what, QuantType, activation_type)
+        except ValueError as exc:
+            error(f"{what}: expected {_TYPE_TEXT[kind]}, got {text!r} ({exc})")
+    return out
+
+
+def _typed(kind, text, what, quant_type, activation_type):
+    if kind == "bool":
+        return _bool(text, what)
+    if kind.endswith("?") and text.strip().lower() in ("none", "null", ""):
+        return None
+    if kind in ("int", "int?"):
+        return int(text)
+    if kind in ("float", "float?"):
+        return float(text)
+    if kind == "list":
+        return [t.strip() for t in text.split(",") if t.strip()]
+    if kind == "tensortype":
+        import onnx
+        name = text.strip().upper()
+        if name in onnx.TensorProto.DataType.keys():
+            return int(onnx.TensorProto.DataType.Value(name))
+        return int(text)
+    value = _json(text, what, _TYPE_TEXT[kind])
+    if kind == "axes":
+        if not isinstance(value, dict) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
+            raise ValueError("a JSON object of int axes")
+        return value
+    if not isinstance(value, dict) or not all(
+            isinstance(v, list) and all(isinstance(o, dict) for o in v) for v in value.values()):
+        raise ValueError("a JSON object of lists of objects")
+    return {t: [_override(o, quant_type, activation_type) for o in v] for t, v in value.items()}
+
+
+def _override(o, quant_type, activation_type):
+    """A TensorQuantOverrides entry typed as ORT takes it: QuantType
+    members, a float32 scale, a zero point of the quantized type."""
+    from .compat.onnxruntime import np_dtype
+    o = dict(o)
+    if "convert" in o:
+        o["convert"] = _override(o["convert"], quant_type, activation_type)
+    if "quant_type" in o:
+        if o["quant_type"] not in quant_type.__members__:
+            raise ValueError(f"quant_type {o['quant_type']!r} is not one of "
+                             f"{', '.join(quant_type.__members__)}")
+        o["quant_type"] = quant_type[o["quant_type"]]
+    if "scale" in o:
+        o["scale"] = np.array(o["scale"], np.float32)
+    if "zero_point" in o:
+        qt = getattr(o.get("quant_type"), "name", None) or activation_type
+        o["zero_point"] = np.array(o["zero_point"], np_dtype(qt))
+    return o
+
+
+def _names(text):
+    return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+
+def _batch_axes(items):
+    axes = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep:
+            error(f"--batch-axis {item!r}: expected INPUT=AXIS (an int or none)")
+        t = text.strip().lower()
+        if t in ("none", "null", "-"):
+            axes[name.strip()] = None
+            continue
+        try:
+            axes[name.strip()] = int(t)
+        except ValueError:
+            error(f"--batch-axis {name}: expected an int axis or none, got {text!r}")
+    return axes
+
+
+def default_batch_axes(model_inputs, arrays):
+    """Each array's batch axis: where the model's declared shape puts the
+    symbolic dimension that is axis 0 of another input (a recurrent state
+    ``[2, batch, 128]``: 1), else 0; a 0-d array, or an input the model
+    declares 0-d, is not batched (None)."""
+    shapes = {i.name: i.shape for i in model_inputs}
+    symbols = [s[0] for s in shapes.values() if s and isinstance(s[0], str) and s[0]]
+    axes = {}
+    for name, a in arrays.items():
+        shape = shapes.get(name)
+        if np.ndim(a) == 0 or shape == []:
+            axes[name] = None
+            continue
+        axes[name] = 0
+        if shape and len(shape) == np.ndim(a):
+            for i, d in enumerate(shape):
+                if isinstance(d, str) and d in symbols:
+                    axes[name] = i
+                    break
+    return axes
+
+
+class FeedFiles:
+    """Per-batch feeds: the batches of an .npz of ``INDEX/INPUT`` arrays or
+    of a folder of .npz files (sorted by name), read one batch at a time;
+    ``labels`` entries are taken out (:meth:`labels`)."""
+
+    def __init__(self, path):
+        self.path = path
+        if os.path.isdir(path):
+            self.files = sorted(os.path.join(path, f) for f in os.listdir(path)
+                                if f.endswith(".npz"))
+            if not self.files:
+                error(f"{path}: a data folder holds .npz files of feeds; there is none")
+            self.keys = None
+        else:
+            self.files = None
+            with _open_npz(path) as npz:
+                groups = {}
+                for key in npz.files:
+                    if key == "labels":
+                        continue
+                    index, _, name = key.partition("/")
+                    try:
+                        groups.setdefault(int(index), []).append((name, key))
+                    except ValueError:
+                        error(f"{path}: array {key!r}: per-batch feeds are named INDEX/INPUT")
+            self.keys = [groups[i] for i in sorted(groups)]
+
+    def __len__(self):
+        return len(self.files) if self.files is not None else len(self.keys)
+
+    def _batches(self):
+        if self.files is not None:
+            for f in self.files:
+                with _open_npz(f) as npz:
+                    yield {k: npz[k] for k in npz.files}
+        else:
+            with _open_npz(self.path) as npz:
+                if "labels" in npz.files:
+                    yield {"labels": npz["labels"]}   # (labels only: no feed)
+                for group in self.keys:
+                    yield {name: npz[key] for name, key in group}
+
+    def __iter__(self):
+        for feed in self._batches():
+            feed.pop("labels", None)
+            if feed:
+                yield feed
+
+    def labels(self):
+        labels = [np.asarray(f["labels"]).reshape(-1) for f in self._batches() if "labels" in f]
+        return np.concatenate(labels) if labels else None
+
+
+def _open_npz(path):
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        error(f"{path}: not a readable .npz file ({' '.join(str(exc).split())})")
+
+
+def _load_reader(spec, reader_args):
+    """The object of ``--reader MODULE:NAME`` (called with the keywords)."""
+    mod_name, sep, attr = spec.rpartition(":")
+    if not sep or not mod_name or not attr:
+        error(f"--reader {spec!r}: expected MODULE:NAME (a module or a .py file)")
+    try:
+        if mod_name.endswith(".py") or os.sep in mod_name:
+            if not os.path.isfile(mod_name):
+                error(f"--reader {spec}: {mod_name}: no such file")
+            s = importlib.util.spec_from_file_location("quantcore_cli_reader", mod_name)
+            module = importlib.util.module_from_spec(s)
+            s.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(mod_name)
+    except ImportError as exc:
+        error(f"--reader {spec}: cannot import {mod_name}: {exc}")
+    obj = getattr(module, attr, None)
+    if obj is None:
+        error(f"--reader {spec}: {mod_name} has no {attr!r}")
+    kwargs = {}
+    for item in reader_args:
+        key, eq, text = item.partition("=")
+        if not eq:
+            error(f"--reader-arg {item!r}: expected KEY=VALUE")
+        try:
+            kwargs[key.strip()] = json.loads(text)
+        except ValueError:
+            kwargs[key.strip()] = text
+    if hasattr(obj, "get_next") and not isinstance(obj, type):
+        if kwargs:
+            error(f"--reader {spec} is a reader object: it takes no --reader-arg")
+        return obj
+    if not callable(obj):
+        error(f"--reader {spec}: expected a reader class, a callable or a reader object")
+    try:
+        return obj(**kwargs)
+    except TypeError as exc:
+        error(f"--reader {spec}: cannot be called with {kwargs or 'no arguments'}: {exc}")
+
+
+def _data(args, model_inputs):
+    """(reader, labels, rows or None) of --data / --reader."""
+    from . import onnx as qonnx
+    if args.reader:
+        return qonnx.SpooledReader(_load_reader(args.reader, args.reader_arg)), None, None
+    if not os.path.exists(args.data):
+        error(f"{args.data}: no such file or folder")
+    if os.path.isdir(args.data):
+        feeds = FeedFiles(args.data)
+        return feeds, feeds.labels(), None
+    with _open_npz(args.data) as npz:
+        names = list(npz.files)
+        per_batch = names and all("/" in n for n in names if n != "labels")
+        arrays = None if per_batch else {k: npz[k] for k in names}
+    if per_batch:
+        feeds = FeedFiles(args.data)
+        return feeds, feeds.labels(), None
+    labels = arrays.pop("labels", None)
+    inputs = [i.name for i in model_inputs]
+    missing = [n for n in inputs if n not in arrays]
+    if missing:
+        error(f"{args.data}: no array for model input(s) {', '.join(missing)} "
+              f"(it has {', '.join(arrays) or 'none'})")
+    if args.batch_size < 1:
+        error(f"--batch-size must be >= 1, got {args.batch_size}")
+    arrays = {n: arrays[n] for n in inputs}
+    axes = default_batch_axes(model_inputs, arrays)
+    given = _batch_axes(args.batch_axis)
+    unknown = [n for n in given if n not in arrays]
+    if unknown:
+        error(f"--batch-axis {unknown[0]}: the model has no such input (its inputs: "
+              f"{', '.join(inputs)})")
+    axes.update(given)
+    try:
+        reader = qonnx.NpzReader(arrays, args.batch_size, axes)
+    except ValueError as exc:
+        error(f"{args.data}: {exc} (set an input's batch axis with --batch-axis INPUT=AXIS, "
+              f"or INPUT=none for one that is not batched)")
+    return reader, labels, reader.rows
 
 
 def run(args):
@@ -83,21 +433,14 @@ def run(args):
     from . import onnx as qonnx
     if not os.path.isfile(args.model):
         error(f"{args.model}: no such file")
-    if not os.path.isfile(args.data):
-        error(f"{args.data}: no such file")
-    with np.load(args.data, allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    labels = arrays.pop("labels", None)
-    import onnxruntime as ort
-    inputs = [i.name for i in ort.InferenceSession(args.model, providers=["CPUExecutionProvider"])
-              .get_inputs()]
-    missing = [n for n in inputs if n not in arrays]
-    if missing:
-        error(f"{args.data}: no array for model input(s) {', '.join(missing)} "
-              f"(it has {', '.join(arrays) or 'none'})")
-    if args.batch_size < 1:
-        error(f"--batch-size must be >= 1, got {args.batch_size}")
-    reader = qonnx.NpzReader({n: arrays[n] for n in inputs}, args.batch_size)
+    qonnx.load_model(args.model)      # not an ONNX model: one line
+    sess = qonnx._ort_session(args.model, None, None, args.model)
+    reader, labels, rows = _data(args, sess.get_inputs())
+    if labels is not None:
+        labels = labels.reshape(-1)
+        if rows is not None and len(labels) != rows:
+            error(f"{args.data}: {len(labels)} label(s) for {rows} row(s): 'labels' holds one "
+                  f"class per row")
     options = {k: v for k, v in (("num_bins", args.num_bins),
                                  ("num_quantized_bins", args.num_quantized_bins),
                                  ("percentile", args.percentile)) if v is not None}
@@ -108,28 +451,42 @@ def run(args):
         extra["WeightSymmetric"] = args.weight_symmetric == "true"
     if args.calib_tensor_range_symmetric:
         extra["CalibTensorRangeSymmetric"] = True
-    bar = _progress(len(reader) * args.passes, args.quiet)
+    extra.update(parse_extra(args.extra, args.activation_type))
+    bar = _progress(args.quiet)
     try:
-        res = qonnx.quantize(args.model, args.output, reader, method=args.method,
-                             passes=args.passes,
-                             calibration_options=options, per_channel=args.per_channel,
-                             reduce_range=args.reduce_range, activation_type=args.activation_type,
-                             weight_type=args.weight_type, quant_format=args.quant_format,
-                             extra_options=extra, cache_path=args.cache,
-                             tensorrt_table=args.tensorrt_table,
-                             on_batch=bar.update if bar is not None else None)
+        res = qonnx.quantize(
+            args.model, args.output, reader, quant_format=args.quant_format,
+            op_types_to_quantize=_names(args.op_types_to_quantize),
+            per_channel=args.per_channel, reduce_range=args.reduce_range,
+            activation_type=args.activation_type, weight_type=args.weight_type,
+            nodes_to_quantize=_names(args.nodes_to_quantize),
+            nodes_to_exclude=_names(args.nodes_to_exclude),
+            use_external_data_format=args.use_external_data_format,
+            calibrate_method=args.method, extra_options=extra,
+            calibration_cache_path=args.cache, calibration_options=options,
+            replay=args.replay, tensorrt_table=args.tensorrt_table,
+            on_batch=bar.update if bar is not None else None)
     finally:
         if bar is not None:
             bar.close()
-    print(f"calibrated {len(res.tensors_range)} tensor(s) on {len(reader)} batch(es) with "
-          f"{args.method} (passes={args.passes}) in {res.seconds:.2f} s; wrote {args.output}")
-    print(f"{'tensor':<32}{'lowest':>14}{'highest':>14}")
-    for name, (lo, hi) in res.ranges().items():
-        print(f"{name:<32}{lo:>14.6g}{hi:>14.6g}")
-    for name, n in res.nan_batches.items():
-        print(f"warning: {name}: NaN in {n} batch(es) (left out of the range)")
-    ev = qonnx.evaluate(args.model, args.output, reader,
-                        labels=labels.reshape(-1) if labels is not None else None)
+    if res is None:
+        print(f"used the ranges of {args.cache}; wrote {args.output}")
+    else:
+        how = {"rerun": ", data read twice", "spill": ", activations spilled"}.get(res.replay, "")
+        stride = extra.get("CalibStridedMinMax")
+        calls = f"one call per {stride} batch(es)" if stride else "one call"
+        print(f"calibrated {len(res.tensors_range)} tensor(s) on {res.batches} batch(es) with "
+              f"{args.method} ({calls}{how}) in {res.seconds:.2f} s; wrote {args.output}")
+        print(f"{'tensor':<32}{'lowest':>14}{'highest':>14}")
+        for name, (lo, hi) in res.ranges().items():
+            print(f"{name:<32}{lo:>14.6g}{hi:>14.6g}")
+        for name, n in res.nan_batches.items():
+            print(f"warning: {name}: NaN in {n} batch(es) (left out of the range)")
+    try:
+        ev = qonnx.evaluate(args.model, args.output, reader, labels=labels)
+    finally:
+        if isinstance(reader, qonnx.SpooledReader):
+            reader.close()
     for name, db in ev["sqnr_db"].items():
         print(f"SQNR {name}: {db:.2f} dB (quantized vs float outputs, calibration data)")
     if ev["accuracy"] is not None:

@@ -128,3 +128,62 @@ def test_gil_is_released_during_kernels():
     inside = sum(1 for a, b in windows for s_ in stamps
                  if a + (b - a) * 0.2 < s_ < b - (b - a) * 0.2)
     assert inside > 0, "no other Python thread ran during a kernel: the GIL was not released"
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_license_file_and_spdx_field():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"          # an SPDX expression (PEP 639)
+    assert project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text       # the full text
+
+
+def test_wheel_carries_no_extension_sources():
+    """The wheel's package data: the headers (quantcore_gpu compiles its CUDA
+    sources with them) and the .cu files, not the Cython / C++ sources."""
+    tomllib = pytest.importorskip("tomllib")
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert tool["include-package-data"] is False
+    data = tool["package-data"]
+    assert data["quantcore"] == ["include/*.h"]
+    assert data["quantcore_gpu"] == ["cuda/*.cu"]
+
+
+def test_every_elementwise_family_has_its_loops():
+    """Each QC_EW_FAMILIES entry is instantiated in exactly one loop unit
+    (qc_kernels.h); only the mx unit includes qc_mx.h."""
+    from quantcore._cpu import _kernels as K
+    units = {p.name: p.read_text() for p in (ROOT / "quantcore" / "_cpu").glob("qc_loops_*.cpp")}
+    assert sorted(units) == ["qc_loops_affine.cpp", "qc_loops_codes.cpp", "qc_loops_fp8.cpp",
+                             "qc_loops_mx.cpp"]
+    for name in K.FAMILIES:
+        owners = [u for u, text in units.items() if f"QC_LOOPS_EW({name})" in text]
+        assert len(owners) == 1, (name, owners)
+    for unit, text in units.items():
+        assert ("#define QC_NO_BLOCK_RECIPES" in text) == (unit != "qc_loops_mx.cpp"), unit
+
+
+def test_build_cache_tracks_the_inputs(tmp_path):
+    """setup.py's object cache: the key changes with the command and with the
+    content of any file the dependency list names."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("qc_setup_under_test", ROOT / "setup.py")
+    src = (ROOT / "setup.py").read_text().split("\nsetup(")[0]  # (not the setup() call)
+    mod = importlib.util.module_from_spec(spec)
+    mod.__file__ = str(ROOT / "setup.py")
+    exec(compile(src, str(ROOT / "setup.py"), "exec"), mod.__dict__)
+    a, b = tmp_path / "a b.h", tmp_path / "c.cpp"
+    a.write_text("1")
+    b.write_text("2")
+    dep = tmp_path / "o.d"
+    dep.write_text(f"o.o: {str(b)} \\\n {str(a).replace(' ', chr(92) + ' ')}\n")
+    assert mod._inputs(str(dep)) == [str(b), str(a)]
+    k0 = mod._key(["cc", "-O3"], str(dep))
+    assert mod._key(["cc", "-O2"], str(dep)) != k0
+    a.write_text("3")
+    assert mod._key(["cc", "-O3"], str(dep)) != k0

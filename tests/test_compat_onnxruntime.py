@@ -332,6 +332,30 @@ def test_histogram_collector_errors(case):
         col.collect({"t": dec(case["data"])})
 
 
+def test_empty_later_call_of_symmetric_percentile_adds_nothing():
+    """Surprise 18: ORT's symmetric Percentile fails on a later call in which
+    a tensor is empty (np.nanmax of nothing; a float constant of a PP-OCR
+    detector's Resize is such a tensor); quantcore leaves that tensor's
+    state as it was, and every other call is ORT's."""
+    from onnxruntime.quantization.calibrate import HistogramCollector
+    rng = np.random.default_rng(2)
+    x, empty = rng.standard_normal(300).astype(F32), np.zeros(0, F32)
+    ref = HistogramCollector("percentile", True, 64, 128, 99.9, "same")
+    ref.collect({"t": x})
+    with pytest.raises(ValueError, match="zero-size array"):
+        ref.collect({"t": empty})
+    ours = O.HistogramCollector("percentile", True, 64, 128, 99.9, "same")
+    ours.collect({"t": x})
+    ours.collect({"t": empty})
+    for a, b in zip(ours.histogram_dict["t"], ref.histogram_dict["t"]):
+        assert same_bits(np.asarray(a), np.asarray(b))
+    cal = O.PercentileCalibrater(num_bins=64, passes=1)
+    cal.collect_data([{"t": x}, {"t": empty}, {"t": 2 * x}])
+    ref.collect({"t": 2 * x})
+    for a, b in zip(cal.collector.histogram_dict["t"], ref.histogram_dict["t"]):
+        assert same_bits(np.asarray(a), np.asarray(b))
+
+
 def _single_call(method, data, **kw):
     col = O.HistogramCollector(method, kw.pop("symmetric", False), kw.pop("num_bins", 128),
                                kw.pop("num_quantized_bins", 128), kw.pop("percentile", 99.999),

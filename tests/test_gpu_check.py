@@ -53,3 +53,24 @@ def test_without_a_gpu_it_says_so_in_one_line():
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("gpu-check: ")
     assert "Traceback" not in proc.stderr
+
+
+def test_targets_are_ratios_to_the_copy_in_the_same_run():
+    """The elementwise bandwidth target reads the largest size that has both
+    quantcore's time and the copy's, and says PASS / MISS against 0.85."""
+    def bench(op, n, impl, median):
+        return {"extra_info": {"op": op, "size": n, "impl": impl}, "stats": {"median": median}}
+    mi = 1 << 20
+    data = {"benchmarks": [bench("gpu_fake_quant", mi, "quantcore-gpu", 9.0),
+                           bench("gpu_fake_quant", mi, "cupy.copyto", 1.0),
+                           bench("gpu_fake_quant", 256 * mi, "quantcore-gpu", 1.0),
+                           bench("gpu_fake_quant", 256 * mi, "cupy.copyto", 0.9),
+                           bench("gpu_fake_quant", 256 * mi, "torch-cuda", 0.1)]}
+    (name, ratio, target, ok), = gpu_check.targets(data)
+    assert "256 Mi" in name and ratio == pytest.approx(0.9) and target == 0.85 and ok
+    data["benchmarks"][3]["stats"]["median"] = 0.5
+    assert not gpu_check.targets(data)[0][3]
+    assert gpu_check.targets({"benchmarks": []}) == []
+    text = gpu_check.report({"device": "d"}, (1.0, []), (1.0, []), [], None, None, "", False,
+                            gpu_check.targets(data))
+    assert "- MISS: gpu_fake_quant at 256 Mi: fraction of copy bandwidth 0.50" in text

@@ -3,6 +3,9 @@
 quantize_static through the calibration cache, against the 20 recorded
 quantize_static runs of tests/data/onnxruntime_vectors.json (end_to_end) and
 against live onnxruntime's own calibration."""
+import os
+import tempfile
+
 import numpy as np
 import pytest
 
@@ -85,7 +88,7 @@ def _kwargs(cfg):
 def _config_run(cfg, model_path, out):
     method, kw, extra = _kwargs(cfg)
     return qonnx.quantize(
-        model_path, out, Reader(batches()), method=method.lower(), passes=2,  # ORT's one call
+        model_path, out, Reader(batches()), calibrate_method=method.lower(),
         per_channel=kw.get("per_channel", False), reduce_range=kw.get("reduce_range", False),
         activation_type=kw["activation_type"], weight_type=kw["weight_type"],
         quant_format=kw["quant_format"], op_types_to_quantize=kw.get("op_types_to_quantize"),
@@ -170,7 +173,8 @@ def test_end_to_end_configs(name, model_path, tmp_path):
 @pytest.mark.parametrize("per_batch", [False, True])
 def test_live_ort_calibration_on_random_data(method, extra, per_batch, model_path):
     """quantcore.onnx.calibrate == ORT's create_calibrator on the same model
-    and fresh random data, called once (passes=2) or once per batch (passes=1)."""
+    and fresh random data, called once (the default) or once per batch
+    (strided=1, ORT's CalibStridedMinMax=1)."""
     from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
     rng = np.random.default_rng(hash((method, per_batch, str(extra))) % 2**32)
     data = [{"x": (rng.standard_normal((2, 3, 5, 5)) * rng.uniform(0.1, 5)).astype(F32)}
@@ -185,11 +189,8 @@ def test_live_ort_calibration_on_random_data(method, extra, per_batch, model_pat
         else:
             cal.collect_data(Reader(data))
         ref = cal.compute_data()
-    opts = dict(extra)
-    if method == "MinMax" and per_batch:
-        opts["ema_per_batch"] = True  # MinMax is one ORT call per reader unless asked
-    res = qonnx.calibrate(model_path, Reader(data), method.lower(), options=opts,
-                          passes=1 if per_batch else 2)
+    res = qonnx.calibrate(model_path, Reader(data), method.lower(), options=dict(extra),
+                          strided=1 if per_batch else None)
     assert sorted(res.tensors_range.keys()) == sorted(ref.keys())
     for t in ref.keys():
         for key in ("lowest", "highest", "avg", "std"):
@@ -203,7 +204,7 @@ def test_live_ort_calibration_on_random_data(method, extra, per_batch, model_pat
 
 def test_tensorrt_table_and_cache_files(model_path, tmp_path):
     res = qonnx.quantize(model_path, str(tmp_path / "q.onnx"), batches(),
-                         cache_path=str(tmp_path / "cache.json"),
+                         calibration_cache_path=str(tmp_path / "cache.json"),
                          tensorrt_table=str(tmp_path / "trt"))
     back = O.load_tensors_data(tmp_path / "cache.json")
     assert sorted(back.keys()) == sorted(res.tensors_range.keys())
@@ -251,18 +252,72 @@ def test_bad_data_gets_a_clear_result_or_error(method, tmp_path):
             qonnx.calibrate(path, all_nan, method)
 
 
-def test_passes_2_needs_a_rereadable_reader(model_path):
+@pytest.mark.parametrize("method", ["entropy", "percentile", "distribution"])
+def test_one_call_is_the_same_rerun_spilled_or_from_a_one_shot_reader(method, model_path,
+                                                                      monkeypatch):
+    """The default single call needs the range of the whole reader first: the
+    values held in memory, spilled to a file, or the data read again (ORT's
+    streaming two passes, or by chunks); a reader that cannot be replayed is
+    never read twice.  The ranges and histograms are the same, bit for bit,
+    NaN batches counted alike; replay="rerun" of a one-shot reader says why
+    not."""
+    rng = np.random.default_rng(11)
+    data = [{"x": (rng.standard_normal((2, 3, 5, 5)) * (i + 1)).astype(F32)} for i in range(5)]
+    data[3]["x"][0, 1, 2, 2] = np.nan
+    if method == "percentile":    # |x| of a call with NaN: ORT's error
+        data[3]["x"][0, 1, 2, 2] = 0.25
+    ref = qonnx.calibrate(model_path, data, method, replay="rerun")
+    results = {"rerun": ref}
+    results["memory"] = qonnx.calibrate(model_path, data, method)
+    results["one-shot memory"] = qonnx.calibrate(model_path, iter(data), method)
+    # chunks of one batch, a buffer of one chunk; small tensors joined or not
+    monkeypatch.setattr(qonnx, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(qonnx, "BUFFER_BYTES", 1)
+    for small in (1 << 15, 0):
+        monkeypatch.setattr(qonnx, "SMALL_TENSOR", small)
+        results[f"spill {small}"] = qonnx.calibrate(model_path, data, method, replay="spill")
+        results[f"one-shot spill {small}"] = qonnx.calibrate(model_path, iter(data), method)
+        monkeypatch.setattr(qonnx, "SPILL_BYTES_PER_SECOND", 1e-3)   # the disk is slow: rerun
+        results[f"chunked rerun {small}"] = qonnx.calibrate(model_path, data, method,
+                                                            parallel=small == 0)
+        monkeypatch.setattr(qonnx, "SPILL_BYTES_PER_SECOND", 1e30)
+    monkeypatch.setattr(qonnx, "CHUNK_BYTES", 4000)   # chunks of two batches
+    results["two-batch chunks"] = qonnx.calibrate(model_path, iter(data), method)
+    for key, res in results.items():
+        assert res.replay == key.split()[-2 if key[-1].isdigit() else -1].replace(
+            "chunks", "spill"), (key, res.replay)
+        _same_result(res, ref)
+    assert ref.nan_batches.get("x", 0) == (0 if method == "percentile" else 1)
     with pytest.raises(TypeError, match="reads the data twice"):
-        qonnx.calibrate(model_path, iter(batches()), "entropy", passes=2)
-    res = qonnx.calibrate(model_path, batches, "entropy", passes=2)  # a callable is fine
-    assert res.batches == 4
+        qonnx.calibrate(model_path, iter(data), method, replay="rerun")
+    assert qonnx.calibrate(model_path, lambda: iter(data), method).batches == 5
+    assert not [f for f in os.listdir(tempfile.gettempdir()) if f.endswith(".spill") and
+                f.startswith("quantcore_onnx_")]
+    legacy = qonnx.calibrate(model_path, data, method, passes=1)
+    _same_result(legacy, qonnx.calibrate(model_path, data, method, strided=1))
+
+
+def test_spooled_reader_replays_any_reader(model_path):
+    class OneShot:
+        def __init__(self):
+            self.it = iter(batches())
+
+        def get_next(self):
+            return next(self.it, None)
+
+    with qonnx.SpooledReader(OneShot()) as r:
+        first = list(r)
+        second = list(r)
+        assert len(r) == 4 and qonnx.replayable(r)
+    assert all(same_bits(a["x"], b["x"]) for a, b in zip(first, second))
+    assert not qonnx.replayable(OneShot()) and qonnx.replayable(batches())
 
 
 def test_quantcore_methods_quantize(model_path, tmp_path):
     for method in qonnx.QUANTCORE_METHODS:
         out = str(tmp_path / f"{method}.onnx")
         # 256 bins: NVIDIA's entropy / mse try every bin (2048: 30 s here)
-        res = qonnx.quantize(model_path, out, batches(), method=method,
+        res = qonnx.quantize(model_path, out, batches(), calibrate_method=method,
                              calibration_options={"num_bins": 256})
         for t, (lo, hi) in res.ranges().items():
             assert np.isfinite(lo) and np.isfinite(hi) and lo <= hi, (method, t)
@@ -291,9 +346,9 @@ def batch_model_path(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("method,passes", [(m, p) for m in qonnx.ORT_METHODS for p in (1, 2)] +
-                         [("torch_histogram", 1), ("nvidia_percentile", 1)])
-def test_parallel_calibration_is_the_sequential_one(method, passes, batch_model_path):
+@pytest.mark.parametrize("method,strided", [(m, k) for m in qonnx.ORT_METHODS for k in (1, None)]
+                         + [("torch_histogram", None), ("nvidia_percentile", None)])
+def test_parallel_calibration_is_the_sequential_one(method, strided, batch_model_path):
     """parallel=True (inference one batch ahead in a thread, tensors reduced
     by a thread pool) gives what one batch at a time gives, bit for bit, on
     batches large enough for the kernels' parallel paths, NaN included."""
@@ -305,8 +360,8 @@ def test_parallel_calibration_is_the_sequential_one(method, passes, batch_model_
     # inference thread differs for them)
     if method == "percentile":       # |x| of a first call with NaN: ORT's error, both ways
         data[2]["x"][7, 1, 2, 3] = 0.5
-    par = qonnx.calibrate(batch_model_path, data, method, passes=passes, options=opts)
-    seq = qonnx.calibrate(batch_model_path, data, method, passes=passes, options=opts,
+    par = qonnx.calibrate(batch_model_path, data, method, strided=strided, options=opts)
+    seq = qonnx.calibrate(batch_model_path, data, method, strided=strided, options=opts,
                           parallel=False)
     _same_result(par, seq)
 
@@ -362,3 +417,168 @@ def test_prefetch_raises_the_readers_error_and_stops_its_thread(model_path):
     assert next(gen) == 0
     gen.close()
     assert not [t for t in threading.enumerate() if t.name == "quantcore-onnx-inference"]
+
+
+def test_quantize_has_quantize_statics_parameters_and_defaults():
+    """quantize takes quantize_static's parameters in its order, with its
+    defaults (read from the installed ORT); QUANTIZE_DEFAULTS lists them."""
+    import inspect
+
+    from onnxruntime.quantization import quantize_static
+    theirs = inspect.signature(quantize_static).parameters
+    ours = inspect.signature(qonnx.quantize).parameters
+    assert list(ours)[:len(theirs)] == list(theirs)
+    for name, p in theirs.items():
+        q = ours[name]
+        assert q.kind == p.kind, name
+        if p.default is inspect.Parameter.empty:
+            assert q.default is inspect.Parameter.empty, name
+            continue
+        # enums: quantcore's compat twins of ORT's, compared by name
+        assert getattr(q.default, "name", q.default) == getattr(p.default, "name", p.default), name
+        assert type(q.default).__name__ == type(p.default).__name__, name
+        assert qonnx.QUANTIZE_DEFAULTS[name] is q.default
+    assert set(qonnx.QUANTIZE_DEFAULTS) == {n for n, p in theirs.items()
+                                            if p.default is not inspect.Parameter.empty}
+    assert all(ours[n].kind == inspect.Parameter.KEYWORD_ONLY for n in list(ours)[len(theirs):])
+    # the module docstring and quantize's list them
+    for name, value in qonnx.QUANTIZE_DEFAULTS.items():
+        text = f"{name}={getattr(value, 'name', value)}"
+        assert text in " ".join(qonnx.__doc__.split()), text
+
+
+@pytest.mark.parametrize("method", ["MinMax", "Entropy", "Percentile", "Distribution"])
+def test_default_call_is_quantize_statics_default_call(method, batch_model_path, tmp_path):
+    """quantize(model, out, reader) with nothing else == quantize_static's
+    default call: same initializers, same outputs, bit for bit (a reader
+    that cannot be replayed, as ORT's usually are)."""
+    from onnxruntime.quantization import CalibrationMethod, quantize_static
+    rng = np.random.default_rng(3)
+    data = [{"x": (rng.standard_normal((3, 3, 5, 5)) * (i + 1)).astype(F32)} for i in range(4)]
+
+    class OneShot:
+        def __init__(self):
+            self.it = iter(data)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    ours, theirs = str(tmp_path / "qc.onnx"), str(tmp_path / "ort.onnx")
+    kw = {} if method == "MinMax" else {"calibrate_method": CalibrationMethod[method]}
+    if method == "Distribution":   # ORT: float 8 only
+        kw.update(activation_type="QFLOAT8E4M3FN", weight_type="QFLOAT8E4M3FN")
+        from onnxruntime.quantization import QuantType
+        ort_kw = dict(kw, activation_type=QuantType.QFLOAT8E4M3FN,
+                      weight_type=QuantType.QFLOAT8E4M3FN)
+    else:
+        ort_kw = kw
+    qonnx.quantize(batch_model_path, ours, OneShot(), **kw)
+    quantize_static(batch_model_path, theirs, OneShot(), **ort_kw)
+    a, b = _initializers(ours), _initializers(theirs)
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert same_bits(a[k], b[k]), k
+    sa = ort.InferenceSession(ours, providers=["CPUExecutionProvider"])
+    sb = ort.InferenceSession(theirs, providers=["CPUExecutionProvider"])
+    for feed in data:
+        assert same_bits(sa.run(None, feed)[0], sb.run(None, feed)[0])
+
+
+# ---------------------------------------------------------------- real models
+# Two models the project did not build, from PyPI wheels (the `test` extra):
+# silero-vad's recurrent voice activity detector (a state input whose batch
+# axis is 1, a 0-d sample rate) and RapidOCR's PP-OCRv4 text detector.
+
+def _wheel_model(package, relative):
+    """The .onnx file a wheel ships (found without importing the package,
+    which would import torch / OpenCV); a skip when it is not installed."""
+    import importlib.util
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.origin:
+        pytest.skip(f"{package} is not installed (pip install '.[test]')")
+    path = os.path.join(os.path.dirname(spec.origin), relative)
+    assert os.path.isfile(path), path
+    return path
+
+
+def vad_feeds(path, batches=4, rows=3, seed=0):
+    """Speech-like 512-sample chunks at 16 kHz, the state carried by the
+    float model from chunk to chunk (as the model is used)."""
+    rng = np.random.default_rng(seed)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    t = np.arange(512 * batches) / 16000
+    state = np.zeros((2, rows, 128), F32)
+    feeds = []
+    for b in range(batches):
+        f0 = rng.uniform(90, 250, (rows, 1))
+        seg = t[b * 512:(b + 1) * 512]
+        x = (0.3 * np.sin(2 * np.pi * f0 * seg) * (1 + np.sin(2 * np.pi * 3 * seg))
+             + 0.02 * rng.standard_normal((rows, 512))).astype(F32)
+        feed = {"input": x, "state": state, "sr": np.array(16000, np.int64)}
+        feeds.append(feed)
+        state = sess.run(None, feed)[1]
+    return feeds
+
+
+def ocr_feeds(batches=3, h=64, w=96, seed=0):
+    """Dark strokes on light paper, normalized as PP-OCR does ((x / 255 - 0.5) / 0.5)."""
+    rng = np.random.default_rng(seed)
+    feeds = []
+    for _ in range(batches):
+        img = np.full((h, w, 3), 235.0) + rng.normal(0, 6, (h, w, 3))
+        for _ in range(6):
+            y0, x0 = rng.integers(4, h - 12), rng.integers(4, w - 30)
+            img[y0:y0 + rng.integers(3, 8), x0:x0 + rng.integers(8, 28)] = rng.uniform(10, 60)
+        x = ((np.clip(img, 0, 255) / 255 - 0.5) / 0.5).astype(F32)
+        feeds.append({"x": x.transpose(2, 0, 1)[None].copy()})
+    return feeds
+
+
+REAL_MODELS = {
+    "silero_vad": (("silero_vad", "data/silero_vad_16k_op15.onnx"), vad_feeds),
+    "ppocr_det": (("rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx"),
+                  lambda path: ocr_feeds()),
+}
+
+
+class _OneShot:
+    """An ORT-style reader that cannot be replayed."""
+
+    def __init__(self, feeds):
+        self.it = iter(feeds)
+
+    def get_next(self):
+        return next(self.it, None)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")  # ORT's
+@pytest.mark.parametrize("method", ["MinMax", "Entropy", "Percentile"])
+@pytest.mark.parametrize("name", sorted(REAL_MODELS))
+def test_real_models_from_wheels_equal_quantize_static(name, method, tmp_path):
+    """quantize() with ORT's defaults == quantize_static's default call on a
+    real model: the same initializers and outputs, bit for bit."""
+    from onnxruntime.quantization import CalibrationMethod, quantize_static
+    (package, relative), make = REAL_MODELS[name]
+    path = _wheel_model(package, relative)
+    feeds = make(path)
+    ours, theirs = str(tmp_path / "qc.onnx"), str(tmp_path / "ort.onnx")
+    res = qonnx.quantize(path, ours, _OneShot(feeds), calibrate_method=method)
+    quantize_static(path, theirs, _OneShot(feeds), calibrate_method=CalibrationMethod[method])
+    a, b = _initializers(ours), _initializers(theirs)
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert same_bits(a[k], b[k]), k
+    assert len(res.tensors_range) > 30
+    sa = ort.InferenceSession(ours, providers=["CPUExecutionProvider"])
+    sb = ort.InferenceSession(theirs, providers=["CPUExecutionProvider"])
+    for feed in feeds[:2]:
+        for ya, yb in zip(sa.run(None, feed), sb.run(None, feed)):
+            assert same_bits(ya, yb)
+
+
+def test_real_detector_percentile_per_batch(tmp_path):
+    """CalibStridedMinMax=1 with Percentile on the PP-OCR detector (empty
+    float constants: ORT's surprise 18) calibrates every tensor."""
+    path = _wheel_model("rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx")
+    res = qonnx.calibrate(path, ocr_feeds(2, 64, 64), "percentile", strided=1)
+    assert all(np.isfinite(lo) and np.isfinite(hi) for lo, hi in res.ranges().values())

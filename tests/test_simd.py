@@ -1,10 +1,12 @@
-"""The two builds of the CPU loops (baseline x86-64-v2 and the AVX2 + FMA
-build chosen at run time) give the same bits on every recipe and mode.
+"""The builds of the CPU loops (baseline x86-64-v2, and the x86-64-v3 /
+AVX2 + FMA and x86-64-v4 / AVX-512 builds chosen at run time) give the same
+bits on every recipe and mode.
 
 The rest of the suite runs on the build the machine selects; this file runs
-each kernel family under both, on inputs full of ties, out-of-range values,
-NaN, +-inf, signed zeros and subnormals, in every layout the loops have
-(per tensor, per channel with inner > 1, per channel along the last axis).
+each kernel family under every build that this CPU can run, on inputs full
+of ties, out-of-range values, NaN, +-inf, signed zeros and subnormals, in
+every layout the loops have (per tensor, per channel with inner > 1, per
+channel along the last axis).
 """
 import itertools
 import os
@@ -15,7 +17,7 @@ import numpy as np
 import pytest
 
 import quantcore as qc
-from quantcore import torch_numerics
+from quantcore import ops, torch_numerics
 from quantcore._cpu import _kernels as K
 from quantcore.compat import torch as T
 from reference import assert_same_bytes
@@ -23,24 +25,39 @@ from reference import assert_same_bytes
 pytestmark = pytest.mark.skipif(not K.simd_v3_built(), reason="no AVX2 build on this platform")
 
 
+def runnable_builds():
+    """The builds compiled in that this CPU can run (selecting a build the
+    CPU lacks falls back to a lower one)."""
+    original = K.simd_variant()
+    try:
+        return [b for b in K.simd_builds() if K.select_simd(b) == b]
+    finally:
+        K.select_simd(original)
+
+
 @pytest.fixture(scope="module")
 def both():
-    """Run a function under each build; restore the automatic choice."""
+    """Run a function under each build this CPU can run (at least the
+    baseline and one other); restore the automatic choice."""
+    builds = runnable_builds()
+    if len(builds) < 2:
+        pytest.skip("this CPU has no AVX2 + FMA")
+    original = K.simd_variant()
+
     def run(f):
         results = []
-        for allow in (False, True):
-            K.select_simd(allow)
+        for b in builds:
+            assert K.select_simd(b) == b
             results.append(f())
         return results
-    original = K.simd_variant() != "baseline"
-    if not K.select_simd(True).startswith("x86-64-v3"):
-        K.select_simd(original)
-        pytest.skip("this CPU has no AVX2 + FMA")
     yield run
     K.select_simd(original)
 
 
-same = assert_same_bytes
+def same(first, *others):
+    """Every build's result is byte for byte the baseline's."""
+    for other in others:
+        assert_same_bytes(first, other)
 
 
 def data(dtype, shape, seed):
@@ -150,16 +167,135 @@ def test_histograms_and_fused_step(both):
         same(*both(steps))
 
 
-def test_the_environment_variable_keeps_the_baseline():
-    env = dict(os.environ, QUANTCORE_SIMD="baseline")
+@pytest.mark.parametrize("cap", ["baseline", "x86-64-v3"])
+def test_the_environment_variable_caps_the_build(cap):
+    env = dict(os.environ, QUANTCORE_SIMD=cap)
     code = ("from quantcore._cpu import _kernels as K; import quantcore as qc; "
             "print(K.simd_variant(), qc.build_info()['simd_in_use'])")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
-    assert out == ["baseline", "baseline"]
+    want = cap if cap in runnable_builds() else "baseline"
+    assert out == [want, want]
 
 
 def test_build_info_names_the_build_in_use():
     info = qc.build_info()
     assert info["simd_in_use"] == K.simd_variant()
-    assert info["simd_runtime_variants"] == ["x86-64-v3 (AVX2 + FMA)"]
+    names = [v.split()[0] for v in info["simd_runtime_variants"]]
+    assert ["baseline"] + names == K.simd_builds()
+    # a plain build makes every level the compiler takes (the x86-64-v4 one
+    # needs GCC 12 / Clang 16)
+    assert "x86-64-v3" in names
+    assert K.simd_variant() == runnable_builds()[-1]
+
+
+def test_select_simd_refuses_an_unknown_build():
+    with pytest.raises(ValueError, match="level"):
+        K.select_simd("avx9")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_fp8_and_integer_codes(both, dtype, shape):
+    """The fp8 family (fake casts, fake quant of every recipe), the encode
+    and decode families (cast_fp8, fp8_decode, ONNX Q / DQ to int and FP8
+    codes, per tensor and per channel along either layout)."""
+    from quantcore import formats as F
+    x = data(dtype, shape, 7)
+    ax = x.ndim - 1
+    C = shape[-1]
+    amax_c = np.linspace(5, 400, C)
+    for fmt in F.FP8_FORMATS:
+        for overflow in ("satfinite", "nonsat"):
+            same(*both(lambda: (F.cast_fp8(x, fmt, overflow=overflow),
+                                F.fp8_fake_cast(x, fmt, overflow=overflow))))
+        for recipe in ("modelopt", "torchao"):
+            if fmt not in {"modelopt": ("e4m3fn",), "torchao": ("e4m3fn", "e5m2")}[recipe]:
+                continue  # (the formats each recipe takes)
+            pow2 = recipe == "torchao"
+            same(*both(lambda: (
+                F.fp8_fake_quant(x, 100.0, fmt, recipe=recipe, return_mask=True),
+                F.fp8_fake_quant(x, amax_c, fmt, recipe=recipe, axis=ax),
+                F.fp8_fake_quant(x, 3.0, fmt, recipe=recipe, pow2=pow2),
+                F.fp8_quantize(x, amax_c, fmt, recipe=recipe, axis=ax))))
+            q8 = F.fp8_quantize(x, 100.0, fmt, recipe=recipe)
+            same(*both(lambda: F.fp8_dequantize(q8[0], q8[1], fmt, recipe=recipe)))
+        codes = F.cast_fp8(x, fmt)
+        same(*both(lambda: F.fp8_decode(codes, fmt, dtype=dtype)))
+    xf = np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32)
+    s_c = np.linspace(0.05, 0.5, C).astype(np.float32)
+    for zp in (np.int8(3), np.uint8(130), np.int16(-7), np.uint16(40000)):
+        q = both(lambda: (qc.quantize_linear(xf, np.float32(0.25), zp),
+                          qc.quantize_linear(xf, s_c, np.full(C, zp), axis=ax)))
+        same(*q)
+        same(*both(lambda: (qc.dequantize_linear(q[0][0], np.float32(0.25), zp),
+                            qc.dequantize_linear(q[0][1], s_c, np.full(C, zp), axis=ax))))
+
+
+@pytest.mark.parametrize("recipe", ["onnx", "onnx_numpy", "torchao", "tinygemm", "hqq", "awq",
+                                    "gptq"])
+def test_group_recipes(both, recipe):
+    from quantcore import formats as F
+    assert recipe in F.GROUP_RECIPES
+    w = data(np.float32, (24, 384), 8)
+    w = np.nan_to_num(w, nan=0.0, posinf=1e3, neginf=-1e3).astype(np.float32)
+    groups = ((4, 32, False), (4, 64, True), (8, 128, False))
+    if recipe.startswith("onnx"):
+        groups += ((3, 100, False),)  # (a shorter last group)
+    for bits, g, sym in groups:
+        try:
+            F.group_qrange(bits, recipe, symmetric=sym)
+        except ValueError:
+            continue  # (a recipe that has no such range)
+        same(*both(lambda: (F.group_quantize(w, bits, g, recipe=recipe, symmetric=sym),
+                            F.group_fake_quant(w, bits, g, recipe=recipe, symmetric=sym))))
+
+
+def test_block_scaled_recipes(both):
+    from quantcore import mx
+    x = data(np.float32, (40, 256), 9)
+    xf = np.nan_to_num(x)
+    for e in sorted(mx.MX_ELEMENTS):
+        for kw in (dict(), dict(elem_rounding="half_away", scale_mode="rceil"),
+                   dict(compat="microxcaling"), dict(compat="torchao", scale_mode="even")):
+            if e == "int8" and kw.get("compat") == "torchao":
+                continue  # (torchao has no MX int8)
+            same(*both(lambda: (qc.mx_fake_quant(x, e, **kw), qc.mx_quantize(x, e, **kw))))
+    for r in ("modelopt", "torchao"):
+        same(*both(lambda: (qc.nvfp4_fake_quant(xf, recipe=r),
+                            qc.nvfp4_fake_quant(xf[:, :200], recipe=r))))
+
+
+def test_no_build_contracts_an_fma(both):
+    """q = round(x * inv + zp) with x * inv rounded first (the default) and
+    not (fma_zp: an explicit fma), on inputs where the two give different
+    integers: every build gives the baseline's q in both modes, and the
+    baseline's is what the mode says (x86-64-v2 has no FMA instruction; a
+    build that contracted x * inv + zp into one would give the fma's q in
+    the first mode).  The inputs: x * inv just above m + 0.25, rounded to
+    m + 0.25 exactly, so that with zp = -999.75 the two-step sum is a tie
+    (to even) and the one-step sum is above it."""
+    s = np.float32(0.37)
+    inv = np.float32(1) / s
+    zp = np.float32(-999.75)
+    t = np.arange(1000, 2000, dtype=np.float32) + np.float32(0.25)
+    x0 = (t / inv).astype(np.float32)
+    steps = np.arange(-6, 7).astype(np.int32)
+    x = (x0.view(np.int32)[:, None] + steps).reshape(-1).view(np.float32)
+    exact = x.astype(np.float64) * np.float64(inv)             # x * inv, exactly
+    two = (x * inv).astype(np.float32) + zp                    # rounded, then added
+    one = (exact + np.float64(zp)).astype(np.float32)          # rounded once (the fma)
+    pick = np.rint(two) != np.rint(one)
+    x, two, one = x[pick], two[pick], one[pick]
+    assert x.size > 50, "no input tells the roundings apart"
+
+    def run(mode):
+        q = np.empty_like(x)
+        K.ew_tensor(K.FAMILIES["affine"], x, q, None, s, inv, zp, 0, 0, -5000, 5000, mode, 1)
+        return q
+    for fma_zp in (False, True):
+        mode = ops.affine_mode(zero_point_add="before_rounding", fma_zero_point=fma_zp,
+                               output_q=True)
+        r = both(lambda: run(mode))
+        same(*r)
+        assert np.array_equal(r[0], np.rint(one if fma_zp else two))

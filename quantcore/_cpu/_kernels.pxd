@@ -48,9 +48,9 @@ cdef extern from "qc_families.h" nogil:
 
 
 cdef extern from "qc_kernels.h" nogil:
-    int qc_simd_v3 "qc::simd_v3"
-    int qc_select_simd "qc::select_simd"(int allow)
-    int qc_simd_v3_built "qc::simd_v3_built"()
+    int qc_simd_level "qc::simd_level"
+    int qc_select_simd "qc::select_simd"(int max_level)
+    int qc_simd_builds "qc::simd_builds"()
 
 
 cdef extern from "qc_kernels.h" namespace "qc" nogil:

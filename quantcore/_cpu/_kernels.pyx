@@ -35,7 +35,17 @@ cnp.import_array()
 
 import os as _os
 
-qc_select_simd(_os.environ.get("QUANTCORE_SIMD", "").strip().lower() != "baseline")
+#: the builds of the loops by SIMD level (qc_kernels.h)
+_SIMD_NAMES = {2: "baseline", 3: "x86-64-v3", 4: "x86-64-v4"}
+
+
+def _simd_cap(name):
+    """The highest level a QUANTCORE_SIMD value allows (unset, empty or
+    unknown: every level)."""
+    return {v: k for k, v in _SIMD_NAMES.items()}.get(name.strip().lower(), 4)
+
+
+qc_select_simd(_simd_cap(_os.environ.get("QUANTCORE_SIMD", "")))
 
 #: elementwise family name -> id (qc_families.h, QC_EW_FAMILIES), and the
 #: number of per-channel parameters each takes
@@ -56,21 +66,35 @@ cdef float INFINITY_F = float("inf")
 
 
 def simd_variant():
-    """The build of the loops in use: "x86-64-v3" (AVX2 + FMA, chosen at run
-    time when the CPU has them) or "baseline"."""
-    return "x86-64-v3" if qc_simd_v3 else "baseline"
+    """The build of the loops in use: "x86-64-v4" (AVX-512), "x86-64-v3"
+    (AVX2 + FMA), the best one the CPU has, chosen at run time, or
+    "baseline"."""
+    return _SIMD_NAMES[qc_simd_level]
+
+
+def simd_builds():
+    """The builds of the loops compiled in, e.g. ["baseline", "x86-64-v3",
+    "x86-64-v4"]."""
+    return [name for level, name in _SIMD_NAMES.items() if qc_simd_builds() >> level & 1]
 
 
 def simd_v3_built():
     """Whether the AVX2 + FMA build of the loops was compiled in."""
-    return bool(qc_simd_v3_built())
+    return "x86-64-v3" in simd_builds()
 
 
-def select_simd(bint allow_v3):
-    """Choose the build of the loops (for tests, which compare the two bit
-    for bit; not for use while other threads run kernels).  Returns
-    :func:`simd_variant`."""
-    qc_select_simd(allow_v3)
+def select_simd(level):
+    """Choose the build of the loops: the best one the CPU has up to `level`
+    (a name of :func:`simd_builds`; True: the best, False: the baseline).
+    For tests, which compare the builds bit for bit; not for use while other
+    threads run kernels.  Returns :func:`simd_variant`."""
+    if level is True or level is False:
+        qc_select_simd(4 if level else 2)
+    elif level in _SIMD_NAMES.values():
+        qc_select_simd(_simd_cap(level))
+    else:
+        raise ValueError(f"level: expected True, False or one of {list(_SIMD_NAMES.values())}, "
+                         f"got {level!r}")
     return simd_variant()
 
 

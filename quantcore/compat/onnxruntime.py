@@ -99,6 +99,11 @@ ORT's surprises (spec section 18) and what this module does
     :func:`adjust_weight_scale_for_int32_bias`.
 17. A float16 range gives a float16 scale; float16 QuantizeLinear divides in
     float32 (ORT's kernel): reproduced.
+18. Symmetric Percentile: a call after the first in which a tensor is empty
+    (a dynamic shape with a zero dimension) fails in ORT (``np.nanmax`` of
+    nothing: "zero-size array to reduction operation fmax"), e.g. with
+    ``CalibStridedMinMax=1``: **not** reproduced; the empty call adds
+    nothing to that tensor's histogram, minimum or maximum.
 
 Also: a batch's min or max that is a zero gets numpy's sign (numpy's choice
 between ``-0.0`` and ``+0.0`` when both occur is asked of numpy itself); in
@@ -914,14 +919,15 @@ class _CallStats:
                 raise ValueError(
                     "setting an array element with a sequence. The requested array has an "
                     "inhomogeneous shape after 1 dimensions. (ORT stacks the batches of one "
-                    f"collect_data call: shapes {self.shape} and {shape}; passes=1 takes them)")
+                    f"collect_data call: shapes {self.shape} and {shape}; one call per batch, "
+                    "CalibStridedMinMax=1 / strided=1, takes them)")
             self.shape = shape
         if self.dtype is not None and a.dtype != self.dtype:
             raise ValueError(f"The calibration expects only one element type but got "
                              f"{ {self.dtype, a.dtype} }")
         self.dtype = a.dtype
         if a.size == 0:
-            return
+            return False
         self.size += a.size
         if a.dtype == np.float32:
             lo, hi, has_nan = _minmax_f32(a)
@@ -939,6 +945,7 @@ class _CallStats:
             self.absmin = am if self.absmin is None else (
                 am if np.isnan(am)
                 else (self.absmin if np.isnan(self.absmin) else min(self.absmin, am)))
+        return has_nan
 
     def signed(self):
         """(min, max) as ORT holds them: 0-d zeros for an empty call."""
@@ -1051,9 +1058,8 @@ class HistogramCollector:
                     first, last = first - 0.5, last + 0.5
                 return _Plan(self.num_bins, (first, last), True)
             edges = old[1]
-            if stats.size == 0:
-                raise ValueError(
-                    "zero-size array to reduction operation fmax which has no identity")
+            if stats.size == 0:   # ORT: np.nanmax of nothing fails (surprise 18)
+                return _Plan(edges, None, True)
             amax = stats.dtype.type(np.nan) if np.isnan(stats.min) else max(abs(stats.min),
                                                                            abs(stats.max))
             if amax > edges[-1]:
@@ -1086,6 +1092,8 @@ class HistogramCollector:
         mn, mx = stats.signed()
         if self.absolute:
             edges = edges.astype(dtype)
+            if old is not None and stats.size == 0:
+                return   # an empty later call adds nothing (surprise 18)
             if old is None:
                 self.histogram_dict[tensor] = (hist, edges, mn, mx)
             else:
@@ -1761,10 +1769,12 @@ class _HistogramCalibrater:
         again = _second_pass(data, "collect_data")
         col = self.collector
         stats = {}
+        nans = {}
 
         def add_range(item):
             name, a, shape = item
-            stats[name].add(a, need_absmin=self._need_absmin(name), shape=shape)
+            if stats[name].add(a, need_absmin=self._need_absmin(name), shape=shape):
+                nans[name] = nans.get(name, 0) + 1   # one thread per tensor
 
         for batch in iter_batches(data):
             items = self._arrays(batch)
@@ -1781,7 +1791,8 @@ class _HistogramCalibrater:
                          [item for item in self._arrays(batch) if item[0] in plans])
             self.batches += 1
         for name, st in stats.items():
-            self._note_nan(name, st.any_nan)
+            if name in nans:
+                self.nan_batches[name] = self.nan_batches.get(name, 0) + nans[name]
             col.finish(name, st, plans[name])
 
     def compute_data(self):

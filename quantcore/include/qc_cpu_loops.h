@@ -12,18 +12,15 @@
  *     parameters read as arrays.
  * Per-channel parameters come as NP arrays of C values (params[j * C + c]).
  *
- * This header is compiled twice, into the namespace QC_LOOPS_NS::loops
- * that the including file chooses (qc_base: the extension's baseline
- * flags, quantcore/_cpu/qc_loops_base.cpp; qc_v3: AVX2 + FMA,
- * quantcore/_cpu/qc_loops_v3.cpp), and qc_kernels.h exports and dispatches
- * the entry points of QC_CPU_ENTRIES.  Same source, same flags
- * (-ffp-contract=off): the same bits.
+ * The units quantcore/_cpu/qc_loops_*.cpp include this header and define
+ * the entry points of qc_kernels.h that they own (QC_DEFINE_* below); each
+ * is compiled once per build (QC_SIMD_LEVEL 2 / 3 / 4: baseline, x86-64-v3,
+ * x86-64-v4), into that build's namespace QC_LOOPS_NS.  Same source, same
+ * flags (-ffp-contract=off): the same bits.  A unit that does not run the
+ * block-scaled recipes defines QC_NO_BLOCK_RECIPES first (qc_families.h
+ * then leaves qc_mx.h out, and an edit of qc_mx.h does not rebuild it).
  */
-#ifndef QC_LOOPS_NS
-#error "define QC_LOOPS_NS (qc_base or qc_v3) before including qc_cpu_loops.h"
-#endif
-
-#include "qc_families.h"
+#include "qc_kernels.h"
 #include "qc_minmax.h"
 
 #if defined(_OPENMP) || defined(QC_HAVE_OMP_SIMD)
@@ -129,78 +126,68 @@ template <class Op, typename F> static inline void with_codes(void *codes, int c
   if ((Op::CODE_BYTES & 2) && code_bytes == 2) f((unsigned short *)codes);
 }
 
-/* f(Op<T>{u0, u1, mode}) for the Op of id `id` in the list (nothing for an
- * id out of range: the callers validate it). */
-template <typename T, template <typename> class Op, template <typename> class... Rest,
-          typename F>
-static inline void with_op(QcOps<Op, Rest...>, int id, T u0, T u1, int mode, F f) {
-  if constexpr (sizeof...(Rest) > 0) {
-    if (id == 0) f(Op<T>{u0, u1, mode});
-    else with_op<T>(QcOps<Rest...>(), id - 1, u0, u1, mode, f);
-  }
+/* QcOpAt<List, id>::type<T>: the Op of id `id` in a QcOps list. */
+template <class List, int I> struct QcOpAt;
+template <template <typename> class Op, template <typename> class... Rest>
+struct QcOpAt<QcOps<Op, Rest...>, 0> {
+  template <typename T> using type = Op<T>;
+};
+template <template <typename> class Op, template <typename> class... Rest, int I>
+struct QcOpAt<QcOps<Op, Rest...>, I> : QcOpAt<QcOps<Rest...>, I - 1> {};
+
+/* The loops by family id F: elementwise (QC_EW_*) x -> y and the mask;
+ * encode (QC_ENC_*) x -> codes of `code_bytes` bytes; decode (QC_DEC_*)
+ * codes -> y.  The block form covers n contiguous elements of channel c,
+ * the rowvec form `rows` rows of C elements; (u0, u1, mode) are the
+ * family's uniform parameters. */
+template <int F, typename T>
+void ew_block(const T *x, T *y, unsigned char *mask, qc_i64 n, const T *params, qc_i64 C,
+              qc_i64 c, T u0, T u1, int mode) {
+  typedef typename QcOpAt<QcEwOps, F>::template type<T> Op;
+  ew_block_op(Op{u0, u1, mode}, x, y, mask, n, params, C, c);
 }
 
-/* f(op, codes as the code type of `code_bytes` bytes) for the code family
- * of id `id` in the list: with_op, then with_codes. */
-template <typename T, class List, typename F>
-static inline void with_code_op(List list, int id, void *codes, int code_bytes, T u0, T u1,
-                                int mode, F f) {
-  with_op<T>(list, id, u0, u1, mode, [&](auto op) {
-    with_codes<decltype(op)>(codes, code_bytes, [&](auto *q) { f(op, q); });
+template <int F, typename T>
+void ew_rowvec(const T *x, T *y, unsigned char *mask, qc_i64 rows, qc_i64 C, const T *params,
+               T u0, T u1, int mode) {
+  typedef typename QcOpAt<QcEwOps, F>::template type<T> Op;
+  ew_rowvec_op(Op{u0, u1, mode}, x, y, mask, rows, C, params);
+}
+
+template <int F, typename T>
+void enc_block(const T *x, void *codes, int code_bytes, qc_i64 n, const T *params, qc_i64 C,
+               qc_i64 c, T u0, T u1, int mode) {
+  typedef typename QcOpAt<QcEncodeOps, F>::template type<T> Op;
+  with_codes<Op>(codes, code_bytes, [&](auto *q) {
+    ew_block_op(Op{u0, u1, mode}, x, q, (unsigned char *)0, n, params, C, c);
   });
 }
 
-/* The entry points, by family id: elementwise (QC_EW_*) x -> y and the
- * mask; encode (QC_ENC_*) x -> codes of `code_bytes` bytes; decode
- * (QC_DEC_*) codes -> y.  The block form covers n contiguous elements of
- * channel c, the rowvec form `rows` rows of C elements; (u0, u1, mode) are
- * the family's uniform parameters. */
-template <typename T>
-void ew_block(int family, const T *x, T *y, unsigned char *mask, qc_i64 n, const T *params,
-              qc_i64 C, qc_i64 c, T u0, T u1, int mode) {
-  with_op<T>(QcEwOps(), family, u0, u1, mode,
-             [&](auto op) { ew_block_op(op, x, y, mask, n, params, C, c); });
-}
-
-template <typename T>
-void ew_rowvec(int family, const T *x, T *y, unsigned char *mask, qc_i64 rows, qc_i64 C,
-               const T *params, T u0, T u1, int mode) {
-  with_op<T>(QcEwOps(), family, u0, u1, mode,
-             [&](auto op) { ew_rowvec_op(op, x, y, mask, rows, C, params); });
-}
-
-template <typename T>
-void enc_block(int family, const T *x, void *codes, int code_bytes, qc_i64 n, const T *params,
-               qc_i64 C, qc_i64 c, T u0, T u1, int mode) {
-  with_code_op<T>(QcEncodeOps(), family, codes, code_bytes, u0, u1, mode, [&](auto op, auto *q) {
-    ew_block_op(op, x, q, (unsigned char *)0, n, params, C, c);
+template <int F, typename T>
+void enc_rowvec(const T *x, void *codes, int code_bytes, qc_i64 rows, qc_i64 C, const T *params,
+                T u0, T u1, int mode) {
+  typedef typename QcOpAt<QcEncodeOps, F>::template type<T> Op;
+  with_codes<Op>(codes, code_bytes, [&](auto *q) {
+    ew_rowvec_op(Op{u0, u1, mode}, x, q, (unsigned char *)0, rows, C, params);
   });
 }
 
-template <typename T>
-void enc_rowvec(int family, const T *x, void *codes, int code_bytes, qc_i64 rows, qc_i64 C,
-                const T *params, T u0, T u1, int mode) {
-  with_code_op<T>(QcEncodeOps(), family, codes, code_bytes, u0, u1, mode, [&](auto op, auto *q) {
-    ew_rowvec_op(op, x, q, (unsigned char *)0, rows, C, params);
+template <int F, typename T>
+void dec_block(const void *codes, int code_bytes, T *y, qc_i64 n, const T *params, qc_i64 C,
+               qc_i64 c, T u0, T u1, int mode) {
+  typedef typename QcOpAt<QcDecodeOps, F>::template type<T> Op;
+  with_codes<Op>((void *)codes, code_bytes, [&](auto *q) {
+    ew_block_op(Op{u0, u1, mode}, q, y, (unsigned char *)0, n, params, C, c);
   });
 }
 
-template <typename T>
-void dec_block(int family, const void *codes, int code_bytes, T *y, qc_i64 n, const T *params,
-               qc_i64 C, qc_i64 c, T u0, T u1, int mode) {
-  with_code_op<T>(QcDecodeOps(), family, (void *)codes, code_bytes, u0, u1, mode,
-                  [&](auto op, auto *q) {
-                    ew_block_op(op, q, y, (unsigned char *)0, n, params, C, c);
-                  });
-}
-
-template <typename T>
-void dec_rowvec(int family, const void *codes, int code_bytes, T *y, qc_i64 rows, qc_i64 C,
-                const T *params, T u0, T u1, int mode) {
-  with_code_op<T>(QcDecodeOps(), family, (void *)codes, code_bytes, u0, u1, mode,
-                  [&](auto op, auto *q) {
-                    ew_rowvec_op(op, q, y, (unsigned char *)0, rows, C, params);
-                  });
+template <int F, typename T>
+void dec_rowvec(const void *codes, int code_bytes, T *y, qc_i64 rows, qc_i64 C, const T *params,
+                T u0, T u1, int mode) {
+  typedef typename QcOpAt<QcDecodeOps, F>::template type<T> Op;
+  with_codes<Op>((void *)codes, code_bytes, [&](auto *q) {
+    ew_rowvec_op(Op{u0, u1, mode}, q, y, (unsigned char *)0, rows, C, params);
+  });
 }
 
 /* qc_fq_affine_exact over elements [start, start + n) of a C-ordered
@@ -351,6 +338,7 @@ static inline void group_blocks(int recipe, const float *x, unsigned char *codes
   }
 }
 
+#ifndef QC_NO_BLOCK_RECIPES
 /* ------------------------------------------------- block-scaled formats */
 
 /* max |x| of n floats with NaN propagation, as the integer max of the
@@ -436,22 +424,73 @@ static inline void block_scaled_op(const R &rec_rt, const float *x, unsigned cha
   }
 }
 
-/* By recipe id (QC_BLK_*), with the recipe's {elem, mode, p0, p1}. */
-static inline void block_scaled(int recipe, const float *x, unsigned char *scodes,
-                                unsigned char *codes, float *y, qc_i64 b0, qc_i64 nb, qc_i64 K,
-                                qc_i64 g, int elem, int mode, float p0, float p1) {
-  switch (recipe) {
-#define QC_BLK_CASE(name, R)                                                                   \
-  case QC_BLK_##name:                                                                          \
+/* Recipe F (QC_BLK_*), with the recipe's {elem, mode, p0, p1}. */
+template <int F>
+void block_scaled(const float *x, unsigned char *scodes, unsigned char *codes, float *y,
+                  qc_i64 b0, qc_i64 nb, qc_i64 K, qc_i64 g, int elem, int mode, float p0,
+                  float p1) {
+#define QC_BLK_IF(name, R)                                                                     \
+  if constexpr (F == QC_BLK_##name)                                                            \
     R::dispatch(elem, mode, [&](auto e, auto m) {                                              \
       block_scaled_op<R, decltype(e)::value, decltype(m)::value>(R{elem, mode, p0, p1}, x,     \
                                                                   scodes, codes, y, b0, nb, K, g); \
-    });                                                                                        \
-    break;
-    QC_BLOCK_RECIPES(QC_BLK_CASE)
-#undef QC_BLK_CASE
-  }
+    });
+  QC_BLOCK_RECIPES(QC_BLK_IF)
+#undef QC_BLK_IF
 }
+#endif /* QC_NO_BLOCK_RECIPES */
 
 } /* namespace loops */
+
+/* ------------------------------------------ the entry points of a unit */
+
+/* Every entry point of QC_CPU_ENTRIES / QC_CPU_ENTRIES_F32 (the loops
+ * that are not per family), with Entries<float> / <double> instantiated:
+ * in one unit (qc_loops_affine.cpp). */
+#define QC_DEFINE_ENTRY(name, params, args)                                                    \
+  template <typename T> void Entries<T>::name params { loops::name args; }
+#define QC_DEFINE_ENTRY_F32(name, params, args)                                                \
+  void EntriesF32::name params { loops::name args; }
+#define QC_DEFINE_COMMON_ENTRIES                                                               \
+  namespace QC_LOOPS_NS {                                                                      \
+  QC_CPU_ENTRIES(QC_DEFINE_ENTRY)                                                              \
+  QC_CPU_ENTRIES_F32(QC_DEFINE_ENTRY_F32)                                                      \
+  template struct Entries<float>;                                                              \
+  template struct Entries<double>;                                                             \
+  }
+
+/* The run() of every entry by family (their definitions; a unit
+ * instantiates those of the families it owns with the QC_LOOPS_* lines
+ * below). */
+#define QC_DEFINE_FAMILY_ENTRY(entry, list, prefix, params, args)                             \
+  template <typename T, int F> void entry<T, F>::run params { loops::entry<F> args; }
+QC_CPU_FAMILY_ENTRIES(QC_DEFINE_FAMILY_ENTRY)
+#ifndef QC_NO_BLOCK_RECIPES
+QC_CPU_FAMILY_ENTRIES_F32(QC_DEFINE_FAMILY_ENTRY)
+#endif
+#undef QC_DEFINE_FAMILY_ENTRY
+
 } /* namespace QC_LOOPS_NS */
+
+/* The loops of elementwise family `name` (QC_EW_FAMILIES), in float and
+ * double, block and rowvec. */
+#define QC_LOOPS_EW(name)                                                                      \
+  template struct QC_LOOPS_NS::ew_block<float, QC_EW_##name>;                                  \
+  template struct QC_LOOPS_NS::ew_block<double, QC_EW_##name>;                                 \
+  template struct QC_LOOPS_NS::ew_rowvec<float, QC_EW_##name>;                                 \
+  template struct QC_LOOPS_NS::ew_rowvec<double, QC_EW_##name>;
+
+/* The same for an encode / decode family (X callbacks of
+ * QC_ENCODE_FAMILIES / QC_DECODE_FAMILIES) and a block recipe
+ * (QC_BLOCK_RECIPES). */
+#define QC_LOOPS_ENC(name, Op)                                                                 \
+  template struct QC_LOOPS_NS::enc_block<float, QC_ENC_##name>;                                \
+  template struct QC_LOOPS_NS::enc_block<double, QC_ENC_##name>;                               \
+  template struct QC_LOOPS_NS::enc_rowvec<float, QC_ENC_##name>;                               \
+  template struct QC_LOOPS_NS::enc_rowvec<double, QC_ENC_##name>;
+#define QC_LOOPS_DEC(name, Op)                                                                 \
+  template struct QC_LOOPS_NS::dec_block<float, QC_DEC_##name>;                                \
+  template struct QC_LOOPS_NS::dec_block<double, QC_DEC_##name>;                               \
+  template struct QC_LOOPS_NS::dec_rowvec<float, QC_DEC_##name>;                               \
+  template struct QC_LOOPS_NS::dec_rowvec<double, QC_DEC_##name>;
+#define QC_LOOPS_BLOCK(name, R) template struct QC_LOOPS_NS::block_scaled<float, QC_BLK_##name>;

@@ -138,8 +138,11 @@ template <int... V, class F> static inline void qc_dispatch_among(int bits, F f)
 #define QC_FP8_CASTS 0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35, 65, 81, 97
 #endif
 
-/* the block-scaled recipes (their CPU dispatch uses QcInt / qc_dispatch_among) */
+/* the block-scaled recipes (their CPU dispatch uses QcInt / qc_dispatch_among;
+ * the CPU loops that do not run them leave them out: QC_NO_BLOCK_RECIPES) */
+#ifndef QC_NO_BLOCK_RECIPES
 #include "qc_mx.h"
+#endif
 
 /* fp8 (FP8 fake quant / fake cast, qc_fp8_fake): p = {p0: quantize
  * factor, p1: dequantize factor, p2: amax of the mask}; mode = format |

@@ -264,16 +264,33 @@ template <typename T> QC_HD T qc_mf_fake(T x, int fmt, int mode) {
 #define QC_F8_DEQ_DIV 1024    /* y = decode(q) / p1 (else decode) */
 #define QC_F8_MASK_AMAX 2048  /* mask = -p2 <= x <= p2 (else |v| <= max finite) */
 
-/* The scaled value v of x (QC_F8_SCALE_*). */
-template <typename T> QC_HD T qc_f8_scaled(T x, T s, int mode) {
-  const T prod = x * s, quot = x / s; /* both, then selects: a loop stays vectorisable */
-  return (mode & QC_F8_SCALE_MUL) ? prod : ((mode & QC_F8_SCALE_DIV) ? quot : x);
+/* r = x * s or x / s with the NaN the CPU references give it, on every
+ * platform: when r is NaN, a NaN scale s (it poisons the whole tensor or
+ * channel; torch's x * s with a 0-d scale keeps the scale's NaN when both
+ * are NaN), else a NaN x, else the default NaN of an invalid operation
+ * (0 * Inf, Inf / Inf, 0 / 0) on x86, which is negative (0xFFC00000); r
+ * itself otherwise.  CUDA returns the canonical NaN 0x7FFFFFFF instead, so
+ * without this a code that carries the sign of r (FP8) would depend on the
+ * device (docs/NONFINITE.md).  Selects and bit patterns only. */
+template <typename T> QC_HD T qc_scaled_nan(T x, T s, T r) {
+  const T dflt = qc_from_bits(qc_bits(qc_nan(T())) | QcNegZero<T>::bits);
+  const T n = (s != s) ? s : ((x != x) ? x : dflt);
+  return (r != r) ? n : r;
 }
 
-/* The dequantised value of a decoded d (QC_F8_DEQ_*): d, d * s or d / s. */
+/* The scaled value v of x (QC_F8_SCALE_*), its NaN by qc_scaled_nan. */
+template <typename T> QC_HD T qc_f8_scaled(T x, T s, int mode) {
+  const T prod = x * s, quot = x / s; /* both, then selects: a loop stays vectorisable */
+  const T v = (mode & QC_F8_SCALE_MUL) ? prod : ((mode & QC_F8_SCALE_DIV) ? quot : x);
+  return qc_scaled_nan(x, (mode & (QC_F8_SCALE_MUL | QC_F8_SCALE_DIV)) ? s : x, v);
+}
+
+/* The dequantised value of a decoded d (QC_F8_DEQ_*): d, d * s or d / s,
+ * its NaN by qc_scaled_nan. */
 template <typename T> QC_HD T qc_f8_dequant(T d, T s, int mode) {
   const T prod = d * s, quot = d / s;
-  return (mode & QC_F8_DEQ_MUL) ? prod : ((mode & QC_F8_DEQ_DIV) ? quot : d);
+  const T y = (mode & QC_F8_DEQ_MUL) ? prod : ((mode & QC_F8_DEQ_DIV) ? quot : d);
+  return qc_scaled_nan(d, (mode & (QC_F8_DEQ_MUL | QC_F8_DEQ_DIV)) ? s : d, y);
 }
 
 /* FP8 fake quantization of one element:

@@ -1,39 +1,39 @@
 /*
  * qc_kernels.h -- the CPU extension's entry points into the loops of
  * qc_cpu_loops.h, each declared once, for float and double, and chosen at
- * run time between two builds of the same source:
+ * run time among up to three builds of the same source:
  *
- *   qc_base   the loops compiled with the extension's flags (x86-64-v2:
- *             SSE4.1 roundps), always present (quantcore/_cpu/qc_loops_base.cpp);
- *   qc_v3     the same loops compiled for AVX2 + FMA (quantcore/_cpu/
- *             qc_loops_v3.cpp, only on x86-64 with GCC / Clang: QC_HAVE_V3),
- *             used when the CPU has them.
+ *   qc_base   the loops with the extension's flags (x86-64-v2 on x86-64:
+ *             SSE4.1 roundps), always present;
+ *   qc_v3     the same loops compiled with -march=x86-64-v3 (AVX2 + FMA);
+ *   qc_v4     the same loops compiled with -march=x86-64-v4 (AVX-512),
+ *             each used when the CPU (and OS) support it (QC_HAVE_V3 /
+ *             QC_HAVE_V4: setup.py built it).
  *
- * Both are the same formulas with the same flags (-ffp-contract=off: no
- * contraction; an explicit qc_fma is the correctly rounded fma either way),
- * so they give the same bits; tests/test_simd.py checks it on every family.
- * qc::select_simd() is called once when the extension is imported (the
- * QUANTCORE_SIMD=baseline environment variable keeps the baseline).
+ * Every build is the same formulas with the same flags (-ffp-contract=off:
+ * no contraction; an explicit qc_fma is the correctly rounded fma either
+ * way), so they give the same bits; tests/test_simd.py checks it on every
+ * family.  qc::select_simd() is called once when the extension is imported
+ * (QUANTCORE_SIMD=baseline / x86-64-v3 caps the level).
  *
- * The extension calls qc::<entry>(...) (quantcore/_cpu/qc_kernels.pxd): a
+ * The loops are split by family into translation units (quantcore/_cpu/
+ * qc_loops_*.cpp, each compiled once per build, QC_SIMD_LEVEL = 2, 3 or 4),
+ * so that an edit of one family's header rebuilds only its own loops: the
+ * entries of an elementwise / encode / decode family or a block recipe are
+ * one member per family (ew_block_affine, ...), defined in the unit that
+ * owns the family; qc::ew_block(family, ...) picks the member by id.
+ *
+ * The extension calls qc::<entry>(...) (quantcore/_cpu/_kernels.pxd): a
  * template over the compute type, deduced from the arguments.
  */
 #ifndef QC_KERNELS_H
 #define QC_KERNELS_H
 
-#include "qc_core.h"
+#include "qc_families.h"
 
-/* X(name, parameters, arguments) for every entry point, with T the compute
- * type (float or double). */
+/* X(name, parameters, arguments) for every entry point that is not per
+ * family, with T the compute type (float or double). */
 #define QC_CPU_ENTRIES(X)                                                                      \
-  X(ew_block,                                                                                  \
-    (int family, const T *x, T *y, unsigned char *mask, qc_i64 n, const T *params, qc_i64 C,  \
-     qc_i64 c, T u0, T u1, int mode),                                                          \
-    (family, x, y, mask, n, params, C, c, u0, u1, mode))                                       \
-  X(ew_rowvec,                                                                                 \
-    (int family, const T *x, T *y, unsigned char *mask, qc_i64 rows, qc_i64 C,                 \
-     const T *params, T u0, T u1, int mode),                                                   \
-    (family, x, y, mask, rows, C, params, u0, u1, mode))                                       \
   X(affine_exact_range,                                                                        \
     (const T *x, T *y, unsigned char *mask, qc_i64 start, qc_i64 n, qc_i64 C, qc_i64 inner,    \
      const T *s, const T *inv, const double *zp, double qmin, double qmax, int mode),          \
@@ -42,23 +42,7 @@
   X(minmax_block, (const T *x, qc_i64 n, T *lo, T *hi, unsigned char *flags),                  \
     (x, n, lo, hi, flags))                                                                     \
   X(minmax_rowvec, (const T *x, qc_i64 rows, qc_i64 C, T *lo, T *hi, unsigned char *flags),   \
-    (x, rows, C, lo, hi, flags))                                                               \
-  X(enc_block,                                                                                 \
-    (int family, const T *x, void *codes, int code_bytes, qc_i64 n, const T *params, qc_i64 C, \
-     qc_i64 c, T u0, T u1, int mode),                                                          \
-    (family, x, codes, code_bytes, n, params, C, c, u0, u1, mode))                             \
-  X(enc_rowvec,                                                                                \
-    (int family, const T *x, void *codes, int code_bytes, qc_i64 rows, qc_i64 C,               \
-     const T *params, T u0, T u1, int mode),                                                   \
-    (family, x, codes, code_bytes, rows, C, params, u0, u1, mode))                             \
-  X(dec_block,                                                                                 \
-    (int family, const void *codes, int code_bytes, T *y, qc_i64 n, const T *params, qc_i64 C, \
-     qc_i64 c, T u0, T u1, int mode),                                                          \
-    (family, codes, code_bytes, y, n, params, C, c, u0, u1, mode))                             \
-  X(dec_rowvec,                                                                                \
-    (int family, const void *codes, int code_bytes, T *y, qc_i64 rows, qc_i64 C,               \
-     const T *params, T u0, T u1, int mode),                                                   \
-    (family, codes, code_bytes, y, rows, C, params, u0, u1, mode))
+    (x, rows, C, lo, hi, flags))
 
 /* The same for entry points that exist in float only. */
 #define QC_CPU_ENTRIES_F32(X)                                                                  \
@@ -70,82 +54,174 @@
     (int recipe, const float *x, unsigned char *codes, float *y, unsigned char *mask,          \
      float *scale, float *zp, qc_i64 b0, qc_i64 nb, qc_i64 K, qc_i64 g, float qmin,            \
      float qmax, int mode),                                                                    \
-    (recipe, x, codes, y, mask, scale, zp, b0, nb, K, g, qmin, qmax, mode))                   \
-  X(block_scaled,                                                                              \
-    (int recipe, const float *x, unsigned char *scodes, unsigned char *codes, float *y,        \
-     qc_i64 b0, qc_i64 nb, qc_i64 K, qc_i64 g, int elem, int mode, float p0, float p1),        \
-    (recipe, x, scodes, codes, y, b0, nb, K, g, elem, mode, p0, p1))
+    (recipe, x, codes, y, mask, scale, zp, b0, nb, K, g, qmin, qmax, mode))
 
+/* X(entry, family list, id prefix, parameters, arguments) for the entry
+ * points by family id (the family id is their first parameter, left out
+ * here): one member <entry>_<family> per family of the list. */
+#define QC_CPU_FAMILY_ENTRIES(X)                                                               \
+  X(ew_block, QC_EW_FAMILIES, QC_EW_,                                                          \
+    (const T *x, T *y, unsigned char *mask, qc_i64 n, const T *params, qc_i64 C, qc_i64 c,     \
+     T u0, T u1, int mode),                                                                    \
+    (x, y, mask, n, params, C, c, u0, u1, mode))                                               \
+  X(ew_rowvec, QC_EW_FAMILIES, QC_EW_,                                                         \
+    (const T *x, T *y, unsigned char *mask, qc_i64 rows, qc_i64 C, const T *params, T u0,      \
+     T u1, int mode),                                                                          \
+    (x, y, mask, rows, C, params, u0, u1, mode))                                               \
+  X(enc_block, QC_ENCODE_FAMILIES, QC_ENC_,                                                    \
+    (const T *x, void *codes, int code_bytes, qc_i64 n, const T *params, qc_i64 C, qc_i64 c,   \
+     T u0, T u1, int mode),                                                                    \
+    (x, codes, code_bytes, n, params, C, c, u0, u1, mode))                                     \
+  X(enc_rowvec, QC_ENCODE_FAMILIES, QC_ENC_,                                                   \
+    (const T *x, void *codes, int code_bytes, qc_i64 rows, qc_i64 C, const T *params, T u0,    \
+     T u1, int mode),                                                                          \
+    (x, codes, code_bytes, rows, C, params, u0, u1, mode))                                     \
+  X(dec_block, QC_DECODE_FAMILIES, QC_DEC_,                                                    \
+    (const void *codes, int code_bytes, T *y, qc_i64 n, const T *params, qc_i64 C, qc_i64 c,   \
+     T u0, T u1, int mode),                                                                    \
+    (codes, code_bytes, y, n, params, C, c, u0, u1, mode))                                     \
+  X(dec_rowvec, QC_DECODE_FAMILIES, QC_DEC_,                                                   \
+    (const void *codes, int code_bytes, T *y, qc_i64 rows, qc_i64 C, const T *params, T u0,    \
+     T u1, int mode),                                                                          \
+    (codes, code_bytes, y, rows, C, params, u0, u1, mode))
+
+/* The same in float only (T is float): the block-scaled recipes (qc_mx.h). */
+#define QC_CPU_FAMILY_ENTRIES_F32(X)                                                           \
+  X(block_scaled, QC_BLOCK_RECIPES, QC_BLK_,                                                   \
+    (const float *x, unsigned char *scodes, unsigned char *codes, float *y, qc_i64 b0,         \
+     qc_i64 nb, qc_i64 K, qc_i64 g, int elem, int mode, float p0, float p1),                   \
+    (x, scodes, codes, y, b0, nb, K, g, elem, mode, p0, p1))
+
+#define QC_UNPAREN(...) __VA_ARGS__
+
+/* One build's entry points, in its namespace (qc_base, qc_v3, qc_v4):
+ * Entries<T>::<entry>, EntriesF32::<entry>, and for an entry by family the
+ * struct <entry><T, family id>::run.  The units of qc_loops_*.cpp define
+ * them (QC_DEFINE_* of qc_cpu_loops.h) and explicitly instantiate the
+ * ones they own: an explicit instantiation of Entries<T> instantiates the
+ * members defined in that unit, and only those. */
 #define QC_DECLARE_ENTRY(name, params, args) static void name params;
+#define QC_DECLARE_FAMILY_ENTRY(entry, list, prefix, params, args)                            \
+  template <typename T, int F> struct entry {                                                  \
+    static void run params;                                                                    \
+  };
 #define QC_DECLARE_BUILD(ns)                                                                   \
   namespace ns {                                                                               \
   template <typename T> struct Entries { QC_CPU_ENTRIES(QC_DECLARE_ENTRY) };                   \
   struct EntriesF32 { QC_CPU_ENTRIES_F32(QC_DECLARE_ENTRY) };                                  \
-  extern template struct Entries<float>;                                                       \
-  extern template struct Entries<double>;                                                      \
+  QC_CPU_FAMILY_ENTRIES(QC_DECLARE_FAMILY_ENTRY)                                               \
+  QC_CPU_FAMILY_ENTRIES_F32(QC_DECLARE_FAMILY_ENTRY)                                           \
   }
 QC_DECLARE_BUILD(qc_base)
-#ifdef QC_HAVE_V3
+#if defined(QC_HAVE_V3) || QC_SIMD_LEVEL == 3
 QC_DECLARE_BUILD(qc_v3)
 #endif
+#if defined(QC_HAVE_V4) || QC_SIMD_LEVEL == 4
+QC_DECLARE_BUILD(qc_v4)
+#endif
 #undef QC_DECLARE_BUILD
+#undef QC_DECLARE_FAMILY_ENTRY
 #undef QC_DECLARE_ENTRY
 
-/* Definitions of one build's entries (in qc_loops_base.cpp / qc_loops_v3.cpp,
- * after qc_cpu_loops.h with QC_LOOPS_NS set to the build's namespace). */
-#define QC_DEFINE_ENTRY(name, params, args)                                                    \
-  template <typename T> void QC_LOOPS_NS::Entries<T>::name params { QC_LOOPS_NS::loops::name args; }
-#define QC_DEFINE_ENTRY_F32(name, params, args)                                                \
-  void QC_LOOPS_NS::EntriesF32::name params { QC_LOOPS_NS::loops::name args; }
-#define QC_DEFINE_BUILD                                                                        \
-  QC_CPU_ENTRIES(QC_DEFINE_ENTRY)                                                              \
-  QC_CPU_ENTRIES_F32(QC_DEFINE_ENTRY_F32)                                                      \
-  template struct QC_LOOPS_NS::Entries<float>;                                                 \
-  template struct QC_LOOPS_NS::Entries<double>;
+/* The namespace of the build that a unit of qc_loops_*.cpp compiles
+ * (QC_SIMD_LEVEL: 2 baseline, 3 AVX2 + FMA, 4 AVX-512). */
+#if defined(QC_SIMD_LEVEL) && QC_SIMD_LEVEL == 4
+#define QC_LOOPS_NS qc_v4
+#elif defined(QC_SIMD_LEVEL) && QC_SIMD_LEVEL == 3
+#define QC_LOOPS_NS qc_v3
+#else
+#define QC_LOOPS_NS qc_base
+#endif
 
 namespace qc {
 
-/* 1 while the AVX2 + FMA build runs (set by select_simd). */
-inline int simd_v3 = 0;
+/* The level of the build in use: 2 (baseline), 3 (x86-64-v3: AVX2 + FMA)
+ * or 4 (x86-64-v4: AVX-512 F / BW / DQ / VL / CD), set by select_simd. */
+inline int simd_level = 2;
 
-/* Use the v3 build when allowed and the CPU (and OS) support AVX2 and FMA;
- * returns whether it is used. */
-inline int select_simd(int allow) {
+/* The levels built, as a bit mask (bit 2: the baseline, always; bit 3:
+ * x86-64-v3; bit 4: x86-64-v4). */
+inline int simd_builds() {
+  int builds = 1 << 2;
 #ifdef QC_HAVE_V3
+  builds |= 1 << 3;
+#endif
+#ifdef QC_HAVE_V4
+  builds |= 1 << 4;
+#endif
+  return builds;
+}
+
+/* Use the highest build of level at most `max_level` that the CPU (and
+ * OS) support; returns the level in use. */
+inline int select_simd(int max_level) {
+  int level = 2;
+#if defined(QC_HAVE_V3) || defined(QC_HAVE_V4)
   __builtin_cpu_init();
-  simd_v3 = allow && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  (void)allow;
-  simd_v3 = 0;
 #endif
-  return simd_v3;
-}
-
-inline int simd_v3_built() {
 #ifdef QC_HAVE_V3
-  return 1;
-#else
-  return 0;
+  if (max_level >= 3 && __builtin_cpu_supports("x86-64-v3")) level = 3;
 #endif
+#ifdef QC_HAVE_V4
+  if (max_level >= 4 && __builtin_cpu_supports("x86-64-v4")) level = 4;
+#endif
+  (void)max_level;
+  simd_level = level;
+  return level;
 }
 
 #ifdef QC_HAVE_V3
-#define QC_PICK(Entries, name, args)                                                           \
-  if (simd_v3)                                                                                 \
-    qc_v3::Entries::name args;                                                                 \
-  else                                                                                         \
-    qc_base::Entries::name args;
+#define QC_IF_V3(...) __VA_ARGS__
 #else
-#define QC_PICK(Entries, name, args) qc_base::Entries::name args;
+#define QC_IF_V3(...)
 #endif
+#ifdef QC_HAVE_V4
+#define QC_IF_V4(...) __VA_ARGS__
+#else
+#define QC_IF_V4(...)
+#endif
+/* CALL(ns, ...) in the namespace of the build in use */
+#define QC_PICK(CALL, ...)                                                                     \
+  switch (simd_level) {                                                                        \
+    QC_IF_V4(case 4: CALL(qc_v4, __VA_ARGS__); break;)                                         \
+    QC_IF_V3(case 3: CALL(qc_v3, __VA_ARGS__); break;)                                         \
+  default: CALL(qc_base, __VA_ARGS__); break;                                                  \
+  }
+
+/* E<T, id>::run(a...) for the family of id `id` < N (an id out of range
+ * does nothing: the callers validate it). */
+template <template <typename, int> class E, typename T, int F, int N, typename... A>
+inline void by_id(int id, A... a) {
+  if constexpr (F < N) {
+    if (id == F) E<T, F>::run(a...);
+    else by_id<E, T, F + 1, N>(id, a...);
+  }
+}
+
+#define QC_CALL_ENTRY(ns, Entries, name, args) ns::Entries::name args
+#define QC_CALL_BY_ID(ns, T, entry, count, args) by_id<ns::entry, T, 0, count>(family, QC_UNPAREN args)
 #define QC_DISPATCH(name, params, args)                                                        \
-  template <typename T> inline void name params { QC_PICK(Entries<T>, name, args) }
+  template <typename T> inline void name params { QC_PICK(QC_CALL_ENTRY, Entries<T>, name, args) }
 #define QC_DISPATCH_F32(name, params, args)                                                    \
-  inline void name params { QC_PICK(EntriesF32, name, args) }
+  inline void name params { QC_PICK(QC_CALL_ENTRY, EntriesF32, name, args) }
+#define QC_DISPATCH_FAMILY(entry, list, prefix, params, args)                                 \
+  template <typename T> inline void entry(int family, QC_UNPAREN params) {                    \
+    QC_PICK(QC_CALL_BY_ID, T, entry, prefix##COUNT, args)                                      \
+  }
+#define QC_DISPATCH_FAMILY_F32(entry, list, prefix, params, args)                             \
+  inline void entry(int family, QC_UNPAREN params) {                                           \
+    QC_PICK(QC_CALL_BY_ID, float, entry, prefix##COUNT, args)                                  \
+  }
 QC_CPU_ENTRIES(QC_DISPATCH)
 QC_CPU_ENTRIES_F32(QC_DISPATCH_F32)
+QC_CPU_FAMILY_ENTRIES(QC_DISPATCH_FAMILY)
+QC_CPU_FAMILY_ENTRIES_F32(QC_DISPATCH_FAMILY_F32)
 #undef QC_DISPATCH
 #undef QC_DISPATCH_F32
+#undef QC_DISPATCH_FAMILY
+#undef QC_DISPATCH_FAMILY_F32
+#undef QC_CALL_ENTRY
+#undef QC_CALL_BY_ID
 #undef QC_PICK
 
 } /* namespace qc */

@@ -311,11 +311,11 @@ struct QcBlockNvfp4 {
     if (mode & QC_NV_TORCHAO) {
       const float bq = amax / 6.0f;
       const float pre = (mode & QC_NV_NO_GLOBAL) ? bq : bq / p0;
-      s = qc_clamp(pre, qc_pow2f(-6), 448.0f);
+      s = qc_clamp<float>(pre, qc_pow2f(-6), 448.0f);
     } else {
       float bs = amax / p0;
       bs = bs == 0.0f ? 1.0f : bs;
-      s = qc_clamp(bs, qc_pow2f(-9), 448.0f);
+      s = qc_clamp<float>(bs, qc_pow2f(-9), 448.0f);
     }
     s = s == s ? s : qc_from_bits(0x7fc00000u); /* (torch.clamp keeps NaN) */
     b->scode = qc_mf_encode(s, QC_FMT_E4M3FN, QC_F8_SATFINITE);

@@ -53,35 +53,101 @@ class LaunchArgumentError(TypeError):
     passes them unchecked: a wrong size reads garbage or the low bytes)."""
 
 
-# NVRTC option -> g++ flags; options that change numerics the host cannot
-# reproduce are refused rather than silently ignored
-def _translate_options(options):
-    flags, fmad_false = [], False
+#: the NVRTC version and device architecture the fake cupy reports when it
+#: assembles CuPy's options (an H100 with CUDA 12.8)
+NVRTC_VERSION = (12, 8)
+ARCH = "90"
+#: stands in for CuPy's header folder (cupy/_core/include); need not exist
+CUPY_INCLUDE = os.path.join(HERE, "cupy_include")
+
+
+def cupy_rawmodule_options(options, *, jitify=False, enable_cooperative_groups=False):
+    """The NVRTC options real CuPy 13.x compiles ``RawModule(code=...,
+    options=options)`` with (read in CuPy 13.6's sources):
+
+    - ``cupy/_core/core.pyx`` ``assemble_cupy_compiler_options``:
+      ``--std=c++11`` appended when no ``-std=c++`` option is given; its
+      three CCCL include folders first, its own include folder last (and
+      ``-I$CUDA_PATH/include`` where a CUDA root exists: none here);
+    - ``cupy/cuda/compiler.py`` ``_compile_with_cache_cuda``:
+      ``-ftz=true`` appended after the caller's options (NVRTC honours the
+      last ``-ftz``, so the caller cannot turn it off), ``--device-c`` with
+      cooperative groups, ``--device-debug --generate-line-info`` with
+      CUPY_CUDA_COMPILE_WITH_DEBUG=1, ``-DCUPY_USE_JITIFY`` with jitify;
+    - ``compile_using_nvrtc``: ``-arch=sm_XX`` of the device, and
+      ``--device-as-default-execution-space`` with NVRTC 12+.
+    """
+    opts = tuple(options)
+    if not any("-std=c++" in o for o in opts):
+        opts += ("--std=c++11",)
+    inc = CUPY_INCLUDE
+    opts = (f"-I{inc}/cupy/_cccl/cub", f"-I{inc}/cupy/_cccl/thrust",
+            f"-I{inc}/cupy/_cccl/libcudacxx") + opts + (f"-I{inc}",)
+    opts += ("-ftz=true",)
+    if enable_cooperative_groups:
+        opts += ("--device-c",)
+    if os.environ.get("CUPY_CUDA_COMPILE_WITH_DEBUG", "") == "1":
+        opts += ("--device-debug", "--generate-line-info")
+    if jitify:
+        opts += ("-DCUPY_USE_JITIFY",)
+    opts += (f"-arch=sm_{ARCH}",)
+    if NVRTC_VERSION[0] >= 12:
+        opts += ("--device-as-default-execution-space",)
+    return opts
+
+
+def _last_bool(opt, names):
+    """True / False when `opt` is one of `names` with =true / =false, else None."""
+    name, _, value = opt.partition("=")
+    if name in names and value in ("true", "false"):
+        return value == "true"
+    return None
+
+
+def emulator_flags(options):
+    """The g++ flags and defines that compile a module as NVRTC would with
+    `options` (NVRTC honours the last of repeated options):
+
+    - ``-ftz=true|false`` (``--ftz``): the last one sets ``-DCUDAEMU_FTZ``
+      (float32 flush to zero in cudaemu_float.h); NVRTC's default is false;
+    - ``--fmad=false`` must be the last ``--fmad`` (NVRTC contracts a * b + c
+      into FMAs by default, and which ones cannot be reproduced);
+    - ``-std=c++NN``: g++'s (at least c++17, which the prelude needs);
+      ``-I`` / ``--include-path``, ``-D`` / ``-U`` pass through;
+    - accepted without effect on the host code: the architecture, IEEE
+      division / square root (``--prec-div=true``, ``--prec-sqrt=true``),
+      ``--device-as-default-execution-space``, ``--device-c``, debug info;
+    - refused: every option that changes the device's numerics in a way the
+      host cannot reproduce (``--use_fast_math``, ``--prec-div=false``, ...)
+      and any option not listed here.
+    """
+    flags, fmad, ftz, std = [], True, False, 17
     for opt in options:
-        if opt in ("--fmad=false", "-fmad=false"):
-            fmad_false = True
-        elif re.fullmatch(r"-?-std=(c\+\+\d\d)", opt):
-            flags.append("-std=" + opt.split("=")[1])
-        elif opt.startswith("-I"):
+        if _last_bool(opt, ("--fmad", "-fmad")) is not None:
+            fmad = _last_bool(opt, ("--fmad", "-fmad"))
+        elif _last_bool(opt, ("--ftz", "-ftz")) is not None:
+            ftz = _last_bool(opt, ("--ftz", "-ftz"))
+        elif re.fullmatch(r"-?-std=c\+\+\d\d", opt):
+            std = max(17, int(opt[-2:]))
+        elif opt.startswith(("-I", "-D", "-U")):
             flags.append(opt)
         elif opt.startswith("--include-path="):
             flags.append("-I" + opt.split("=", 1)[1])
-        elif opt.startswith("-D") or opt.startswith("-U"):
-            flags.append(opt)
-        elif re.fullmatch(r"-?-(gpu-architecture|arch)=\S+|-arch=\S+", opt):
+        elif re.fullmatch(r"-?-(gpu-architecture|arch)=\S+", opt):
             pass
-        elif opt in ("--prec-div=true", "--prec-sqrt=true", "--ftz=false", "-ftz=false",
-                     "--device-as-default-execution-space", "-default-device"):
+        elif opt in ("--prec-div=true", "-prec-div=true", "--prec-sqrt=true", "-prec-sqrt=true",
+                     "--device-as-default-execution-space", "-default-device", "--device-c",
+                     "-dc", "--device-debug", "-G", "--generate-line-info", "-lineinfo"):
             pass
         else:
             raise CompileException(
                 f"cudaemu: NVRTC option {opt!r} is not emulated (it may change the device's "
-                "numerics, e.g. --use_fast_math, --fmad=true, -ftz=true, --prec-div=false)")
-    if not fmad_false:
+                "numerics, e.g. --use_fast_math, --fmad=true, --prec-div=false)")
+    if fmad:
         raise CompileException(
             "cudaemu: without --fmad=false NVRTC contracts a*b+c into FMAs (its default); the "
             "host cannot reproduce which ones, so this module cannot be emulated bit for bit")
-    return flags
+    return [f"-std=c++{std}", f"-DCUDAEMU_FTZ={int(ftz)}"] + flags
 
 
 def _launch_bounds(code):
@@ -156,16 +222,17 @@ _build_lock = threading.Lock()
 
 def build(code, options, name_expressions, name="module"):
     """Compile to a shared library (cached); returns its path."""
-    opt_flags = _translate_options(options)
-    std = [f for f in opt_flags if f.startswith("-std=")] or ["-std=c++17"]
-    rest = [f for f in opt_flags if not f.startswith("-std=")]
+    opt_flags = emulator_flags(options)
     src = _generated(code, name_expressions, name)
     cxx = os.environ.get("CUDAEMU_CXX", "g++")
-    flags = _cxx_flags() + std + rest
-    with open(PRELUDE, "rb") as fh:
-        prelude = fh.read()
+    flags = _cxx_flags() + opt_flags
+    prelude = b""
+    for h in sorted(os.listdir(HERE)):
+        if h.startswith("cudaemu") and h.endswith(".h"):
+            with open(os.path.join(HERE, h), "rb") as fh:
+                prelude += h.encode() + b"\0" + fh.read()
     key = hashlib.sha256(b"\0".join([src.encode(), prelude, " ".join([cxx] + flags).encode(),
-                                     _include_digest(rest).encode()])).hexdigest()[:24]
+                                     _include_digest(opt_flags).encode()])).hexdigest()[:24]
     os.makedirs(CACHE, exist_ok=True)
     so = os.path.join(CACHE, f"{name}-{key}.so")
     with _build_lock:
@@ -199,10 +266,14 @@ def _shared_symbols(so):
         addr, section, (size, name) = int(lparts[0], 16), lparts[-1], rparts
         if name.strip() == "cudaemu_num_kernels":
             anchor = addr
+        # the enclosing function, without template arguments (a kernel's
+        # may name cudaemu::fp<float>, the float of the kernel source)
         scope = name.split("(")[0]
+        while re.search(r"<[^<>]*>", scope):
+            scope = re.sub(r"<[^<>]*>", "", scope)
         if ("::" in name.rsplit(")", 1)[-1] and section.startswith((".bss", ".data"))
                 and " O " in left + " " and not name.startswith("guard variable")
-                and not any(t in scope for t in ("std::", "cudaemu", "__gnu_cxx"))):
+                and not scope.strip().startswith(("std::", "cudaemu", "__gnu_cxx"))):
             syms[addr] = (int(size, 16), name.strip())
     return anchor, sorted((a, n, nm) for a, (n, nm) in syms.items())
 
@@ -328,6 +399,7 @@ class RawModule:
             raise CompileException("cudaemu: name_expressions are required (extern \"C\" "
                                    "kernels are not emulated)")
         self.code, self.options = code, tuple(options)
+        self._jitify, self._coop = jitify, enable_cooperative_groups
         self.name_expressions = tuple(name_expressions)
         self._mod = None
         m = re.search(r"/\*\s*\n?\s*\*?\s*(\w+\.cu)", code)
@@ -336,7 +408,11 @@ class RawModule:
     @property
     def module(self):
         if self._mod is None:
-            self._mod = Module(self.code, self.options, self.name_expressions, self._name)
+            # what real CuPy compiles: the caller's options plus its own
+            # (-ftz=true last among them)
+            self._mod = Module(self.code, cupy_rawmodule_options(
+                self.options, jitify=bool(self._jitify),
+                enable_cooperative_groups=self._coop), self.name_expressions, self._name)
         return self._mod
 
     def compile(self, log_stream=None):
