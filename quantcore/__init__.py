@@ -17,11 +17,11 @@ from . import qparams
 from .formats import (cast_fp8, dequantize_linear, fp8_decode, fp8_dequantize, fp8_fake_cast,
                       fp8_fake_quant, fp8_quantize, group_dequantize, group_fake_quant,
                       group_quantize, pack_int4, quantize_linear, unpack_int4)
-from .formats_observers import (AmaxObserver, FP8FakeQuantize, GroupFakeQuantize,
+from .formats.observers import (AmaxObserver, FP8FakeQuantize, GroupFakeQuantize,
                                 GroupMinMaxObserver)
-from .mx import (mx_dequantize, mx_fake_quant, mx_quantize, nvfp4_dequantize, nvfp4_fake_quant,
-                 nvfp4_quantize)
-from . import formats, mx
+from .formats.mx import (mx_dequantize, mx_fake_quant, mx_quantize, nvfp4_dequantize,
+                         nvfp4_fake_quant, nvfp4_quantize)
+from . import formats, mx  # (quantcore.mx is quantcore.formats.mx)
 
 __version__ = "0.1.0"
 

@@ -83,7 +83,7 @@ def check_matplotlib():
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        from .cli import install_hint
+        from .cli_common import install_hint
         raise CliError(f"--plot needs matplotlib: {install_hint('matplotlib')}") from None
 
 

@@ -111,7 +111,7 @@ _EMBEDDING = re.compile(r"(^|[._])([^._]*embed[^._]*|wte|wpe)([._]|$)", re.IGNOR
 def add_parser(sub, formatter=None):
     """Register the ``quantize`` and ``dequantize`` sub-commands on an
     argparse sub-parsers object (``quantcore.cli`` calls this)."""
-    from .cli import add_quiet, add_tensors
+    from .cli_common import add_quiet, add_tensors
     kw = {"formatter_class": formatter} if formatter else {}
     p = sub.add_parser(
         "quantize", help="weight-only int4 / int8 / fp8 / MX / NVFP4 quantization of a "
@@ -260,7 +260,7 @@ def _why_copied(reader, name):
 
 def _select(reader, args, notes):
     """The names of the tensors to quantize; what is copied goes to notes."""
-    from .cli import match_tensors
+    from .cli_common import match_tensors
     names = list(reader)
     copied = {}
     if args.tensors:
@@ -295,7 +295,7 @@ def _select(reader, args, notes):
                               []).append(n)
         else:
             short.append(f"{n} (K={k})")
-    from .cli import short_list
+    from .cli_common import short_list
     for why, keys in copied.items():
         hint = "" if why.startswith(("not floating", "input dim")) else \
             "; --tensors quantizes them"
@@ -388,7 +388,7 @@ def _metadata(reader, args, chosen):
 def open_checkpoint(path):
     """A SafetensorsReader of an input file, or the CliError that
     ``calibrate`` gives the same file."""
-    from .cli import check_input, open_safetensors
+    from .cli_common import check_input, open_safetensors
     check_input(path, ".safetensors")
     return open_safetensors(path)
 
@@ -499,7 +499,7 @@ def _scheme_text(args):
 
 
 def _print_result(rows, args, seconds, total_in, total_out, notes):
-    from .cli import print_notes, print_table, say
+    from .cli_common import print_notes, print_table, say
     q_in = sum(r[3] for r in rows)
     q_out = sum(r[4] for r in rows)
     weights = sum(r[5] for r in rows)
@@ -520,7 +520,7 @@ def _print_result(rows, args, seconds, total_in, total_out, notes):
         f"{pooled.db():.2f} dB, lowest {worst[6].db():.2f} dB ({worst[0]})")
     grew = [f"{r[0]} ({_mib(r[3])} -> {_mib(r[4])})" for r in rows if r[4] >= r[3]]
     if grew:
-        from .cli import short_list
+        from .cli_common import short_list
         notes.append(f"warning: {len(grew)} tensor(s) did not get smaller (scales per group "
                      f"outweigh the codes; a larger group or another format suits them): "
                      f"{short_list(grew)}")

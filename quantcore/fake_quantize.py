@@ -15,17 +15,33 @@ from . import qparams as Q
 from ._cpu import _kernels
 from ._cpu.threads import PARALLEL_THRESHOLD, get_num_threads
 from ._switches import Switches
-from .observers import MinMaxObserver, MovingAverageMinMaxObserver, ObserverBase, store_into
+from .observers import MovingAverageMinMaxObserver, ObserverBase, store_into
 
 F32 = np.float32
 _F32 = np.dtype(F32)
 
 __all__ = ["FakeQuantize"]
 
-#: observers whose per-tensor update runs inside the fused kernel, and
-#: their rule there (qc_observe_update)
-_FAST_RULES = {MinMaxObserver: _kernels.OBS_MINMAX,
-               MovingAverageMinMaxObserver: _kernels.OBS_MOVING_AVG}
+#: the observer update rules of the fused kernels (qc_observe_update), by
+#: the name an observer class declares as its DEVICE_RULE
+_RULE_IDS = {"minmax": _kernels.OBS_MINMAX, "moving_average": _kernels.OBS_MOVING_AVG}
+
+
+_CLASS_RULES = {}   # observer class -> its rule name or None (looked up once per class)
+
+
+def _device_rule(obs):
+    """The fused kernels' rule name of ``obs``'s per-tensor update, or None:
+    its class's own DEVICE_RULE (not inherited: a subclass may change the
+    update)."""
+    try:
+        return _CLASS_RULES[type(obs)]
+    except KeyError:
+        rule = type(obs).__dict__.get("DEVICE_RULE")
+        rule = _CLASS_RULES[type(obs)] = rule if rule in _RULE_IDS else None
+        return rule
+
+
 _NAN_POLICY = {"skip": 0, "propagate": 1, "raise": 2}
 
 
@@ -299,7 +315,7 @@ class FakeQuantize(Switches):
         func = "FakeQuantize.forward"
         arr = A.as_float_array(x, "x", func)
         if A.is_cupy_array(arr) and arr.dtype != np.float16 and \
-                type(self._observer) in _FAST_RULES and self._observer.nan_policy != "raise":
+                _device_rule(self._observer) and self._observer.nan_policy != "raise":
             return self._forward_device(arr, out)
         if arr.dtype == F32 and self._fused_ready():
             fast = self._forward_fused(arr, out)
@@ -343,7 +359,7 @@ class FakeQuantize(Switches):
     def _fused_ready(self):
         """True when a float32 host forward may take :meth:`_forward_fused`
         (per tensor, an observer rule the kernel has, host state current)."""
-        return self.axis is None and type(self._observer) in _FAST_RULES and \
+        return self.axis is None and _device_rule(self._observer) is not None and \
             not self._host_stale and type(self._observer.min_val) is np.ndarray
 
     def _forward_fused(self, arr, out):
@@ -392,7 +408,7 @@ class FakeQuantize(Switches):
             nan_first = observe and not obs.num_batches
             if nan_first:
                 kept, scale[0] = scale[0], np.nan
-            rule = _FAST_RULES[type(obs)] if observe else 0
+            rule = _RULE_IDS[_device_rule(obs)] if observe else 0
             c = getattr(obs, "averaging_constant", 1.0)
             n = arr.size
             status = None
@@ -452,7 +468,7 @@ class FakeQuantize(Switches):
                     st.set_qparams(np.full(C, np.nan, F32), st.zero_point.get())
                     self._device_unobserved = False
                 G.observe(layout.flat, outer, C, inner, st,
-                          observer="minmax" if type(obs) is MinMaxObserver else "moving_average",
+                          observer=_device_rule(obs),
                           averaging_constant=getattr(obs, "averaging_constant", 1.0),
                           nan_policy=obs.nan_policy,
                           qscheme="symmetric" if self.symmetric else "affine",

@@ -82,7 +82,23 @@ class ObserverBase:
     #: (bound by reset; class defaults so that store_into's look-up of a new
     #: instance's arrays does not go through __getattr__)
     min_val = max_val = None
-    _FIELDS = ()  # extra scalar configuration saved in state_dict
+    #: the constructor's scalar configuration a state file holds, name ->
+    #: its kind in state.py's schema ("real", "bool", ...)
+    _FIELDS = {}
+    #: the rule of qc_minmax.h's qc_observe_update this class's per-tensor
+    #: update is ("minmax", "moving_average": its ``averaging_constant``), or
+    #: None: FakeQuantize then runs it in its fused CPU step and its
+    #: device-resident GPU step (read from the class itself, not inherited:
+    #: a subclass that changes the update declares its own)
+    DEVICE_RULE = None
+    #: every observer class of this module by name: state files can hold
+    #: each (state.py reads this; a class defined here is registered)
+    REGISTRY = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__module__ == __name__:
+            ObserverBase.REGISTRY[cls.__name__] = cls
 
     def __init__(self, axis=None, nan_policy="skip"):
         if axis is not None and (isinstance(axis, bool) or not isinstance(axis, (int, np.integer))):
@@ -472,6 +488,7 @@ class MinMaxObserver(ObserverBase):
     """
 
     mergeable = True
+    DEVICE_RULE = "minmax"
 
     def _combine(self, lo, hi, first):
         if first:
@@ -492,7 +509,8 @@ class MovingAverageMinMaxObserver(ObserverBase):
     first-batch rule applies per observer (all channels at once).
     """
 
-    _FIELDS = ("averaging_constant",)
+    _FIELDS = {"averaging_constant": "real"}
+    DEVICE_RULE = "moving_average"
 
     def __init__(self, averaging_constant=0.01, axis=None, nan_policy="skip"):
         c = float(averaging_constant)
@@ -527,7 +545,7 @@ class EMAMinMaxObserver(ObserverBase):
     ``max_init`` (``decay=0`` gives the plain batch statistic).
     """
 
-    _FIELDS = ("decay", "include_zero")
+    _FIELDS = {"decay": "real", "include_zero": "bool"}
 
     def __init__(self, decay=0.999, min_init=-6.0, max_init=6.0, axis=None,
                  include_zero=True, nan_policy="skip", num_channels=None):
@@ -585,7 +603,7 @@ class MomentumMinMaxObserver(ObserverBase):
     buffers).  Affine tracks min and max independently.  State starts at 0.
     """
 
-    _FIELDS = ("momentum", "symmetric")
+    _FIELDS = {"momentum": "real", "symmetric": "bool"}
 
     def __init__(self, momentum=0.95, symmetric=False, axis=None, nan_policy="skip"):
         self.momentum = float(momentum)

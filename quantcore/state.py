@@ -29,13 +29,12 @@ import zipfile
 import numpy as np
 
 from .fake_quantize import FakeQuantize
-from .observers import (EMAMinMaxObserver, MinMaxObserver, MomentumMinMaxObserver,
-                        MovingAverageMinMaxObserver)
+from .observers import ObserverBase
 
 FORMAT = "quantcore-state-1"
-_CLASSES = {cls.__name__: cls for cls in (MinMaxObserver, MovingAverageMinMaxObserver,
-                                          EMAMinMaxObserver, MomentumMinMaxObserver,
-                                          FakeQuantize)}
+#: the classes a state file can hold: every observer of quantcore.observers
+#: (registered by being defined there) and FakeQuantize
+_CLASSES = {**ObserverBase.REGISTRY, "FakeQuantize": FakeQuantize}
 
 __all__ = ["save_state", "load_state"]
 
@@ -70,12 +69,8 @@ def _unflatten(flat):
 _OBSERVER_KEYS = {"min_val": "stat", "max_val": "stat", "num_batches": "count",
                   "nonfinite_batches": "count", "axis": "axis", "per_channel": "bool",
                   "nan_policy": "str"}
-_OBSERVER_FIELDS = {
-    MinMaxObserver: {},
-    MovingAverageMinMaxObserver: {"averaging_constant": "real"},
-    EMAMinMaxObserver: {"decay": "real", "include_zero": "bool"},
-    MomentumMinMaxObserver: {"momentum": "real", "symmetric": "bool"},
-}
+#: observer class -> its configuration fields (the class's own _FIELDS)
+_OBSERVER_FIELDS = {cls: dict(cls._FIELDS) for cls in ObserverBase.REGISTRY.values()}
 _FAKE_QUANTIZE_KEYS = {"scale": "scale", "zero_point": "zero_point", "quant_min": "int",
                        "quant_max": "int", "symmetric": "bool", "eps": "real",
                        "rounding": "str", "quant_delay": "count", "packed_mask": "bool",

@@ -122,8 +122,7 @@ def histc_f32(x, bins, lo, hi, *, absolute=False, skip_zeros=False):
     lo, hi = float(lo), float(hi)
     on_device = not isinstance(x, np.ndarray)
     if lo == hi and x.size and on_device:
-        from .calib import _abs_range
-        v_lo, v_hi = _abs_range(x.astype(_f32, copy=False).reshape(-1), absolute, skip_zeros)
+        v_lo, v_hi = abs_range(x.astype(_f32, copy=False).reshape(-1), absolute, skip_zeros)
         if v_lo <= v_hi:
             lo, hi = v_lo, v_hi
     elif lo == hi and x.size:
@@ -152,6 +151,33 @@ def histc_f32(x, bins, lo, hi, *, absolute=False, skip_zeros=False):
 
 
 _F32_LOWEST, _F32_HIGHEST = _f32(np.finfo(_f32).min), _f32(np.finfo(_f32).max)
+
+
+def finished_range(arr, omit_nan=False):
+    """(min, max) of a non-empty contiguous float32 array as Python floats,
+    after quantcore's NaN / signed-zero rule (NaN propagates unless
+    ``omit_nan``; an array of NaNs only then gives (inf, -inf)); for cupy
+    input one reduction on the device and an 8-byte read."""
+    if isinstance(arr, np.ndarray):
+        lo, hi = K.minmax_finished(arr.reshape(-1), effective_n_threads(arr.size), omit_nan)
+        return float(lo), float(hi)
+    G = A.gpu_kernels("calib")
+    out = A.array_module(arr).empty(2, dtype=_f32)
+    G.minmax_device(arr.reshape(-1), 1, 1, arr.size, out[0:1], out[1:2],
+                    finish=2 if omit_nan else 1)
+    lo, hi = out.get()
+    return float(lo), float(hi)
+
+
+def abs_range(arr, absolute, skip_zeros):
+    """(min, max) of the values a histogram bins: ``|arr|`` when
+    ``absolute``, zeros left out when ``skip_zeros``, NaN left out
+    ((inf, -inf) when none is left)."""
+    xp = A.array_module(arr)
+    v = xp.abs(arr) if absolute else arr
+    if skip_zeros:
+        v = xp.where(v == 0, _f32(np.nan), v)
+    return finished_range(v, omit_nan=True)
 
 
 def _ceil_log2(x):

@@ -37,7 +37,10 @@ def round_value(v, rounding, rnd):
         return np.rint(v)
     if rounding == "half_up":
         return np.floor(rnd(v + 0.5))
-    return round_half_away(v)
+    if rounding == "half_away":
+        return round_half_away(v)
+    raise ValueError(f"no reference for rounding {rounding!r}: add it here (every mode of "
+                     "quantcore.ops.ROUNDING is tested against this function)")
 
 
 def compute_of(dtype):

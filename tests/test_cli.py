@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import quantcore as qc
-from quantcore import cli
+from quantcore import cli, cli_calibrate, cli_common
 from quantcore.calib import HistogramCalibrator
 from quantcore.cli import main
 from quantcore.cli_files import list_tensors, save_tensors
@@ -329,7 +329,7 @@ def test_plot_data(files, tmp_path):
     args = cli.build_parser().parse_args(["calibrate", "x.npy", "--plot", "p.png", "--affine"])
     scheme = cli.Scheme(8, True, False)
     x = files["a"]
-    plot = cli._plot_data("act", x, x, cli.Histograms(x, 2048), scheme, args,
+    plot = cli_calibrate._plot_data("act", x, x, cli.Histograms(x, 2048), scheme, args,
                           (*qc.minmax(x), 40.0))
     assert sorted(plot.methods) == sorted(cli.METHODS)
     lo, hi = qc.minmax(x)
@@ -404,8 +404,8 @@ def test_progress_bar_only_on_a_terminal(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     # 3 tensors x (16 moving-average batches + 1 fake-quant pass)
     assert "calibrating" in err and "51/51" in err and "step" in err
-    monkeypatch.setattr(cli, "_is_terminal", lambda stream: True)
-    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0)
+    monkeypatch.setattr(cli_calibrate, "_is_terminal", lambda stream: True)
+    monkeypatch.setattr(cli_calibrate, "PROGRESS_DELAY", 0)
     assert main(argv) == 0
     assert "calibrating" in capsys.readouterr().err
     assert main(argv + ["-q"]) == 0
@@ -662,7 +662,7 @@ def test_errors_are_one_line(files, tmp_path, capsys, argv, fragment):
 def test_internal_errors_are_one_line(files, monkeypatch, capsys):
     def boom(path):
         raise RuntimeError("something\nbroke")
-    monkeypatch.setattr(cli, "list_tensors", boom)
+    monkeypatch.setattr(cli_common, "list_tensors", boom)
     monkeypatch.delenv("QUANTCORE_DEBUG", raising=False)
     argv = ["calibrate", str(files["npy"])]
     assert main(argv) == 1
@@ -926,7 +926,7 @@ def test_version_and_missing_extras(monkeypatch, capsys):
 
     def needs_tqdm(args):
         raise ModuleNotFoundError("No module named 'tqdm'", name="tqdm")
-    monkeypatch.setattr(cli, "calibrate", needs_tqdm)
+    monkeypatch.setattr(cli_calibrate, "calibrate", needs_tqdm)
     assert main(["calibrate", "x.npy"]) == 2
     assert capsys.readouterr().err == ("quantcore: error: this needs the optional package tqdm: "
                                        "pip install 'quantcore-fakequant[cli]'\n")

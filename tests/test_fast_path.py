@@ -167,3 +167,28 @@ def test_unaligned_inputs_and_outputs():
     ta.collect(x[6:])
     tu.collect(unaligned(x[6:]))
     same(tu.histogram, ta.histogram)
+
+
+def test_device_rule_is_declared_by_the_observer_class():
+    """FakeQuantize's fused and device steps run an observer whose class
+    declares a DEVICE_RULE (not a closed list of classes); a subclass that
+    does not declare one runs the general path; the same bits either way."""
+    from quantcore.fake_quantize import _device_rule
+
+    class Sub(qc.MinMaxObserver):
+        pass
+
+    class Declared(qc.MinMaxObserver):
+        DEVICE_RULE = "minmax"
+
+    assert _device_rule(qc.MinMaxObserver()) == "minmax"
+    assert _device_rule(qc.MovingAverageMinMaxObserver()) == "moving_average"
+    assert _device_rule(Sub()) is None and _device_rule(qc.EMAMinMaxObserver()) is None
+    assert _device_rule(Declared()) == "minmax"
+    rng = np.random.default_rng(3)
+    fqs = [qc.FakeQuantize(cls(), -128, 127) for cls in (qc.MinMaxObserver, Sub, Declared)]
+    for _ in range(3):
+        x = (rng.standard_normal(4096) * 3).astype(np.float32)
+        ys = [fq(x) for fq in fqs]
+        assert all(np.array_equal(ys[0].view(np.uint32), y.view(np.uint32)) for y in ys[1:])
+    assert [fq._fused_ready() for fq in fqs] == [True, False, True]

@@ -80,6 +80,42 @@ def test_python_mirrors_of_the_header_constants():
                                     "gptq"}
 
 
+def test_format_table_and_the_allow_lists_derived_from_it():
+    """One table of minifloat formats (formats._common.MINIFLOATS) against
+    the header and ml_dtypes; each consumer's allow-list is exactly its role
+    in the table, and the functions accept exactly their list (a list
+    edited by hand, or a consumer reading another's list, fails here)."""
+    import ml_dtypes
+    from quantcore.formats import mx
+    text = open(os.path.join(os.path.dirname(qc.__file__), "include", "qc_formats.h")).read()
+    consts = dict((k, int(v)) for k, v in re.findall(r"#define (QC_\w+) (\d+)", text))
+    assert consts["QC_FMT_COUNT"] == len(F.MINIFLOATS) == F._common.FMT_COUNT
+    for name, (fid, fmax, roles) in F.MINIFLOATS.items():
+        assert consts[f"QC_FMT_{name.upper()}"] == fid, name
+        width = 1 + int(name[1]) + int(name[3])  # sign, exponent and mantissa bits
+        assert fmax == float(ml_dtypes.finfo(getattr(ml_dtypes, f"float{width}_{name}")).max)
+        assert set(roles) <= {"cast", "onnx", "mx"}, name
+    assert sorted(i for i, _, _ in F.MINIFLOATS.values()) == list(range(len(F.MINIFLOATS)))
+    assert F.FP8_FORMATS == F.formats_for("cast")
+    assert F.ONNX_FP8_FORMATS == F.formats_for("onnx")
+    assert F.FP8_MAX == {n: F.MINIFLOATS[n][1] for n in F.FP8_FORMATS}
+    assert mx.MX_ELEMENTS == {**{n.removesuffix("fn"): i for n, i in F.formats_for("mx").items()},
+                              "int8": consts["QC_FMT_COUNT"]}
+    x = np.array([0.5, -1.0], np.float32)
+    for name in F.MINIFLOATS:
+        for role, call in (("cast", lambda: qc.cast_fp8(x, name)),
+                           ("onnx", lambda: qc.quantize_linear(x, 1.0, output="float8_" + name)),
+                           ("onnx", lambda: qc.dequantize_linear(np.zeros(2, np.uint8), 1.0,
+                                                                 input="float8_" + name)),
+                           ("mx", lambda: qc.mx_fake_quant(x, name.removesuffix("fn"),
+                                                           block_size=2))):
+            if role in F.MINIFLOATS[name][2]:
+                call()
+            else:
+                with pytest.raises(ValueError):
+                    call()
+
+
 # ------------------------------------------------------- §1 vectors: casts
 _POLICIES = {"ml_dtypes": dict(overflow="nonsat", nan="ml_dtypes"),
              "torch": dict(overflow="torch", nan="sign"),

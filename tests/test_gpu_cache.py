@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 import pytest
 
-from quantcore_gpu import cache, kernels
+from quantcore_gpu import _runtime, cache, kernels
 from test_gpu_compile import _nvrtc as nvrtc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -282,8 +282,8 @@ def cp(tmp_path, monkeypatch):
     if not ok:
         pytest.skip(reason)
     monkeypatch.setenv("QUANTCORE_KERNEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(kernels, "_modules", {})
-    monkeypatch.setattr(kernels, "_functions", {})
+    monkeypatch.setattr(_runtime, "_modules", {})
+    monkeypatch.setattr(_runtime, "_functions", {})
     return cp
 
 
@@ -316,8 +316,8 @@ def test_kernels_never_compile_through_rawmodule_code(cp, monkeypatch):
 def test_64_bit_index_kernels_compile_on_first_need(cp, monkeypatch):
     minmax_lo(cp)
     assert ("minmax.cu", "i64") not in {(s, g) for _, s, g, _, _ in kernels.MODULE_LOG[-1:]}
-    assert {g for (_, s, g) in kernels._modules if s == "minmax.cu"} == {"i32"}
-    monkeypatch.setattr(kernels, "FORCE_INDEX64", True)
+    assert {g for (_, s, g) in _runtime._modules if s == "minmax.cu"} == {"i32"}
+    monkeypatch.setattr(_runtime, "FORCE_INDEX64", True)
     assert minmax_lo(cp)[1] == 3
     assert last_log() == [("minmax.cu", "i64", "compiled")]
 
@@ -330,8 +330,8 @@ def test_corrupt_and_foreign_entries_are_recompiled_in_process(cp, monkeypatch, 
     binary = folder / json.loads((folder / meta).read_text())["binary"]
     data = binary.read_bytes()
     binary.write_bytes(data[: len(data) // 2])            # truncated
-    monkeypatch.setattr(kernels, "_modules", {})
-    monkeypatch.setattr(kernels, "_functions", {})
+    monkeypatch.setattr(_runtime, "_modules", {})
+    monkeypatch.setattr(_runtime, "_functions", {})
     assert minmax_lo(cp)[1] == 3
     assert last_log() == [("minmax.cu", "i32", "compiled")]
     # a foreign binary with a matching hash (e.g. from another driver): the
@@ -342,8 +342,8 @@ def test_corrupt_and_foreign_entries_are_recompiled_in_process(cp, monkeypatch, 
     import hashlib
     m.update(size=len(bogus), sha256=hashlib.sha256(bogus).hexdigest())
     (folder / meta).write_text(json.dumps(m))
-    monkeypatch.setattr(kernels, "_modules", {})
-    monkeypatch.setattr(kernels, "_functions", {})
+    monkeypatch.setattr(_runtime, "_modules", {})
+    monkeypatch.setattr(_runtime, "_functions", {})
     n = len(cache.REJECTED)
     if hasattr(cp, "NVRTC_COMPILES"):   # (the emulator's loader memoizes paths, as CuPy's)
         from cupy import _binary

@@ -14,6 +14,7 @@ import pytest
 
 from quantcore import formats as F
 from quantcore._cpu import _kernels as K
+from quantcore_gpu import _runtime
 from quantcore_gpu import kernels as G
 from reference import assert_bits_equal, gpu_cupy
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(params=[False, True], ids=["idx32", "idx64"])
 def index64(request, monkeypatch):
-    monkeypatch.setattr(G, "FORCE_INDEX64", request.param)
+    monkeypatch.setattr(_runtime, "FORCE_INDEX64", request.param)
     return request.param
 
 

@@ -11,6 +11,7 @@ sets it: more for a deep run, fewer for a quick one) valid examples, and
 asserts that it did.
 """
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import quantcore as qc
+from quantcore import ops
 from quantcore.qparams import nudge_mindspore, nudge_tensorflow
 
 from reference import RECIPE_EXAMPLES
@@ -27,7 +29,8 @@ import reference as ref
 DTYPES = [np.float32, np.float64, np.float16]
 RANGES = [(0, 255), (-128, 127), (-127, 127), (0, 15), (-8, 7), (-32768, 32767), (0, 1),
           (1, 255), (-2 ** 31, 2 ** 31 - 1)]
-ROUNDINGS = ["half_even", "half_up", "half_away"]
+#: every rounding mode (the extension's table, qc_elementwise.h QC_ROUNDING_MODES)
+ROUNDINGS = list(ops.ROUNDING)
 # "after_rounding": integer zero point added to round(v); "before_rounding":
 # float zero point added before rounding; "none": symmetric, no zero point
 ZERO_POINT_ADDS = ["after_rounding", "before_rounding", "none"]
@@ -367,3 +370,27 @@ def test_ste_backward():
         ref.assert_bits_equal(out, exp)
 
     assert_ran(run_examples(strategy, check))
+
+
+def test_rounding_lists_are_the_header_table():
+    """One list of rounding modes (qc_elementwise.h QC_ROUNDING_MODES, as
+    the extension exports it): ops, the CLI's --rounding choices and this
+    file's parameters are it, and every mode has a float64 reference."""
+    import re
+    from quantcore import cli, cli_calibrate
+    from quantcore._cpu import _kernels as K
+    text = open(os.path.join(os.path.dirname(qc.__file__), "include",
+                             "qc_elementwise.h")).read()
+    block = text[text.index("#define QC_ROUNDING_MODES(X)"):]
+    block = block[:block.index("\n\n")]
+    assert [n for n, _ in re.findall(r"X\((\w+), (\w+)\)", block)] == list(K.ROUNDING_MODES)
+    assert ops.ROUNDING == K.ROUNDING_MODES and list(ops.ROUNDING) == ROUNDINGS
+    assert cli_calibrate.ROUNDING == tuple(ops.ROUNDING)
+    action = [a for a in cli.build_parser()._subparsers._group_actions[0].choices[
+        "calibrate"]._actions if a.dest == "rounding"][0]
+    assert tuple(action.choices) == tuple(ops.ROUNDING)
+    v = np.array([-2.5, -0.5, 0.5, 1.5], np.float64)
+    for r in ops.ROUNDING:
+        want = ref.round_value(v, r, lambda a: a)
+        got = qc.fake_quant(v, 1.0, 0, -128, 127, rounding=r)
+        assert np.array_equal(got, want), r

@@ -23,6 +23,14 @@
 #define QC_ROUND_HALF_UP 1   /* floor(v + 0.5), the "+0.5 then floor" form  */
 #define QC_ROUND_HALF_AWAY 2 /* round(): ties away from zero              */
 #define QC_ROUND_MASK 3
+/* The rounding modes by name, X(name, id): the one list.  The extension
+ * exports it (ROUNDING_MODES); ops.ROUNDING, the CLI's --rounding and the
+ * tests' parameter lists are derived from it.  A new mode: its id above,
+ * its line here, its case in qc_round_by below. */
+#define QC_ROUNDING_MODES(X)                                                   \
+  X(half_even, QC_ROUND_HALF_EVEN)                                             \
+  X(half_up, QC_ROUND_HALF_UP)                                                 \
+  X(half_away, QC_ROUND_HALF_AWAY)
 /* zero point added before rounding (float zero point) instead of after */
 #define QC_ZP_BEFORE 4
 /* v = x / scale instead of v = x * inv_scale */

@@ -1,0 +1,409 @@
+"""The GPU back end's machinery (quantcore_gpu.kernels is its entry points):
+the instantiations each .cu source is compiled with, named from the CPU
+extension's tables (the headers' X-macro lists as compiled: no header text
+is read); the NVRTC compile with :func:`compile_options` into the on-disk
+cache (:mod:`quantcore_gpu.cache`) and the per-device module and function
+caches; the launch geometry and argument helpers.
+
+Importing this module does not import cupy.
+"""
+import importlib.util
+import os
+import threading
+import time
+
+import numpy as np
+
+from . import cache as _cache
+
+
+# --------------------------------------------------------------- sources
+
+_FLOATS = ("float", "double")
+_INDEX = ("unsigned int", "unsigned long long")
+
+
+def _tables():
+    """The CPU extension's tables of every X-macro list (as the compiler read
+    the headers: names, ids, parameter counts and the C++ type of each entry,
+    ``TYPE_NAMES``), from which the instantiations below are named."""
+    from quantcore._cpu import _kernels
+    return _kernels
+
+
+def _families():
+    """[(name, Op struct, NP)] of the elementwise families (QC_EW_FAMILIES
+    in qc_families.h), in id order."""
+    K = _tables()
+    return [(n, K.TYPE_NAMES["ew"][n], K.FAMILY_PARAMS[n]) for n in K.FAMILIES]
+
+
+def _schemes():
+    """[(name, Scheme struct, NOUT)] of the qparams schemes (QC_QP_SCHEMES
+    in qc_qparams.h), in id order."""
+    K = _tables()
+    return [(n, K.TYPE_NAMES["qparams"][n], nout) for n, (_, nout) in K.QP_SCHEMES.items()]
+
+
+def _names(families):
+    ops = [op for _, op, _ in families]
+    fq = []
+    for t in _FLOATS:
+        for i in _INDEX:
+            for op in ops:
+                for pc in ("false", "true"):
+                    fq.append(f"qc_ew<{op}, {t}, {i}, {pc}>")
+            fq.append(f"qc_ste<{t}, {i}>")
+    mm = []
+    for t in _FLOATS:
+        for i in _INDEX:
+            mm.append(f"qc_minmax_rows<{t}, {i}>")
+            mm.append(f"qc_minmax_cols<{t}, {i}>")
+            mm.append(f"qc_minmax_chan<{t}, {i}>")
+        mm.append(f"qc_minmax_finish_all<{t}>")
+    hist = tuple(f"{k}<{i}>" for k in ("qc_histc", "qc_hist_edges") for i in _INDEX)
+    exact = tuple(f"qc_affine_exact<{t}, {i}>" for t in _FLOATS for i in _INDEX)
+    qp = tuple(f"qc_qparams<{scheme}, {t}>" for _, scheme, _ in _schemes() for t in _FLOATS)
+    red = tuple(f"qc_pw_leaves<{acc}, float, {i}>" for acc in _FLOATS for i in _INDEX) + \
+        tuple(f"qc_pw_level<{acc}, {i}>" for acc in _FLOATS for i in _INDEX) + \
+        tuple(f"qc_column_sums<float, {i}>" for i in _INDEX)
+    return {"fake_quant.cu": tuple(fq), "minmax.cu": tuple(mm), "histogram.cu": hist,
+            "qparams.cu": qp, "exact.cu": exact, "reduce.cu": red,
+            "lsq.cu": tuple(f"qc_lsq_grads<{i}>" for i in _INDEX)}
+
+
+#: NVRTC options besides the include directory: the numerical contract,
+#: each stated (no flush-to-zero of float32 subnormals, IEEE-rounded
+#: division and square root, no contraction of a * b + c into FMA), never
+#: --use_fast_math.  The modules are compiled with exactly these (plus the
+#: architecture): see ``_compile``.
+BASE_OPTIONS = ("--ftz=false", "--prec-div=true", "--prec-sqrt=true", "--fmad=false",
+                "-std=c++17")
+
+_THREADS = 256        # threads per block of every kernel
+_MM_THREADS = 256     # QC_MM_THREADS in minmax.cu
+#: per-channel reductions with at most this many values per channel (and
+#: inner > 1) use qc_minmax_chan: a thread group per channel instead of a
+#: block (or more) per channel
+_MM_CHAN_WORK = 2048
+_VEC = {np.dtype(np.float32): 4, np.dtype(np.float64): 2}
+_CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+
+#: tests set this to run the 64-bit index instantiations on small arrays
+FORCE_INDEX64 = False
+
+
+def cuda_dir():
+    """The folder of the .cu sources."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda")
+
+
+def include_dir():
+    """quantcore/include (the headers the .cu sources include)."""
+    spec = importlib.util.find_spec("quantcore")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("quantcore_gpu: the quantcore package (for include/qc_elementwise.h) "
+                           "cannot be found")
+    return os.path.join(list(spec.submodule_search_locations)[0], "include")
+
+
+def read_source(name):
+    with open(os.path.join(cuda_dir(), name), encoding="utf-8") as fh:
+        return fh.read()
+
+
+_FAMILY_LIST = _families()
+#: every .cu source and the template instantiations (name expressions) used
+SOURCES = _names(_FAMILY_LIST)
+
+
+def _format_lists():
+    """The encode / decode families [(name, Op, NP, CODE_BYTES)] and the group
+    recipes [(name, struct)] of qc_families.h (QC_ENCODE_FAMILIES,
+    QC_DECODE_FAMILIES, QC_GROUP_RECIPES), in id order."""
+    K = _tables()
+    enc, dec = ([(n, K.TYPE_NAMES[kind][n]) + K.CODE_FAMILY_INFO[kind][n] for n in ids]
+                for kind, ids in (("encode", K.ENCODE_FAMILIES), ("decode", K.DECODE_FAMILIES)))
+    return enc, dec, [(n, K.TYPE_NAMES["group"][n]) for n in K.GROUP_RECIPES]
+
+
+_ENC_LIST, _DEC_LIST, _RECIPE_LIST = _format_lists()
+_CODE_TYPES = {1: "unsigned char", 2: "unsigned short"}
+
+
+def _format_names():
+    names = []
+    for kernel, families in (("qc_enc", _ENC_LIST), ("qc_dec", _DEC_LIST)):
+        for _, op, _, cb in families:
+            for t in _FLOATS:
+                for width, q in _CODE_TYPES.items():
+                    if cb & width:
+                        for i in _INDEX:
+                            for layout in (0, 1, 2):
+                                names.append(f"{kernel}<{op}, {t}, {q}, {i}, {layout}>")
+    for _, rec in _RECIPE_LIST:
+        for i in _INDEX:
+            names.append(f"qc_group<{rec}, {i}>")
+    return tuple(names)
+
+
+
+
+def _block_recipes():
+    """The block-scaled recipes [(name, struct)] of qc_families.h
+    (QC_BLOCK_RECIPES), in id order."""
+    K = _tables()
+    return [(n, K.TYPE_NAMES["block"][n]) for n in K.BLOCK_RECIPES]
+
+
+_BLOCK_LIST = _block_recipes()
+SOURCES["formats.cu"] = _format_names() + tuple(
+    f"qc_block_scaled<{rec}, {i}>" for _, rec in _BLOCK_LIST for i in _INDEX)
+#: block-scaled recipe name -> id (the CPU extension's BLOCK_RECIPES)
+BLOCK_RECIPES = {name: i for i, (name, _) in enumerate(_BLOCK_LIST)}
+#: encode / decode family name -> id and group recipe name -> id (the CPU
+#: extension's ids: the same lists)
+ENCODE_FAMILIES = {name: i for i, (name, *_) in enumerate(_ENC_LIST)}
+DECODE_FAMILIES = {name: i for i, (name, *_) in enumerate(_DEC_LIST)}
+GROUP_RECIPES = {name: i for i, (name, _) in enumerate(_RECIPE_LIST)}
+#: elementwise family name -> id (the CPU extension's ids: the same list)
+FAMILIES = {name: i for i, (name, _, _) in enumerate(_FAMILY_LIST)}
+#: family name -> number of per-channel parameters
+FAMILY_PARAMS = {name: n for name, _, n in _FAMILY_LIST}
+_SCHEME_LIST = _schemes()
+#: qparams scheme name -> (id, number of outputs): the CPU extension's
+QP_SCHEMES = {name: (i, n) for i, (name, _, n) in enumerate(_SCHEME_LIST)}
+
+
+def compile_options():
+    """The NVRTC options of every source (the compile adds the architecture)."""
+    return tuple(BASE_OPTIONS) + (f"-I{include_dir()}",)
+
+
+_INDEX64 = "unsigned long long"
+
+
+def module_groups(source):
+    """{group: name expressions} of a source: "i32" (32-bit index and no
+    index) and "i64" (64-bit index; compiled on first need)."""
+    names = SOURCES[source]
+    groups = {"i32": tuple(n for n in names if _INDEX64 not in n),
+              "i64": tuple(n for n in names if _INDEX64 in n)}
+    return {g: v for g, v in groups.items() if v}
+
+
+# ------------------------------------------------------- module factory
+
+_lock = threading.Lock()
+_modules = {}     # (device id, source, group) -> (cupy.RawModule, {name: lowered name})
+_module_locks = {}  # (device id, source, group) -> threading.Lock
+_functions = {}   # (device id, name expression) -> cupy.RawKernel
+_device_info = {}  # device id -> SM count
+_local = threading.local()   # .counters: (device id, stream ptr) -> uint32[1] device counter
+#: every module this process obtained, in order: (device id, source, group,
+#: "compiled" or "loaded", seconds from the request to the loaded module)
+MODULE_LOG = []
+
+
+def _cupy():
+    import cupy
+    return cupy
+
+
+def _device_id():
+    return _cupy().cuda.runtime.getDevice()
+
+
+def _target():
+    """What the binary depends on besides the sources and options: the
+    compiler (NVRTC, the version CuPy loaded), the current device's compute
+    capability (CuPy compiles for ``sm_<cc>``, or ``compute_<cc>`` PTX
+    beyond the NVRTC's newest architecture or with CUPY_COMPILE_WITH_PTX)."""
+    cp = _cupy()
+    return {"compiler": "nvrtc", "nvrtc": [int(v) for v in cp.cuda.nvrtc.getVersion()],
+            "cc": str(cp.cuda.Device().compute_capability),
+            "ptx": os.environ.get("CUPY_COMPILE_WITH_PTX", "0").lower() in ("1", "true", "yes",
+                                                                          "on")}
+
+
+def module_fields(source, group, target):
+    """The cache-key fields of one module (see :mod:`quantcore_gpu.cache`)."""
+    inc = f"-I{include_dir()}"
+    return {"source": source, "group": group,
+            "files": _cache.closure(source, read_source(source), (cuda_dir(), include_dir())),
+            "options": ["-I<quantcore/include>" if o == inc else o for o in compile_options()],
+            "names": list(module_groups(source)[group]), "target": target}
+
+
+def _compile(source, names):
+    """NVRTC through ``cupy.cuda.compiler.compile_using_nvrtc``: exactly
+    :func:`compile_options` plus the architecture (``-arch=sm_<cc>``) and
+    ``--device-as-default-execution-space`` (CuPy's additions on that path;
+    no ``-ftz``, unlike ``RawModule(code=...)``).  (binary, {name: lowered})."""
+    from cupy.cuda import compiler
+    binary, mapping = compiler.compile_using_nvrtc(
+        read_source(source), compile_options(), filename=source, name_expressions=names)
+    return bytes(binary), dict(mapping)
+
+
+def _load(entry):
+    """``cupy.RawModule(path=...)`` of a cache entry's binary, loaded now."""
+    mod = _cupy().RawModule(path=entry.path)
+    mod.get_function(next(iter(entry.lowered.values())))   # (the driver loads it here)
+    return mod
+
+
+def _module(source, group):
+    """(module, lowered names) of one group of a source on the current
+    device: from the in-process table, else the disk cache, else compiled
+    (and cached).  One lock per module: different modules can compile at
+    once (NVRTC runs without the GIL)."""
+    cp = _cupy()
+    key = (_device_id(), source, group)
+    found = _modules.get(key)
+    if found is None:
+        with _lock:
+            lock = _module_locks.setdefault(key, threading.Lock())
+        with lock:
+            found = _modules.get(key)
+            if found is None:
+                t0 = time.perf_counter()
+                fields = module_fields(source, group, _target())
+                names = module_groups(source)[group]
+                entry = _cache.get_module(fields, names, lambda: _compile(source, names))
+                try:
+                    mod = _load(entry)
+                except cp.cuda.driver.CUDADriverError:
+                    if entry.compiled:
+                        raise
+                    # an entry the driver refuses (e.g. written for another driver) is a miss
+                    _cache.REJECTED.append((_cache.key_of(fields), "the driver refused it"))
+                    entry = _cache.get_module(fields, names, lambda: _compile(source, names),
+                                              force=True)
+                    mod = _load(entry)
+                MODULE_LOG.append((key[0], source, group,
+                                   "compiled" if entry.compiled else "loaded",
+                                   time.perf_counter() - t0))
+                found = _modules[key] = (mod, entry.lowered)
+    return found
+
+
+def _function(source, name):
+    key = (_device_id(), name)
+    fn = _functions.get(key)
+    if fn is None:
+        mod, lowered = _module(source, "i64" if _INDEX64 in name else "i32")
+        if name not in lowered:
+            raise KeyError(f"quantcore_gpu: {name!r} is not a kernel of {source}")
+        fn = mod.get_function(lowered[name])
+        _functions[key] = fn
+    return fn
+
+
+def warm_up(index64=False, sources=None, workers=None):
+    """Obtain every module of the current device now (from the disk cache
+    or compiled, ``workers`` at a time: default one per CPU, at most 8),
+    the 64-bit-index groups too when ``index64``; ``sources``: a subset of
+    ``SOURCES``.  Returns the new ``MODULE_LOG`` records."""
+    from concurrent.futures import ThreadPoolExecutor
+    cp = _cupy()
+    dev = _device_id()
+    todo = [(s, g) for s in sorted(sources or SOURCES) for g in module_groups(s)
+            if g == "i32" or index64]
+
+    def get(item):
+        with cp.cuda.Device(dev):
+            return _module(*item)
+    start = len(MODULE_LOG)
+    workers = workers or min(8, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        list(pool.map(get, todo))
+    return MODULE_LOG[start:]
+
+
+def _sm_count():
+    dev = _device_id()
+    n = _device_info.get(dev)
+    if n is None:
+        n = int(_cupy().cuda.Device(dev).attributes["MultiProcessorCount"])
+        _device_info[dev] = n
+    return n
+
+
+def _counter():
+    """A zeroed uint32 counter for the reductions launched by this thread
+    on the current device and stream; the last block of each reduction
+    leaves it at 0 again.  Per thread as well as per stream: with
+    CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1 every thread's default stream has
+    the same ``ptr``, but the threads' launches run concurrently."""
+    cp = _cupy()
+    counters = getattr(_local, "counters", None)
+    if counters is None:
+        counters = _local.counters = {}
+    key = (_device_id(), cp.cuda.get_current_stream().ptr)
+    c = counters.get(key)
+    if c is None:
+        c = counters[key] = cp.zeros(1, dtype=np.uint32)
+    return c
+
+
+def _index(n):
+    """(ctype, numpy type) of the index: 64-bit when n >= 2**31."""
+    if FORCE_INDEX64 or n >= 2 ** 31:
+        return "unsigned long long", np.uint64
+    return "unsigned int", np.uint32
+
+
+def _grid(n):
+    """Blocks of a grid-stride launch over n threads' worth of work (at
+    most 32 blocks per SM)."""
+    return max(1, min(-(-n // _THREADS), _sm_count() * 8 * 4))
+
+
+def _ew_grid(n, dtype):
+    """Blocks of a grid-stride elementwise launch (``_VEC`` values a thread
+    at a time)."""
+    return _grid(-(-n // _VEC[dtype]))
+
+
+def _dt(a):
+    return np.dtype(a.dtype)
+
+
+def _check(x, name="x"):
+    cp = _cupy()
+    if not isinstance(x, cp.ndarray):
+        raise TypeError(f"quantcore_gpu: {name} must be a cupy.ndarray, got {type(x).__name__}")
+    if x.ndim != 1 or not x.flags.c_contiguous:
+        raise ValueError(f"quantcore_gpu: {name} must be a C-contiguous 1-D array, got shape "
+                         f"{x.shape} strides {x.strides}")
+    return x
+
+
+def _param(p, dtype):
+    """Parameters as a contiguous device array of dtype (host arrays are
+    copied to the device; device arrays of dtype are used in place)."""
+    cp = _cupy()
+    return cp.ascontiguousarray(cp.asarray(p, dtype=dtype)).reshape(-1)
+
+
+def _mask_arg(mask):
+    """None / empty mask -> NULL, as the CPU's _base()."""
+    if mask is None or mask.size == 0:
+        return None
+    return _check(mask, "mask")
+
+
+def _launch_ew(kernel, dtype, n, args):
+    """A grid-stride launch of `kernel` (a template over <T, I>) on n
+    elements; _Idx arguments become the index type."""
+    ct, it = _index(n)
+    fn = _function("fake_quant.cu", f"{kernel}<{_CTYPE[dtype]}, {ct}>")
+    fn((_ew_grid(n, dtype),), (_THREADS,), tuple(it(a) if isinstance(a, _Idx) else a
+                                                   for a in args))
+
+
+class _Idx(int):
+    """An index argument: converted to the index type of the launch."""
+
+
