@@ -237,6 +237,11 @@ def main(argv=None):
     except ImportError as exc:   # an optional dependency: name the extra that installs it
         print(f"quantcore: error: {missing_extra(exc)}", file=sys.stderr)
         return 2
+    except MemoryError as exc:   # a tensor or batch larger than this machine's memory
+        detail = f" ({one_line(exc)})" if str(exc) else ""
+        print(f"quantcore: error: out of memory{detail}: a tensor or batch is larger than "
+              "the memory available", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("quantcore: interrupted", file=sys.stderr)
         return 130

@@ -301,6 +301,10 @@ def _check_values(x, method):
     finite = np.isfinite(x)
     if not finite.any():
         raise Skip("no finite values")
+    f32_max = float(np.finfo(np.float32).max)
+    if x.dtype.itemsize > 4 and np.abs(x[finite]).max() > f32_max:  # float64: would become inf
+        raise Skip(f"values beyond float32's range (max |x| = {np.abs(x[finite]).max():.4g} > "
+                   f"{f32_max:.4g}); quantcore computes in float32")
     if method in ("minmax", "moving_average") and np.isinf(x).any():
         raise Skip(f"+-inf values, so the {method} range is infinite (--method percentile, "
                    "entropy or mse use the finite values only)")

@@ -674,6 +674,36 @@ def test_internal_errors_are_one_line(files, monkeypatch, capsys):
         main(argv)
 
 
+def test_float64_beyond_float32_is_left_out_with_the_reason(tmp_path, capsys):
+    """A float64 tensor whose values overflow float32 is left out naming
+    that, without a numpy overflow warning or a blamed scale."""
+    np.savez(tmp_path / "m.npz", big=np.array([1e39, 1.0] * 10), ok=np.arange(20.0))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["calibrate", str(tmp_path / "m.npz")]) == 0
+        out = capsys.readouterr()
+        assert "values beyond float32's range (max |x| = 1e+39" in " ".join(
+            (out.out + out.err).split())
+        np.save(tmp_path / "big.npy", np.array([1e300, -2.0]))
+        assert main(["calibrate", str(tmp_path / "big.npy")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "1e+300" in err and "scale" not in err
+
+
+def test_out_of_memory_is_a_user_error(files, monkeypatch, capsys):
+    """A tensor larger than the memory (MemoryError) is one line, status 2,
+    not an internal error."""
+    def too_big(path):
+        raise MemoryError("Unable to allocate 8.00 GiB for an array")
+    monkeypatch.setattr(cli_common, "list_tensors", too_big)
+    monkeypatch.delenv("QUANTCORE_DEBUG", raising=False)
+    assert main(["calibrate", str(files["npy"])]) == 2
+    err = capsys.readouterr().err
+    assert err == ("quantcore: error: out of memory (Unable to allocate 8.00 GiB for an array): "
+                   "a tensor or batch is larger than the memory available\n")
+
+
 def _run(*argv):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("QUANTCORE_DEBUG", None)
