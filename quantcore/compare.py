@@ -109,7 +109,7 @@ def _tf(narrow):
         y = tf_c.fake_quant_with_min_max_vars(x, F32(lo), F32(hi), num_bits=8,
                                              narrow_range=narrow)
         _, _, scale, _, qzero = Q.nudge_tensorflow(F32(lo), F32(hi), int(narrow), 255)
-        s, z = float(scale[0]), int(qzero[0])
+        s, z = float(scale[0]), int(qzero[0]) + int(narrow)   # (quant_zero is nzp - qmin)
         return s, z, _codes(y, s, z), y
     return run
 
@@ -170,11 +170,20 @@ def _ort(qtype, symmetric):
 _AFFINE_RANGE = "(max - min) / (qmax - qmin)"
 _HALF_RANGE = "amax / ((qmax - qmin) / 2)"
 
+#: TensorFlow's nudged recipe (MindSpore's differs in its dequantization only).  TF
+#: rounds the zero point half away from zero and MindSpore half up: the same on the
+#: clamped zero point (>= qmin >= 0), so both are declared half_up
+_TF = dict(zero_in_range=False, int_range=(0, 255), scale_formula=_AFFINE_RANGE,
+           scale_arithmetic="float32", zero_point="nudged", zero_point_rounding="half_up",
+           rounding="half_up", apply_scale="(x - nudged_min) / scale",
+           zero_point_add="before rounding", clamp="values (nudged range)",
+           dequantize="(q - zp) * scale")
+
 #: every recipe; ``DEFAULT`` lists the ones compared unless chosen
 RECIPES = {r.name: r for r in (
     Recipe("torch_affine", "PyTorch MinMaxObserver quint8 + fake_quantize_per_tensor_affine",
            dict(zero_in_range=True, int_range=(0, 255), scale_formula=_AFFINE_RANGE,
-                scale_arithmetic="float32", zero_point="qmin - rint(min / scale), clamped",
+                scale_arithmetic="float32", zero_point="qmin - rint(min / scale)",
                 zero_point_rounding="half_even", rounding="half_even",
                 apply_scale="x * f32(1 / scale)", zero_point_add="after rounding",
                 clamp="codes", dequantize="(q - zp) * scale"),
@@ -184,32 +193,14 @@ RECIPES = {r.name: r for r in (
                 scale_arithmetic="float32", rounding="half_even",
                 apply_scale="x * f32(1 / scale)"),
            _torch("qint8", "per_tensor_symmetric", -128, 127)),
-    Recipe("tf", "TensorFlow fake_quant_with_min_max_vars",
-           dict(zero_in_range=False, int_range=(0, 255), scale_formula=_AFFINE_RANGE,
-                scale_arithmetic="float32", zero_point="nudged",
-                # TF rounds half away from zero and MindSpore half up: the same on the
-                # clamped zero point (>= qmin >= 0), so both are declared half_up
-                zero_point_rounding="half_up", rounding="half_up",
-                apply_scale="(x - nudged_min) / scale", zero_point_add="before rounding",
-                clamp="values (nudged range)", dequantize="(q - zp) * scale"),
-           _tf(False)),
+    Recipe("tf", "TensorFlow fake_quant_with_min_max_vars", _TF, _tf(False)),
     Recipe("tf_narrow", "TensorFlow fake_quant_with_min_max_vars, narrow_range=True",
-           dict(zero_in_range=False, int_range=(1, 255), scale_formula=_AFFINE_RANGE,
-                scale_arithmetic="float32", zero_point="nudged",
-                zero_point_rounding="half_up", rounding="half_up",
-                apply_scale="(x - nudged_min) / scale", zero_point_add="before rounding",
-                clamp="values (nudged range)", dequantize="(q - zp) * scale"),
-           _tf(True)),
+           dict(_TF, int_range=(1, 255)), _tf(True)),
     Recipe("mindspore", "MindSpore FakeQuantWithMinMaxObserver (inference, min/max_init)",
-           dict(zero_in_range=False, int_range=(0, 255), scale_formula=_AFFINE_RANGE,
-                scale_arithmetic="float32", zero_point="nudged",
-                zero_point_rounding="half_up", rounding="half_up",
-                apply_scale="(x - nudged_min) / scale", zero_point_add="before rounding",
-                clamp="values (nudged range)", dequantize="q * scale + nudged_min"),
-           _ms),
+           dict(_TF, dequantize="q * scale + nudged_min"), _ms),
     Recipe("oneflow_affine", "OneFlow MinMaxObserver google/affine + FakeQuantization",
            dict(zero_in_range=False, int_range=(0, 255), scale_formula=_AFFINE_RANGE,
-                scale_arithmetic="float32", zero_point="qmin - rint(min / scale), clamped",
+                scale_arithmetic="float32", zero_point="qmin - rint(min / scale)",
                 zero_point_rounding="half_even", rounding="half_even",
                 apply_scale="x / scale", zero_point_add="before rounding",
                 clamp="codes", dequantize="(q - zp) * scale"),
@@ -238,7 +229,7 @@ RECIPES = {r.name: r for r in (
            _horizon("half_to_even", -127, 127)),
     Recipe("ort_uint8", "ONNX Runtime compute_scale_zp uint8 + QuantizeLinear",
            dict(zero_in_range=True, int_range=(0, 255), scale_formula=_AFFINE_RANGE,
-                scale_arithmetic="float64", zero_point="qmin - rint(min / scale), clamped",
+                scale_arithmetic="float64", zero_point="qmin - rint(min / scale)",
                 zero_point_rounding="half_even", rounding="half_even",
                 apply_scale="x / scale", zero_point_add="after rounding",
                 clamp="codes", dequantize="(q - zp) * scale"),

@@ -1,0 +1,219 @@
+"""quantcore.compare: every cause on a tensor where only that convention
+differs, the table's numbers against direct compat-layer computations, and
+live torch / TensorFlow."""
+import numpy as np
+import pytest
+
+from quantcore import compare as C
+from quantcore import qparams as Q
+from quantcore.compat import nvidia, onnxruntime as ort
+from quantcore.compat import tensorflow as tfq
+from quantcore.compat.torch import fake_quantize_per_tensor_affine
+
+F32 = np.float32
+
+
+def _normal(n=4096, seed=0):
+    return np.random.default_rng(seed).standard_normal(n).astype(F32)
+
+
+def _ties():
+    """amax 63.75: every symmetric 8-bit step is 63.75 / 127.5 = 0.5 exactly,
+    so k / 4 (k odd) is a tie of x / scale."""
+    return np.concatenate([[-63.75, 63.75], np.arange(-41, 43, 2) / 4]).astype(F32)
+
+
+def _near_ties(seed=1):
+    """Values within a few ulp of the ties of x / scale (scale = 3 / 127.5),
+    where x * f32(1 / scale) and x / scale round differently."""
+    s = F32(F32(3.0) / F32(127.5))
+    k = np.arange(-120, 120) + 0.5
+    base = (k * np.float64(s)).astype(F32)
+    ulps = np.random.default_rng(seed).integers(-3, 4, base.size)
+    near = np.nextafter(base, np.where(ulps > 0, np.inf, -np.inf).astype(F32))
+    return np.concatenate([[-3.0, 3.0], base, near]).astype(F32)
+
+
+def test_rounding_is_the_only_cause_and_flips_exactly_the_ties():
+    x = _ties()
+    r = C.compare(x, ["horizon", "horizon_even"], reference="horizon")
+    row = r.row("horizon_even")
+    assert row.causes == ("rounding",)
+    assert row.step == 0.5 == r.row("horizon").step
+    t = x.astype(np.float64) / 0.5
+    up, even = np.clip(np.floor(t + 0.5), -128, 127), np.clip(np.rint(t), -128, 127)
+    assert np.array_equal(r.row("horizon").q, up) and np.array_equal(row.q, even)
+    assert row.mismatch == np.mean(up != even) > 0.4 and row.max_code_diff == 1
+
+
+def test_apply_scale_is_the_only_cause_multiply_by_reciprocal_vs_divide():
+    x = _near_ties()
+    r = C.compare(x, ["torch_symmetric", "horizon_even"], reference="torch_symmetric")
+    row = r.row("horizon_even")
+    assert row.causes == ("apply_scale",)
+    s = F32(r.row("torch_symmetric").step)
+    assert s == F32(row.step) == F32(F32(3.0) / F32(127.5))
+    mul = np.clip(np.rint(x * (F32(1) / s)), -128, 127)      # float32 arithmetic
+    div = np.clip(np.rint(x / s), -128, 127)
+    assert np.array_equal(r.row("torch_symmetric").q, mul) and np.array_equal(row.q, div)
+    assert (mul != div).any() and row.mismatch == np.mean(mul != div)
+
+
+def test_int_range_is_the_only_cause_tf_narrow_range():
+    x = _normal()
+    r = C.compare(x, ["tf", "tf_narrow"], reference="tf")
+    row = r.row("tf_narrow")
+    assert row.causes == ("int_range",)
+    assert row.step > r.row("tf").step and row.mismatch > 0.05
+    assert row.q.min() >= 1
+
+
+def test_dequantize_is_the_only_cause_tf_vs_mindspore():
+    x = _normal()
+    r = C.compare(x, ["tf", "mindspore"], reference="tf")
+    row = r.row("mindspore")
+    assert row.causes == ("dequantize",)
+    assert row.mismatch == 0 and row.max_code_diff == 0       # the same codes ...
+    assert 0 < row.max_abs_diff < 1e-5                        # ... other float outputs
+
+
+def test_scale_formula_is_the_only_cause_oneflow_vs_horizon():
+    x = _normal()
+    r = C.compare(x, ["horizon_even", "oneflow_symmetric"], reference="horizon_even")
+    row = r.row("oneflow_symmetric")
+    assert row.causes == ("scale_formula",)
+    amax = F32(max(-x.min(), x.max()))
+    assert F32(row.step) == F32(amax / F32(127))
+    assert F32(r.row("horizon_even").step) == F32(amax / F32(127.5))
+    assert row.mismatch > 0
+
+
+def test_scale_arithmetic_is_the_only_cause_and_can_have_no_effect():
+    # m / 127 in float64 then float32 is m / 127 correctly rounded: no effect
+    x = _normal()
+    r = C.compare(x, ["horizon_even_narrow", "ort_int8_symmetric"],
+                  reference="horizon_even_narrow")
+    row = r.row("ort_int8_symmetric")
+    assert row.causes == ("scale_arithmetic",)
+    assert row.mismatch == 0 and row.max_abs_diff == 0
+    assert any(n.endswith("scale_arithmetic (no effect here)") for n in C.table(r)[2])
+
+
+def test_scale_arithmetic_changes_the_affine_scale():
+    # ORT subtracts max - min in float64, torch in float32
+    lo, hi = F32(-5.4408135), F32(9.351374)
+    x = np.linspace(lo, hi, 1001).astype(F32)
+    x[0], x[-1] = lo, hi
+    r = C.compare(x, ["torch_affine", "ort_uint8"])
+    row = r.row("ort_uint8")
+    assert row.causes == ("scale_arithmetic", "apply_scale")
+    assert row.step == float(F32((np.float64(hi) - np.float64(lo)) / 255))
+    assert r.row("torch_affine").step == float(F32(F32(hi - lo) / F32(255)))
+    assert row.step != r.row("torch_affine").step
+
+
+def test_zero_in_range_all_positive_tensor():
+    x = (np.abs(_normal()) + F32(1.0)).astype(F32)
+    r = C.compare(x, ["torch_affine", "oneflow_affine"])
+    row = r.row("oneflow_affine")
+    assert row.causes == ("zero_in_range", "apply_scale", "zero_point_add")
+    assert r.row("torch_affine").zero_point == 0 and row.zero_point < 0
+    assert row.step < r.row("torch_affine").step and row.mismatch > 0.9
+
+
+def test_causes_are_the_declared_fields_that_differ():
+    for a in C.RECIPES:
+        for b in C.RECIPES:
+            ca, cb = C.RECIPES[a].conventions, C.RECIPES[b].conventions
+            expect = tuple(f for f in C.FIELDS if None not in (ca[f], cb[f]) and ca[f] != cb[f])
+            assert C.causes(a, b) == expect == C.causes(b, a)
+        assert C.causes(a, a) == ()
+    assert C.causes("tf", "oneflow_affine") == (
+        "zero_point", "zero_point_rounding", "rounding", "apply_scale", "clamp")
+
+
+def test_numbers_against_the_compat_layers():
+    x = _normal(5000, seed=3)
+    lo, hi = F32(x.min()), F32(x.max())
+    r = C.compare(x, C.RECIPES, reference="torch_affine")
+    assert r.min == lo and r.max == hi
+    # torch affine: the observer's formula, the functional op
+    scale, zp = Q.affine_qparams(np.array([lo]), np.array([hi]), 0, 255)
+    y_torch = fake_quantize_per_tensor_affine(x, float(scale[0]), int(zp[0]), 0, 255)
+    q_torch = np.rint(y_torch.astype(np.float64) / float(scale[0])) + int(zp[0])
+    assert np.array_equal(r.row("torch_affine").y, y_torch)
+    # TF, NVIDIA, ORT directly
+    assert np.array_equal(r.row("tf").y, tfq.fake_quant_with_min_max_vars(x, lo, hi))
+    amax = F32(max(-lo, hi))
+    q_nv, _ = nvidia.tensor_quant(x, amax)
+    assert np.array_equal(r.row("nvidia").q, q_nv)
+    assert np.array_equal(r.row("nvidia").y, nvidia.fake_tensor_quant(x, amax))
+    qmin, qmax = ort.get_qmin_qmax_for_qType(ort.QuantType.QUInt8)
+    zp_o, s_o = ort.compute_scale_zp(lo, hi, qmin, qmax)
+    q_o = ort.quantize_linear(x, s_o, zp_o)
+    assert np.array_equal(r.row("ort_uint8").q, q_o)
+    assert np.array_equal(r.row("ort_uint8").y, ort.dequantize_linear(q_o, s_o, zp_o))
+    for row in r.rows:
+        d = np.abs(row.q - q_torch)
+        assert row.mismatch == np.mean(d != 0) and row.max_code_diff == d.max()
+        assert row.max_abs_diff == np.abs(row.y.astype(np.float64) - y_torch).max()
+        err = np.sum((x.astype(np.float64) - row.y) ** 2)
+        assert row.sqnr_db == 10 * np.log10(np.sum(x.astype(np.float64) ** 2) / err)
+        # every code is the recipe's own integer in its range
+        assert C.RECIPES[row.name].conventions["int_range"][0] <= row.q.min()
+        assert row.q.max() <= C.RECIPES[row.name].conventions["int_range"][1]
+        assert np.array_equal(row.y, (row.q - row.zero_point) * row.step) or \
+            np.abs(row.y - (row.q - row.zero_point) * row.step).max() < 1e-6
+
+
+def test_live_torch_and_tensorflow():
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("tensorflow")
+    x = np.concatenate([_normal(2000, seed=5), _ties() / 20]).astype(F32)
+    r = C.compare(x, C.DEFAULT)
+    t = torch.from_numpy(x)
+    for name, dtype, qscheme, qmin, qmax in (
+            ("torch_affine", torch.quint8, torch.per_tensor_affine, 0, 255),
+            ("torch_symmetric", torch.qint8, torch.per_tensor_symmetric, -128, 127)):
+        obs = torch.ao.quantization.MinMaxObserver(dtype=dtype, qscheme=qscheme)
+        obs(t)
+        s, z = obs.calculate_qparams()
+        assert r.row(name).step == float(s) and r.row(name).zero_point == int(z)
+        y = torch.fake_quantize_per_tensor_affine(t, float(s), int(z), qmin, qmax).numpy()
+        assert np.array_equal(r.row(name).y, y)
+    for name, narrow in (("tf", False), ("tf_narrow", True)):
+        y = tf.quantization.fake_quant_with_min_max_vars(
+            tf.constant(x), tf.constant(x.min()), tf.constant(x.max()), num_bits=8,
+            narrow_range=narrow).numpy()
+        assert np.array_equal(r.row(name).y, y)
+
+
+def test_bad_input():
+    with pytest.raises(TypeError, match="x: expected a float32"):
+        C.compare(np.zeros(3))
+    with pytest.raises(ValueError, match="x: expected at least one"):
+        C.compare(np.zeros(0, F32))
+    with pytest.raises(ValueError, match="x: expected finite"):
+        C.compare(np.array([1, np.nan], F32))
+    with pytest.raises(ValueError, match="recipe: unknown recipe 'jax'"):
+        C.compare(_normal(), ["torch_affine", "jax"])
+    with pytest.raises(ValueError, match="recipes: expected at least one"):
+        C.compare(_normal(), [])
+
+
+def test_cli(tmp_path, capsys):
+    from quantcore.cli import main
+    path = tmp_path / "t.npz"
+    np.savez(path, w=_ties(), n=np.arange(3), bad=np.array([np.inf], F32))
+    assert main(["compare", str(path), "--recipes", "horizon", "horizon_even",
+                 "--reference", "horizon"]) == 0
+    out = capsys.readouterr().out
+    assert "horizon_even" in out and "causes, horizon_even: rounding\n" in out
+    assert "n: skipped (dtype int64" in out and "bad: skipped (holds NaN or inf" in out
+    np.save(tmp_path / "i.npy", np.arange(4))
+    for argv, msg in ((["compare", str(tmp_path / "i.npy")], "no float tensor to compare"),
+                      (["compare", str(tmp_path / "no.npz")], "no such file"),
+                      (["compare", str(path), "--recipes", "jax"], "invalid choice")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert msg in err and err.count("\n") == 1
