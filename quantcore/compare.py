@@ -388,6 +388,9 @@ def add_parser(sub, formatter=None):
     p.add_argument("--reference", default="torch_affine", choices=list(RECIPES), metavar="R",
                    help="the recipe the others are compared with (default torch_affine)")
     add_tensors(p, "compare only these tensors")
+    p.add_argument("--plot", metavar="PNG",
+                   help="also write a summary image: the share of codes that differ from the "
+                        "reference, tensors x recipes (needs matplotlib)")
     p.set_defaults(run=run_command)
     return p
 
@@ -395,12 +398,16 @@ def add_parser(sub, formatter=None):
 def run_command(args):
     """``quantcore compare``: the table of every float tensor of the file."""
     from .cli_common import list_checked, match_tensors, print_table
-    from .cli_files import CliError
+    from .cli_files import CliError, check_writable
+    if args.plot:
+        from .cli_plot import check_matplotlib
+        check_matplotlib()
+        check_writable(args.plot, "--plot")
     entries = list_checked(args.file)
     if args.tensors:
         keep = set(match_tensors([e.name for e in entries], args.tensors))
         entries = [e for e in entries if e.name in keep]
-    done = 0
+    done = []
     for e in entries:
         if not e.is_float:
             print(f"{e.name}: skipped (dtype {e.dtype}, not floating point)")
@@ -411,14 +418,43 @@ def run_command(args):
             why = "empty" if x.size == 0 else "holds NaN or inf (as float32)"
             print(f"{e.name}: skipped ({why})")
             continue
-        head, rows, notes = table(compare(x, args.recipes or DEFAULT, args.reference))
+        result = compare(x, args.recipes or DEFAULT, args.reference)
+        head, rows, notes = table(result)
         print(f"{e.name}  shape {list(e.shape)}  min {x.min():.6g}  max {x.max():.6g}  "
               f"reference {args.reference}")
         print_table(head, rows)
         for note in notes:
             print(f"  causes, {note}")
         print()
-        done += 1
+        done.append((e.name, result))
     if not done:
         raise CliError(f"{args.file}: no float tensor to compare")
+    if args.plot:
+        from .cli_files import write_or_fail
+        write_or_fail(args.plot, lambda: plot_mismatch(done, args.plot))
+        print(f"wrote {args.plot}")
     return 0
+
+
+def plot_mismatch(results, path):
+    """A heat map of ``results`` (``[(tensor name, Comparison)]``): one row
+    per tensor, one column per recipe, the cell's colour and text the
+    percentage of integer codes that differ from the reference (its SQNR
+    below it), written to ``path`` as an image."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = [r.name for r in results[0][1].rows]
+    share = np.array([[c.row(n).mismatch * 100 for n in names] for _, c in results])
+    fig, ax = plt.subplots(figsize=(1.2 * len(names) + 3, 0.5 * len(results) + 2.5))
+    ax.imshow(share, cmap="Reds", vmin=0, vmax=100, aspect="auto")
+    for i, (_, c) in enumerate(results):
+        for j, n in enumerate(names):
+            ax.text(j, i, f"{share[i, j]:.1f}%\n{c.row(n).sqnr_db:.1f} dB", ha="center",
+                    va="center", fontsize=7, color="white" if share[i, j] > 60 else "black")
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    ax.set_yticks(range(len(results)), [t for t, _ in results])
+    ax.set_title(f"integer codes that differ from {results[0][1].reference} (and SQNR)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)

@@ -217,3 +217,16 @@ def test_cli(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert msg in err and err.count("\n") == 1
+
+
+def test_cli_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from quantcore.cli import main
+    path = tmp_path / "t.npz"
+    np.savez(path, a=_normal(500), b=_ties())
+    png = tmp_path / "m.png"
+    assert main(["compare", str(path), "--plot", str(png), "--recipes", "tf", "nvidia"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"wrote {png}" in capsys.readouterr().out
+    assert main(["compare", str(path), "--plot", str(tmp_path / "no" / "m.png")]) == 2
+    assert "does not exist" in capsys.readouterr().err
