@@ -89,8 +89,36 @@ class Recipe:
     run: object
 
 
+class Undefined(ValueError):
+    """A recipe has no result on a tensor: the framework refuses its
+    statistics or returns NaN / inf (TensorFlow and OneFlow when min == max)."""
+
+
 def _codes(y, step, zp):
-    return (np.rint(y.astype(np.float64) / step) + zp).astype(np.int64)
+    with np.errstate(all="ignore"):
+        t = np.rint(y.astype(np.float64) / step) + zp
+    _finite(t)
+    return t.astype(np.int64)
+
+
+def _finite(y, *qparams):
+    """Undefined unless the output and the qparams are finite."""
+    if not (np.isfinite(y).all() and np.isfinite(np.asarray(qparams, np.float64)).all()):
+        raise Undefined("the framework's scale, zero point or output is not finite for "
+                        "these statistics")
+
+
+def _run(recipe, x, lo, hi):
+    """``recipe.run``, its refusals and non-finite results as :class:`Undefined`."""
+    try:
+        with np.errstate(all="ignore"):
+            step, zp, q, y = recipe.run(x, lo, hi)
+        _finite(y, step, zp)
+        return step, zp, q, y
+    except Undefined:
+        raise
+    except (ValueError, TypeError, OverflowError, ZeroDivisionError) as exc:
+        raise Undefined(" ".join(str(exc).split())) from None
 
 
 def _torch(dtype, qscheme, qmin, qmax):
@@ -109,6 +137,7 @@ def _tf(narrow):
         y = tf_c.fake_quant_with_min_max_vars(x, F32(lo), F32(hi), num_bits=8,
                                              narrow_range=narrow)
         _, _, scale, _, qzero = Q.nudge_tensorflow(F32(lo), F32(hi), int(narrow), 255)
+        _finite(y, scale, qzero)
         s, z = float(scale[0]), int(qzero[0]) + int(narrow)   # (quant_zero is nzp - qmin)
         return s, z, _codes(y, s, z), y
     return run
@@ -129,6 +158,7 @@ def _oneflow(scheme):
         scale, zp = oneflow_c.MinMaxObserver(quantization_scheme=scheme)(stats)
         q = oneflow_c.Quantization(quantization_scheme=scheme)(x, scale, zp)
         y = oneflow_c.FakeQuantization(quantization_scheme=scheme)(x, scale, zp)
+        _finite(y, scale, zp)
         return float(scale[0]), int(zp[0]), q.astype(np.int64), y
     return run
 
@@ -280,6 +310,9 @@ class Row:
     causes: tuple
     q: np.ndarray = dataclasses.field(repr=False)
     y: np.ndarray = dataclasses.field(repr=False)
+    #: why the recipe has no result on this tensor (its numbers are then NaN
+    #: and ``q`` / ``y`` None); None when it has one
+    undefined: str = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,6 +354,10 @@ def compare(x, recipes=DEFAULT, reference="torch_affine"):
     Returns
     -------
     Comparison
+        A recipe without a result on ``x`` (the framework refuses its
+        statistics or returns NaN, e.g. TensorFlow when ``min == max``) gets
+        a row with ``undefined`` set; :class:`Undefined` (a ValueError) when
+        that recipe is the reference.
     """
     x = np.asarray(x)
     if x.dtype != np.float32:
@@ -339,10 +376,23 @@ def compare(x, recipes=DEFAULT, reference="torch_affine"):
         chosen.insert(0, ref)
     x = np.ascontiguousarray(x).reshape(-1)
     lo, hi = F32(x.min()), F32(x.max())
-    results = {r.name: r.run(x, lo, hi) for r in chosen}
+    results = {}
+    for r in chosen:
+        try:
+            results[r.name] = _run(r, x, lo, hi)
+        except Undefined as exc:
+            if r is ref:
+                raise Undefined(f"reference: recipe {r.name} has no result on this tensor "
+                                f"(min {float(lo):.9g}, max {float(hi):.9g}): {exc}") from None
+            results[r.name] = str(exc)
     _, _, q_ref, y_ref = results[ref.name]
     rows = []
+    nan = float("nan")
     for r in chosen:
+        if isinstance(results[r.name], str):
+            rows.append(Row(r.name, nan, 0, nan, 0, nan, nan, causes(ref, r), None, None,
+                            results[r.name]))
+            continue
         step, zp, q, y = results[r.name]
         dq = np.abs(q - q_ref)
         dy = np.abs(y.astype(np.float64) - y_ref.astype(np.float64))
@@ -359,11 +409,15 @@ def table(comparison):
     head = ("recipe", "scale", "zp", "codes != ref", "max |dq|", "max |dy|", "SQNR dB")
     rows, notes = [], []
     for r in comparison.rows:
+        if r.undefined:
+            rows.append((r.name, "-", "-", "-", "-", "-", "-"))
+            notes.append(f"{r.name}: no result here: {r.undefined}")
+            continue
         rows.append((r.name, f"{r.step:.6g}", str(r.zero_point), f"{100 * r.mismatch:.2f}%",
                      str(r.max_code_diff), f"{r.max_abs_diff:.3g}", f"{r.sqnr_db:.2f}"))
         if r.causes:
             effect = " (no effect here)" if r.mismatch == 0 and r.max_abs_diff == 0 else ""
-            notes.append(f"{r.name}: {', '.join(r.causes)}{effect}")
+            notes.append(f"causes of {r.name}: {', '.join(r.causes)}{effect}")
     return head, rows, notes
 
 
@@ -418,17 +472,21 @@ def run_command(args):
             why = "empty" if x.size == 0 else "holds NaN or inf (as float32)"
             print(f"{e.name}: skipped ({why})")
             continue
-        result = compare(x, args.recipes or DEFAULT, args.reference)
+        try:
+            result = compare(x, args.recipes or DEFAULT, args.reference)
+        except Undefined as exc:
+            print(f"{e.name}: skipped ({exc})")
+            continue
         head, rows, notes = table(result)
         print(f"{e.name}  shape {list(e.shape)}  min {x.min():.6g}  max {x.max():.6g}  "
               f"reference {args.reference}")
         print_table(head, rows)
         for note in notes:
-            print(f"  causes, {note}")
+            print(f"  {note}")
         print()
         done.append((e.name, result))
     if not done:
-        raise CliError(f"{args.file}: no float tensor to compare")
+        raise CliError(f"{args.file}: no tensor could be compared (see the notes above)")
     if args.plot:
         from .cli_files import write_or_fail
         write_or_fail(args.plot, lambda: plot_mismatch(done, args.plot))

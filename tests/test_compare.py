@@ -96,7 +96,7 @@ def test_scale_arithmetic_is_the_only_cause_and_can_have_no_effect():
     row = r.row("ort_int8_symmetric")
     assert row.causes == ("scale_arithmetic",)
     assert row.mismatch == 0 and row.max_abs_diff == 0
-    assert any(n.endswith("scale_arithmetic (no effect here)") for n in C.table(r)[2])
+    assert "causes of ort_int8_symmetric: scale_arithmetic (no effect here)" in C.table(r)[2]
 
 
 def test_scale_arithmetic_changes_the_affine_scale():
@@ -188,6 +188,20 @@ def test_live_torch_and_tensorflow():
         assert np.array_equal(r.row(name).y, y)
 
 
+def test_min_equal_max_gives_rows_without_result():
+    x = np.full(5, 1.5, F32)
+    r = C.compare(x, C.DEFAULT)
+    for name in ("tf", "tf_narrow", "mindspore", "oneflow_affine"):
+        row = r.row(name)
+        assert row.undefined and row.q is None and np.isnan(row.mismatch)
+        assert f"{name}: no result here: " in "\n".join(C.table(r)[2])
+    assert "max_init" in r.row("mindspore").undefined    # MindSpore's own refusal
+    for name in ("torch_affine", "nvidia", "ort_uint8"):
+        assert r.row(name).undefined is None and np.array_equal(r.row(name).y, x)
+    with pytest.raises(C.Undefined, match="reference: recipe tf has no result"):
+        C.compare(x, reference="tf")
+
+
 def test_bad_input():
     with pytest.raises(TypeError, match="x: expected a float32"):
         C.compare(np.zeros(3))
@@ -204,14 +218,19 @@ def test_bad_input():
 def test_cli(tmp_path, capsys):
     from quantcore.cli import main
     path = tmp_path / "t.npz"
-    np.savez(path, w=_ties(), n=np.arange(3), bad=np.array([np.inf], F32))
+    np.savez(path, w=_ties(), n=np.arange(3), bad=np.array([np.inf], F32),
+             flat=np.zeros(4, F32))
     assert main(["compare", str(path), "--recipes", "horizon", "horizon_even",
                  "--reference", "horizon"]) == 0
     out = capsys.readouterr().out
-    assert "horizon_even" in out and "causes, horizon_even: rounding\n" in out
+    assert "horizon_even" in out and "causes of horizon_even: rounding\n" in out
     assert "n: skipped (dtype int64" in out and "bad: skipped (holds NaN or inf" in out
+    assert main(["compare", str(path), "--tensors", "flat", "--reference", "tf"]) == 2
+    captured = capsys.readouterr()
+    assert "flat: skipped (reference: recipe tf has no result" in captured.out
+    assert "no tensor could be compared" in captured.err
     np.save(tmp_path / "i.npy", np.arange(4))
-    for argv, msg in ((["compare", str(tmp_path / "i.npy")], "no float tensor to compare"),
+    for argv, msg in ((["compare", str(tmp_path / "i.npy")], "no tensor could be compared"),
                       (["compare", str(tmp_path / "no.npz")], "no such file"),
                       (["compare", str(path), "--recipes", "jax"], "invalid choice")):
         assert main(argv) == 2
