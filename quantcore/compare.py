@@ -421,6 +421,52 @@ def table(comparison):
     return head, rows, notes
 
 
+# ------------------------------------------------------------------ ONNX models
+def model_tensors(model, inputs):
+    """The float tensors of an ONNX model to compare: ``[(name, float32
+    array)]``, its float initializers (weights) and then the activations
+    ONNX Runtime would calibrate (:func:`quantcore.onnx.select_tensors`) of
+    one ORT run on the feeds ``inputs`` ({input name: array}, graph
+    optimizations off, as ORT's calibrator).
+
+    Parameters
+    ----------
+    model : str or os.PathLike
+        An .onnx file.
+    inputs : dict of str to ndarray
+        One feed: every input of the model, whole.
+    """
+    import onnx
+    import onnxruntime
+    from onnx import numpy_helper
+
+    from .onnx import select_tensors
+    try:
+        proto = onnx.shape_inference.infer_shapes(onnx.load(str(model)))
+    except Exception as exc:  # protobuf's DecodeError, onnx's own errors
+        raise ValueError(f"{model}: not an ONNX model ({' '.join(str(exc).split())})") from None
+    graph = proto.graph
+    inits = {i.name for i in graph.initializer}
+    wanted = [i.name for i in graph.input if i.name not in inits]
+    missing = sorted(set(wanted) - set(inputs))
+    if missing:
+        raise ValueError(f"--data: no array for the model input(s) {', '.join(missing)} "
+                         f"(the data holds {', '.join(sorted(inputs)) or 'nothing'})")
+    weights = [(i.name, numpy_helper.to_array(i)) for i in graph.initializer]
+    out = [(n, a.astype(F32)) for n, a in weights if a.dtype.kind == "f" and a.size > 1]
+    names, infos = select_tensors(proto)
+    present = {o.name for o in graph.output}
+    for name in names:
+        if name not in present:
+            graph.output.append(infos[name])
+    opts = onnxruntime.SessionOptions()
+    opts.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), opts,
+                                           providers=["CPUExecutionProvider"])
+    values = session.run(names, {k: inputs[k] for k in wanted})
+    return out + [(n, np.asarray(v).astype(F32)) for n, v in zip(names, values)]
+
+
 # ------------------------------------------------------------------ the command
 def add_parser(sub, formatter=None):
     """Register ``quantcore compare`` on an argparse sub-parsers object."""
@@ -435,7 +481,12 @@ def add_parser(sub, formatter=None):
                     "code difference, the largest output difference, the SQNR, and the declared "
                     "conventions in which the recipe differs from the reference (the causes).",
         **kw)
-    p.add_argument("file", metavar="FILE", help="input .npy, .npz or .safetensors")
+    p.add_argument("file", metavar="FILE",
+                   help="input .npy, .npz or .safetensors, or an .onnx model with --data")
+    p.add_argument("--data", metavar="NPZ",
+                   help="an .onnx FILE: an .npz of arrays named after the model's inputs, run "
+                        "once by ONNX Runtime; its weights and the activations ORT calibrates "
+                        "are compared")
     p.add_argument("--recipes", nargs="+", metavar="R", choices=list(RECIPES),
                    help=f"the recipes (default: {' '.join(DEFAULT)}; also: "
                         f"{' '.join(n for n in RECIPES if n not in DEFAULT)})")
@@ -451,40 +502,40 @@ def add_parser(sub, formatter=None):
 
 def run_command(args):
     """``quantcore compare``: the table of every float tensor of the file."""
-    from .cli_common import list_checked, match_tensors, print_table
+    from .cli_common import match_tensors, print_table
     from .cli_files import CliError, check_writable
     if args.plot:
         from .cli_plot import check_matplotlib
         check_matplotlib()
         check_writable(args.plot, "--plot")
-    entries = list_checked(args.file)
+    entries = _command_tensors(args)
     if args.tensors:
-        keep = set(match_tensors([e.name for e in entries], args.tensors))
-        entries = [e for e in entries if e.name in keep]
+        keep = set(match_tensors([name for name, _, _ in entries], args.tensors))
+        entries = [e for e in entries if e[0] in keep]
     done = []
-    for e in entries:
-        if not e.is_float:
-            print(f"{e.name}: skipped (dtype {e.dtype}, not floating point)")
+    for name, shape, load in entries:
+        if load is None:
+            print(f"{name}: skipped (dtype {shape}, not floating point)")
             continue
         with np.errstate(over="ignore"):
-            x = np.asarray(e.load()).astype(F32)
+            x = np.asarray(load()).astype(F32)
         if x.size == 0 or not np.isfinite(x).all():
             why = "empty" if x.size == 0 else "holds NaN or inf (as float32)"
-            print(f"{e.name}: skipped ({why})")
+            print(f"{name}: skipped ({why})")
             continue
         try:
             result = compare(x, args.recipes or DEFAULT, args.reference)
         except Undefined as exc:
-            print(f"{e.name}: skipped ({exc})")
+            print(f"{name}: skipped ({exc})")
             continue
         head, rows, notes = table(result)
-        print(f"{e.name}  shape {list(e.shape)}  min {x.min():.6g}  max {x.max():.6g}  "
+        print(f"{name}  shape {list(shape)}  min {x.min():.6g}  max {x.max():.6g}  "
               f"reference {args.reference}")
         print_table(head, rows)
         for note in notes:
             print(f"  {note}")
         print()
-        done.append((e.name, result))
+        done.append((name, result))
     if not done:
         raise CliError(f"{args.file}: no tensor could be compared (see the notes above)")
     if args.plot:
@@ -492,6 +543,26 @@ def run_command(args):
         write_or_fail(args.plot, lambda: plot_mismatch(done, args.plot))
         print(f"wrote {args.plot}")
     return 0
+
+
+def _command_tensors(args):
+    """``[(name, shape, load)]`` of the command's input (``load`` None for a
+    tensor that is not floating point; ``shape`` is then its dtype)."""
+    from .cli_common import list_checked
+    from .cli_files import CliError
+    if args.file.endswith(".onnx"):
+        if not args.data:
+            raise CliError(f"{args.file}: an ONNX model needs --data NPZ (its inputs)")
+        from .cli_common import check_input
+        check_input(args.file, ".onnx")
+        check_input(args.data, ".npz")
+        with np.load(args.data, allow_pickle=False) as npz:
+            feeds = {k: npz[k] for k in npz.files}
+        return [(n, a.shape, lambda a=a: a) for n, a in model_tensors(args.file, feeds)]
+    if args.data:
+        raise CliError("--data: only with an .onnx FILE")
+    return [(e.name, e.shape, e.load) if e.is_float else (e.name, e.dtype, None)
+            for e in list_checked(args.file)]
 
 
 def plot_mismatch(results, path):

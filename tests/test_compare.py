@@ -249,3 +249,49 @@ def test_cli_plot(tmp_path, capsys):
     assert f"wrote {png}" in capsys.readouterr().out
     assert main(["compare", str(path), "--plot", str(tmp_path / "no" / "m.png")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def _tiny_model(path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    w = np.random.default_rng(7).standard_normal((8, 4)).astype(F32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return w
+
+
+def test_onnx_model_weights_and_activations(tmp_path, capsys):
+    ort_rt = pytest.importorskip("onnxruntime")
+    model = tmp_path / "tiny.onnx"
+    w = _tiny_model(model)
+    x = _normal(64 * 8, seed=9).reshape(64, 8)
+    tensors = dict(C.model_tensors(model, {"x": x}))
+    assert sorted(tensors) == ["h", "w", "x", "y"]
+    assert np.array_equal(tensors["w"], w) and np.array_equal(tensors["x"], x)
+    y = ort_rt.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    assert np.array_equal(tensors["y"], y)
+    np.savez(tmp_path / "data.npz", x=x)
+    from quantcore.cli import main
+    assert main(["compare", str(model), "--data", str(tmp_path / "data.npz"),
+                 "--recipes", "tf", "ort_uint8"]) == 0
+    out = capsys.readouterr().out
+    for name in ("w", "x", "h", "y"):
+        assert f"\n{name}  shape " in "\n" + out
+    r = C.compare(y, ["tf", "ort_uint8"])
+    assert f"{100 * r.row('tf').mismatch:.2f}%" in out.split("\ny  shape")[1]
+    np.savez(tmp_path / "bad.npz", z=x)
+    for argv, msg in ((["compare", str(model)], "needs --data"),
+                      (["compare", str(model), "--data", str(tmp_path / "bad.npz")],
+                       "no array for the model input(s) x"),
+                      (["compare", str(tmp_path / "bad.npz"), "--data", str(model)],
+                       "--data: only with an .onnx FILE")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert msg in err and err.count("\n") == 1
