@@ -422,12 +422,39 @@ def table(comparison):
 
 
 # ------------------------------------------------------------------ ONNX models
+def _load_model(model):
+    import onnx
+    try:
+        return onnx.shape_inference.infer_shapes(onnx.load(str(model)))
+    except Exception as exc:  # protobuf's DecodeError, onnx's own errors
+        raise ValueError(f"{model}: not an ONNX model ({' '.join(str(exc).split())})") from None
+
+
+def _feeds(graph, inputs):
+    inits = {i.name for i in graph.initializer}
+    wanted = [i.name for i in graph.input if i.name not in inits]
+    missing = sorted(set(wanted) - set(inputs))
+    if missing:
+        raise ValueError(f"--data: no array for the model input(s) {', '.join(missing)} "
+                         f"(the data holds {', '.join(sorted(inputs)) or 'nothing'})")
+    return {k: inputs[k] for k in wanted}
+
+
+def _session(proto):
+    import onnxruntime
+    opts = onnxruntime.SessionOptions()
+    opts.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return onnxruntime.InferenceSession(proto.SerializeToString(), opts,
+                                        providers=["CPUExecutionProvider"])
+
+
 def model_tensors(model, inputs):
     """The float tensors of an ONNX model to compare: ``[(name, float32
-    array)]``, its float initializers (weights) and then the activations
-    ONNX Runtime would calibrate (:func:`quantcore.onnx.select_tensors`) of
-    one ORT run on the feeds ``inputs`` ({input name: array}, graph
-    optimizations off, as ORT's calibrator).
+    array)]``, its float initializers of more than one element (weights)
+    and then the activations ONNX Runtime would calibrate
+    (:func:`quantcore.onnx.select_tensors`) of one ORT run on the feeds
+    ``inputs`` ({input name: array}, graph optimizations off, as ORT's
+    calibrator).
 
     Parameters
     ----------
@@ -436,22 +463,12 @@ def model_tensors(model, inputs):
     inputs : dict of str to ndarray
         One feed: every input of the model, whole.
     """
-    import onnx
-    import onnxruntime
     from onnx import numpy_helper
 
     from .onnx import select_tensors
-    try:
-        proto = onnx.shape_inference.infer_shapes(onnx.load(str(model)))
-    except Exception as exc:  # protobuf's DecodeError, onnx's own errors
-        raise ValueError(f"{model}: not an ONNX model ({' '.join(str(exc).split())})") from None
+    proto = _load_model(model)
     graph = proto.graph
-    inits = {i.name for i in graph.initializer}
-    wanted = [i.name for i in graph.input if i.name not in inits]
-    missing = sorted(set(wanted) - set(inputs))
-    if missing:
-        raise ValueError(f"--data: no array for the model input(s) {', '.join(missing)} "
-                         f"(the data holds {', '.join(sorted(inputs)) or 'nothing'})")
+    feeds = _feeds(graph, inputs)
     weights = [(i.name, numpy_helper.to_array(i)) for i in graph.initializer]
     out = [(n, a.astype(F32)) for n, a in weights if a.dtype.kind == "f" and a.size > 1]
     names, infos = select_tensors(proto)
@@ -459,12 +476,95 @@ def model_tensors(model, inputs):
     for name in names:
         if name not in present:
             graph.output.append(infos[name])
-    opts = onnxruntime.SessionOptions()
-    opts.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = onnxruntime.InferenceSession(proto.SerializeToString(), opts,
-                                           providers=["CPUExecutionProvider"])
-    values = session.run(names, {k: inputs[k] for k in wanted})
+    values = _session(proto).run(names, feeds)
     return out + [(n, np.asarray(v).astype(F32)) for n, v in zip(names, values)]
+
+
+def _with_qdq(proto, qparams):
+    """A copy of ``proto`` with QuantizeLinear -> DequantizeLinear after
+    every tensor of ``qparams`` ({name: (scale, zero point, signed)}), its
+    consumers reading the dequantized tensor; nodes kept in order."""
+    import onnx
+    from onnx import helper, numpy_helper
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    g = out.graph
+    qdq = {}
+    for name, (step, zp, signed) in qparams.items():
+        g.initializer.extend([
+            numpy_helper.from_array(np.array(step, F32), f"{name}/qc_scale"),
+            numpy_helper.from_array(np.array(zp, np.int8 if signed else np.uint8),
+                                    f"{name}/qc_zp")])
+        qdq[name] = [
+            helper.make_node("QuantizeLinear", [name, f"{name}/qc_scale", f"{name}/qc_zp"],
+                             [f"{name}/qc_q"]),
+            helper.make_node("DequantizeLinear",
+                             [f"{name}/qc_q", f"{name}/qc_scale", f"{name}/qc_zp"],
+                             [f"{name}/qc_dq"])]
+    sources = {i.name for i in g.initializer} | {i.name for i in g.input}
+    nodes = [n for name in qdq if name in sources for n in qdq[name]]
+    for node in proto.graph.node:
+        new = onnx.NodeProto()
+        new.CopyFrom(node)
+        del new.input[:]
+        new.input.extend(f"{i}/qc_dq" if i in qdq else i for i in node.input)
+        nodes.append(new)
+        nodes.extend(n for o in node.output if o in qdq for n in qdq[o])
+    del g.node[:]
+    g.node.extend(nodes)
+    return out
+
+
+def qdq_accuracy(model, inputs, labels, recipes=DEFAULT):
+    """The model's accuracy, float and with each recipe's qparams.
+
+    Every tensor of :func:`model_tensors` gets the recipe's ``(scale, zero
+    point)`` from its own min / max, as QuantizeLinear / DequantizeLinear
+    nodes (ONNX Runtime's QDQ format: int8 for a signed range, else uint8);
+    ORT then quantizes with *its* rounding (half to even, division) and the
+    full range of the type, so this measures each recipe's qparams, not its
+    rounding.  ``accuracy = mean(argmax(first output, -1) == labels)`` on
+    the same feeds ``inputs`` the statistics came from.
+
+    Returns
+    -------
+    dict
+        ``{"float": accuracy, recipe: (accuracy, [tensors left in float: no
+        result or a zero point outside the type])}``.
+    """
+    proto = _load_model(model)
+    feeds = _feeds(proto.graph, inputs)
+    labels = np.asarray(labels).reshape(-1)
+
+    def accuracy(p):
+        logits = np.asarray(_session(p).run(None, feeds)[0])
+        if logits.reshape(-1, logits.shape[-1]).shape[0] != labels.size:
+            raise ValueError(f"labels: expected {logits.size // logits.shape[-1]} labels "
+                             f"(the model's first output is {list(logits.shape)}), got "
+                             f"{labels.size}")
+        return float(np.mean(np.argmax(logits, axis=-1).reshape(-1) == labels))
+    tensors = model_tensors(model, inputs)
+    result = {"float": accuracy(proto)}
+    for name in recipes:
+        r = _recipe(name)
+        signed = r.conventions["int_range"][0] < 0
+        qp, left = {}, []
+        for t, x in tensors:
+            flat = x.reshape(-1)
+            if flat.size == 0 or not np.isfinite(flat).all():
+                left.append(t)
+                continue
+            try:
+                step, zp, _, _ = _run(r, flat, F32(flat.min()), F32(flat.max()))
+            except Undefined:
+                left.append(t)
+                continue
+            if not (-128 if signed else 0) <= zp <= (127 if signed else 255):
+                left.append(t)
+                continue
+            qp[t] = (step, zp, signed)
+        result[r.name] = (accuracy(_with_qdq(proto, qp)), left)
+    return result
 
 
 # ------------------------------------------------------------------ the command
@@ -538,6 +638,8 @@ def run_command(args):
         done.append((name, result))
     if not done:
         raise CliError(f"{args.file}: no tensor could be compared (see the notes above)")
+    if args.file.endswith(".onnx"):
+        _print_accuracy(args)
     if args.plot:
         from .cli_files import write_or_fail
         write_or_fail(args.plot, lambda: plot_mismatch(done, args.plot))
@@ -557,12 +659,28 @@ def _command_tensors(args):
         check_input(args.file, ".onnx")
         check_input(args.data, ".npz")
         with np.load(args.data, allow_pickle=False) as npz:
-            feeds = {k: npz[k] for k in npz.files}
+            feeds = {k: npz[k] for k in npz.files if k != "labels"}
         return [(n, a.shape, lambda a=a: a) for n, a in model_tensors(args.file, feeds)]
     if args.data:
         raise CliError("--data: only with an .onnx FILE")
     return [(e.name, e.shape, e.load) if e.is_float else (e.name, e.dtype, None)
             for e in list_checked(args.file)]
+
+
+def _print_accuracy(args):
+    """The accuracies of :func:`qdq_accuracy` when --data holds 'labels'."""
+    with np.load(args.data, allow_pickle=False) as npz:
+        if "labels" not in npz.files:
+            return
+        feeds = {k: npz[k] for k in npz.files if k != "labels"}
+        labels = npz["labels"]
+    acc = qdq_accuracy(args.file, feeds, labels, args.recipes or DEFAULT)
+    print(f"accuracy on --data ({labels.size} labels), every tensor through ORT's "
+          f"QuantizeLinear / DequantizeLinear with each recipe's qparams: "
+          f"float {100 * acc.pop('float'):.2f}%")
+    for name, (a, left) in acc.items():
+        more = f"  ({len(left)} tensor(s) left in float: {', '.join(left)})" if left else ""
+        print(f"  {name:<20} {100 * a:6.2f}%{more}")
 
 
 def plot_mismatch(results, path):

@@ -295,3 +295,32 @@ def test_onnx_model_weights_and_activations(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert msg in err and err.count("\n") == 1
+
+
+def test_onnx_accuracy_through_qdq(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    model = tmp_path / "tiny.onnx"
+    w = _tiny_model(model)
+    x = _normal(200 * 8, seed=11).reshape(200, 8)
+    labels = np.argmax(np.maximum(x @ w, 0), axis=-1)
+    acc = C.qdq_accuracy(model, {"x": x}, labels, ["ort_uint8", "torch_symmetric"])
+    assert acc["float"] == 1.0
+    # ort_uint8 by hand: QDQ of x, w and h, each with ORT's qparams of its float values
+    def qdq(a, stats):
+        qmin, qmax = ort.get_qmin_qmax_for_qType(ort.QuantType.QUInt8)
+        zp, s = ort.compute_scale_zp(F32(stats.min()), F32(stats.max()), qmin, qmax)
+        return ort.dequantize_linear(ort.quantize_linear(a, s, zp), s, zp)
+    h = qdq(x, x) @ qdq(w, w)     # (float32 matmul: ORT's and numpy's sum orders may differ)
+    y = np.maximum(qdq(h.astype(F32), x @ w), 0)
+    expect = float(np.mean(np.argmax(y, axis=-1) == labels))
+    # (one label of slack: a near-tie of the logits may go either way between sum orders)
+    assert abs(acc["ort_uint8"][0] - expect) <= 1 / 200 and acc["ort_uint8"][1] == []
+    assert acc["ort_uint8"][0] < 1.0
+    assert 0.5 < acc["torch_symmetric"][0] <= 1.0
+    np.savez(tmp_path / "data.npz", x=x, labels=labels)
+    from quantcore.cli import main
+    assert main(["compare", str(model), "--data", str(tmp_path / "data.npz"),
+                 "--recipes", "ort_uint8", "torch_symmetric"]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy on --data (200 labels)" in out and "float 100.00%" in out
+    assert f"ort_uint8{' ' * 12}{100 * acc['ort_uint8'][0]:6.2f}%" in out
