@@ -117,7 +117,7 @@ def _run(recipe, x, lo, hi):
         return step, zp, q, y
     except Undefined:
         raise
-    except (ValueError, TypeError, OverflowError, ZeroDivisionError) as exc:
+    except (ValueError, OverflowError) as exc:  # (MindSpore's refusal is a ValueError too)
         raise Undefined(" ".join(str(exc).split())) from None
 
 
@@ -298,7 +298,9 @@ def _recipe(r):
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """One recipe's line of a :class:`Comparison` (module docstring)."""
+    """One recipe's line of a :class:`Comparison` (module docstring); ``q``
+    and ``y`` are the recipe's codes and fake-quant output (None without
+    ``keep_arrays`` or a result)."""
 
     name: str
     step: float
@@ -341,7 +343,7 @@ def sqnr_db(x, y):
     return 10.0 * np.log10(signal / noise) if signal > 0 else float("-inf")
 
 
-def compare(x, recipes=DEFAULT, reference="torch_affine"):
+def compare(x, recipes=DEFAULT, reference="torch_affine", *, keep_arrays=True):
     """Compare the recipes on the float32 tensor ``x`` (module docstring).
 
     Parameters
@@ -350,6 +352,9 @@ def compare(x, recipes=DEFAULT, reference="torch_affine"):
     recipes : sequence of recipe names (:data:`RECIPES`)
     reference : str
         A recipe name; added to ``recipes`` when missing.
+    keep_arrays : bool
+        Keep each row's codes ``q`` and output ``y`` (False: None, and only
+        two recipes' arrays are held at a time).
 
     Returns
     -------
@@ -376,28 +381,27 @@ def compare(x, recipes=DEFAULT, reference="torch_affine"):
         chosen.insert(0, ref)
     x = np.ascontiguousarray(x).reshape(-1)
     lo, hi = F32(x.min()), F32(x.max())
-    results = {}
-    for r in chosen:
-        try:
-            results[r.name] = _run(r, x, lo, hi)
-        except Undefined as exc:
-            if r is ref:
-                raise Undefined(f"reference: recipe {r.name} has no result on this tensor "
-                                f"(min {float(lo):.9g}, max {float(hi):.9g}): {exc}") from None
-            results[r.name] = str(exc)
-    _, _, q_ref, y_ref = results[ref.name]
+    try:
+        ref_result = _run(ref, x, lo, hi)
+    except Undefined as exc:
+        raise Undefined(f"reference: recipe {ref.name} has no result on this tensor "
+                        f"(min {float(lo):.9g}, max {float(hi):.9g}): {exc}") from None
+    _, _, q_ref, y_ref = ref_result
+    y_ref64 = y_ref.astype(np.float64)
     rows = []
     nan = float("nan")
-    for r in chosen:
-        if isinstance(results[r.name], str):
+    for r in chosen:       # one recipe's arrays at a time (unless keep_arrays)
+        try:
+            step, zp, q, y = ref_result if r is ref else _run(r, x, lo, hi)
+        except Undefined as exc:
             rows.append(Row(r.name, nan, 0, nan, 0, nan, nan, causes(ref, r), None, None,
-                            results[r.name]))
+                            str(exc)))
             continue
-        step, zp, q, y = results[r.name]
         dq = np.abs(q - q_ref)
-        dy = np.abs(y.astype(np.float64) - y_ref.astype(np.float64))
+        dy = np.abs(y.astype(np.float64) - y_ref64)
         rows.append(Row(r.name, step, zp, float(np.mean(dq != 0)), int(dq.max()),
-                        float(dy.max()), sqnr_db(x, y), causes(ref, r), q, y))
+                        float(dy.max()), sqnr_db(x, y), causes(ref, r),
+                        q if keep_arrays else None, y if keep_arrays else None))
     return Comparison(ref.name, float(lo), float(hi), tuple(rows))
 
 
@@ -624,7 +628,7 @@ def run_command(args):
             print(f"{name}: skipped ({why})")
             continue
         try:
-            result = compare(x, args.recipes or DEFAULT, args.reference)
+            result = compare(x, args.recipes or DEFAULT, args.reference, keep_arrays=False)
         except Undefined as exc:
             print(f"{name}: skipped ({exc})")
             continue

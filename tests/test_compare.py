@@ -166,6 +166,16 @@ def test_numbers_against_the_compat_layers():
             np.abs(row.y - (row.q - row.zero_point) * row.step).max() < 1e-6
 
 
+def test_keep_arrays_false_gives_the_same_numbers():
+    x = _normal(3000, seed=4)
+    kept, lean = C.compare(x, C.RECIPES), C.compare(x, C.RECIPES, keep_arrays=False)
+    for a, b in zip(kept.rows, lean.rows):
+        assert b.q is None and b.y is None
+        assert (a.name, a.step, a.zero_point, a.mismatch, a.max_code_diff, a.max_abs_diff,
+                a.sqnr_db, a.causes) == (b.name, b.step, b.zero_point, b.mismatch,
+                                         b.max_code_diff, b.max_abs_diff, b.sqnr_db, b.causes)
+
+
 def test_live_torch_and_tensorflow():
     torch = pytest.importorskip("torch")
     tf = pytest.importorskip("tensorflow")
