@@ -639,16 +639,34 @@ def run_command(args):
         for note in notes:
             print(f"  {note}")
         print()
-        done.append((name, result))
+        done.append((name, result, load))
     if not done:
         raise CliError(f"{args.file}: no tensor could be compared (see the notes above)")
     if args.file.endswith(".onnx"):
         _print_accuracy(args)
     if args.plot:
         from .cli_files import write_or_fail
-        write_or_fail(args.plot, lambda: plot_mismatch(done, args.plot))
+        write_or_fail(args.plot, lambda: plot_mismatch(
+            [(n, c) for n, c, _ in done], args.plot, _details(done, args)))
         print(f"wrote {args.plot}")
     return 0
+
+
+def _local_flips(c):
+    """The largest share of flipped codes among recipes on the reference's
+    grid (at most half the codes differ)."""
+    return max([r.mismatch for r in c.rows if not r.undefined and r.mismatch <= 0.5] or [0])
+
+
+def _details(done, args):
+    """The DETAILED tensors of ``done`` with the most local flips, compared
+    again with their arrays kept (for the plot's detail panels)."""
+    ranked = sorted((d for d in done if _local_flips(d[1]) > 0), key=lambda d: -_local_flips(d[1]))
+    out = []
+    for name, c, load in ranked[:DETAILED]:
+        x = np.asarray(load()).astype(F32).reshape(-1)
+        out.append((name, x, compare(x, [r.name for r in c.rows], c.reference)))
+    return out
 
 
 def _command_tensors(args):
@@ -687,25 +705,50 @@ def _print_accuracy(args):
         print(f"  {name:<20} {100 * a:6.2f}%{more}")
 
 
-def plot_mismatch(results, path):
-    """A heat map of ``results`` (``[(tensor name, Comparison)]``): one row
-    per tensor, one column per recipe, the cell's colour and text the
-    percentage of integer codes that differ from the reference (its SQNR
-    below it), written to ``path`` as an image."""
+#: tensors drawn on the detail panels of --plot
+DETAILED = 4
+
+
+def plot_mismatch(results, path, details=()):
+    """Write ``path`` (an image): a heat map of ``results`` (``[(tensor
+    name, Comparison)]``; one row per tensor, one column per recipe, the
+    cell's colour and text the percentage of integer codes that differ from
+    the reference, its SQNR below it), then one panel per ``details`` entry
+    (``(name, x, Comparison with arrays)``): the histogram of ``x`` over the
+    elements whose code flips, one outline per recipe on the reference's
+    grid (codes differing on at most half the elements), labelled with the
+    recipe's declared causes."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     names = [r.name for r in results[0][1].rows]
     share = np.array([[c.row(n).mismatch * 100 for n in names] for _, c in results])
-    fig, ax = plt.subplots(figsize=(1.2 * len(names) + 3, 0.5 * len(results) + 2.5))
-    ax.imshow(share, cmap="Reds", vmin=0, vmax=100, aspect="auto")
+    heights = [0.5 * len(results) + 2.5] + [3.0] * len(details)
+    fig = plt.figure(figsize=(max(1.2 * len(names) + 3, 9), sum(heights)))
+    axes = fig.subplots(len(heights), 1, gridspec_kw={"height_ratios": heights}, squeeze=False)
+    ax = axes[0, 0]
+    ax.imshow(np.nan_to_num(share, nan=0.0), cmap="Reds", vmin=0, vmax=100, aspect="auto")
     for i, (_, c) in enumerate(results):
         for j, n in enumerate(names):
-            ax.text(j, i, f"{share[i, j]:.1f}%\n{c.row(n).sqnr_db:.1f} dB", ha="center",
-                    va="center", fontsize=7, color="white" if share[i, j] > 60 else "black")
+            row = c.row(n)
+            text = "no result" if row.undefined else f"{share[i, j]:.1f}%\n{row.sqnr_db:.1f} dB"
+            ax.text(j, i, text, ha="center", va="center", fontsize=7,
+                    color="white" if share[i, j] > 60 else "black")
     ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
     ax.set_yticks(range(len(results)), [t for t, _ in results])
     ax.set_title(f"integer codes that differ from {results[0][1].reference} (and SQNR)")
+    for (tensor, x, c), (ax,) in zip(details, axes[1:]):
+        ref = c.row(c.reference)
+        bins = np.linspace(c.min, c.max, 61) if c.max > c.min else 10
+        for row in c.rows:
+            if row.undefined or not 0 < row.mismatch <= 0.5:
+                continue
+            flips = x[row.q != ref.q]
+            ax.hist(flips, bins=bins, histtype="step",
+                    label=f"{row.name} ({flips.size}): {', '.join(row.causes)}")
+        ax.set_title(f"{tensor}: values whose code differs from {c.reference}", fontsize=9)
+        ax.set_xlabel("value")
+        ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
