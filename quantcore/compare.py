@@ -598,8 +598,9 @@ def add_parser(sub, formatter=None):
                    help="the recipe the others are compared with (default torch_affine)")
     add_tensors(p, "compare only these tensors")
     p.add_argument("--plot", metavar="PNG",
-                   help="also write a summary image: the share of codes that differ from the "
-                        "reference, tensors x recipes (needs matplotlib)")
+                   help="also write an image: the share of codes that differ from the "
+                        "reference, tensors x recipes, and the values whose code flips "
+                        "(needs matplotlib)")
     p.set_defaults(run=run_command)
     return p
 
