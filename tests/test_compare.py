@@ -121,6 +121,30 @@ def test_zero_in_range_all_positive_tensor():
     assert row.step < r.row("torch_affine").step and row.mismatch > 0.9
 
 
+ROUNDING = {"half_even": np.rint, "half_up": lambda t: np.floor(t + 0.5),
+            "half_away": lambda t: np.sign(t) * np.floor(np.abs(t) + 0.5)}
+
+
+def test_declared_rounding_and_range_are_the_behaviour():
+    # a range of +-63.75 or +-63.5 gives every recipe a step of exactly 0.5: each
+    # x = k / 4 (k odd) is then a tie, rounded as the recipe declares
+    checked = []
+    for name, recipe in C.RECIPES.items():
+        for amax in (63.75, 63.5):
+            k = np.arange(-255, 256, 2)
+            x = np.concatenate([[-amax, amax], k[np.abs(k) < 4 * amax] / 4]).astype(F32)
+            row = C.compare(x, [name], reference=name).row(name)
+            if row.step == 0.5:
+                break
+        else:
+            continue
+        qmin, qmax = recipe.conventions["int_range"]
+        expect = ROUNDING[recipe.conventions["rounding"]](x / 0.5) + row.zero_point
+        assert np.array_equal(row.q, np.clip(expect, qmin, qmax)), name
+        checked.append(name)
+    assert len(checked) == len(C.RECIPES), sorted(set(C.RECIPES) - set(checked))
+
+
 def test_causes_are_the_declared_fields_that_differ():
     for a in C.RECIPES:
         for b in C.RECIPES:
