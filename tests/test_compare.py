@@ -145,6 +145,22 @@ def test_declared_rounding_and_range_are_the_behaviour():
     assert len(checked) == len(C.RECIPES), sorted(set(C.RECIPES) - set(checked))
 
 
+def test_declared_zero_in_range_is_the_behaviour():
+    # min 1, max 3: a widened range gives a step of 3 / n, an unwidened one 2 / n
+    x = np.linspace(1, 3, 101).astype(F32)
+    checked = 0
+    for name, recipe in C.RECIPES.items():
+        widened = recipe.conventions["zero_in_range"]
+        if widened is None:
+            continue
+        qmin, qmax = recipe.conventions["int_range"]
+        step = C.compare(x, [name], reference=name).row(name).step
+        # (the declaration's meaning, not bits: the recipes' arithmetic differs)
+        assert step == pytest.approx((3.0 if widened else 2.0) / (qmax - qmin), rel=1e-6), name
+        checked += 1
+    assert checked == 6
+
+
 def test_causes_are_the_declared_fields_that_differ():
     for a in C.RECIPES:
         for b in C.RECIPES:
