@@ -298,7 +298,7 @@ def _overlaps(call, repeats=9, attempts=3):
 
 
 def _gil_kernels():
-    n = 1 << 24  # 64 MiB of float32: about 10-70 ms per call on one thread
+    n = 1 << 26  # 256 MiB of float32: 10-100 ms per call on one thread (AVX-512 included)
     x = np.random.default_rng(8).normal(size=n).astype(F32)
     x2 = x.reshape(256, -1)
     mask = x > 0
