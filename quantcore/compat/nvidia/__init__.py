@@ -107,10 +107,10 @@ import logging
 
 import numpy as np
 
-from .. import _arrays as A
-from .. import calib as _calib
-from .. import qparams as Q
-from ..ops import _affine, _amax, _amax_fast, _nudged, affine_mode
+from ... import _arrays as A
+from ... import calib as _calib
+from ... import qparams as Q
+from ...ops import _affine, _amax, _amax_fast, _nudged, affine_mode
 
 __all__ = [
     "ScaledQuantDescriptor", "QuantDescriptor",

@@ -100,7 +100,7 @@ import tracemalloc
 
 import numpy as np
 
-from .compat import onnxruntime as O
+from ..compat import onnxruntime as O
 
 __all__ = ["METHODS", "ORT_METHODS", "QUANTIZE_DEFAULTS", "CalibrationResult", "select_tensors",
            "calibrate", "quantize", "quantizable_op_types", "evaluate", "sqnr_db", "NpzReader",
@@ -478,7 +478,7 @@ class _QuantcoreCalibrater:
     is clipped to the observed min / max."""
 
     def __init__(self, method, options, tensors):
-        from . import calib
+        from .. import calib
         self.method_name, self.options, self.tensors = method, dict(options), tensors
         self.nan_batches = {}
         self.batches = 0
