@@ -10,7 +10,7 @@ The layers, bottom up::
     2 stateful  observers, fake_quantize, calib, formats, state, checkpoints
     3 compat    compat.*, the interop wrappers (quantcore.torch, .jax, .dask)
     4 api       quantcore (the package's __init__: the public names)
-    5 app       cli*, compare, demo, onnx, __main__
+    5 app       cli*, compare, demo, onnx (the package), __main__
 
 An import may go down or stay in its layer (without closing a cycle).
 """

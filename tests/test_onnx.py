@@ -271,17 +271,19 @@ def test_one_call_is_the_same_rerun_spilled_or_from_a_one_shot_reader(method, mo
     results["memory"] = qonnx.calibrate(model_path, data, method)
     results["one-shot memory"] = qonnx.calibrate(model_path, iter(data), method)
     # chunks of one batch, a buffer of one chunk; small tensors joined or not
-    monkeypatch.setattr(qonnx, "CHUNK_BYTES", 1)
-    monkeypatch.setattr(qonnx, "BUFFER_BYTES", 1)
+    # (the constants live in the calibration module)
+    cal_mod = qonnx.calibration
+    monkeypatch.setattr(cal_mod, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(cal_mod, "BUFFER_BYTES", 1)
     for small in (1 << 15, 0):
-        monkeypatch.setattr(qonnx, "SMALL_TENSOR", small)
+        monkeypatch.setattr(cal_mod, "SMALL_TENSOR", small)
         results[f"spill {small}"] = qonnx.calibrate(model_path, data, method, replay="spill")
         results[f"one-shot spill {small}"] = qonnx.calibrate(model_path, iter(data), method)
-        monkeypatch.setattr(qonnx, "SPILL_BYTES_PER_SECOND", 1e-3)   # the disk is slow: rerun
+        monkeypatch.setattr(cal_mod, "SPILL_BYTES_PER_SECOND", 1e-3)   # the disk is slow: rerun
         results[f"chunked rerun {small}"] = qonnx.calibrate(model_path, data, method,
                                                             parallel=small == 0)
-        monkeypatch.setattr(qonnx, "SPILL_BYTES_PER_SECOND", 1e30)
-    monkeypatch.setattr(qonnx, "CHUNK_BYTES", 4000)   # chunks of two batches
+        monkeypatch.setattr(cal_mod, "SPILL_BYTES_PER_SECOND", 1e30)
+    monkeypatch.setattr(cal_mod, "CHUNK_BYTES", 4000)   # chunks of two batches
     results["two-batch chunks"] = qonnx.calibrate(model_path, iter(data), method)
     for key, res in results.items():
         assert res.replay == key.split()[-2 if key[-1].isdigit() else -1].replace(

@@ -169,8 +169,9 @@ template <class Op, int CM> QC_HD int qc_loop_mode(int mode) {
   return CM < 0 ? mode : ((mode & ~(int)Op::STATIC_BITS) | CM);
 }
 
-/* X(name, Op) for every elementwise family.  (quantcore_gpu/kernels.py
- * reads the X(...) lines: keep one entry per line.) */
+/* X(name, Op) for every elementwise family.  The extension exports the list
+ * as compiled (FAMILIES); quantcore_gpu names its instantiations from that
+ * table, no header text is read. */
 #define QC_EW_FAMILIES(X)                                                      \
   X(affine, QcAffineOp)                                                        \
   X(nudged, QcNudgedOp)                                                        \
@@ -268,8 +269,8 @@ template <typename T> struct QcIntDecodeOp {
 #endif
 };
 
-/* X(name, Op) for every encode / decode family (quantcore_gpu/kernels.py
- * reads these lists too: one entry per line). */
+/* X(name, Op) for every encode / decode family (exported by the extension
+ * as ENCODE_FAMILIES / DECODE_FAMILIES; quantcore_gpu names from there). */
 #define QC_ENCODE_FAMILIES(X)                                                  \
   X(fp8, QcFp8EncodeOp)                                                        \
   X(int, QcIntEncodeOp)

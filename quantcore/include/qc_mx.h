@@ -24,8 +24,10 @@
 #include "qc_formats.h"
 
 /* MX element ids: the minifloat ids of qc_formats.h (QC_FMT_E4M3FN,
- * QC_FMT_E5M2, QC_FMT_E2M3FN, QC_FMT_E3M2FN, QC_FMT_E2M1FN) and MXINT8 */
-#define QC_MX_INT8 7
+ * QC_FMT_E5M2, QC_FMT_E2M3FN, QC_FMT_E3M2FN, QC_FMT_E2M1FN) and MXINT8, the
+ * first id after them: the same id space, so it follows the format list
+ * (a format added there moves it; formats/mx.py derives it the same way) */
+#define QC_MX_INT8 QC_FMT_COUNT
 
 /* MX mode word: the scale rule (§4.2) in the low bits, then flags */
 #define QC_MX_FLOOR 0

@@ -1,0 +1,442 @@
+"""The calibration session: :func:`calibrate` runs the model over a data
+reader and feeds each batch into a calibrator (ORT's, exact, or
+quantcore's), grouping the batches into ORT ``collect_data`` calls as ORT
+does; one call over the whole reader is taken in bounded memory (held, spilled
+to a temporary file, or the data read again: ``_one_call``).  The package's
+docstring describes the choices."""
+import contextlib
+import time
+import tracemalloc
+
+import numpy as np
+
+from ..compat import onnxruntime as O
+from .readers import _Spill, _feeds, _prefetch, replayable
+from .session import FeedChecker, _session, load_model, select_tensors
+
+ORT_METHODS = ("minmax", "entropy", "percentile", "distribution")
+QUANTCORE_METHODS = ("torch_histogram", "nvidia_entropy", "nvidia_mse", "nvidia_percentile")
+METHODS = ORT_METHODS + QUANTCORE_METHODS
+REPLAYS = ("auto", "rerun", "spill")
+
+#: auto replay: spill when a batch's activations are written and read back
+#: (this many bytes per second, both ways) faster than the model computes them
+SPILL_BYTES_PER_SECOND = 2.5e8
+
+
+class CalibrationResult:
+    """What :func:`calibrate` returns: ``tensors_range`` (an ORT-style
+    :class:`~quantcore.compat.onnxruntime.TensorsData`), ``batches`` seen,
+    ``nan_batches`` ({tensor: batches holding NaN}), ``seconds``,
+    ``peak_bytes`` (tracemalloc peak of Python allocations, when measured),
+    ``inference_seconds`` (in onnxruntime's ``run``), ``replay`` (how the
+    second pass was read: ``"rerun"``, ``"spill"`` or None for one pass)."""
+
+    def __init__(self, tensors_range, batches, nan_batches, seconds, peak_bytes=None, *,
+                 inference_seconds=None, replay=None):
+        self.tensors_range = tensors_range
+        self.batches = batches
+        self.nan_batches = dict(nan_batches)
+        self.seconds = seconds
+        self.peak_bytes = peak_bytes
+        self.inference_seconds = inference_seconds
+        self.replay = replay
+
+    def ranges(self):
+        """{tensor: (lowest, highest)} as Python floats."""
+        return {k: (float(np.asarray(v.lowest).reshape(-1)[0]),
+                    float(np.asarray(v.highest).reshape(-1)[0]))
+                for k, v in self.tensors_range.items()}
+class _QuantcoreCalibrater:
+    """quantcore's non-ORT calibrators behind the same collect / compute
+    interface; ranges as TensorsData(MinMax) (ORT consumes them as MinMax
+    ranges).  NaN values are left out (and counted); NVIDIA's symmetric amax
+    is clipped to the observed min / max."""
+
+    def __init__(self, method, options, tensors):
+        from .. import calib
+        self.method_name, self.options, self.tensors = method, dict(options), tensors
+        self.nan_batches = {}
+        self.batches = 0
+        self._new = {
+            "torch_histogram": lambda: calib.TorchHistogram(
+                bins=self.options.get("num_bins", 2048)),
+            "nvidia_entropy": lambda: calib.HistogramCalibrator(
+                num_bins=self.options.get("num_bins", 2048), unsigned=False, torch_hist=True),
+        }
+        self._new["nvidia_mse"] = self._new["nvidia_percentile"] = self._new["nvidia_entropy"]
+        self.state = {}
+        self.observed = {}
+
+    def collect_data(self, data):
+        for batch in O.iter_batches(data):
+            for name in self.tensors:
+                x = np.asarray(batch[name])
+                if np.isnan(x).any():
+                    self.nan_batches[name] = self.nan_batches.get(name, 0) + 1
+                    x = x[~np.isnan(x)]
+                if x.size:
+                    self.state.setdefault(name, self._new[self.method_name]()).collect(x)
+                    lo, hi = float(x.min()), float(x.max())
+                    old = self.observed.get(name, (lo, hi))
+                    self.observed[name] = (min(old[0], lo), max(old[1], hi))
+            self.batches += 1
+        if not self.state:
+            raise ValueError("No data is collected.")
+
+    def compute_data(self):
+        out = {}
+        for name, st in self.state.items():
+            if self.method_name == "torch_histogram":
+                lo, hi = st.non_linear_param_search()
+                lo, hi = np.float32(lo), np.float32(hi)
+            else:
+                kind = self.method_name.split("_", 1)[1]
+                kw = ({"percentile": self.options.get("percentile", 99.99)}
+                      if kind == "percentile" else {})
+                amax = np.float32(np.asarray(st.compute_amax(kind, **kw)).reshape(()))
+                # NVIDIA's amax is symmetric; clipped to the observed range, as
+                # ORT clips its percentile (a ReLU output keeps lowest 0, so
+                # ORT's removal of the ReLU stays correct)
+                seen_lo, seen_hi = self.observed[name]
+                lo = max(-amax, np.float32(seen_lo))
+                hi = min(amax, np.float32(seen_hi))
+            out[name] = O.TensorData(lowest=np.array([lo], np.float32),
+                                     highest=np.array([hi], np.float32))
+        return O.TensorsData(O.CalibrationMethod.MinMax, out)
+
+
+def make_calibrator(method="minmax", options=None, *, passes=1, tensors=None, executor=None):
+    """A calibrator by name: ORT's ``create_calibrator`` options for the ORT
+    methods (``num_bins``, ``percentile``, ``symmetric``, ...), ``passes``;
+    ``executor`` (ORT methods) reduces the tensors of a batch in parallel."""
+    options = dict(options or {})
+    if method in ORT_METHODS:
+        kw = {"tensors": tensors, "executor": executor}
+        if method != "minmax":
+            kw["passes"] = passes
+        else:
+            for key in ("ema_per_batch", "ort_bug_max_intermediate"):
+                if key in options:
+                    kw[key] = options.pop(key)
+        return O.create_calibrator(method, options, **kw)
+    if method in QUANTCORE_METHODS:
+        return _QuantcoreCalibrater(method, options, tensors)
+    raise ValueError(f"unknown calibration method {method!r} (choose from {', '.join(METHODS)})")
+
+
+def _method_name(method, what="method"):
+    """A method of :data:`METHODS` from its name or a CalibrationMethod (ORT's or compat's)."""
+    if isinstance(method, str) and method.lower() in METHODS:
+        return method.lower()
+    try:
+        return O._method_of(method).name.lower()
+    except ValueError:
+        raise ValueError(f"unknown calibration {what} {method!r} (choose from "
+                         f"{', '.join(METHODS)} or a CalibrationMethod)") from None
+
+
+def _strided(strided, passes):
+    if passes is not None and passes not in (1, 2):
+        raise ValueError(f"passes must be 1 (= strided=1) or 2 (one call, the default), "
+                         f"got {passes!r}")
+    if strided is not None and (isinstance(strided, bool) or not isinstance(strided, int) or
+                                strided < 1):
+        raise ValueError(f"strided (CalibStridedMinMax) must be a positive int or None, "
+                         f"got {strided!r}")
+    if passes == 1:
+        if strided not in (None, 1):
+            raise ValueError(f"passes=1 is strided=1; got strided={strided!r} too")
+        return 1
+    if passes == 2 and strided is not None:
+        raise ValueError(f"passes=2 is one call over the whole reader; got strided={strided!r} "
+                         "too")
+    return strided
+
+
+def calibrate(model, data, method="minmax", *, options=None, strided=None, passes=None,
+              replay="auto", op_types_to_calibrate=None, providers=None, on_batch=None,
+              measure_memory=False, parallel=True, spill_dir=None):
+    """Calibrate the activations of ``model`` on ``data``, streaming.
+
+    Parameters
+    ----------
+    model : path or onnx.ModelProto
+    data : CalibrationDataReader, iterable of {input name: array}, or a callable
+        returning a fresh iterable
+    method : one of :data:`METHODS` or a CalibrationMethod (default MinMax, ORT's)
+    options : dict
+        The calibrator's options (ORT's ``create_calibrator`` extra_options:
+        ``num_bins``, ``num_quantized_bins``, ``percentile``, ``symmetric``,
+        ``moving_average``, ``averaging_constant``, ``max_intermediate_outputs``,
+        ``scenario``, ...; ORT's defaults).
+    strided : int or None
+        ORT's ``CalibStridedMinMax``: None (default) -- the whole reader is
+        one ORT ``collect_data`` call (``quantize_static``'s default); ``k``
+        -- every ``k`` batches are one call (``k = 1``: one call per batch,
+        one pass, nothing buffered).
+    passes : {None, 1, 2}
+        The older name: 1 is ``strided=1``, 2 the default.
+    replay : {"auto", "rerun", "spill"}
+        How the histogram methods get the values of a single call after its
+        range (module docstring): held in memory up to a buffer, then
+        spilled to a temporary file (in ``spill_dir``, default the
+        system's) or read again, whichever is faster (``auto``); always
+        spilled (``spill``); or the data read twice, batch by batch
+        (``rerun``).  A reader that cannot be replayed is read once.  Same
+        result.
+    op_types_to_calibrate : list of str or None
+        The op types whose tensors are calibrated (None: every node's).
+    providers : list or None
+        onnxruntime's execution providers (default CPU).
+    on_batch : callable or None
+        Called with no argument after each model run (a progress bar).
+    measure_memory : bool
+        Record the tracemalloc peak in the result (slower).
+    parallel : bool
+        True: onnxruntime runs batch ``i + 1`` in a background thread while
+        the tensors of batch ``i`` are reduced in parallel by a pool of
+        threads (one per usable core), each kernel on one thread (at most two
+        batches of activations exist); False: one batch at a time in the
+        calling thread, the kernels on quantcore's threads
+        (``quantcore.set_num_threads``).  The result is the same.
+
+    Returns
+    -------
+    CalibrationResult
+    """
+    method = _method_name(method)
+    strided = _strided(strided, passes)
+    if replay not in REPLAYS:
+        raise ValueError(f"replay must be one of {', '.join(REPLAYS)}, got {replay!r}")
+    if (options or {}).get("per_channel"):
+        raise ValueError("per-channel activation ranges cannot be consumed by ORT's quantizer "
+                         "(ORT surprise 10): use quantcore.compat.onnxruntime.MinMaxCalibrater "
+                         "directly for per-channel statistics")
+    two_pass = strided is None and method in ORT_METHODS and method != "minmax"
+    can_rerun = replayable(data)
+    if two_pass and replay == "rerun" and not can_rerun:
+        O._second_pass(data, "calibrate")  # the TypeError saying why
+    if measure_memory:
+        tracemalloc.start()
+    t0 = time.perf_counter()
+    state = {"inference": 0.0, "batches": 0, "how": None}
+    try:
+        m = load_model(model)
+        tensors, infos = select_tensors(m, op_types_to_calibrate)
+        if not tensors:
+            raise ValueError("the model has no float tensor to calibrate")
+        sess = _session(m, tensors, infos, providers)
+        names = [o.name for o in sess.get_outputs()]
+        runner = FeedChecker(sess, names)
+        wanted = set(tensors)
+
+        def model_runs():   # in _prefetch's inference thread when parallel
+            state["batches"] = 0
+            for i, feed in enumerate(_feeds(data)):
+                t = time.perf_counter()
+                out = runner.run(feed, i)
+                state["inference"] += time.perf_counter() - t
+                state["batches"] += 1
+                batch = {n: v for n, v in zip(names, out) if n in wanted}
+                del out
+                yield batch
+
+        def activations():
+            for batch in _prefetch(model_runs) if parallel else model_runs():
+                if on_batch is not None:
+                    on_batch()
+                yield batch
+
+        def keep_spilling(nbytes):
+            """auto: rerun rather than spill when the model is faster than the disk."""
+            return replay == "spill" or not can_rerun or \
+                nbytes / SPILL_BYTES_PER_SECOND < state["inference"]
+
+        pool = O.tensor_executor() if parallel else contextlib.nullcontext()
+        threads = O.kernel_threads(1) if parallel else contextlib.nullcontext()
+        with pool as executor, threads:
+            cal = make_calibrator(method, options, passes=1 if strided else 2, tensors=tensors,
+                                  executor=executor)
+            if strided and strided > 1 or strided and method == "minmax":
+                _collect_strided(cal, activations(), strided, method)
+            elif not two_pass:
+                cal.collect_data(activations())
+            elif replay == "rerun":
+                cal.collect_data(activations)   # ORT's streaming two passes, batch by batch
+                state["how"] = "rerun"
+            else:
+                state["how"] = _one_call(cal, activations, BUFFER_BYTES, spill_dir, executor,
+                                         keep_spilling)
+        td = cal.compute_data()
+        seconds = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1] if measure_memory else None
+    finally:
+        if measure_memory:
+            tracemalloc.stop()
+    return CalibrationResult(td, state["batches"], getattr(cal, "nan_batches", {}), seconds, peak,
+                             inference_seconds=state["inference"], replay=state["how"])
+
+
+#: the single call's activations kept in memory before they go to a spill file
+#: (or the data is read again)
+BUFFER_BYTES = 4 << 20
+
+
+#: tensors smaller than this (values) are reduced once per chunk (their
+#: pieces joined), larger ones batch by batch
+SMALL_TENSOR = 1 << 15
+#: the batches of one chunk hold at least this many bytes (the last one less)
+CHUNK_BYTES = 1 << 20
+
+
+def _chunks(cal, batches, on_batch_items, executor, reduce_small):
+    """``batches`` grouped into chunks of at least :data:`CHUNK_BYTES`:
+    each batch's items go to ``on_batch_items`` (batch by batch: the large
+    tensors); each chunk is yielded as ``(batches, {name: pieces})`` with the
+    pieces of every small tensor joined into one array first handed to
+    ``reduce_small(name, array, pieces)`` (on ``executor``)."""
+    pieces, held, n = {}, 0, 0
+    for batch in batches:
+        items = cal._arrays(batch)
+        del batch
+        on_batch_items(items)
+        for name, a, _ in items:
+            pieces.setdefault(name, []).append(a)
+            held += a.nbytes
+        n += 1
+        del items
+        if held >= CHUNK_BYTES:
+            yield n, _join_small(pieces, executor, reduce_small)
+            pieces, held, n = {}, 0, 0
+    if n:
+        yield n, _join_small(pieces, executor, reduce_small)
+
+
+def _join_small(pieces, executor, reduce_small):
+    def join(name):
+        parts = pieces[name]
+        a = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        reduce_small(name, a, parts)
+        pieces[name] = [a]   # (one thread per tensor)
+    O._map_tensors(executor, join, [k for k, v in pieces.items() if v[0].size < SMALL_TENSOR])
+    return pieces
+
+
+def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling):
+    """One ORT ``collect_data`` call of the histogram calibrator ``cal`` over
+    the batches of ``read()``, in bounded memory.
+
+    First pass: the range statistics of the call, a large tensor's batch by
+    batch as it comes (while the model runs the next batch), the small
+    tensors' once per chunk of batches (their pieces joined: the per-call
+    cost of many small tensors is paid per chunk, not per batch).  The
+    values are kept in memory up to ``buffer_bytes``; past it, either
+    appended to a spill file chunk by chunk (``keep_spilling(bytes)`` true)
+    or dropped, and ``read()`` is called again for the second pass.  Second
+    pass: every tensor counted over the range of the whole call, chunk by
+    chunk.  The state is the streaming two-pass call's (``collect_data``
+    with ``passes=2``): ORT's stacking checks per batch, range statistics
+    and counts that do not depend on how the values are grouped.  Returns
+    ``"memory"``, ``"spill"`` or ``"rerun"``."""
+    col = cal.collector
+    stats, nans = {}, {}
+    kept, held, spill, mode = [], 0, None, "memory"
+
+    def note_nan(name, parts):
+        nans[name] = nans.get(name, 0) + sum(bool(np.isnan(p).any()) for p in parts)
+
+    def add_range(name, a, parts):
+        if stats[name].add(a, need_absmin=cal._need_absmin(name)):
+            note_nan(name, parts)
+
+    def first_pass_items(items):
+        large = []
+        for name, a, shape in items:
+            st = stats.get(name)
+            if st is None:
+                st = stats[name] = col.new_stats(name)
+            st.add(a[:0], shape=shape)      # ORT's stacking: one shape, one dtype
+            if a.size >= SMALL_TENSOR:
+                large.append((name, a, [a]))
+        O._map_tensors(executor, lambda item: add_range(*item), large)
+
+    n = 0
+    try:
+        for count, chunk in _chunks(cal, read(), first_pass_items, executor, add_range):
+            n += count
+            if mode == "rerun":
+                continue
+            held += sum(a.nbytes for parts in chunk.values() for a in parts)
+            kept.append(chunk)
+            if mode == "memory" and held > buffer_bytes:
+                if keep_spilling(held):
+                    mode, spill = "spill", _Spill(spill_dir)
+                else:
+                    mode = "rerun"
+            if mode == "spill":
+                for c in kept:
+                    spill.write_parts(c)
+            if mode != "memory":
+                kept, chunk = [], None
+        if not stats:
+            raise ValueError("No data is collected.")
+        plans = {name: col.plan(name, st) for name, st in stats.items()}
+
+        def count_parts(item):
+            name, parts = item
+            for a in parts:
+                plans[name].add(a)
+
+        def counted(source):
+            for chunk in source:
+                O._map_tensors(executor, count_parts, list(chunk.items()))
+
+        if mode == "memory":
+            counted(kept)
+            del kept
+        elif mode == "spill":
+            counted({k: [v] for k, v in c.items()} for c in spill.read())
+        else:
+            def count_large(items):
+                O._map_tensors(executor, lambda it: plans[it[0]].add(it[1]),
+                               [(name, a) for name, a, _ in items if a.size >= SMALL_TENSOR])
+
+            def count_small(name, a, parts):
+                plans[name].add(a)
+
+            for _, _ in _chunks(cal, read(), count_large, executor, count_small):
+                pass
+    finally:
+        if spill is not None:
+            spill.close()
+    for name, st in stats.items():
+        if name in nans:
+            cal.nan_batches[name] = cal.nan_batches.get(name, 0) + nans[name]
+        col.finish(name, st, plans[name])
+    cal.batches += n
+    return mode
+
+
+def _collect_strided(cal, batches, k, method):
+    group, n = [], 0
+    for batch in batches:
+        group.append(batch)
+        n += 1
+        if len(group) == k:
+            _collect_group(cal, group, method)
+            group = []
+    if group or not n:
+        if not n:
+            raise ValueError("No data is collected.")
+        raise ValueError(f"Total data size ({n}) is not divisible by stride size ({k}).")
+
+
+def _collect_group(cal, group, method):
+    if method == "minmax" or method not in ORT_METHODS:
+        cal.collect_data(group)
+    elif len(group) == 1:
+        cal.collect(group[0])
+    else:
+        cal.collector.collect({n: [b[n] for b in group] for n in group[0]})
+        cal.batches += len(group)

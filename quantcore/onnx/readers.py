@@ -1,0 +1,246 @@
+"""Data readers and feeds: the feeds of any reader, :class:`NpzReader`
+(arrays split into batches), :class:`SpooledReader` (any reader made
+replayable through a temporary file), the spill file of the one-call
+calibration (``_Spill``) and the one-batch-ahead inference thread
+(``_prefetch``)."""
+import contextlib
+import os
+import queue
+import tempfile
+import threading
+
+import numpy as np
+
+from ..compat import onnxruntime as O
+
+
+def _prefetch(produce):
+    """Iterate over the generator ``produce()`` run in a background thread
+    one item ahead: the model runs on batch ``i + 1`` while the caller
+    reduces batch ``i`` (onnxruntime and the kernels release the GIL), never
+    further ahead (batch ``i + 2`` is begun once the caller asks for
+    ``i + 1``); an exception in ``produce`` is raised here; closing this
+    generator stops the thread."""
+    items = queue.SimpleQueue()
+    # item i + 1 is made once the caller asked for item i (it is done with i - 1)
+    made_ahead = threading.Semaphore(1)
+    stop = threading.Event()
+
+    def run():
+        try:
+            for item in produce():
+                items.put((True, item))
+                del item
+                while not made_ahead.acquire(timeout=0.05):
+                    if stop.is_set():
+                        return
+        except BaseException as exc:   # handed to the consumer, raised there
+            items.put((False, exc))
+        else:
+            items.put((False, None))
+
+    worker = threading.Thread(target=run, name="quantcore-onnx-inference", daemon=True)
+    worker.start()
+    try:
+        while True:
+            ok, item = items.get()
+            if not ok:
+                if item is not None:
+                    raise item
+                return
+            yield item
+            del item
+            made_ahead.release()
+    finally:
+        stop.set()
+        worker.join()
+
+
+class _Spill:
+    """Batches of arrays appended to one temporary file (raw bytes, no
+    pickle) and read back in order, one batch at a time."""
+
+    def __init__(self, directory=None):
+        fd, self.path = tempfile.mkstemp(prefix="quantcore_onnx_", suffix=".spill",
+                                         dir=directory)
+        self.file = os.fdopen(fd, "wb")
+        self.index = []
+        self.nbytes = 0
+
+    def write(self, batch):
+        entry = []
+        for name, a in batch.items():
+            a = np.asarray(a)
+            if not a.flags.c_contiguous:   # (np.ascontiguousarray makes 0-d arrays 1-d)
+                a = a.copy(order="C")
+            entry.append((name, a.dtype, a.shape))
+            if a.size:
+                self.file.write(memoryview(a.reshape(-1)).cast("B"))
+            self.nbytes += a.nbytes
+        self.index.append(entry)
+
+    def write_parts(self, chunk):
+        """{name: pieces}: each name's pieces (1-d, one dtype) as one array."""
+        entry = []
+        for name, parts in chunk.items():
+            entry.append((name, parts[0].dtype, (sum(p.size for p in parts),)))
+            for p in parts:
+                if p.size:
+                    self.file.write(memoryview(np.ascontiguousarray(p)).cast("B"))
+                self.nbytes += p.nbytes
+        self.index.append(entry)
+
+    def read(self):
+        self.file.close()
+        with open(self.path, "rb") as f:
+            for entry in self.index:
+                batch = {}
+                for name, dtype, shape in entry:
+                    a = np.empty(shape, dtype)
+                    if a.size and f.readinto(memoryview(a.reshape(-1)).cast("B")) != a.nbytes:
+                        raise OSError(f"{self.path}: the spilled activations were cut short")
+                    batch[name] = a
+                yield batch
+
+    def close(self):
+        self.file.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+class SpooledReader:
+    """Any reader made replayable: the feeds of ``data`` (a
+    CalibrationDataReader, an iterable of feeds, a callable returning one)
+    are copied to a temporary file as they are first read (raw bytes, no
+    pickle; memory: one feed), and every later iteration reads them back
+    from it.  ``close()`` (or the end of a ``with`` block) removes the file."""
+
+    def __init__(self, data, directory=None):
+        self.data = data
+        self.directory = directory
+        self._spill = None
+        self.batches = None
+
+    def __iter__(self):
+        if self.batches is not None:
+            yield from self._spill.read()
+            return
+        self.close()
+        self._spill = _Spill(self.directory)
+        n = 0
+        for feed in O.iter_batches(self.data, "reader"):
+            self._spill.write(feed)
+            n += 1
+            yield feed
+        self.batches = n
+
+    def __len__(self):
+        if self.batches is None:
+            raise TypeError("SpooledReader: the length is known once the data was read")
+        return self.batches
+
+    def close(self):
+        if self._spill is not None:
+            self._spill.close()
+        self._spill, self.batches = None, None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def replayable(data):
+    """True when ``data`` can be read twice: a callable returning a fresh
+    iterable, a reader with ``rewind()``, or an iterable that is not its own
+    iterator (a list, a :class:`NpzReader`, a :class:`SpooledReader`)."""
+    if callable(data) and not hasattr(data, "get_next"):
+        return True
+    if hasattr(data, "get_next"):
+        return hasattr(data, "rewind")
+    try:
+        return iter(data) is not data
+    except TypeError:
+        return False
+
+
+def _feeds(data):
+    """Feeds of ``data``: a CalibrationDataReader, an iterable of dicts, or a
+    callable returning one; a reader with ``rewind()`` is rewound first."""
+    if hasattr(data, "rewind"):
+        data.rewind()
+    return O.iter_batches(data, "calibrate")
+
+
+class NpzReader:
+    """A CalibrationDataReader over arrays: ``inputs`` {input name: array}
+    split into batches of ``batch_size`` rows along each input's batch axis
+    (``batch_axes`` {input name: axis or None}, default 0; None, and every
+    0-d array: not batched, the whole array in every batch, e.g. a sample
+    rate).  ``rewind()`` starts again, ``len()`` is the number of batches,
+    ``set_range`` as ORT's."""
+
+    def __init__(self, inputs, batch_size=1, batch_axes=None):
+        if not inputs:
+            raise ValueError("NpzReader: no input arrays")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or \
+                batch_size < 1:
+            raise ValueError(f"NpzReader: batch_size must be an int >= 1, got {batch_size!r}")
+        batch_axes = dict(batch_axes or {})
+        unknown = sorted(set(batch_axes) - set(inputs))
+        if unknown:
+            raise ValueError(f"NpzReader: batch_axes names no input {', '.join(unknown)} "
+                             f"(inputs: {', '.join(inputs)})")
+        self.axes = {}
+        for k, v in inputs.items():
+            axis = batch_axes.get(k, 0 if np.ndim(v) else None)
+            if axis is not None:
+                if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or \
+                        not -np.ndim(v) <= axis < np.ndim(v):
+                    raise ValueError(f"NpzReader: batch axis of {k!r} must be an axis of its "
+                                     f"shape {np.shape(v)} or None, got {axis!r}")
+                axis = int(axis) % np.ndim(v)
+            self.axes[k] = axis
+        sizes = {k: np.shape(v)[a] for k, v in inputs.items()
+                 if (a := self.axes[k]) is not None}
+        if not sizes:
+            raise ValueError("NpzReader: no input is batched (every batch axis is None)")
+        if len(set(sizes.values())) != 1:
+            raise ValueError(f"NpzReader: the batched inputs have different numbers of rows "
+                             f"along their batch axes {self._axes_text()}: {sizes}")
+        self.inputs = inputs
+        self.rows = next(iter(sizes.values()))
+        self.batch_size = int(batch_size)
+        self.start, self.end = 0, len(self)
+        self.pos = self.start
+
+    def _axes_text(self):
+        return "{" + ", ".join(f"{k}: {a}" for k, a in self.axes.items()) + "}"
+
+    def __len__(self):
+        return -(-self.rows // self.batch_size)
+
+    def set_range(self, start_index, end_index):
+        self.start, self.end = start_index, min(end_index, len(self))
+        self.pos = start_index
+
+    def rewind(self):
+        self.pos = self.start
+
+    def get_next(self):
+        if self.pos >= self.end:
+            return None
+        lo = self.pos * self.batch_size
+        self.pos += 1
+        sl = slice(lo, lo + self.batch_size)
+        return {k: v if (a := self.axes[k]) is None else v[(slice(None),) * a + (sl,)]
+                for k, v in self.inputs.items()}
+
+    def __iter__(self):
+        self.rewind()
+        while True:
+            b = self.get_next()
+            if b is None:
+                return
+            yield b
