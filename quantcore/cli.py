@@ -217,7 +217,7 @@ def build_parser():
     add_quantize(sub, formatter(argparse.HelpFormatter))
     from .cli_onnx import add_parser as add_onnx  # (quantcore/cli_onnx.py)
     add_onnx(sub, formatter(argparse.HelpFormatter))
-    from .compare import add_parser as add_compare  # (quantcore/compare.py)
+    from .cli_compare import add_parser as add_compare  # (quantcore/cli_compare.py)
     add_compare(sub, formatter(argparse.HelpFormatter))
     return parser
 

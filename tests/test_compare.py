@@ -298,7 +298,7 @@ def test_cli_plot(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"wrote {png}" in capsys.readouterr().out
     # the detail panels: the tensor whose codes flip (b: the ties), again with arrays
-    from quantcore.compare import _details
+    from quantcore.cli_compare import _details
     done = [(n, C.compare(x, ["horizon", "horizon_even"], "horizon"), lambda x=x: x)
             for n, x in (("a", _normal(500)), ("b", _ties()))]
     ((name, x, c),) = [d for d in _details(done, None) if d[0] == "b"]

@@ -35,7 +35,7 @@ LAYERS = (
     ("quantcore", 4),
     ("quantcore.cli", 5), ("quantcore.cli_files", 5), ("quantcore.cli_onnx", 5),
     ("quantcore.cli_plot", 5), ("quantcore.cli_quantize", 5), ("quantcore.cli_calibrate", 5),
-    ("quantcore.cli_common", 5), ("quantcore.compare", 5),
+    ("quantcore.cli_common", 5), ("quantcore.cli_compare", 5), ("quantcore.compare", 5),
     ("quantcore.demo", 5), ("quantcore.onnx", 5), ("quantcore.__main__", 5),
 )
 LAYER_NAMES = ("kernels", "core", "stateful", "compat", "api", "app")
