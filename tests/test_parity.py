@@ -154,7 +154,8 @@ CASES.update({
     "qdq_linear_uint2_blocked": lambda xp, x: qc.dequantize_linear(qc.quantize_linear(
         x, np.full(x.shape[:2] + (3,), 0.25, np.float32), axis=2, block_size=8, output="uint2"),
         np.full(x.shape[:2] + (3,), 0.25, np.float32), axis=2, block_size=8, input="uint2"),
-    "group_quantize_hqq": lambda xp, x: qc.group_quantize(xp.nan_to_num(x), 4, 8, recipe="hqq"),
+    "group_quantize_hqq_axis0": lambda xp, x: qc.group_quantize(xp.nan_to_num(x), 4, 5, axis=0,
+                                                               recipe="hqq"),
     "nvfp4_fake_quant_modelopt": lambda xp, x: qc.nvfp4_fake_quant(xp.nan_to_num(x)),
 })
 
