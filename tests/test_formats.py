@@ -75,7 +75,8 @@ def test_python_mirrors_of_the_header_constants():
                   ("F8_MASK_AMAX", "QC_F8_MASK_AMAX"), ("F8_PLUS_ZERO", "QC_F8_PLUS_ZERO"),
                   ("INT_SIGNED", "QC_INT_SIGNED"),
                   ("INT_WRAP32", "QC_INT_WRAP32"), ("INT_ADD_FLOAT", "QC_INT_ADD_FLOAT"),
-                  ("GRP_SYMMETRIC", "QC_GRP_SYMMETRIC"), ("GRP_HQQ_OWN", "QC_GRP_HQQ_OWN")):
+                  ("GRP_SYMMETRIC", "QC_GRP_SYMMETRIC"), ("GRP_HQQ_OWN", "QC_GRP_HQQ_OWN"),
+                  ("GRP_F16_SCALE", "QC_GRP_F16_SCALE")):
         assert getattr(F, py) == consts[c], py
     assert set(F.GROUP_RECIPES) == {"onnx", "onnx_numpy", "torchao", "tinygemm", "hqq", "awq",
                                     "gptq", "hqq_ort"}

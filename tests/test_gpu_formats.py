@@ -135,10 +135,11 @@ def test_fp8_fake_family_matches_cpu(mode, index64, sm_count):
 ASYMMETRIC_ONLY = ("tinygemm", "hqq")
 
 
-# (sym is the mode word: QC_GRP_SYMMETRIC, or QC_GRP_HQQ_OWN for HQQ's own rule)
+# (sym is the mode word: QC_GRP_SYMMETRIC, QC_GRP_HQQ_OWN (HQQ's own rule), QC_GRP_F16_SCALE)
 @pytest.mark.parametrize("recipe, sym", [(r, s) for r in K.GROUP_RECIPES for s in (0, 1)
                                          if not (s and r in ASYMMETRIC_ONLY)] +
-                         [("hqq", F.GRP_HQQ_OWN)])
+                         [("hqq", F.GRP_HQQ_OWN), ("onnx", F.GRP_F16_SCALE),
+                          ("onnx", F.GRP_F16_SCALE | F.GRP_SYMMETRIC)])
 @pytest.mark.parametrize("g", [1, 32, 48, 200])
 def test_group_quant_matches_cpu(recipe, sym, g, index64, sm_count):
     rows, k = 7, 160   # g = 48 and 200 leave a short (or the only) last group

@@ -126,6 +126,8 @@ CASES.update({
         x, np.full(x.shape[:2] + (3,), 0.25, np.float32), axis=2, block_size=8, output="int4"),
         np.full(x.shape[:2] + (3,), 0.25, np.float32), axis=2, block_size=8, input="int4"),
     "group_quantize_onnx": lambda xp, x: qc.group_quantize(xp.nan_to_num(x), 4, 8),
+    "group_quantize_onnx_f16": lambda xp, x: qc.group_quantize(
+        xp.nan_to_num(x).astype(np.float16), 4, 8),
     "group_quantize_torchao_sym_axis0": lambda xp, x: qc.group_quantize(
         xp.nan_to_num(x), 4, 5, axis=0, recipe="torchao", symmetric=True),
     "group_fake_quant_awq_axis0": lambda xp, x: qc.group_fake_quant(

@@ -10,8 +10,9 @@ import numpy as np
 
 from .. import _arrays as A
 from .._cpu import _kernels as K
-from ._common import (F32, GRP_HQQ_OWN, GRP_SYMMETRIC, INT_ADD_FLOAT, INT_SIGNED, _DEC, _as_codes,
-                      _blocked_call, _blocked_input, _from_last, _nthreads, _param, _to_last)
+from ._common import (F32, GRP_F16_SCALE, GRP_HQQ_OWN, GRP_SYMMETRIC, INT_ADD_FLOAT, INT_SIGNED,
+                      _DEC, _as_codes, _blocked_call, _blocked_input, _from_last, _nthreads,
+                      _param, _to_last)
 
 #: recipe name -> (its id in qc_families.h QC_GROUP_RECIPES, mode bits): the
 #: kernel's recipes, and "hqq_ort" (ORT's port of HQQ: the hqq id without
@@ -62,7 +63,8 @@ def _group_args(w, bits, group_size, axis, symmetric, recipe, quant_min, quant_m
     if recipe not in ("onnx", "onnx_numpy") and arr.shape[ax] % g:
         raise ValueError(f"{func}: w.shape[axis] = {arr.shape[ax]} is not a multiple of "
                          f"group_size {g} (only recipe='onnx' allows a shorter last group)")
-    mode = (GRP_SYMMETRIC if symmetric else 0) | _RECIPES[recipe][1]
+    mode = (GRP_SYMMETRIC if symmetric else 0) | _RECIPES[recipe][1] | \
+        (GRP_F16_SCALE if recipe == "onnx" and arr.dtype == np.float16 else 0)
     return arr, ax, g, qmin, qmax, mode
 
 
@@ -102,7 +104,10 @@ def group_quantize(w, bits=4, group_size=128, *, axis=-1, symmetric=False, recip
       ``s = (mx0 - mn0) / qmax``, ``zp = RNA(-mn0 / s)``,
       ``q = RNA(x * f32(1 / s) + zp)``; symmetric: ``s = -m / 2**(bits-1)``
       with m the signed value of largest magnitude (negative scales), zero
-      point ``2**(bits-1)``.  A shorter last group is allowed.
+      point ``2**(bits-1)``.  A shorter last group is allowed.  float16
+      weights (ORT's ``quantize_matmul_4bits`` on float16): the zero point
+      from the float32 scale, then the scale rounded to float16 (returned
+      as float32 values) and ``q = RNA(x * f32(1 / s16) + zp)``.
     - ``"onnx_numpy"``: ORT's numpy weight quantizer (used for Gather):
       the same scales, ``q = rint(x / s) + zp``; symmetric codes signed.
     - ``"torchao"``: ``choose_qparams_affine`` / ``quantize_affine``

@@ -387,6 +387,20 @@ template <typename T> QC_HD T qc_int_dequant(unsigned code, T s, T zp, T add, in
  * ---------------------------------------------------------------------- */
 #define QC_GRP_SYMMETRIC 1
 #define QC_GRP_HQQ_OWN 2 /* QcGroupHqq: HQQ's own Quantizer.quantize (else ORT's port) */
+#define QC_GRP_F16_SCALE 4 /* QcGroupOrt: a float16 scale (MLAS's float16 weights) */
+
+/* x rounded to the nearest float16 value (ties to even; a magnitude that
+ * rounds to 2**16 or more: +-Inf; NaN kept), as a float. */
+QC_HD float qc_round_f16(float x) {
+  const unsigned u = qc_bits(x), a = u & 0x7fffffffu, s = u & 0x80000000u;
+  /* normal range (>= 2**-14): 13 mantissa bits dropped, ties to even */
+  const unsigned rn = ((a + 0xfffu + ((a >> 13) & 1u)) >> 13) << 13;
+  /* below: a multiple of 2**-24 (both products exact) */
+  const float sub = qc_rint(qc_from_bits(a < 0x38800000u ? a : 0u) * 16777216.0f) *
+                    (1.0f / 16777216.0f);
+  const unsigned mag = a < 0x38800000u ? qc_bits(sub) : (rn >= 0x47800000u ? 0x7f800000u : rn);
+  return a > 0x7f800000u ? x : qc_from_bits(mag | s);
+}
 
 /* One group's parameters: the stored scale and zero point (a float zero
  * point for tinygemm, an integer value otherwise), and what the quantize
@@ -398,7 +412,8 @@ struct QcGroupQ {
 /* ORT MatMulNBits (q4_dq.cpp): asymmetric s = (mx0 - mn0) / qmax,
  * zp = RNA(clamp(0 - mn0 / s)) (mn0 when s == 0); symmetric: m = the
  * signed value of largest magnitude (ties: mn), s = -m / zp with the fixed
- * zp = (qmax + 1) / 2 (negative when m > 0).  r = 1 / s (0 when s == 0);
+ * zp = (qmax + 1) / 2 (negative when m > 0).  QC_GRP_F16_SCALE (float16
+ * weights): s = f16(s) after zp.  r = 1 / s (0 when s == 0);
  * q = RNA((x * r) + zp); dequant (q - zp) * s. */
 struct QcGroupOrt {
   float qmin, qmax;
@@ -415,6 +430,9 @@ struct QcGroupOrt {
       const float zf = g->scale != 0.0f ? 0.0f - mn0 / g->scale : mn0;
       g->zp = zf < 0.0f ? 0.0f : (zf > qmax ? qmax : qc_round(zf));
     }
+    /* float16 weights: the zero point from the float scale, which is then
+     * stored as float16 and quantizes (MLAS's BlockwiseQuantizer<MLFloat16>) */
+    g->scale = (mode & QC_GRP_F16_SCALE) ? qc_round_f16(g->scale) : g->scale;
     g->mul = g->scale != 0.0f ? 1.0f / g->scale : 0.0f;
     g->add = g->zp;
   }
