@@ -39,7 +39,7 @@ a 1-D tensor has no ``R`` axis):
   UINT4 and ORT MatMulNBits order; signed codes as two's-complement
   nibbles); ``W.scales`` F32 ``[R, G]``; ``W.zero_points`` ``[R, G]``
   unless ``--symmetric`` (U8 / I8 integer zero points, F32 for tinygemm and
-  hqq).  Dequantization: ``(q - zero_point) * scale`` (tinygemm:
+  hqq, hqq_ort).  Dequantization: ``(q - zero_point) * scale`` (tinygemm:
   ``(q - 8) * scale + zero_point``); symmetric "onnx" / "gptq" have the
   implicit zero point 8 (codes 0..15), symmetric "awq" / "torchao" /
   "onnx_numpy" signed codes -8..7 and zero point 0.
@@ -329,7 +329,7 @@ def _plan(reader, name, args):
     out = [(f"{name}.qweight", "U8" if bits == 4 else code, packed if bits == 4 else lead + (k,)),
            (f"{name}.scales", "F32", lead + (ng,))]
     if not args.symmetric:
-        zdt = "F32" if args.recipe in ("tinygemm", "hqq") else code
+        zdt = "F32" if args.recipe in ("tinygemm", "hqq", "hqq_ort") else code
         out.append((f"{name}.zero_points", zdt, lead + (ng,)))
     return out
 

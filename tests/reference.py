@@ -515,6 +515,9 @@ def ref_mx_fake_quant(x2, elem, bs=32, scale_mode="floor", half_away=False, comp
         else:
             v = r32(xb / np.where(c == 255, np.nan, X))
         r = ref_elem_round(v.astype(np.float64), elem, half_away, int8_min)
+        if compat == "torchao":  # the NaN's sign (x86): a NaN x's; Inf * 0 sets it; rceil: +
+            neg = (np.signbit(xb) | ~np.isnan(xb)) & (c == 255) & (scale_mode != "rceil")
+            r = np.where(np.isnan(r), np.where(neg, -np.nan, np.nan), r)
         if compat == "microxcaling":
             r = np.where(v == 0, 0.0, r)
         y = r32(r * np.where(c == 255, np.nan, X))
@@ -536,6 +539,9 @@ def ref_mx_codes(r, elem, compat=None):
     codes = np.where(nan, 0, r).astype(dt).view(np.uint8).astype(np.int64)
     nan_code = {"e2m3": 12, "e3m2": 14, "e2m1": 3}.get(elem, 0x7F) if compat == "torchao" else \
         (0x7F if elem in ("e4m3", "e5m2") else 0)
+    if compat == "torchao":  # torchao's bit routine keeps the NaN's sign bit
+        sbit = {"e2m3": 0x20, "e3m2": 0x20, "e2m1": 0x8}.get(elem, 0x80)
+        nan_code = np.where(np.signbit(r), nan_code | sbit, nan_code)
     return np.where(nan, nan_code, codes)
 
 
@@ -572,7 +578,7 @@ def ref_nvfp4(x2, g=None, recipe="modelopt"):
             v = r32(xb * rr).astype(np.float64)
             r = ref_elem_round(v, "e2m1")
             y = r32(r * (s8 if g is None else r32(np.float64(F32(g)) * s8)))
-    nan_code = 7 if recipe == "modelopt" else 3
+    nan_code = 7 if recipe == "modelopt" else 4  # (torchao: every element of a NaN block)
     codes = np.where(np.isnan(r), nan_code,
                      ref_mx_codes(np.where(np.isnan(r), 0, r), "e2m1"))
     rows = x2.shape[0]

@@ -72,12 +72,14 @@ def test_python_mirrors_of_the_header_constants():
     assert F.NAN_ENCODING["ml_dtypes"] == consts["QC_F8_NAN_MLDTYPES"]
     for py, c in (("F8_SCALE_MUL", "QC_F8_SCALE_MUL"), ("F8_SCALE_DIV", "QC_F8_SCALE_DIV"),
                   ("F8_DEQ_MUL", "QC_F8_DEQ_MUL"), ("F8_DEQ_DIV", "QC_F8_DEQ_DIV"),
-                  ("F8_MASK_AMAX", "QC_F8_MASK_AMAX"), ("INT_SIGNED", "QC_INT_SIGNED"),
+                  ("F8_MASK_AMAX", "QC_F8_MASK_AMAX"), ("F8_PLUS_ZERO", "QC_F8_PLUS_ZERO"),
+                  ("INT_SIGNED", "QC_INT_SIGNED"),
                   ("INT_WRAP32", "QC_INT_WRAP32"), ("INT_ADD_FLOAT", "QC_INT_ADD_FLOAT"),
-                  ("GRP_SYMMETRIC", "QC_GRP_SYMMETRIC")):
+                  ("GRP_SYMMETRIC", "QC_GRP_SYMMETRIC"), ("GRP_HQQ_OWN", "QC_GRP_HQQ_OWN"),
+                  ("GRP_F16_SCALE", "QC_GRP_F16_SCALE")):
         assert getattr(F, py) == consts[c], py
     assert set(F.GROUP_RECIPES) == {"onnx", "onnx_numpy", "torchao", "tinygemm", "hqq", "awq",
-                                    "gptq"}
+                                    "gptq", "hqq_ort"}
 
 
 def test_format_table_and_the_allow_lists_derived_from_it():
@@ -94,10 +96,11 @@ def test_format_table_and_the_allow_lists_derived_from_it():
         assert consts[f"QC_FMT_{name.upper()}"] == fid, name
         width = 1 + int(name[1]) + int(name[3])  # sign, exponent and mantissa bits
         assert fmax == float(ml_dtypes.finfo(getattr(ml_dtypes, f"float{width}_{name}")).max)
-        assert set(roles) <= {"cast", "onnx", "mx"}, name
+        assert set(roles) <= {"cast", "onnx", "mx", "onnx_fp4"}, name
     assert sorted(i for i, _, _ in F.MINIFLOATS.values()) == list(range(len(F.MINIFLOATS)))
     assert F.FP8_FORMATS == F.formats_for("cast")
     assert F.ONNX_FP8_FORMATS == F.formats_for("onnx")
+    assert F.ONNX_FP4_FORMATS == F.formats_for("onnx_fp4")
     assert F.FP8_MAX == {n: F.MINIFLOATS[n][1] for n in F.FP8_FORMATS}
     assert mx.MX_ELEMENTS == {**{n.removesuffix("fn"): i for n, i in F.formats_for("mx").items()},
                               "int8": consts["QC_FMT_COUNT"]}
@@ -107,6 +110,10 @@ def test_format_table_and_the_allow_lists_derived_from_it():
                            ("onnx", lambda: qc.quantize_linear(x, 1.0, output="float8_" + name)),
                            ("onnx", lambda: qc.dequantize_linear(np.zeros(2, np.uint8), 1.0,
                                                                  input="float8_" + name)),
+                           ("onnx_fp4", lambda: qc.quantize_linear(x, 1.0,
+                                                                   output="float4_" + name)),
+                           ("onnx_fp4", lambda: qc.dequantize_linear(
+                               np.zeros(2, np.uint8), 1.0, input="float4_" + name)),
                            ("mx", lambda: qc.mx_fake_quant(x, name.removesuffix("fn"),
                                                            block_size=2))):
             if role in F.MINIFLOATS[name][2]:
@@ -425,7 +432,8 @@ def test_torchao_group_vectors(case):
 
 @pytest.mark.parametrize("case", cases("int_block", lambda c: "HQQ" in c["ref"]))
 def test_hqq_vectors(case):
-    q, s, z = qc.group_quantize(_w(), case["bits"], case["group"], recipe="hqq")
+    # (the spec's HQQ vectors are ORT's port: recipe hqq_ort)
+    q, s, z = qc.group_quantize(_w(), case["bits"], case["group"], recipe="hqq_ort")
     ints_equal(q, case["q"])
     assert_bits_equal(s.reshape(-1), hexf(case["scale"]))
     assert_bits_equal(z.reshape(-1), hexf(case["zero"]))

@@ -135,8 +135,11 @@ def test_fp8_fake_family_matches_cpu(mode, index64, sm_count):
 ASYMMETRIC_ONLY = ("tinygemm", "hqq")
 
 
+# (sym is the mode word: QC_GRP_SYMMETRIC, QC_GRP_HQQ_OWN (HQQ's own rule), QC_GRP_F16_SCALE)
 @pytest.mark.parametrize("recipe, sym", [(r, s) for r in K.GROUP_RECIPES for s in (0, 1)
-                                         if not (s and r in ASYMMETRIC_ONLY)])
+                                         if not (s and r in ASYMMETRIC_ONLY)] +
+                         [("hqq", F.GRP_HQQ_OWN), ("onnx", F.GRP_F16_SCALE),
+                          ("onnx", F.GRP_F16_SCALE | F.GRP_SYMMETRIC)])
 @pytest.mark.parametrize("g", [1, 32, 48, 200])
 def test_group_quant_matches_cpu(recipe, sym, g, index64, sm_count):
     rows, k = 7, 160   # g = 48 and 200 leave a short (or the only) last group
@@ -145,7 +148,7 @@ def test_group_quant_matches_cpu(recipe, sym, g, index64, sm_count):
     x[0, :3] = [np.nan, np.inf, -0.0]
     x[1, :] = 0.0
     x = x.reshape(-1)
-    qmin, qmax = F.group_qrange(4, recipe, bool(sym))
+    qmin, qmax = F.group_qrange(4, recipe, bool(sym & F.GRP_SYMMETRIC))
     ng = -(-k // g)
     outs = {}
     for name, mod, xs, mk in (("cpu", K, x, np.empty), ("gpu", G, cp.asarray(x), cp.empty)):

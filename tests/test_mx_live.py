@@ -66,3 +66,35 @@ def test_nvfp4_live(g):
     q, s, _ = qc.nvfp4_quantize(x, None if g is None else np.float32(g), recipe="torchao")
     assert np.array_equal(s, codes_of(s_ao))
     assert np.array_equal(q, codes_of(d_ao))
+
+
+@pytest.mark.parametrize("mode", ["floor", "ceil", "even", "rceil"])
+@pytest.mark.parametrize("elem", sorted(AO_ELEM))
+def test_to_mx_live_nan_blocks_with_infinities(elem, mode):
+    """A block holding a NaN and +-Inf (issue 27): torchao on the CPU codes
+    +-Inf (and a -NaN) with the NaN code's sign bit set in the floor / ceil /
+    even modes (x86's NaN of Inf * 0), a +NaN without it; rceil keeps them
+    positive."""
+    x = np.random.default_rng(3).standard_normal((3, 64)).astype(np.float32)
+    x[0, [3, 7, 9, 11]] = [np.nan, np.inf, -np.inf, -np.nan]
+    x[1, [40, 41]] = [-np.nan, np.inf]
+    x[2, [0, 63]] = [np.nan, -np.inf]
+    s_ao, d_ao = mx_tensor.to_mx(torch.from_numpy(x), AO_ELEM[elem], 32,
+                                 ScaleCalculationMode(mode))
+    s, q = qc.mx_quantize(x, elem, scale_mode=mode, compat="torchao")
+    assert np.array_equal(s, codes_of(s_ao).reshape(s.shape))
+    assert np.array_equal(q.view(np.uint8), codes_of(d_ao))
+
+
+@pytest.mark.parametrize("g", [None, 0.5])
+def test_nvfp4_live_nan_block(g):
+    """torchao codes every element of an NVFP4 block holding a NaN 0x4."""
+    x = np.random.default_rng(5).standard_normal((2, 32)).astype(np.float32)
+    x[0, [3, 5, 6]] = [np.nan, np.inf, -np.nan]
+    x[1, 20] = -np.nan
+    gt = None if g is None else torch.tensor(g, dtype=torch.float32)
+    s_ao, d_ao = nvfp4_quantize(torch.from_numpy(x), 16, gt)
+    q, s, _ = qc.nvfp4_quantize(x, None if g is None else np.float32(g), recipe="torchao")
+    assert np.array_equal(s, codes_of(s_ao))
+    assert np.array_equal(q, codes_of(d_ao))
+    assert (q[0, :8] == 0x44).all() and (q[1, 8:16] == 0x44).all()

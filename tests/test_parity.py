@@ -126,6 +126,8 @@ CASES.update({
         x, np.full(x.shape[:2] + (3,), 0.25, np.float32), axis=2, block_size=8, output="int4"),
         np.full(x.shape[:2] + (3,), 0.25, np.float32), axis=2, block_size=8, input="int4"),
     "group_quantize_onnx": lambda xp, x: qc.group_quantize(xp.nan_to_num(x), 4, 8),
+    "group_quantize_onnx_f16": lambda xp, x: qc.group_quantize(
+        xp.nan_to_num(x).astype(np.float16), 4, 8),
     "group_quantize_torchao_sym_axis0": lambda xp, x: qc.group_quantize(
         xp.nan_to_num(x), 4, 5, axis=0, recipe="torchao", symmetric=True),
     "group_fake_quant_awq_axis0": lambda xp, x: qc.group_fake_quant(
@@ -139,8 +141,32 @@ CASES.update({
     "mx_fake_quant_int8_rceil": lambda xp, x: qc.mx_fake_quant(x, "int8", block_size=8,
                                                               scale_mode="rceil"),
     "nvfp4_quantize_torchao": lambda xp, x: qc.nvfp4_quantize(x, recipe="torchao")[:2],
+    # torchao's special blocks: +-Inf and a -NaN beside a NaN (issue 27)
+    "mx_quantize_torchao_nan_inf_block": lambda xp, x: qc.mx_quantize(
+        _nan_inf_block(xp, x), "e2m3", block_size=8, compat="torchao"),
+    "mx_quantize_torchao_nan_inf_block_e2m1": lambda xp, x: qc.mx_quantize(
+        _nan_inf_block(xp, x), "e2m1", block_size=8, compat="torchao", scale_mode="even"),
+    "nvfp4_quantize_torchao_nan_block": lambda xp, x: qc.nvfp4_quantize(
+        _nan_inf_block(xp, x), recipe="torchao")[:2],
+    # ONNX FLOAT4E2M1 (NaN codes by ml_dtypes' rule, -0 -> +0 with a zero point)
+    "quantize_linear_fp4": lambda xp, x: qc.quantize_linear(x, 0.25, output="float4_e2m1fn"),
+    "quantize_linear_fp4_zp_axis1": lambda xp, x: qc.quantize_linear(
+        x, _scales(_ch(x, 1)), np.zeros(_ch(x, 1), __import__("ml_dtypes").float4_e2m1fn),
+        axis=1),
+    "qdq_linear_uint2_blocked": lambda xp, x: qc.dequantize_linear(qc.quantize_linear(
+        x, np.full(x.shape[:2] + (3,), 0.25, np.float32), axis=2, block_size=8, output="uint2"),
+        np.full(x.shape[:2] + (3,), 0.25, np.float32), axis=2, block_size=8, input="uint2"),
+    "group_quantize_hqq_axis0": lambda xp, x: qc.group_quantize(xp.nan_to_num(x), 4, 5, axis=0,
+                                                               recipe="hqq"),
     "nvfp4_fake_quant_modelopt": lambda xp, x: qc.nvfp4_fake_quant(xp.nan_to_num(x)),
 })
+
+
+def _nan_inf_block(xp, x):
+    """x with +NaN, +-Inf and -NaN at the start of the last axis's first block."""
+    y = x.copy()
+    y[..., :4] = xp.asarray(np.array([np.nan, np.inf, -np.inf, -np.nan], np.float32))
+    return y
 
 
 def _returns_out(xp, call, out):

@@ -199,13 +199,17 @@ def _map_tensors(executor, fn, items):
 #: ONNX TensorProto element types used by the quantizer (name -> code)
 TENSOR_TYPES = {"FLOAT": 1, "UINT8": 2, "INT8": 3, "UINT16": 4, "INT16": 5, "INT32": 6,
                 "FLOAT16": 10, "FLOAT8E4M3FN": 17, "FLOAT8E4M3FNUZ": 18, "FLOAT8E5M2": 19,
-                "FLOAT8E5M2FNUZ": 20, "UINT4": 21, "INT4": 22}
+                "FLOAT8E5M2FNUZ": 20, "UINT4": 21, "INT4": 22, "FLOAT4E2M1": 23, "UINT2": 25,
+                "INT2": 26}
 _TYPE_NAMES = {code: name for name, code in TENSOR_TYPES.items()}
 _INT_TYPES = ("INT8", "UINT8", "INT16", "UINT16", "INT4", "UINT4")
 _FLOAT8_TYPES = ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ")
 #: full, symmetric and reduced integer ranges (QU's three tables)
 _RANGE = {"INT8": (-128, 127), "UINT8": (0, 255), "INT16": (-32768, 32767),
           "UINT16": (0, 65535), "INT4": (-8, 7), "UINT4": (0, 15), "INT32": (-2**31, 2**31 - 1)}
+#: the ranges of ORT's QuantizeLinear kernel: QU's and the 2-bit types (opset 25),
+#: which ORT's quantization tools do not use
+_LINEAR_RANGE = {**_RANGE, "INT2": (-2, 1), "UINT2": (0, 3)}
 _SYMMETRIC_RANGE = {"INT8": (-127, 127), "INT16": (-32767, 32767)}
 _REDUCED_RANGE = {"INT8": (-64, 64), "UINT8": (0, 127), "INT16": (-16384, 16384),
                   "UINT16": (0, 32767), "INT4": (-4, 3), "UINT4": (0, 7)}
@@ -287,6 +291,13 @@ def _ml_dtypes(what):
     return ml_dtypes
 
 
+#: the ml_dtypes names of the sub-byte and float 8 / float 4 types
+_ML_DTYPE_NAMES = {"INT4": "int4", "UINT4": "uint4", "INT2": "int2", "UINT2": "uint2",
+                   "FLOAT8E4M3FN": "float8_e4m3fn", "FLOAT8E4M3FNUZ": "float8_e4m3fnuz",
+                   "FLOAT8E5M2": "float8_e5m2", "FLOAT8E5M2FNUZ": "float8_e5m2fnuz",
+                   "FLOAT4E2M1": "float4_e2m1fn"}
+
+
 def np_dtype(qtype):
     """numpy dtype of a quantized type (int4 / float 8 from ml_dtypes)."""
     name = type_name(qtype)
@@ -295,9 +306,7 @@ def np_dtype(qtype):
     if name in plain:
         return np.dtype(plain[name])
     md = _ml_dtypes(f"the {name} type")
-    return np.dtype(getattr(md, {"INT4": "int4", "UINT4": "uint4", "FLOAT8E4M3FN": "float8_e4m3fn",
-                                 "FLOAT8E4M3FNUZ": "float8_e4m3fnuz", "FLOAT8E5M2": "float8_e5m2",
-                                 "FLOAT8E5M2FNUZ": "float8_e5m2fnuz"}[name]))
+    return np.dtype(getattr(md, _ML_DTYPE_NAMES[name]))
 
 
 def _require_numpy(x, name, func):
@@ -740,12 +749,16 @@ def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, satu
     """QuantizeLinear as ORT's CPU kernel computes it.
 
     ``q = saturate(rint(f32(x) / f32(scale)) + zp)`` for the integer types
-    (int4 / uint4 / 8 / 16 bit): a float32 division, NaN -> qmin whatever the
+    (int2 / uint2 / int4 / uint4 / 8 / 16 bit): a float32 division, NaN -> qmin whatever the
     zero point, +-inf and results beyond int32 saturate; float16 input and
     scale are converted to float32 first.  Float 8: ``cast(x / scale)``,
     round to nearest even; ``saturate=1`` clamps to +-max (+-inf too),
     ``saturate=0`` is the ONNX spec's plain cast (ORT's own overflow bugs
-    are not reproduced).  Per tensor (scalar scale), per axis (1-D scale
+    are not reproduced).  ORT 1.32's CPU provider has no kernel for
+    FLOAT4E2M1 nor INT2 / UINT2 (opset 25); these follow ``onnx.reference``:
+    FLOAT4E2M1 is ml_dtypes' cast of ``f32(x / scale) + zp`` (round half to
+    even, beyond +-6 and +-inf -> +-6, NaN -> the zero of the opposite sign),
+    INT2 / UINT2 the integer rule.  Per tensor (scalar scale), per axis (1-D scale
     along ``axis``) or blocked (``block_size``: scale of the input's rank).
     The output type is the zero point's (``output_type`` when there is
     none; default UINT8).
@@ -764,7 +777,11 @@ def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, satu
         v = xf / s
     if name in _FLOAT8_TYPES:
         return _saturate_float8(v, name, bool(saturate))
-    qmin, qmax = _RANGE[name]
+    if name == "FLOAT4E2M1":  # onnx.reference: (x / scale + zp) cast by ml_dtypes
+        if y_zero_point is not None:
+            v = v + _param_view(zp.astype(_F32), x, axis, block_size, func)
+        return v.astype(np_dtype(name))
+    qmin, qmax = _LINEAR_RANGE[name]
     z = _param_view(zp.astype(np.int64) if zp.dtype.kind in "iu"
                     else zp.astype(_F32).astype(np.int64),
                     x, axis, block_size, func)
@@ -778,9 +795,7 @@ def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, satu
 
 def _dtype_type_name(a):
     names = {"int8": "INT8", "uint8": "UINT8", "int16": "INT16", "uint16": "UINT16",
-             "int32": "INT32", "int4": "INT4", "uint4": "UINT4", "float8_e4m3fn": "FLOAT8E4M3FN",
-             "float8_e4m3fnuz": "FLOAT8E4M3FNUZ", "float8_e5m2": "FLOAT8E5M2",
-             "float8_e5m2fnuz": "FLOAT8E5M2FNUZ"}
+             "int32": "INT32", **{md: name for name, md in _ML_DTYPE_NAMES.items()}}
     if a.dtype.name not in names:
         raise TypeError(f"zero point of dtype {a.dtype} is not a quantized type")
     return names[a.dtype.name]
@@ -795,7 +810,7 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0):
     scale = np.asarray(x_scale)
     s = _param_view(scale, x, axis, block_size, func)
     out_dt = scale.dtype if scale.dtype in (np.float16, np.float32) else np.dtype(_F32)
-    if x.dtype.name.startswith("float8"):
+    if x.dtype.name.startswith(("float8", "float4")):  # the zero point is not used
         return (x.astype(_F32) * s.astype(_F32)).astype(out_dt)
     zp = (np.zeros((), np.int64) if x_zero_point is None
           else np.asarray(x_zero_point).astype(np.int64))

@@ -19,10 +19,11 @@ as an ``ml_dtypes`` float8 dtype on the CPU if wanted), integer codes as
 int8 / uint8 / int16 / uint16 values (int4 / uint4 / int2 / uint2 unpacked,
 one per byte; :func:`pack_int4` packs them two per byte).
 """
-from ._common import (F8_DEQ_DIV, F8_DEQ_MUL, F8_MASK_AMAX, F8_SCALE_DIV, F8_SCALE_MUL,  # noqa: F401
-                      FP8_FORMATS, FP8_MAX, GRP_SYMMETRIC, INT_ADD_FLOAT, INT_SIGNED,
-                      INT_TYPES, INT_WRAP32, MINIFLOATS, NAN_ENCODING, ONNX_FP8_FORMATS,
-                      OVERFLOW, _float_input, formats_for)
+from ._common import (F8_DEQ_DIV, F8_DEQ_MUL, F8_MASK_AMAX, F8_PLUS_ZERO,  # noqa: F401
+                      F8_SCALE_DIV, F8_SCALE_MUL, FP8_FORMATS, FP8_MAX, GRP_F16_SCALE,
+                      GRP_HQQ_OWN, GRP_SYMMETRIC, INT_ADD_FLOAT, INT_SIGNED, INT_TYPES,
+                      INT_WRAP32, MINIFLOATS, NAN_ENCODING,
+                      ONNX_FP4_FORMATS, ONNX_FP8_FORMATS, OVERFLOW, _float_input, formats_for)
 from .fp8 import (N_FLOOR_UP, cast_fp8, fp8_decode, fp8_dequantize, fp8_fake_cast,  # noqa: F401
                   fp8_fake_quant, fp8_quantize, fp8_scale, pow2_scale_torch)
 from .groups import (GROUP_RECIPES, group_dequantize, group_fake_quant, group_qrange,  # noqa: F401

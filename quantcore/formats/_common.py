@@ -22,6 +22,7 @@ F32 = np.float32
 #: - ``"cast"``: cast_fp8 / fp8_decode / fp8_fake_cast / the scaled FP8 recipes
 #: - ``"onnx"``: the ``float8_*`` types of quantize_linear / dequantize_linear
 #: - ``"mx"``:   an MX element type (its name without the ``fn`` suffix)
+#: - ``"onnx_fp4"``: the ``float4_*`` types of quantize_linear / dequantize_linear
 MINIFLOATS = {
     "e4m3fn": (0, 448.0, ("cast", "onnx", "mx")),
     "e5m2": (1, 57344.0, ("cast", "onnx", "mx")),
@@ -29,7 +30,7 @@ MINIFLOATS = {
     "e5m2fnuz": (3, 57344.0, ("cast", "onnx")),
     "e2m3fn": (4, 7.5, ("mx",)),
     "e3m2fn": (5, 28.0, ("mx",)),
-    "e2m1fn": (6, 6.0, ("mx",)),
+    "e2m1fn": (6, 6.0, ("mx", "onnx_fp4")),
 }
 #: the number of minifloat ids (QC_FMT_COUNT); the MX element ids go on
 #: after them (qc_mx.h: QC_MX_INT8 = QC_FMT_COUNT)
@@ -45,6 +46,9 @@ def formats_for(role):
 FP8_FORMATS = formats_for("cast")
 #: the FP8 element types of ONNX QuantizeLinear / DequantizeLinear -> format id
 ONNX_FP8_FORMATS = formats_for("onnx")
+#: the FP4 element types of ONNX QuantizeLinear / DequantizeLinear
+#: (FLOAT4E2M1, named as ml_dtypes names it: ``"float4_" + name``) -> format id
+ONNX_FP4_FORMATS = formats_for("onnx_fp4")
 #: the largest finite value of each FP8 format
 FP8_MAX = {name: MINIFLOATS[name][1] for name in FP8_FORMATS}
 
@@ -53,8 +57,9 @@ FP8_MAX = {name: MINIFLOATS[name][1] for name in FP8_FORMATS}
 OVERFLOW = {"satfinite": 0, "nonsat": 16, "torch": 32}
 NAN_ENCODING = {"sign": 0, "ml_dtypes": 64}
 F8_SCALE_MUL, F8_SCALE_DIV, F8_DEQ_MUL, F8_DEQ_DIV, F8_MASK_AMAX = 128, 256, 512, 1024, 2048
+F8_PLUS_ZERO = 4096
 INT_SIGNED, INT_WRAP32, INT_ADD_FLOAT = 32, 64, 128
-GRP_SYMMETRIC = 1
+GRP_SYMMETRIC, GRP_HQQ_OWN, GRP_F16_SCALE = 1, 2, 4
 
 #: ONNX integer element types: (qmin, qmax, numpy container)
 INT_TYPES = {
@@ -96,6 +101,23 @@ def _fp8_dtype_name(arr):
     name = getattr(name, "name", "")
     return name[len("float8_"):] if name.startswith("float8_") and \
         name[len("float8_"):] in FP8_FORMATS else None
+
+
+#: ml_dtypes' sub-byte integer dtypes -> the numpy container of their values
+_SUBBYTE_INTS = {"int4": np.int8, "uint4": np.uint8, "int2": np.int8, "uint2": np.uint8}
+
+
+def _onnx_dtype_name(arr):
+    """The ONNX element type name of an ml_dtypes array (``float8_e4m3fn``,
+    ``float4_e2m1fn``, ``int4``, ``uint2``, ...) or a numpy integer array
+    (its dtype name), else None."""
+    dt = getattr(arr, "dtype", None)
+    name = getattr(dt, "name", "")
+    if _fp8_dtype_name(arr) is not None or name in _SUBBYTE_INTS:
+        return name
+    if name.startswith("float4_") and name[len("float4_"):] in ONNX_FP4_FORMATS:
+        return name
+    return name if getattr(dt, "kind", "") in "iu" and name else None
 
 
 def _nthreads(flat):
@@ -151,8 +173,11 @@ def _as_codes(q, name, func):
     A.require_cpu(q, func)
     xp = A.array_module(q)
     arr = q if A.is_cupy_array(q) or isinstance(q, np.ndarray) else np.asarray(q)
-    if _fp8_dtype_name(arr) is not None:
+    name = arr.dtype.name
+    if _fp8_dtype_name(arr) is not None or name.startswith("float4_"):
         arr = arr.view(np.uint8)
+    elif name in _SUBBYTE_INTS:  # ml_dtypes int4 / uint4 / int2 / uint2: their values
+        arr = arr.astype(_SUBBYTE_INTS[name])
     if arr.dtype.kind not in "iu" or arr.dtype.itemsize > 2:
         raise TypeError(f"{func}: {name} must be an int8 / uint8 / int16 / uint16 array (or an "
                         f"ml_dtypes float8 array), got {A.describe(q)}")

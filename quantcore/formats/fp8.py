@@ -17,7 +17,8 @@ from ._common import (F8_DEQ_DIV, F8_DEQ_MUL, F8_MASK_AMAX, F8_SCALE_MUL, F32, F
 
 # -------------------------------------------------------------------- FP8
 @A.interop
-def cast_fp8(x, fmt="e4m3fn", *, overflow="satfinite", nan="sign", out=None):
+def cast_fp8(x, fmt="e4m3fn", *, overflow="satfinite", nan="sign", float64="direct",
+             out=None):
     """Encode x into FP8 codes (uint8, x's shape), round half to even.
 
     For finite x the value is rounded to the format's grid (normal and
@@ -32,8 +33,13 @@ def cast_fp8(x, fmt="e4m3fn", *, overflow="satfinite", nan="sign", out=None):
              (nan="ml_dtypes"); fnuz 0x80
         zero: the sign kept (0x80 for -0) except fnuz (no -0: 0x00)
 
-    float64 input is rounded directly (no double rounding through float32),
-    as ml_dtypes does; float16 is exact in float32.
+    float64 input (``float64="direct"``, the default) is rounded once, from
+    its float64 bits, to the format's grid (round half to even on the exact
+    value: no double rounding).  ``float64="via_float32"`` rounds it to
+    float32 first (half to even) and casts that, as ml_dtypes 0.6's
+    ``astype`` does (so a float64 value just off a tie of the FP8 grid that
+    float32 rounds onto the tie goes to even there); the overflow policy then
+    sees the float32 value.  float16 is exact in float32.
 
     Parameters
     ----------
@@ -41,6 +47,8 @@ def cast_fp8(x, fmt="e4m3fn", *, overflow="satfinite", nan="sign", out=None):
     fmt : {"e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz"}
     overflow : {"satfinite", "nonsat", "torch"}
     nan : {"sign", "ml_dtypes"}
+    float64 : {"direct", "via_float32"}
+        How float64 input is rounded (above); ignored for other dtypes.
     out : uint8 array of x's shape, optional
 
     Returns
@@ -50,7 +58,12 @@ def cast_fp8(x, fmt="e4m3fn", *, overflow="satfinite", nan="sign", out=None):
     func = "cast_fp8"
     name = _fp8_name(fmt, func)
     mode = _cast_mode(name, overflow, nan, func)
+    if float64 not in ("direct", "via_float32"):
+        raise ValueError(f"{func}: float64 must be 'direct' or 'via_float32', got {float64!r}")
     arr = _float_input(x, func)
+    if float64 == "via_float32" and arr.dtype == np.float64:
+        with np.errstate(over="ignore"):  # (beyond float32: +-inf, as ml_dtypes)
+            arr = arr.astype(np.float32)
     return _encode("fp8", arr, ([1.0],), 0.0, 0.0, mode, None, np.uint8, out, func)
 
 

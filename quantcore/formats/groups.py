@@ -10,12 +10,19 @@ import numpy as np
 
 from .. import _arrays as A
 from .._cpu import _kernels as K
-from ._common import (F32, GRP_SYMMETRIC, INT_ADD_FLOAT, INT_SIGNED, _DEC, _as_codes,
-                      _blocked_call, _blocked_input, _from_last, _nthreads, _param, _to_last)
+from ._common import (F32, GRP_F16_SCALE, GRP_HQQ_OWN, GRP_SYMMETRIC, INT_ADD_FLOAT, INT_SIGNED,
+                      _DEC, _as_codes, _blocked_call, _blocked_input, _from_last, _nthreads,
+                      _param, _to_last)
 
-#: group recipes (qc_families.h QC_GROUP_RECIPES); those with a float zero point
-GROUP_RECIPES = tuple(K.GROUP_RECIPES)
-_FLOAT_ZP = ("tinygemm", "hqq")
+#: recipe name -> (its id in qc_families.h QC_GROUP_RECIPES, mode bits): the
+#: kernel's recipes, and "hqq_ort" (ORT's port of HQQ: the hqq id without
+#: QC_GRP_HQQ_OWN, which "hqq", HQQ's own rule, sets)
+_RECIPES = {**{name: (rid, 0) for name, rid in K.GROUP_RECIPES.items()},
+            "hqq": (K.GROUP_RECIPES["hqq"], GRP_HQQ_OWN), "hqq_ort": (K.GROUP_RECIPES["hqq"], 0)}
+#: the group recipes
+GROUP_RECIPES = tuple(_RECIPES)
+#: those with a float zero point
+_FLOAT_ZP = ("tinygemm", "hqq", "hqq_ort")
 
 
 # ------------------------------------------------------ group quantization
@@ -56,7 +63,8 @@ def _group_args(w, bits, group_size, axis, symmetric, recipe, quant_min, quant_m
     if recipe not in ("onnx", "onnx_numpy") and arr.shape[ax] % g:
         raise ValueError(f"{func}: w.shape[axis] = {arr.shape[ax]} is not a multiple of "
                          f"group_size {g} (only recipe='onnx' allows a shorter last group)")
-    mode = (GRP_SYMMETRIC if symmetric else 0)
+    mode = (GRP_SYMMETRIC if symmetric else 0) | _RECIPES[recipe][1] | \
+        (GRP_F16_SCALE if recipe == "onnx" and arr.dtype == np.float16 else 0)
     return arr, ax, g, qmin, qmax, mode
 
 
@@ -75,7 +83,7 @@ def _group_run(arr, ax, g, recipe, qmin, qmax, mode, want_codes, want_y, want_ma
     zp = xp.empty(moved.shape[:-1] + (ng,), F32)
     if flat.size:  # (an empty w: empty codes and no group)
         A.kernels_for(flat, func).group_quant(
-            K.GROUP_RECIPES[recipe], flat, None if codes is None else codes.reshape(-1),
+            _RECIPES[recipe][0], flat, None if codes is None else codes.reshape(-1),
             None if y is None else y.reshape(-1), None if mask is None else mask.reshape(-1),
             scale.reshape(-1), zp.reshape(-1), rows, k, g, float(qmin), float(qmax), mode,
             _nthreads(flat))
@@ -96,14 +104,26 @@ def group_quantize(w, bits=4, group_size=128, *, axis=-1, symmetric=False, recip
       ``s = (mx0 - mn0) / qmax``, ``zp = RNA(-mn0 / s)``,
       ``q = RNA(x * f32(1 / s) + zp)``; symmetric: ``s = -m / 2**(bits-1)``
       with m the signed value of largest magnitude (negative scales), zero
-      point ``2**(bits-1)``.  A shorter last group is allowed.
+      point ``2**(bits-1)``.  A shorter last group is allowed.  float16
+      weights (ORT's ``quantize_matmul_4bits`` on float16): the zero point
+      from the float32 scale, then the scale rounded to float16 (returned
+      as float32 values) and ``q = RNA(x * f32(1 / s16) + zp)``.
     - ``"onnx_numpy"``: ORT's numpy weight quantizer (used for Gather):
       the same scales, ``q = rint(x / s) + zp``; symmetric codes signed.
     - ``"torchao"``: ``choose_qparams_affine`` / ``quantize_affine``
       (symmetric divides the range by ``(qmax - qmin) / 2``; eps 2**-126),
       with ``quant_min`` / ``quant_max`` options.
     - ``"tinygemm"``: float zero point ``mn + 8 s``, ``q = rint((x - min) / s)``.
-    - ``"hqq"``: HQQ's initialisation (ORT's port, no optimisation).
+    - ``"hqq"``: HQQ's own initialisation (mobiusml/hqq ``Quantizer.quantize``,
+      ``optimize=False``, ``round_zero=False``): ``si = clamp(f32(1 / (mx -
+      mn)) * qmax, max=2e4)`` (torch's ``qmax / d``; a constant group: -> 2e4,
+      scale ``1/2e4``, zero point ``-mn * 2e4``, e.g. -5000 for 0.25), float
+      zero point ``z = -mn * si`` (not rounded), ``q = rint(x * si + z)``,
+      scale ``f32(1 / si)``; HQQ's meta before HQQLinear casts it to its
+      compute dtype.
+    - ``"hqq_ort"``: ORT's port (``HQQWeightOnlyQuantizer``, no
+      optimisation): a constant group's range becomes qmax (scale 1),
+      ``si = min(f32(1 / d) * qmax, 2e4)``, ``z = rint(-mn * si)``.
     - ``"awq"``: llm-awq ``pseudo_quantize_tensor`` (symmetric =
       ``zero_point=False``).
     - ``"gptq"``: GPTQ ``Quantizer.find_params`` + ``quantize`` (no error

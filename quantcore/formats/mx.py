@@ -193,7 +193,10 @@ def mx_quantize(x, elem, *, axis=-1, block_size=32, scale_mode=None, elem_roundi
     even divide by ``max(2**(c - 127), 2**-126)`` (a code-0 block comes back
     halved), rceil leaves a code-0 block unscaled, NaN elements get torchao's
     codes (0x7F, e2m3 12, e3m2 14, e2m1 3) and a NaN block's other elements
-    are 0 (floor / ceil / even) or NaN codes (rceil).
+    are 0 (floor / ceil / even) or NaN codes (rceil); in floor / ceil / even
+    a -NaN and +-Inf in a NaN block get the NaN code with the sign bit set
+    (0xFF, 0x2C, 0x2E, 0xB: torchao on the CPU multiplies them by 0, and
+    x86's NaN of Inf * 0 has its sign bit set).
     ``compat="microxcaling"`` (defaults: ``scale_mode="floor_log2"``,
     ``elem_rounding="half_away"``) reproduces microxcaling's ``_quantize_mx``:
     a block holding +-Inf is NaN, ``+-0`` elements give +0.  Without compat a
@@ -395,7 +398,7 @@ def nvfp4_quantize(x, global_scale=None, *, recipe="modelopt"):
         b  = f32(bamax / 6)
         s8 = e4m3(clamp(f32(b / g), 2**-6, 448)); r = f32(f32(1 / g) / s8)
              (without g: s8 = e4m3(clamp(b, 2**-6, 448)), r = f32(1 / s8))
-        q  = e2m1(clamp(f32(x r), -6, 6))          (RNE, sign kept, NaN -> 0x3)
+        q  = e2m1(clamp(f32(x r), -6, 6))          (RNE, sign kept; a NaN block: 0x4)
 
     The last block may be shorter (as zero padding).
 

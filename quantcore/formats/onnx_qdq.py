@@ -1,28 +1,32 @@
 """ONNX QuantizeLinear / DequantizeLinear (opset 21, with ORT's integer
 saturation; the formats specification §2), on numpy (CPU) and cupy (GPU).
-The element types: :data:`INT_TYPES` and the FP8 types of
-:data:`ONNX_FP8_FORMATS` (with the ``"float8_"`` prefix).
+The element types: :data:`INT_TYPES`, the FP8 types of
+:data:`ONNX_FP8_FORMATS` (with the ``"float8_"`` prefix) and the FP4 type of
+:data:`ONNX_FP4_FORMATS` (``"float4_e2m1fn"``, ONNX FLOAT4E2M1).
 """
 import numpy as np
 
 from .. import _arrays as A
-from ._common import (F8_DEQ_MUL, F8_SCALE_DIV, INT_SIGNED, INT_TYPES, INT_WRAP32,
-                      NAN_ENCODING, ONNX_FP8_FORMATS, OVERFLOW, _DEC, _ENC, _as_codes,
-                      _blocked_call, _decode, _encode, _float_input, _fp8_dtype_name, _nthreads,
-                      _param, _to_last)
+from ._common import (F8_DEQ_MUL, F8_PLUS_ZERO, F8_SCALE_DIV, INT_SIGNED, INT_TYPES, INT_WRAP32,
+                      NAN_ENCODING, ONNX_FP4_FORMATS, ONNX_FP8_FORMATS, OVERFLOW, _DEC, _ENC,
+                      _as_codes, _blocked_call, _decode, _encode, _float_input, _nthreads,
+                      _onnx_dtype_name, _param, _to_last)
 
 
 # ------------------------------------------------------------------- ONNX
 def _onnx_type(name, func, what="output"):
-    """('int', (qmin, qmax, container)) or ('fp8', format name)."""
+    """('int', (qmin, qmax, container)) or ('fp8' / 'fp4', format id)."""
     if name in INT_TYPES:
         return "int", INT_TYPES[name]
     if isinstance(name, str):
         short = name[len("float8_"):] if name.startswith("float8_") else name
         if short in ONNX_FP8_FORMATS:
-            return "fp8", short
-    raise ValueError(f"{func}: {what} must be one of {sorted(INT_TYPES)} or an FP8 type "
-                     f"({', '.join('float8_' + f for f in ONNX_FP8_FORMATS)}), got {name!r}")
+            return "fp8", ONNX_FP8_FORMATS[short]
+        if name.startswith("float4_") and name[len("float4_"):] in ONNX_FP4_FORMATS:
+            return "fp4", ONNX_FP4_FORMATS[name[len("float4_"):]]
+    raise ValueError(f"{func}: {what} must be one of {sorted(INT_TYPES)}, an FP8 type "
+                     f"({', '.join('float8_' + f for f in ONNX_FP8_FORMATS)}) or "
+                     f"{', '.join('float4_' + f for f in ONNX_FP4_FORMATS)}, got {name!r}")
 
 
 def _onnx_params(shape, scale, zero_point, axis, block_size, func):
@@ -31,18 +35,17 @@ def _onnx_params(shape, scale, zero_point, axis, block_size, func):
     float64 numpy arrays (a block's in x's layout with the axis last)."""
     s = np.asarray(A.to_host(scale), dtype=np.float64)
     z = None if zero_point is None else np.asarray(A.to_host(zero_point))
-    if z is not None and z.dtype.kind not in "iuf" and _fp8_dtype_name(z) is None:
+    if z is not None and z.dtype.kind not in "iuf" and _onnx_dtype_name(z) is None:
         raise TypeError(f"{func}: zero_point must be an integer array, got {z.dtype}")
-    if z is not None and _fp8_dtype_name(z) is not None:
-        z = z.astype(np.float64)
     z = np.zeros(s.shape) if z is None else z.astype(np.float64)
-    if z.shape != s.shape:
+    if z.shape != s.shape and not (z.size == s.size == 1 and z.ndim <= 1 and s.ndim <= 1):
+        # (a 1-element 1-D zero point beside a 0-d scale, or the reverse, is ONNX-legal)
         raise ValueError(f"{func}: zero_point has shape {z.shape}, scale {s.shape}")
     if not np.isfinite(s).all() or (s == 0).any():
         raise ValueError(f"{func}: scale must be finite and nonzero")
     bs = A.as_int(block_size, "block_size", func)
     ndim = len(shape)
-    if s.size == 1 and s.ndim <= 1 and bs == 0:
+    if s.size == 1 and s.ndim <= 1 and bs == 0:  # per tensor
         return "tensor", None, None, s.reshape(1), z.reshape(1)
     ax = A.normalize_axis(axis, ndim, func)
     if bs == 0:
@@ -77,26 +80,33 @@ def quantize_linear(x, scale, zero_point=None, *, axis=1, block_size=0, saturate
         FP8 outputs:      q = cast_fp8(x / scale, saturate ? "satfinite" : "nonsat",
                           nan="ml_dtypes");  the zero point is ignored (as the
                           reference)
+        float4_e2m1fn:    q = ml_dtypes' cast of x / scale to FLOAT4E2M1: round
+                          half to even, |v| > 6 (and +-Inf) -> +-6 whatever
+                          ``saturate``, NaN -> the zero of the opposite sign
+                          (0x8 for +NaN, 0x0 for -NaN); the zero point must be
+                          0 (onnx.reference adds it before the cast, which
+                          makes a -0 quotient +0, as here when one is given;
+                          a nonzero one is refused)
 
     Parameters
     ----------
     output : str, optional
-        int8, uint8, int16, uint16, int4, uint4, int2, uint2 or
-        float8_e4m3fn, float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz.
-        Default: zero_point's type (numpy integer or ml_dtypes float8),
-        else uint8.
+        int8, uint8, int16, uint16, int4, uint4, int2, uint2,
+        float8_e4m3fn, float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz or
+        float4_e2m1fn.  Default: zero_point's type (numpy integer or an
+        ml_dtypes int4 / uint4 / int2 / uint2 / float8 / float4 array), else
+        uint8.  ``zero_point`` may be a 1-element 1-D array beside a 0-d
+        scale (ONNX allows either shape for per-tensor parameters).
 
     Returns
     -------
     int8 / uint8 / int16 / uint16 array of x's shape (4- and 2-bit types
-    unpacked in int8 / uint8; FP8 as uint8 codes).
+    unpacked in int8 / uint8; FP8 and FP4 as uint8 codes).
     """
     func = "quantize_linear"
     arr = _float_input(x, func)
     if output is None:
-        zd = getattr(zero_point, "dtype", None)
-        output = ("float8_" + _fp8_dtype_name(zero_point)) if _fp8_dtype_name(zero_point) \
-            else (zd.name if zd is not None and zd.kind in "iu" else "uint8")
+        output = _onnx_dtype_name(zero_point) or "uint8"
     kind, info = _onnx_type(output, func)
     if compat not in (None, "onnx_reference"):
         raise ValueError(f"{func}: compat must be None or 'onnx_reference', got {compat!r}")
@@ -109,10 +119,13 @@ def quantize_linear(x, scale, zero_point=None, *, axis=1, block_size=0, saturate
         family, params, u0, u1 = "int", (s, z), float(qmin), float(qmax)
         mode = 8 * np.dtype(container).itemsize | (INT_WRAP32 if compat else 0)
     else:
+        if kind == "fp4" and (z != 0).any():
+            raise ValueError(f"{func}: a float4_e2m1fn zero point must be 0, got nonzero values")
         container = np.uint8
         family, params, u0, u1 = "fp8", (s,), 0.0, 0.0
-        mode = ONNX_FP8_FORMATS[info] | F8_SCALE_DIV | NAN_ENCODING["ml_dtypes"] | \
-            (OVERFLOW["satfinite"] if saturate else OVERFLOW["nonsat"])
+        mode = info | F8_SCALE_DIV | NAN_ENCODING["ml_dtypes"] | \
+            (OVERFLOW["satfinite"] if saturate or kind == "fp4" else OVERFLOW["nonsat"]) | \
+            (F8_PLUS_ZERO if kind == "fp4" and zero_point is not None else 0)
     if how != "block":
         return _encode(family, arr, params, u0, u1, mode, ax if how == "axis" else None,
                        np.dtype(container), None, func)
@@ -134,27 +147,30 @@ def dequantize_linear(q, scale, zero_point=None, *, axis=1, block_size=0, input=
     """ONNX DequantizeLinear (opset 21), computed in float32::
 
         integer input:  y = (f32(q) - f32(zero_point)) * scale
-        FP8 input:      y = f32(q) * scale   (the zero point must be 0)
+        FP8 / FP4 input: y = f32(q) * scale   (the zero point must be 0)
 
-    ``input`` names the element type when q's dtype does not (FP8 codes as
-    uint8, int4 values in int8); ml_dtypes float8 arrays name their own.
+    ``input`` names the element type when q's dtype does not (FP8 / FP4
+    codes as uint8, int4 values in int8); ml_dtypes float8 / float4_e2m1fn /
+    int4 / uint4 / int2 / uint2 arrays name their own.
     Scale / zero point broadcast as in :func:`quantize_linear`; negative
     scales are allowed (ORT's symmetric MatMulNBits scales are).  Returns
     ``output_dtype`` (float32, or float16 / float64 from the float32 result).
     """
     func = "dequantize_linear"
     xp, arr = _as_codes(q, "q", func)
-    name = input if input is not None else (("float8_" + _fp8_dtype_name(q))
-                                             if _fp8_dtype_name(q) else arr.dtype.name)
+    name = input if input is not None else (_onnx_dtype_name(q) or arr.dtype.name)
     kind, info = _onnx_type(name, func, "input")
     how, ax, bs, s, z = _onnx_params(arr.shape, scale, zero_point, axis, block_size, func)
-    if kind == "fp8":
+    if kind != "int":
         if arr.dtype.itemsize != 1:
-            raise TypeError(f"{func}: FP8 codes are one byte each, got {arr.dtype}")
+            raise TypeError(f"{func}: {name} codes are one byte each, got {arr.dtype}")
         if (z != 0).any():
-            raise ValueError(f"{func}: an FP8 zero point must be 0 (ONNX: 'is usually not "
+            what = "an FP4" if kind == "fp4" else "an FP8"
+            raise ValueError(f"{func}: {what} zero point must be 0 (ONNX: 'is usually not "
                              "used'), got nonzero values")
-        family, params, mode = "fp8", (s,), ONNX_FP8_FORMATS[info] | F8_DEQ_MUL
+        if kind == "fp4" and (arr >= 16).any():
+            raise ValueError(f"{func}: {name} codes must be in [0, 15]")
+        family, params, mode = "fp8", (s,), info | F8_DEQ_MUL
     else:
         qmin, qmax, container = info
         if arr.dtype.itemsize != np.dtype(container).itemsize:

@@ -57,7 +57,9 @@
 #define QC_F8_TORCH 32
 #define QC_F8_POLICY_MASK 48
 /* NaN of an IEEE format: mantissa MSB only (0x7E|s for e5m2, ml_dtypes /
- * ONNX) instead of every mantissa bit (0x7F|s, torch) */
+ * ONNX) instead of every mantissa bit (0x7F|s, torch); of a FINITE format
+ * (no NaN code, ONNX FLOAT4E2M1): the zero of the opposite sign, as ml_dtypes'
+ * cast gives it, instead of the signed zero */
 #define QC_F8_NAN_MLDTYPES 64
 
 struct QcMinifloat {
@@ -139,8 +141,8 @@ QC_HD void qc_mf_specials(QcMinifloat f, int mode, int sign, int *nan_code, int 
   } else if (f.kind == QC_MF_FNUZ) {
     *nan_code = 1 << sbit;
     *over_code = policy == QC_F8_SATFINITE ? (sign | maxc) : *nan_code;
-  } else {
-    *nan_code = sign;
+  } else { /* FINITE: no NaN code; ml_dtypes' cast gives the zero of the other sign */
+    *nan_code = (mode & QC_F8_NAN_MLDTYPES) ? (sign ^ (1 << sbit)) : sign;
     *over_code = sign | maxc;
   }
 }
@@ -154,6 +156,7 @@ QC_HD void qc_mf_specials(QcMinifloat f, int mode, int sign, int *nan_code, int 
  *   beyond the max finite code, or +-Inf   the policy (qc_mf_specials)
  *   NaN           FN: 0x7F|s; IEEE: exponent ones + mantissa ones (or its
  *                 MSB with QC_F8_NAN_MLDTYPES) | s; FNUZ: 0x80; FINITE: s
+ *                 (with QC_F8_NAN_MLDTYPES the opposite sign, as ml_dtypes)
  *   the sign      bit (ebits + mbits); FNUZ has no -0: a zero result is 0
  * Branch-free (selects), so a loop over it vectorises. */
 template <typename T> QC_HD unsigned qc_mf_encode(T x, int fmt, int mode) {
@@ -263,6 +266,8 @@ template <typename T> QC_HD T qc_mf_fake(T x, int fmt, int mode) {
 #define QC_F8_DEQ_MUL 512     /* y = decode(q) * p1               */
 #define QC_F8_DEQ_DIV 1024    /* y = decode(q) / p1 (else decode) */
 #define QC_F8_MASK_AMAX 2048  /* mask = -p2 <= x <= p2 (else |v| <= max finite) */
+#define QC_F8_PLUS_ZERO 4096  /* v = -0 -> +0 (v + 0.0: onnx.reference adds an FP4 zero
+                                 point of 0 before the cast); NaN kept as is */
 
 /* r = x * s or x / s with the NaN the CPU references give it, on every
  * platform: when r is NaN, a NaN scale s (it poisons the whole tensor or
@@ -278,11 +283,13 @@ template <typename T> QC_HD T qc_scaled_nan(T x, T s, T r) {
   return (r != r) ? n : r;
 }
 
-/* The scaled value v of x (QC_F8_SCALE_*), its NaN by qc_scaled_nan. */
+/* The scaled value v of x (QC_F8_SCALE_*), its NaN by qc_scaled_nan; a
+ * zero made +0 with QC_F8_PLUS_ZERO. */
 template <typename T> QC_HD T qc_f8_scaled(T x, T s, int mode) {
   const T prod = x * s, quot = x / s; /* both, then selects: a loop stays vectorisable */
   const T v = (mode & QC_F8_SCALE_MUL) ? prod : ((mode & QC_F8_SCALE_DIV) ? quot : x);
-  return qc_scaled_nan(x, (mode & (QC_F8_SCALE_MUL | QC_F8_SCALE_DIV)) ? s : x, v);
+  const T w = qc_scaled_nan(x, (mode & (QC_F8_SCALE_MUL | QC_F8_SCALE_DIV)) ? s : x, v);
+  return ((mode & QC_F8_PLUS_ZERO) && w == (T)0) ? (T)0 : w; /* a select, not an add */
 }
 
 /* The dequantised value of a decoded d (QC_F8_DEQ_*): d, d * s or d / s,
@@ -379,6 +386,21 @@ template <typename T> QC_HD T qc_int_dequant(unsigned code, T s, T zp, T add, in
  * true division, as the references compute it on the CPU.
  * ---------------------------------------------------------------------- */
 #define QC_GRP_SYMMETRIC 1
+#define QC_GRP_HQQ_OWN 2 /* QcGroupHqq: HQQ's own Quantizer.quantize (else ORT's port) */
+#define QC_GRP_F16_SCALE 4 /* QcGroupOrt: a float16 scale (MLAS's float16 weights) */
+
+/* x rounded to the nearest float16 value (ties to even; a magnitude that
+ * rounds to 2**16 or more: +-Inf; NaN kept), as a float. */
+QC_HD float qc_round_f16(float x) {
+  const unsigned u = qc_bits(x), a = u & 0x7fffffffu, s = u & 0x80000000u;
+  /* normal range (>= 2**-14): 13 mantissa bits dropped, ties to even */
+  const unsigned rn = ((a + 0xfffu + ((a >> 13) & 1u)) >> 13) << 13;
+  /* below: a multiple of 2**-24 (both products exact) */
+  const float sub = qc_rint(qc_from_bits(a < 0x38800000u ? a : 0u) * 16777216.0f) *
+                    (1.0f / 16777216.0f);
+  const unsigned mag = a < 0x38800000u ? qc_bits(sub) : (rn >= 0x47800000u ? 0x7f800000u : rn);
+  return a > 0x7f800000u ? x : qc_from_bits(mag | s);
+}
 
 /* One group's parameters: the stored scale and zero point (a float zero
  * point for tinygemm, an integer value otherwise), and what the quantize
@@ -390,7 +412,8 @@ struct QcGroupQ {
 /* ORT MatMulNBits (q4_dq.cpp): asymmetric s = (mx0 - mn0) / qmax,
  * zp = RNA(clamp(0 - mn0 / s)) (mn0 when s == 0); symmetric: m = the
  * signed value of largest magnitude (ties: mn), s = -m / zp with the fixed
- * zp = (qmax + 1) / 2 (negative when m > 0).  r = 1 / s (0 when s == 0);
+ * zp = (qmax + 1) / 2 (negative when m > 0).  QC_GRP_F16_SCALE (float16
+ * weights): s = f16(s) after zp.  r = 1 / s (0 when s == 0);
  * q = RNA((x * r) + zp); dequant (q - zp) * s. */
 struct QcGroupOrt {
   float qmin, qmax;
@@ -407,6 +430,9 @@ struct QcGroupOrt {
       const float zf = g->scale != 0.0f ? 0.0f - mn0 / g->scale : mn0;
       g->zp = zf < 0.0f ? 0.0f : (zf > qmax ? qmax : qc_round(zf));
     }
+    /* float16 weights: the zero point from the float scale, which is then
+     * stored as float16 and quantizes (MLAS's BlockwiseQuantizer<MLFloat16>) */
+    g->scale = (mode & QC_GRP_F16_SCALE) ? qc_round_f16(g->scale) : g->scale;
     g->mul = g->scale != 0.0f ? 1.0f / g->scale : 0.0f;
     g->add = g->zp;
   }
@@ -480,13 +506,27 @@ struct QcGroupTinygemm {
   }
 };
 
-/* HQQ initialisation (ORT's port, optimize=False): d = mx - mn (0 -> qmax),
- * si = min(f32(1 / d) * qmax, 2e4), z = rint(-mn * si) (stored zero point),
- * q = rint(x * si + z); stored scale 1 / si; dequant (int(q) - z) * scale. */
+/* HQQ initialisation, optimize=False.
+ * ORT's port (recipe "hqq_ort"): d = mx - mn (0 -> qmax),
+ *   si = min(f32(1 / d) * qmax, 2e4), z = rint(-mn * si) (stored zero point),
+ * HQQ's own Quantizer.quantize (QC_GRP_HQQ_OWN, recipe "hqq", round_zero=False):
+ *   si = clamp(f32(1 / d) * qmax, max=2e4) (torch's qmax / d; a constant
+ *   group: 1 / 0 = inf -> 2e4, stored scale 1/2e4; NaN stays NaN as torch's
+ *   clamp), z = -mn * si (a float, not rounded);
+ * both: q = rint(x * si + z); stored scale 1 / si; dequant (q - z) * scale. */
 struct QcGroupHqq {
   float qmin, qmax;
   int mode;
   QC_HDM void qparams(float mn, float mx, QcGroupQ *g) const {
+    if (mode & QC_GRP_HQQ_OWN) {
+      float si = (1.0f / (mx - mn)) * qmax; /* torch's scalar / tensor: reciprocal, times */
+      si = (si > 2e4f) ? 2e4f : si;
+      g->zp = -mn * si;
+      g->scale = 1.0f / si;
+      g->mul = si;
+      g->add = g->zp;
+      return;
+    }
     float d = mx - mn;
     d = d == 0.0f ? qmax : d;
     float si = (1.0f / d) * qmax;

@@ -215,7 +215,9 @@ QC_HD unsigned qc_mx_torchao_nan_code(int elem) {
  *            default: NaN for 255
  *   value    qc_mx_round(x * qmul); microxcaling: a zero x * qmul gives +0
  *   code     the element's bits (int8: two's complement); NaN: FP8 0x7F,
- *            FP6 / FP4 0 (the sign-only code; torchao: 12 / 14 / 3), int8 0
+ *            FP6 / FP4 0 (the sign-only code; torchao: 12 / 14 / 3, with the
+ *            sign bit of the NaN: a -NaN, or +-Inf * 0 in a floor / ceil /
+ *            even NaN block), int8 0
  *   fake     value * deq */
 struct QcBlockMx {
   int elem, mode;
@@ -265,7 +267,14 @@ struct QcBlockMx {
   QC_HDM float value(float x, const QcBlockQ &b) const {
     const float v = x * b.qmul;
     const float r = qc_mx_round(v, elem, mode);
-    return ((mode & QC_MX_MXS) && v == 0.0f) ? 0.0f : r; /* sign(+-0) * ... = +0 */
+    /* torchao's NaN, made explicitly (so that the GPU gives the same): in a
+     * NaN block floor / ceil / even multiply by 0, and on x86 a NaN x keeps
+     * its sign, +-Inf * 0 is the default NaN (sign bit set); rceil multiplies
+     * by its (positive) NaN scale, which x86 returns */
+    const unsigned ao_sign = x != x ? (qc_bits(x) & 0x80000000u) : 0x80000000u;
+    const unsigned ao_nan = 0x7fc00000u | (b.qmul == 0.0f ? ao_sign : 0u);
+    const float r_ao = ((mode & QC_MX_TORCHAO) && r != r) ? qc_from_bits(ao_nan) : r;
+    return ((mode & QC_MX_MXS) && v == 0.0f) ? 0.0f : r_ao; /* sign(+-0) * ... = +0 */
   }
   QC_HDM unsigned code(float r) const {
     /* (selects, no early return: the CPU loop vectorises) */
@@ -275,10 +284,17 @@ struct QcBlockMx {
     const float rf = r == r ? r : 0.0f;
     const unsigned c = elem == QC_MX_INT8 ? (unsigned)(int)(rf * 64.0f) & 0xffu
                                           : qc_mf_encode(rf, elem, QC_F8_SATFINITE);
-    return r == r ? c : nan_code;
+    /* torchao's bit routine keeps a NaN's sign bit (value() sets it) */
+    const unsigned sbit = elem == QC_MX_INT8 ? 0u : 1u << (f_ebits() + f_mbits());
+    const unsigned nan_s = ((mode & QC_MX_TORCHAO) && (qc_bits(r) >> 31)) ? sbit : 0u;
+    return r == r ? c : (nan_code | nan_s);
   }
-  QC_HDM float fake(float r, const QcBlockQ &b) const { return r * b.deq; }
+  /* (a NaN r is returned as it is: NaN * NaN would pick an operand by the
+   * instruction the compiler chose, which differs between the SIMD builds) */
+  QC_HDM float fake(float r, const QcBlockQ &b) const { return r != r ? r : r * b.deq; }
   QC_HDM int f_kind() const { return qc_minifloat(elem).kind; }
+  QC_HDM int f_ebits() const { return qc_minifloat(elem).ebits; }
+  QC_HDM int f_mbits() const { return qc_minifloat(elem).mbits; }
 };
 
 /* The e2m1 code of an already rounded, saturated value r: sign | magnitude
@@ -295,7 +311,8 @@ QC_HD unsigned qc_e2m1_code(float r, unsigned nan_code) {
  *   torchao   (p0 = g, p1 = RN32(1 / g)) b = amax / 6;
  *             s8 = e4m3(clamp(b / g, 2**-6, 448)); r = p1 / f32(s8)
  *             (no global scale: clamp(b, ...), r = 1 / f32(s8));
- *             value = e2m1(clamp(x * r, -6, 6)) (sign kept, NaN -> 0x3)
+ *             value = e2m1(clamp(x * r, -6, 6)) (sign kept; NaN -> 0x4: every
+ *             element of a NaN block, as torchao on the CPU codes them)
  *   fake      value * f32(s8 * g) (torchao: g * f32(s8); without g: f32(s8));
  *             modelopt's code 0x8 is +0 */
 struct QcBlockNvfp4 {
@@ -341,7 +358,7 @@ struct QcBlockNvfp4 {
     return v != v ? 6.0f : (v == 0.0f ? 0.0f : r); /* sign = (v < 0): -0 -> +0, NaN -> +6 */
   }
   QC_HDM unsigned code(float r) const {
-    return qc_e2m1_code(r, (mode & QC_NV_TORCHAO) ? 3u : 7u);
+    return qc_e2m1_code(r, (mode & QC_NV_TORCHAO) ? 4u : 7u);
   }
   /* (modelopt's value table holds +0 for the code 0x8) */
   QC_HDM float fake(float r, const QcBlockQ &b) const {

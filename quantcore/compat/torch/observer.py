@@ -273,6 +273,26 @@ class PerChannelMinMaxObserver(_UniformObserver):
     def _make_core(self):
         return _obs.MinMaxObserver(axis=0, nan_policy="propagate")
 
+    def forward(self, x_orig):
+        """Record x per channel along ``ch_axis`` and return it.  The first
+        batch grows the empty ``min_val`` / ``max_val`` buffers in place, as
+        torch's ``resize_`` + ``copy_`` does: a reference taken before the
+        forward (a state dict, a list of buffers) sees the statistics.  On
+        numpy the empty arrays are resized (``ndarray.resize``: no view of an
+        empty array can read data, so the reallocation is safe); a cupy batch
+        moves the statistics to the device, in new arrays."""
+        before = (self._core.min_val, self._core.max_val)
+        out = super().forward(x_orig)
+        for name, old in zip(("min_val", "max_val"), before):
+            new = getattr(self._core, name)
+            if new is not old and type(old) is np.ndarray and type(new) is np.ndarray and \
+                    old.size == 0 and old.flags.owndata and old.flags.writeable and \
+                    old.dtype == new.dtype:
+                old.resize(new.shape, refcheck=False)
+                old[...] = new
+                setattr(self._core, name, old)
+        return out
+
     def _is_first(self):
         return self.min_val.size == 0 or self.max_val.size == 0
 
