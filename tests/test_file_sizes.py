@@ -14,7 +14,7 @@ MAX_LINES = 700
 
 #: files still over the limit (path from the repository root): why
 ALLOWED = {
-    "quantcore/compat/onnxruntime.py":
+    "quantcore/compat/onnxruntime/__init__.py":
         "ORT's quantization numerics and its streaming calibrators in one module, edited by "
         "a parallel change (ORT reference fixes) when onnx/ and compat/nvidia/ were split; "
         "split it along its own sections (as compat/torch/) once that change has landed",
@@ -54,7 +54,7 @@ def test_the_scan_sees_the_packages():
     would pass everything)."""
     assert "quantcore/__init__.py" in FILES and "quantcore_gpu/kernels.py" in FILES
     assert {os.path.splitext(p)[1] for p in FILES} >= {".py", ".pyx", ".h", ".cu"}
-    assert FILES["quantcore/compat/onnxruntime.py"] > MAX_LINES   # (counted, not skipped)
+    assert FILES["quantcore/compat/onnxruntime/__init__.py"] > MAX_LINES   # (counted, not skipped)
 
 
 def test_no_file_over_the_limit():

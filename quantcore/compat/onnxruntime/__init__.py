@@ -121,10 +121,10 @@ import warnings
 
 import numpy as np
 
-from .. import _arrays as A
-from .._cpu import _hist as H
-from .._cpu import _kernels as K
-from .._cpu.threads import effective_n_threads
+from ... import _arrays as A
+from ..._cpu import _hist as H
+from ..._cpu import _kernels as K
+from ..._cpu.threads import effective_n_threads
 
 __all__ = [
     "QuantType", "QuantFormat", "CalibrationMethod", "TensorData", "TensorsData",
@@ -1609,7 +1609,7 @@ class MinMaxCalibrater:
             raise TypeError(f"tensor {name!r}: calibrated tensors are float16 / float32, "
                             f"got {x.dtype}")
         if self.per_channel and x.ndim >= 2:
-            from .. import ops
+            from ... import ops
             lo, hi = ops.minmax(x, axis=1, nan_policy="omit")
             nan = lo > hi  # empty or all-NaN channels
             if x.size and nan.any():
