@@ -169,6 +169,11 @@ def _add_fake_quant(sub):
 
 
 def _run_demo(args):
+    if args.save is not None:
+        from .demo import save_convnet
+        for path in save_convnet(args.save, seed=args.seed):
+            print(f"wrote {path}")
+        return 0
     if args.plot:
         check_writable(args.plot, "--plot")
     from .demo import run_demo
@@ -184,6 +189,10 @@ def _add_demo(sub):
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     demo.add_argument("--plot", default="quantcore_demo.png",
                       help="where to save the training curves ('' for none)")
+    demo.add_argument("--save", metavar="DIR",
+                      help="only train the ONNX part's conv net and write DIR/convnet.onnx and "
+                           "DIR/convnet_data.npz (test images 'x' and 'labels'), for "
+                           "quantcore compare")
 
 
 def _run_info(args):

@@ -328,6 +328,28 @@ class ConvNet(Adam):
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
 
 
+def save_convnet(directory, seed=0, epochs=20):
+    """Train :class:`ConvNet` as :func:`run_onnx_demo` does (same data split,
+    seed and epochs) and write ``convnet.onnx`` and ``convnet_data.npz`` in
+    ``directory`` (created if missing): the npz holds ``x`` (the test images,
+    float32 (N, 1, 8, 8), named after the model's input) and ``labels`` (their
+    int64 digits), what ``quantcore compare MODEL --data NPZ`` takes.
+    Returns the two paths."""
+    import os
+    import onnx
+    os.makedirs(directory, exist_ok=True)   # fails (OSError) before the training
+    x_tr, y_tr, x_te, y_te = load_data(seed)
+    rng = np.random.default_rng(seed)
+    net = ConvNet(rng)
+    net.fit(x_tr, y_tr, epochs, 1e-2, rng)
+    model_path = os.path.join(directory, "convnet.onnx")
+    data_path = os.path.join(directory, "convnet_data.npz")
+    onnx.save(net.to_onnx(), model_path)
+    np.savez(data_path, x=x_te.reshape(-1, 1, 8, 8).astype(F32),
+             labels=np.asarray(y_te, np.int64))
+    return model_path, data_path
+
+
 #: quantize_static's types per method (Distribution is ORT's float 8 calibrator)
 QUANT_TYPES = {"distribution": ("QFLOAT8E4M3FN", "QFLOAT8E4M3FN")}
 #: NVIDIA's entropy / mse try every bin as the clip point (in Python): a 512-bin

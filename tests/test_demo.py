@@ -137,3 +137,46 @@ def test_full_demo_through_the_cli(tmp_path, capsys):
     kept = re.search(r"^  same ranges give ([\d.]+)%\.$", out, flags=re.M)
     assert "(fp8*)" in rows["distribution"] and kept, out
     assert float(kept[1]) >= float_acc - 2
+
+
+def test_save_writes_the_conv_net_and_data_that_compare_takes(tmp_path, capsys):
+    """``quantcore demo --save DIR``: the ONNX model and an npz named after
+    its input plus ``labels``; ``quantcore compare`` runs on them, a row per
+    recipe in every table and an accuracy line per recipe."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from quantcore.compare import DEFAULT
+    out_dir = tmp_path / "demo_out"
+    assert main(["demo", "--save", str(out_dir)]) == 0
+    model_path, data_path = out_dir / "convnet.onnx", out_dir / "convnet_data.npz"
+    assert f"wrote {model_path}" in capsys.readouterr().out
+    model = onnx.load(str(model_path))
+    onnx.checker.check_model(model)
+    with np.load(data_path, allow_pickle=False) as npz:
+        assert sorted(npz.files) == sorted([i.name for i in model.graph.input] + ["labels"])
+        x, labels = npz["x"], npz["labels"]
+    assert x.dtype == np.float32 and x.shape[1:] == (1, 8, 8) and labels.shape == (len(x),)
+    sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    float_acc = float((sess.run(None, {"x": x})[0].argmax(axis=1) == labels).mean())
+    assert float_acc > 0.9   # the trained net, its own test images
+
+    assert main(["compare", str(model_path), "--data", str(data_path)]) == 0
+    out = capsys.readouterr().out
+    tables = out.split("\naccuracy on --data")[0]
+    for name in ("conv_w", "fc1_w", "fc2_w", "x", "fc1_relu", "logits"):
+        assert re.search(rf"^{name}  shape ", tables, re.M), name
+    n_tables = len(re.findall(r"^\S+  shape \[", tables, re.M))
+    for recipe in DEFAULT:
+        assert len(re.findall(rf"^{recipe}\s+\S", tables, re.M)) == n_tables, recipe
+    accuracy = out.split("\naccuracy on --data")[1]
+    assert f"float {100 * float_acc:.2f}%" in accuracy
+    for recipe in DEFAULT:
+        assert re.search(rf"^  {recipe}\s+\d+\.\d\d%$", accuracy, re.M), recipe
+
+
+def test_save_onto_a_file_is_one_line_exit_2(tmp_path, capsys):
+    pytest.importorskip("onnx")
+    (tmp_path / "taken").write_text("")
+    assert main(["demo", "--save", str(tmp_path / "taken")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
