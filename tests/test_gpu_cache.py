@@ -429,3 +429,28 @@ def test_concurrent_reductions_in_threads_give_the_right_results(cp, monkeypatch
         for t in threads:
             t.join()
     assert not bad
+
+
+@pytest.mark.gpu
+def test_a_binary_loads_after_its_source_tree_is_gone(cp, tmp_path):
+    """A cached binary is self-contained (a cubin is): one compiled from a
+    clone that was deleted since (a cache shared by two clones) still
+    loads and runs.  On the emulator the blob carries its headers."""
+    if not hasattr(cp, "NVRTC_COMPILES"):
+        pytest.skip("the emulator's blob format (a real cubin holds no paths)")
+    from cupy.cuda import compiler
+    include = tmp_path / "include"
+    include.mkdir()
+    (include / "twice.h").write_text("__device__ inline float twice(float v) { return v + v; }\n")
+    source = ('#include "twice.h"\n'
+              'template <typename T> __global__ void k(T *y) { y[0] = twice(y[0]); }\n')
+    options = ("-I" + str(include), "--fmad=false", "-std=c++17")
+    blob, lowered = compiler.compile_using_nvrtc(source, options, name_expressions=["k<float>"])
+    path = tmp_path / "k.bin"
+    path.write_bytes(blob)
+    import shutil
+    shutil.rmtree(include)
+    mod = cp.RawModule(path=str(path))
+    y = cp.asarray(np.array([1.5], np.float32))
+    mod.get_function(lowered["k<float>"])((1,), (1,), (y,))
+    assert float(y.get()[0]) == 3.0

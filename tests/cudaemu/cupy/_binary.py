@@ -9,8 +9,11 @@ cubin / PTX file (``cuModuleLoad``, memoized per path and device) and its
 ``get_function`` takes the lowered name.  ``cupy.cuda.nvrtc.getVersion()``
 is the NVRTC's (major, minor).
 
-Here the "binary" is a blob holding the source, the options and the name
-expressions; loading it builds the same shared library as
+Here the "binary" is a blob holding the source, the options, the name
+expressions and the headers of every ``-I`` folder (a cubin is
+self-contained: it must load after the tree it was compiled from is gone,
+e.g. from a disk cache written by another clone); loading it writes the
+headers to a folder named by their digest and builds the same shared library as
 ``RawModule(code=...)`` does (g++ and the cudaemu prelude, the options
 mapped as ``_emu.build`` maps them), so that quantcore's own compile and
 disk cache run unchanged on the emulator.  A file that is not such a blob
@@ -18,6 +21,9 @@ is refused as the driver refuses a bad image (``CUDA_ERROR_INVALID_IMAGE``).
 """
 import hashlib
 import json
+import os
+import shutil
+import tempfile
 import threading
 
 from . import _emu
@@ -25,7 +31,8 @@ from . import _emu
 #: not a real NVRTC version: entries written on the emulator and on a real
 #: GPU never share a cache key
 NVRTC_VERSION = (0, 1)
-_MAGIC = b"CUDAEMU-MODULE 1\n"
+_MAGIC = b"CUDAEMU-MODULE 2\n"
+_HEADER_SUFFIXES = (".h", ".cuh", ".hpp")
 #: (filename, number of name expressions) of every compile_using_nvrtc call
 NVRTC_COMPILES = []
 
@@ -58,8 +65,48 @@ def compile_using_nvrtc(source, options=(), arch=None, filename="kern.cu", name_
     NVRTC_COMPILES.append((filename, len(names)))
     mapping = {n: _lowered(n) for n in names}
     blob = _MAGIC + json.dumps({"source": source, "options": list(options), "names": names,
-                                "name": name, "lowered": mapping}).encode()
+                                "name": name, "lowered": mapping,
+                                "headers": _headers_of(options)}).encode()
     return blob, mapping
+
+
+def _headers_of(options):
+    """{option index: {file name: text}} of the headers in each ``-I`` folder."""
+    out = {}
+    for i, opt in enumerate(options):
+        folder = opt[2:] if opt.startswith("-I") else None
+        if folder and os.path.isdir(folder):
+            out[str(i)] = {}
+            for name in sorted(os.listdir(folder)):
+                path = os.path.join(folder, name)
+                if name.endswith(_HEADER_SUFFIXES) and os.path.isfile(path):
+                    with open(path, encoding="utf-8") as fh:
+                        out[str(i)][name] = fh.read()
+    return out
+
+
+def _with_embedded_headers(options, headers):
+    """The options with each embedded ``-I`` folder replaced by a folder
+    holding the blob's copy of its headers (named by their digest)."""
+    options = list(options)
+    for index, files in headers.items():
+        i = int(index)
+        digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:24]
+        root = os.path.join(tempfile.gettempdir(), "cudaemu-headers")
+        folder = os.path.join(root, digest)
+        if not os.path.isdir(folder):
+            os.makedirs(root, exist_ok=True)
+            staging = tempfile.mkdtemp(prefix=".staging-", dir=root)
+            for name, text in files.items():
+                with open(os.path.join(staging, os.path.basename(name)), "w",
+                          encoding="utf-8") as fh:
+                    fh.write(text)
+            try:
+                os.rename(staging, folder)   # atomic: a folder is whole or absent
+            except OSError:   # another process made it first, with the same contents
+                shutil.rmtree(staging, ignore_errors=True)
+        options[i] = "-I" + folder
+    return tuple(options)
 
 
 _loaded = {}     # path -> _BinaryModule (CuPy memoizes modules loaded from a path)
@@ -79,8 +126,8 @@ class _BinaryModule:
             if not data.startswith(_MAGIC):
                 raise ValueError("no cudaemu module header")
             meta = json.loads(data[len(_MAGIC):].decode())
-            self.mod = _emu.Module(meta["source"], tuple(meta["options"]), meta["names"],
-                                   meta["name"])
+            options = _with_embedded_headers(meta["options"], meta["headers"])
+            self.mod = _emu.Module(meta["source"], options, meta["names"], meta["name"])
             self.by_lowered = {v: k for k, v in meta["lowered"].items()}
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             raise _emu.CUDADriverError(f"CUDA_ERROR_INVALID_IMAGE: {path} is not a module "
