@@ -531,13 +531,21 @@ def param_array(value, name, func, channels):
         raise TypeError(f"{func}: {name} must be a real number or array, got {value!r}") from exc
     if np.asarray(value).dtype.kind not in "iufb":
         raise TypeError(f"{func}: {name} must be real, got dtype {np.asarray(value).dtype}")
+    return param_shape(arr, name, func, channels,
+                       lambda a: np.full(channels, a, dtype=np.float64))
+
+
+def param_shape(arr, name, func, channels, broadcast):
+    """``arr`` in a parameter's shape: one value per tensor (``channels is
+    None``) as shape (1,); per channel a scalar through ``broadcast`` or a
+    1-D array of ``channels`` values (numpy or cupy; no copy of its own)."""
     if channels is None:
         if arr.size != 1:
             raise ValueError(f"{func}: {name} must be a single value for per-tensor "
                              f"quantization (axis=None), got shape {arr.shape}")
         return arr.reshape(1)
     if arr.ndim == 0:
-        return np.full(channels, arr, dtype=np.float64)
+        return broadcast(arr)
     if arr.ndim != 1 or arr.shape[0] != channels:
         raise ValueError(f"{func}: {name} must be a 1-D array of {channels} values "
                          f"(x.shape[axis]), got shape {arr.shape}")

@@ -122,17 +122,8 @@ def _device_param(value, name, func, channels):
         return A.param_array(value, name, func, channels)
     if value.dtype.kind not in "iufb":
         raise TypeError(f"{func}: {name} must be real, got dtype {value.dtype}")
-    if channels is None:
-        if value.size != 1:
-            raise ValueError(f"{func}: {name} must be a single value for per-tensor "
-                             f"quantization (axis=None), got shape {value.shape}")
-        return value.reshape(1)
-    if value.ndim == 0:
-        return A.array_module(value).broadcast_to(value.reshape(1), (channels,))
-    if value.ndim != 1 or value.shape[0] != channels:
-        raise ValueError(f"{func}: {name} must be a 1-D array of {channels} values "
-                         f"(x.shape[axis]), got shape {value.shape}")
-    return value
+    return A.param_shape(value, name, func, channels,
+                         lambda v: A.array_module(v).broadcast_to(v.reshape(1), (channels,)))
 
 
 def check_scales(s, work, func):
