@@ -158,6 +158,68 @@ def gpu_kernels(func):
     return kernels
 
 
+# -- float32 device data without CuPy's flush to zero ----------------------
+# CuPy compiles its own operations (astype, arithmetic, comparisons, abs, ...)
+# with -ftz=true: a float32 subnormal operand or result is read / written as
+# a zero of its sign on the GPU, where numpy keeps it.  On cupy arrays these
+# helpers give numpy's results: casts and arithmetic through the project's
+# kernels (quantcore_gpu convert.cu), comparisons and abs on the bits (integer
+# operations, which nothing flushes).  numpy arrays take the plain operation.
+
+_CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+        "==": np.equal, "!=": np.not_equal}
+
+
+def astype_exact(a, dtype):
+    """``a.astype(dtype)``, on the GPU without CuPy's flush of float32
+    subnormals (a C-contiguous result there; ``a`` itself when it has
+    ``dtype``)."""
+    if is_cupy_array(a):
+        return gpu_kernels("astype").convert(a, dtype)
+    return a.astype(dtype)
+
+
+def abs_exact(a):
+    """``abs(a)``; a float32 cupy array by clearing the sign bits (numpy's
+    fabs, NaN included), so a subnormal stays one."""
+    if is_cupy_array(a) and a.dtype == np.float32:
+        return (a.view(np.uint32) & np.uint32(0x7FFFFFFF)).view(np.float32)
+    return array_module(a).abs(a)
+
+
+def _f32_keys(a, xp):
+    """(ordered int32 keys, NaN mask) of float32 values: -x has key -key(x),
+    both zeros key 0."""
+    bits = a.view(np.int32)
+    mag = bits & np.int32(0x7FFFFFFF)
+    return xp.where(bits < 0, -mag, mag), mag > np.int32(0x7F800000)
+
+
+def compare_exact(a, op, b):
+    """``a OP b`` (op: "<", "<=", ">", ">=", "==", "!=") with IEEE's
+    result.  Where a float32 cupy array meets float32 values (or a Python
+    number, compared as float32, as numpy 2 does) the comparison runs on
+    integer keys of the bits; anything else is the plain comparison."""
+    xp = array_module(a if is_cupy_array(a) else b)
+    if xp is np:
+        return _CMP[op](a, b)
+    bf = b if is_cupy_array(b) else np.asarray(b, dtype=np.float32 if isinstance(
+        b, (int, float)) else None)
+    if not (a.dtype == np.float32 and bf.dtype == np.float32):
+        return _CMP[op](a, b)
+    ka, na = _f32_keys(a, xp)
+    if op == "!=":
+        return ~compare_exact(a, "==", b)
+    if is_cupy_array(bf):
+        kb, nb = _f32_keys(bf, xp)
+        return _CMP[op](ka, kb) & ~na & ~nb
+    if bf.ndim:  # host values broadcast against device data: compare on the host's terms
+        return _CMP[op](a, b)
+    kb, nb = _f32_keys(bf, np)  # a host scalar: its key is a kernel argument, not a transfer
+    res = _CMP[op](ka, kb[()])
+    return xp.zeros(res.shape, dtype=bool) if bool(nb) else res & ~na
+
+
 def sum_rows(a, acc=np.float32):
     """Sums of the rows of a 2-D float32 array ``a`` in ``acc`` (float32 or
     float64), in numpy's order on either device: ``0 + pairwise(row)``,

@@ -42,6 +42,7 @@ from ._runtime import (BLOCK_RECIPES, DECODE_FAMILIES, ENCODE_FAMILIES, FAMILIES
                        _cupy, _dt, _ew_grid, _function, _grid, _index, _launch_ew, _mask_arg,
                        _param, _sm_count, compile_options, cuda_dir, include_dir, module_fields,
                        module_groups, warm_up)
+from ._runtime import CHANNEL_OPS, channel_op, convert  # noqa: F401  (exported)
 from ._runtime import _device_id, _device_info, _module, read_source  # noqa: F401  (tests)
 from .format_kernels import (block_scaled_quant, decode, decode_groups, encode, encode_groups,
                              group_quant)
@@ -54,7 +55,7 @@ __all__ = [
     "ENCODE_FAMILIES", "DECODE_FAMILIES", "GROUP_RECIPES", "encode", "decode", "encode_groups",
     "decode_groups", "group_quant", "BLOCK_RECIPES", "block_scaled_quant",
     "numpy_row_sums", "numpy_column_sums", "lsq_grads", "module_groups", "module_fields",
-    "warm_up", "MODULE_LOG",
+    "warm_up", "MODULE_LOG", "convert", "channel_op", "CHANNEL_OPS",
 ]
 
 
