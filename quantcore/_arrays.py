@@ -171,10 +171,11 @@ _CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equ
 
 
 def astype_exact(a, dtype):
-    """``a.astype(dtype)``, on the GPU without CuPy's flush of float32
-    subnormals (a C-contiguous result there; ``a`` itself when it has
-    ``dtype``)."""
+    """``a.astype(dtype)`` (a new array), on the GPU without CuPy's flush of
+    float32 subnormals (C-contiguous there)."""
     if is_cupy_array(a):
+        if a.dtype == np.dtype(dtype):
+            return a.copy()
         return gpu_kernels("astype").convert(a, dtype)
     return a.astype(dtype)
 
@@ -185,6 +186,29 @@ def abs_exact(a):
     if is_cupy_array(a) and a.dtype == np.float32:
         return (a.view(np.uint32) & np.uint32(0x7FFFFFFF)).view(np.float32)
     return array_module(a).abs(a)
+
+
+_ARITH = {"subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+          "rdivide": lambda a, b: np.divide(b, a)}
+
+
+def channel_arith(op, a, b, axis=None):
+    """``a OP b`` (op: "subtract", "multiply", "divide"; "rdivide" is
+    ``b / a``) of a float array
+    ``a`` and ``b``: one value (``axis`` None) or ``a.shape[axis]`` values
+    along ``axis``, in a's dtype, one rounding each.  On a float32 / float64
+    cupy array it runs the project's kernel (convert.cu), so float32
+    subnormals survive as in numpy."""
+    if is_cupy_array(a) and a.dtype in (np.float32, np.float64):
+        C = 1 if axis is None else a.shape[axis]
+        inner = None if axis is None else math.prod(a.shape[axis + 1:])
+        return gpu_kernels(op).channel_op(op, a, b, C, inner)
+    xp = array_module(a)
+    bb = xp.asarray(b, dtype=a.dtype)
+    if axis is not None:
+        bb = bb.reshape([-1 if d == axis else 1 for d in range(a.ndim)])
+    with np.errstate(all="ignore"):
+        return _ARITH[op](a, bb.reshape(()) if axis is None else bb)
 
 
 def _f32_keys(a, xp):
@@ -501,11 +525,14 @@ class Output:
         # float32 -> float16 overflows to +-inf: that is the documented result
         with np.errstate(over="ignore"):
             if self._copy_to is not None:
-                array_module(self._copy_to).copyto(self._copy_to, self.result, casting="unsafe")
+                res = self.result
+                if is_cupy_array(res):  # (CuPy's casting copy would flush float32 subnormals)
+                    res = astype_exact(res, self._copy_to.dtype)
+                array_module(self._copy_to).copyto(self._copy_to, res, casting="unsafe")
                 return self._copy_to
             if _writes_as(out_dtype, self.result.dtype):
                 return self.result.view(out_dtype)
-            return self.result.astype(out_dtype)
+            return astype_exact(self.result, out_dtype)
 
 
 def _writes_as(dtype, work_dtype):

@@ -422,9 +422,10 @@ def channel_op(op, a, b, C=1, inner=None, out=None):
     """``y[i] = a[i] OP b[(i / inner) % C]`` (OP: ``CHANNEL_OPS``; "rdivide"
     is ``b / a``) of a float32 / float64 device array ``a`` (any shape; the
     C-ordered flat index) and ``b`` (C values, host or device, converted to
-    a's dtype), each result rounded once with gradual underflow (convert.cu),
-    as numpy's ufunc of the broadcast operands.  ``out`` (C-contiguous, a's
-    shape and dtype) may be ``a``; returns the result."""
+    a's dtype; a host scalar is a kernel argument), each result rounded
+    once with gradual underflow (convert.cu), as numpy's ufunc of the
+    broadcast operands.  ``out`` (C-contiguous, a's shape and dtype) may be
+    ``a``; returns the result."""
     cp = _cupy()
     dt = np.dtype(a.dtype)
     if dt not in _CTYPE or op not in CHANNEL_OPS:
@@ -434,17 +435,21 @@ def channel_op(op, a, b, C=1, inner=None, out=None):
     y = out if out is not None else cp.empty(a.shape, dtype=dt)
     if not y.flags.c_contiguous or y.shape != a.shape or y.dtype != dt:
         raise ValueError("channel_op: out must be C-contiguous with a's shape and dtype")
-    bv = _param(b, dt)
+    T = dt.type
+    if isinstance(b, cp.ndarray) or np.ndim(b):
+        bv, b0 = _param(b, dt), T(0)
+    else:  # a host scalar: a kernel argument (numpy's rounding to T), not a transfer
+        with np.errstate(over="ignore"):
+            bv, b0 = None, T(b)
     n = int(src.size)
     C = int(C)
     inner = n if inner is None else int(inner)
-    if bv.size != C or C < 1 or inner < 1:
-        raise ValueError(f"channel_op: {C} channels of {inner} values need b of size {C}, got "
-                         f"{bv.size}")
+    if (bv.size if bv is not None else 1) != C or C < 1 or inner < 1:
+        raise ValueError(f"channel_op: {C} channels of {inner} values need b of size {C}")
     if n:
         ct, it = _index(n)
         fn = _function("convert.cu", f"qc_channel_op<{_CTYPE[dt]}, {ct}>")
-        fn((_grid(n),), (_THREADS,), (src.reshape(-1), bv, y.reshape(-1), it(n), it(C),
+        fn((_grid(n),), (_THREADS,), (src.reshape(-1), bv, b0, y.reshape(-1), it(n), it(C),
                                       it(inner), np.int32(CHANNEL_OPS[op])))
     return y
 

@@ -12,7 +12,8 @@
  *   qc_channel_op: y[i] = a[i] OP b[(i / inner) % C]    OP: 0 a - b, 1 a * b,
  *                                                       2 a / b, 3 b / a
  *
- * Contiguous 1-D arrays; b broadcasts per channel (C = 1: one value).
+ * Contiguous 1-D arrays; b broadcasts per channel (C = 1: one value; b
+ * NULL: the scalar b0).
  * y may alias a.
  */
 
@@ -24,11 +25,12 @@ __global__ void qc_convert(const From *x, To *y, I n) {
 }
 
 template <typename T, typename I>
-__global__ void qc_channel_op(const T *a, const T *__restrict__ b, T *y, I n, I C, I inner,
-                              int op) {
+__global__ void qc_channel_op(const T *a, const T *__restrict__ b, T b0, T *y, I n, I C,
+                              I inner, int op) {
   const I step = (I)gridDim.x * (I)blockDim.x;
   for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
-    const T u = a[i], v = b[C == 1 ? (I)0 : (i / inner) % C];
+    const T u = a[i];
+    const T v = b == nullptr ? b0 : b[C == 1 ? (I)0 : (i / inner) % C];
     T r;
     switch (op) {
       case 0: r = u - v; break;

@@ -465,9 +465,9 @@ def _compute(name, ftz=True):
 # functions that real CuPy has too, computed by numpy on the host copy.  Those
 # CuPy runs as arithmetic / comparisons in its own (-ftz=true) kernels flush
 # float32 subnormals (_ftz.py); copies, selects, bit operations and the
-# precompiled sort do not, and isnan / isinf / isfinite give the same result
-# on a flushed operand (not modelled).
-_NO_FTZ = ("packbits", "unpackbits", "where", "isnan", "isinf", "isfinite", "arange", "linspace", "nan_to_num",
+# precompiled sort do not, and isnan / isinf / isfinite / rint give the same
+# result on a flushed operand (not modelled).
+_NO_FTZ = ("packbits", "unpackbits", "where", "isnan", "isinf", "isfinite", "rint", "arange", "linspace", "nan_to_num",
            "signbit", "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "stack",
            "atleast_1d", "sort", "copysign")
 for _name in ("packbits", "unpackbits", "clip", "where", "isnan", "isinf", "isfinite", "abs",

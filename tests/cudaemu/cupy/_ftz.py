@@ -128,8 +128,9 @@ def cast(a, dtype, op="astype"):
             # float16 a subnormal becomes a zero of its sign either way, and
             # no other source makes a float32 subnormal: nothing to model
             return a.astype(dtype)
-        note(op, [a])
-        return flush(flush(a).astype(dtype))
+        res = flush(flush(a).astype(dtype))
+        note(op, [a], [res])
+        return res
 
 
 @contextlib.contextmanager
