@@ -64,8 +64,8 @@ def _names(families):
     hist = tuple(f"{k}<{i}>" for k in ("qc_histc", "qc_hist_edges") for i in _INDEX)
     exact = tuple(f"qc_affine_exact<{t}, {i}>" for t in _FLOATS for i in _INDEX)
     qp = tuple(f"qc_qparams<{scheme}, {t}>" for _, scheme, _ in _schemes() for t in _FLOATS)
-    red = tuple(f"qc_pw_leaves<{acc}, float, {i}>" for acc in _FLOATS for i in _INDEX) + \
-        tuple(f"qc_pw_level<{acc}, {i}>" for acc in _FLOATS for i in _INDEX) + \
+    red = tuple(f"qc_pw_subtrees<{acc}, float, {i}>" for acc in _FLOATS for i in _INDEX) + \
+        tuple(f"qc_pw_top<{acc}, {i}>" for acc in _FLOATS for i in _INDEX) + \
         tuple(f"qc_column_sums<float, {i}>" for i in _INDEX)
     return {"fake_quant.cu": tuple(fq), "minmax.cu": tuple(mm), "histogram.cu": hist,
             "qparams.cu": qp, "exact.cu": exact, "reduce.cu": red,
