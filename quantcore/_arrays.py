@@ -158,6 +158,92 @@ def gpu_kernels(func):
     return kernels
 
 
+# -- float32 device data without CuPy's flush to zero ----------------------
+# CuPy compiles its own operations (astype, arithmetic, comparisons, abs, ...)
+# with -ftz=true: a float32 subnormal operand or result is read / written as
+# a zero of its sign on the GPU, where numpy keeps it.  On cupy arrays these
+# helpers give numpy's results: casts and arithmetic through the project's
+# kernels (quantcore_gpu convert.cu), comparisons and abs on the bits (integer
+# operations, which nothing flushes).  numpy arrays take the plain operation.
+
+_CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+        "==": np.equal, "!=": np.not_equal}
+
+
+def astype_exact(a, dtype):
+    """``a.astype(dtype)`` (a new array), on the GPU without CuPy's flush of
+    float32 subnormals (C-contiguous there)."""
+    if is_cupy_array(a):
+        if a.dtype == np.dtype(dtype):
+            return a.copy()
+        return gpu_kernels("astype").convert(a, dtype)
+    return a.astype(dtype)
+
+
+def abs_exact(a):
+    """``abs(a)``; a float32 cupy array by clearing the sign bits (numpy's
+    fabs, NaN included), so a subnormal stays one."""
+    if is_cupy_array(a) and a.dtype == np.float32:
+        return (a.view(np.uint32) & np.uint32(0x7FFFFFFF)).view(np.float32)
+    return array_module(a).abs(a)
+
+
+_ARITH = {"subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+          "rdivide": lambda a, b: np.divide(b, a)}
+
+
+def channel_arith(op, a, b, axis=None):
+    """``a OP b`` (op: "subtract", "multiply", "divide"; "rdivide" is
+    ``b / a``) of a float array
+    ``a`` and ``b``: one value (``axis`` None) or ``a.shape[axis]`` values
+    along ``axis``, in a's dtype, one rounding each.  On a float32 / float64
+    cupy array it runs the project's kernel (convert.cu), so float32
+    subnormals survive as in numpy."""
+    if is_cupy_array(a) and a.dtype in (np.float32, np.float64):
+        C = 1 if axis is None else a.shape[axis]
+        inner = None if axis is None else math.prod(a.shape[axis + 1:])
+        return gpu_kernels(op).channel_op(op, a, b, C, inner)
+    xp = array_module(a)
+    bb = xp.asarray(b, dtype=a.dtype)
+    if axis is not None:
+        bb = bb.reshape([-1 if d == axis else 1 for d in range(a.ndim)])
+    with np.errstate(all="ignore"):
+        return _ARITH[op](a, bb.reshape(()) if axis is None else bb)
+
+
+def _f32_keys(a, xp):
+    """(ordered int32 keys, NaN mask) of float32 values: -x has key -key(x),
+    both zeros key 0."""
+    bits = a.view(np.int32)
+    mag = bits & np.int32(0x7FFFFFFF)
+    return xp.where(bits < 0, -mag, mag), mag > np.int32(0x7F800000)
+
+
+def compare_exact(a, op, b):
+    """``a OP b`` (op: "<", "<=", ">", ">=", "==", "!=") with IEEE's
+    result.  Where a float32 cupy array meets float32 values (or a Python
+    number, compared as float32, as numpy 2 does) the comparison runs on
+    integer keys of the bits; anything else is the plain comparison."""
+    xp = array_module(a if is_cupy_array(a) else b)
+    if xp is np:
+        return _CMP[op](a, b)
+    bf = b if is_cupy_array(b) else np.asarray(b, dtype=np.float32 if isinstance(
+        b, (int, float)) else None)
+    if not (a.dtype == np.float32 and bf.dtype == np.float32):
+        return _CMP[op](a, b)
+    ka, na = _f32_keys(a, xp)
+    if op == "!=":
+        return ~compare_exact(a, "==", b)
+    if is_cupy_array(bf):
+        kb, nb = _f32_keys(bf, xp)
+        return _CMP[op](ka, kb) & ~na & ~nb
+    if bf.ndim:  # host values broadcast against device data: compare on the host's terms
+        return _CMP[op](a, b)
+    kb, nb = _f32_keys(bf, np)  # a host scalar: its key is a kernel argument, not a transfer
+    res = _CMP[op](ka, kb[()])
+    return xp.zeros(res.shape, dtype=bool) if bool(nb) else res & ~na
+
+
 def sum_rows(a, acc=np.float32):
     """Sums of the rows of a 2-D float32 array ``a`` in ``acc`` (float32 or
     float64), in numpy's order on either device: ``0 + pairwise(row)``,
@@ -439,11 +525,14 @@ class Output:
         # float32 -> float16 overflows to +-inf: that is the documented result
         with np.errstate(over="ignore"):
             if self._copy_to is not None:
-                array_module(self._copy_to).copyto(self._copy_to, self.result, casting="unsafe")
+                res = self.result
+                if is_cupy_array(res):  # (CuPy's casting copy would flush float32 subnormals)
+                    res = astype_exact(res, self._copy_to.dtype)
+                array_module(self._copy_to).copyto(self._copy_to, res, casting="unsafe")
                 return self._copy_to
             if _writes_as(out_dtype, self.result.dtype):
                 return self.result.view(out_dtype)
-            return self.result.astype(out_dtype)
+            return astype_exact(self.result, out_dtype)
 
 
 def _writes_as(dtype, work_dtype):

@@ -30,10 +30,13 @@ def _scheme(name, a, b=None, dtype=F32, *, quant_min=0, quant_max=0, eps=0.0, nu
     of the inputs (numpy -> CPU, cupy -> GPU)."""
     on_gpu = A.is_cupy_array(a) or A.is_cupy_array(b)
     xp = A.array_module(a if A.is_cupy_array(a) else b) if on_gpu else np
+    def conv(v):  # (a device array through the project's cast: no flush to zero)
+        return A.astype_exact(v, dtype) if A.is_cupy_array(v) else xp.asarray(v, dtype=dtype)
+
     with np.errstate(over="ignore"):  # a statistic beyond dtype's range is +-inf there
-        a = xp.ascontiguousarray(xp.asarray(a, dtype=dtype).reshape(-1))
+        a = xp.ascontiguousarray(conv(a).reshape(-1))
         if b is not None:
-            b = xp.ascontiguousarray(xp.asarray(b, dtype=dtype).reshape(-1))
+            b = xp.ascontiguousarray(conv(b).reshape(-1))
     if b is not None and b.shape != a.shape:
         raise ValueError(f"min_val and max_val must have one shape, got {a.shape} and "
                          f"{b.shape}")
@@ -67,7 +70,7 @@ def affine_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS):
     """
     out = _scheme("affine", min_val, max_val, quant_min=quant_min, quant_max=quant_max,
                   eps=float(F32(eps)))
-    return out[0].astype(F32), out[1].astype(np.int64)
+    return A.astype_exact(out[0], F32), out[1].astype(np.int64)
 
 
 def symmetric_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS, zero_point=None):
@@ -85,8 +88,8 @@ def symmetric_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS, zero_
     -------
     (scale float32[C], zero_point int64[C])
     """
-    scale = _scheme("symmetric", min_val, max_val, quant_min=quant_min, quant_max=quant_max,
-                    eps=float(F32(eps)))[0].astype(F32)
+    scale = A.astype_exact(_scheme("symmetric", min_val, max_val, quant_min=quant_min,
+                                   quant_max=quant_max, eps=float(F32(eps)))[0], F32)
     if zero_point is None:
         zero_point = symmetric_zero_point(quant_min, quant_max)
     return scale, A.array_module(scale).full(scale.shape, zero_point, dtype=np.int64)
@@ -198,7 +201,7 @@ def float_qparams(min_val, max_val, quant_min, quant_max, eps=F32_EPS):
     """
     out = _scheme("float", min_val, max_val, quant_min=quant_min, quant_max=quant_max,
                   eps=float(F32(eps)))
-    return out[0].astype(F32), out[1].astype(F32)
+    return A.astype_exact(out[0], F32), A.astype_exact(out[1], F32)
 
 
 def oneflow_qparams(min_val, max_val, num_bits, scheme="symmetric", formula="google",
@@ -221,7 +224,7 @@ def oneflow_qparams(min_val, max_val, num_bits, scheme="symmetric", formula="goo
         (_SYMMETRIC if scheme == "symmetric" else 0) | \
         (_HALF_AWAY if zp_rounding != "half_even" else 0)
     out = _scheme("oneflow", min_val, max_val, num_bits=num_bits, flags=flags)
-    return out[0].astype(F32), out[1].astype(F32)
+    return A.astype_exact(out[0], F32), A.astype_exact(out[1], F32)
 
 
 # -------------------------------------------------------------- amax family
@@ -247,7 +250,7 @@ def amax_multiplier(amax, num_bits, unsigned):
     dtype = A.compute_dtype(amax.dtype) if hasattr(amax, "dtype") else np.dtype(np.float64)
     out = _scheme("amax", amax, None, dtype, num_bits=num_bits,
                   flags=_UNSIGNED if unsigned else 0)
-    return out[0].astype(dtype), out[1].astype(dtype)
+    return A.astype_exact(out[0], dtype), A.astype_exact(out[1], dtype)
 
 
 # ------------------------------------------------------------ nudged family
@@ -268,7 +271,7 @@ def nudge_tensorflow(min_val, max_val, quant_min, quant_max):
     (nudged_min, nudged_max, scale, inv, quant_zero) : float32 arrays.
     """
     out = _scheme("nudge_tf", min_val, max_val, quant_min=quant_min, quant_max=quant_max)
-    return tuple(row.astype(F32) for row in out)
+    return tuple(A.astype_exact(row, F32) for row in out)
 
 
 def nudge_mindspore(min_val, max_val, quant_min, quant_max):
@@ -286,7 +289,7 @@ def nudge_mindspore(min_val, max_val, quant_min, quant_max):
     (nudged_min, nudged_max, scale) : float32 arrays.
     """
     out = _scheme("nudge_ms", min_val, max_val, quant_min=quant_min, quant_max=quant_max)
-    return tuple(row.astype(F32) for row in out)
+    return tuple(A.astype_exact(row, F32) for row in out)
 
 
 # ------------------------------------------------ MindSpore / OneFlow helpers
@@ -311,7 +314,7 @@ def symmetric_range(min_val, max_val):
     (min float32[C], max float32[C])
     """
     out = _scheme("symmetric_range", min_val, max_val)
-    return out[0].astype(F32), out[1].astype(F32)
+    return A.astype_exact(out[0], F32), A.astype_exact(out[1], F32)
 
 
 def cambricon_step(shift, dtype=np.float32):
@@ -332,7 +335,7 @@ def cambricon_step(shift, dtype=np.float32):
     ndarray of ``dtype``, shape of ``shift`` flattened to 1-D.
     """
     dtype = np.dtype(dtype)
-    return _scheme("cambricon_step", shift, None, dtype)[0].astype(dtype)
+    return A.astype_exact(_scheme("cambricon_step", shift, None, dtype)[0], dtype)
 
 
 # ------------------------------------------------------ torch fused op
@@ -386,7 +389,7 @@ def choose_qparams_fused(min_val, max_val, quant_min, quant_max, preserve_sparsi
     """
     out = _scheme("fused", min_val, max_val, quant_min=quant_min, quant_max=quant_max,
                   flags=_PRESERVE_SPARSITY if preserve_sparsity else 0)
-    return out[0].astype(F32), out[1].astype(np.int64)
+    return A.astype_exact(out[0], F32), out[1].astype(np.int64)
 
 
 # ------------------------------------------------ NVIDIA affine, Horizon pow2
@@ -416,7 +419,7 @@ def pq_affine_qparams(min_range, max_range, num_bits, dtype=np.float32):
     """
     dtype = np.dtype(dtype)
     out = _scheme("pq_affine", min_range, max_range, dtype, num_bits=num_bits)
-    return out[0].astype(dtype), out[1].astype(dtype)
+    return A.astype_exact(out[0], dtype), A.astype_exact(out[1], dtype)
 
 
 def horizon_pow2_scale(scale):

@@ -174,9 +174,9 @@ def abs_range(arr, absolute, skip_zeros):
     ``absolute``, zeros left out when ``skip_zeros``, NaN left out
     ((inf, -inf) when none is left)."""
     xp = A.array_module(arr)
-    v = xp.abs(arr) if absolute else arr
+    v = A.abs_exact(arr) if absolute else arr
     if skip_zeros:
-        v = xp.where(v == 0, _f32(np.nan), v)
+        v = xp.where(A.compare_exact(v, "==", 0.0), _f32(np.nan), v)
     return finished_range(v, omit_nan=True)
 
 

@@ -64,12 +64,15 @@ def _names(families):
     hist = tuple(f"{k}<{i}>" for k in ("qc_histc", "qc_hist_edges") for i in _INDEX)
     exact = tuple(f"qc_affine_exact<{t}, {i}>" for t in _FLOATS for i in _INDEX)
     qp = tuple(f"qc_qparams<{scheme}, {t}>" for _, scheme, _ in _schemes() for t in _FLOATS)
-    red = tuple(f"qc_pw_leaves<{acc}, float, {i}>" for acc in _FLOATS for i in _INDEX) + \
-        tuple(f"qc_pw_level<{acc}, {i}>" for acc in _FLOATS for i in _INDEX) + \
+    red = tuple(f"qc_pw_subtrees<{acc}, float, {i}>" for acc in _FLOATS for i in _INDEX) + \
+        tuple(f"qc_pw_top<{acc}, {i}>" for acc in _FLOATS for i in _INDEX) + \
         tuple(f"qc_column_sums<float, {i}>" for i in _INDEX)
     return {"fake_quant.cu": tuple(fq), "minmax.cu": tuple(mm), "histogram.cu": hist,
             "qparams.cu": qp, "exact.cu": exact, "reduce.cu": red,
-            "lsq.cu": tuple(f"qc_lsq_grads<{i}>" for i in _INDEX)}
+            "lsq.cu": tuple(f"qc_lsq_grads<{i}>" for i in _INDEX),
+            "convert.cu": tuple(f"qc_convert<{f}, {t}, {i}>" for f in _FLOATS for t in _FLOATS
+                                if f != t for i in _INDEX) +
+            tuple(f"qc_channel_op<{t}, {i}>" for t in _FLOATS for i in _INDEX)}
 
 
 #: NVRTC options besides the include directory: the numerical contract,
@@ -382,9 +385,73 @@ def _check(x, name="x"):
 
 def _param(p, dtype):
     """Parameters as a contiguous device array of dtype (host arrays are
-    copied to the device; device arrays of dtype are used in place)."""
+    copied to the device; device arrays of dtype are used in place; device
+    arrays of another float dtype converted by :func:`convert`)."""
     cp = _cupy()
+    if isinstance(p, cp.ndarray):
+        return cp.ascontiguousarray(convert(p, dtype)).reshape(-1)
     return cp.ascontiguousarray(cp.asarray(p, dtype=dtype)).reshape(-1)
+
+
+def convert(x, dtype):
+    """``x.astype(dtype)`` of a device array, bit-equal to numpy's: float32
+    <-> float64 runs ``qc_convert`` (convert.cu: no flush of float32
+    subnormals, which CuPy's own casting kernel would do); other pairs cannot
+    meet a float32 subnormal on either side and use CuPy's ``astype``.  The
+    result is C-contiguous, or ``x`` itself when it has ``dtype`` already."""
+    cp = _cupy()
+    dtype = np.dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    if x.dtype not in _CTYPE or dtype not in _CTYPE:
+        return x.astype(dtype)
+    src = cp.ascontiguousarray(x).reshape(-1)  # a same-dtype copy where needed: no arithmetic
+    y = cp.empty(x.shape, dtype=dtype)
+    n = int(src.size)
+    if n:
+        ct, it = _index(n)
+        fn = _function("convert.cu", f"qc_convert<{_CTYPE[x.dtype]}, {_CTYPE[dtype]}, {ct}>")
+        fn((_grid(n),), (_THREADS,), (src, y.reshape(-1), it(n)))
+    return y
+
+
+CHANNEL_OPS = {"subtract": 0, "multiply": 1, "divide": 2, "rdivide": 3}
+
+
+def channel_op(op, a, b, C=1, inner=None, out=None):
+    """``y[i] = a[i] OP b[(i / inner) % C]`` (OP: ``CHANNEL_OPS``; "rdivide"
+    is ``b / a``) of a float32 / float64 device array ``a`` (any shape; the
+    C-ordered flat index) and ``b`` (C values, host or device, converted to
+    a's dtype; a host scalar is a kernel argument), each result rounded
+    once with gradual underflow (convert.cu), as numpy's ufunc of the
+    broadcast operands.  ``out`` (C-contiguous, a's shape and dtype) may be
+    ``a``; returns the result."""
+    cp = _cupy()
+    dt = np.dtype(a.dtype)
+    if dt not in _CTYPE or op not in CHANNEL_OPS:
+        raise ValueError(f"channel_op: float32 / float64 input and an op of {sorted(CHANNEL_OPS)}"
+                         f" expected, got {dt} and {op!r}")
+    src = cp.ascontiguousarray(a)
+    y = out if out is not None else cp.empty(a.shape, dtype=dt)
+    if not y.flags.c_contiguous or y.shape != a.shape or y.dtype != dt:
+        raise ValueError("channel_op: out must be C-contiguous with a's shape and dtype")
+    T = dt.type
+    if isinstance(b, cp.ndarray) or np.ndim(b):
+        bv, b0 = _param(b, dt), T(0)
+    else:  # a host scalar: a kernel argument (numpy's rounding to T), not a transfer
+        with np.errstate(over="ignore"):
+            bv, b0 = None, T(b)
+    n = int(src.size)
+    C = int(C)
+    inner = n if inner is None else int(inner)
+    if (bv.size if bv is not None else 1) != C or C < 1 or inner < 1:
+        raise ValueError(f"channel_op: {C} channels of {inner} values need b of size {C}")
+    if n:
+        ct, it = _index(n)
+        fn = _function("convert.cu", f"qc_channel_op<{_CTYPE[dt]}, {ct}>")
+        fn((_grid(n),), (_THREADS,), (src.reshape(-1), bv, b0, y.reshape(-1), it(n), it(C),
+                                      it(inner), np.int32(CHANNEL_OPS[op])))
+    return y
 
 
 def _mask_arg(mask):

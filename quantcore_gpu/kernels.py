@@ -42,6 +42,7 @@ from ._runtime import (BLOCK_RECIPES, DECODE_FAMILIES, ENCODE_FAMILIES, FAMILIES
                        _cupy, _dt, _ew_grid, _function, _grid, _index, _launch_ew, _mask_arg,
                        _param, _sm_count, compile_options, cuda_dir, include_dir, module_fields,
                        module_groups, warm_up)
+from ._runtime import CHANNEL_OPS, channel_op, convert  # noqa: F401  (exported)
 from ._runtime import _device_id, _device_info, _module, read_source  # noqa: F401  (tests)
 from .format_kernels import (block_scaled_quant, decode, decode_groups, encode, encode_groups,
                              group_quant)
@@ -54,7 +55,7 @@ __all__ = [
     "ENCODE_FAMILIES", "DECODE_FAMILIES", "GROUP_RECIPES", "encode", "decode", "encode_groups",
     "decode_groups", "group_quant", "BLOCK_RECIPES", "block_scaled_quant",
     "numpy_row_sums", "numpy_column_sums", "lsq_grads", "module_groups", "module_fields",
-    "warm_up", "MODULE_LOG",
+    "warm_up", "MODULE_LOG", "convert", "channel_op", "CHANNEL_OPS",
 ]
 
 
@@ -273,6 +274,7 @@ def ste(grad, mask, y, nthreads=None):
 # ------------------------------------------------------- sums in numpy's order
 
 _PW_LEAF = 128   # numpy's PW_BLOCKSIZE: rows up to this long are one leaf
+_PW_SUB = 5      # QC_PW_SUB of reduce.cu: tree levels one block sums
 
 
 @functools.lru_cache(maxsize=256)
@@ -289,7 +291,9 @@ def numpy_row_sums(x, acc_dtype=np.float32):
     (rows, n), in ``acc_dtype`` (float32 or float64), bit-equal to numpy's
     ``x.sum(axis=-1)`` (float32) or ``x.astype(np.float64).sum(axis=-1)``
     (float64) on the host: ``0 + pairwise(row)`` with numpy's pairwise tree
-    (see reduce.cu).  Returns a device array of shape (rows,)."""
+    (see reduce.cu: one launch; two where the tree is more than 5 levels deep,
+    rows of about 4096 values and more).
+    Returns a device array of shape (rows,)."""
     cp = _cupy()
     acc = np.dtype(acc_dtype)
     if x.ndim != 2 or not x.flags.c_contiguous or x.dtype != np.float32:
@@ -301,16 +305,18 @@ def numpy_row_sums(x, acc_dtype=np.float32):
     out = cp.zeros(rows, dtype=acc)
     if rows == 0 or n == 0:
         return out
-    depth = _pairwise_depth(n)
+    split = max(_pairwise_depth(n) - _PW_SUB, 0)
     ct, it = _index(x.size)
-    slots = cp.empty(rows << depth, dtype=acc)
+    slots = cp.empty(rows << split, dtype=acc) if split else None
     acc_t = _CTYPE[acc]
-    leaves = _function("reduce.cu", f"qc_pw_leaves<{acc_t}, float, {ct}>")
-    leaves((_grid(rows << depth),), (_THREADS,), (x, slots, it(rows), it(n), np.int32(depth)))
-    level = _function("reduce.cu", f"qc_pw_level<{acc_t}, {ct}>")
-    for k in range(max(depth - 1, 0), -1, -1):
-        level((_grid(rows << k),), (_THREADS,),
-              (slots, out, it(rows), it(n), np.int32(depth), np.int32(k)))
+    blocks = _sm_count() * 8  # (16 KiB of shared memory a block)
+    sub = _function("reduce.cu", f"qc_pw_subtrees<{acc_t}, float, {ct}>")
+    sub((max(1, min(rows << split, blocks)),), (_THREADS,),
+        (x, slots, out, it(rows), it(n), np.int32(split)))
+    if split:
+        top = _function("reduce.cu", f"qc_pw_top<{acc_t}, {ct}>")
+        top((max(1, min(rows, blocks)),), (_THREADS,),
+            (slots, out, it(rows), it(n), np.int32(split)))
     return out
 
 

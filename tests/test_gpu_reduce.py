@@ -86,3 +86,22 @@ def test_empty_and_bad_input():
         K.numpy_row_sums(cp.zeros((2, 4), F32), np.float16)
     with pytest.raises(ValueError, match="C-contiguous 2-D float32"):
         K.numpy_column_sums(cp.zeros((4, 2), F32).T)
+
+
+@pytest.mark.parametrize("rows, n", [(3, 4095), (2, 4103), (3, 40000), (1, 70001)])
+@pytest.mark.parametrize("acc", [np.float32, np.float64])
+def test_deep_trees_as_numpy(rows, n, acc):
+    """Trees deeper than one block's subtree (qc_pw_subtrees per node at
+    the split depth, then qc_pw_top), several rows at once."""
+    x = _values(np.random.default_rng(rows + n), (rows, n))
+    assert_bits_equal(K.numpy_row_sums(cp.asarray(x), acc).get(), x.astype(acc).sum(axis=-1))
+
+
+@pytest.mark.parametrize("n, launches", [(100, 1), (4000, 1), (30001, 2), (70001, 2)])
+def test_row_sums_take_at_most_two_launches(n, launches):
+    if not hasattr(cp, "LAUNCHES"):
+        pytest.skip("counts launches on the emulator")
+    x = cp.asarray(_values(np.random.default_rng(n), (2, n)))
+    before = sum(cp.LAUNCHES.values())
+    K.numpy_row_sums(x)
+    assert sum(cp.LAUNCHES.values()) - before == launches

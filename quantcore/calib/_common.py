@@ -64,7 +64,7 @@ def _device_amax(arr, keep, work):
     xp = A.array_module(arr)
     red = tuple(d for d in range(arr.ndim) if d not in keep)
     if not red:  # every axis kept: |x| itself
-        return xp.abs(arr).astype(work)
+        return A.astype_exact(A.abs_exact(arr), work)
     shape = tuple(arr.shape[d] if d in keep else 1 for d in range(arr.ndim))
     if not keep:
         flat, axis = arr, None
@@ -76,15 +76,15 @@ def _device_amax(arr, keep, work):
         axis = 0
     lo, hi, flags = _minmax_flags(flat, axis, "MaxCalibrator.collect")
     lo, hi = _finish_minmax(lo, hi, flags)
-    alo, ahi = xp.abs(lo), xp.abs(hi)
-    return xp.where(alo >= ahi, alo, ahi).astype(work).reshape(shape)
+    alo, ahi = A.abs_exact(lo), A.abs_exact(hi)
+    return A.astype_exact(xp.where(A.compare_exact(alo, ">=", ahi), alo, ahi), work).reshape(shape)
 
 
 def _max_into(amax, local):
     """``maximum(amax, local)`` of NaN-free non-negative arrays, in place on
     the device (a select: no ufunc's signed-zero / NaN rule is involved)."""
     xp = A.array_module(amax)
-    xp.copyto(amax, xp.where(local > amax, local, amax))
+    xp.copyto(amax, xp.where(A.compare_exact(local, ">", amax), local, amax))
     return amax
 
 

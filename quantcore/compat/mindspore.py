@@ -452,7 +452,8 @@ class FakeQuantWithMinMaxObserver:
         if self.symmetric:
             mn, mx = Q.symmetric_range(mn, mx)
         nmin, nmax, scale = Q.nudge_mindspore(mn, mx, self.quant_min, self.quant_max)
-        flat = scale == 0  # degenerate range: zeros out, as MindSpore's GPU kernel
+        # degenerate range: zeros out, as MindSpore's GPU kernel
+        flat = A.compare_exact(scale, "==", 0.0)
         if A.is_cupy_array(flat):  # (selected on the device, without a synchronisation)
             xp = A.array_module(flat)
             return (xp.where(flat, F32(0), nmin), xp.where(flat, F32(0), nmax),

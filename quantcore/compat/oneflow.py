@@ -315,7 +315,7 @@ class FakeQuantization(_Module):
         if A.is_cupy_array(scale) and (self.quantization_formula == "cambricon" or
                                        not A.is_cupy_array(x)):
             scale = scale.get()
-        s = scale.astype(np.float64).reshape(-1) if A.is_cupy_array(scale) else \
+        s = A.astype_exact(scale, np.float64).reshape(-1) if A.is_cupy_array(scale) else \
             np.asarray(scale, dtype=np.float64).reshape(-1)
         if s.size == 0:
             raise ValueError(f"{cls}: scale is empty")
@@ -329,7 +329,7 @@ class FakeQuantization(_Module):
                                  f"needs x.shape[0] of them, x has shape {x.shape}")
             axis = 0
         if affine:
-            z = zero_point.astype(np.float64).reshape(-1) if A.is_cupy_array(zero_point) \
+            z = A.astype_exact(zero_point, np.float64).reshape(-1) if A.is_cupy_array(zero_point) \
                 else np.asarray(zero_point, dtype=np.float64).reshape(-1)
             if z.size != s.size:
                 raise ValueError(f"{cls}: zero_point has {z.size} values, scale {s.size}")
@@ -342,7 +342,8 @@ class FakeQuantization(_Module):
         mode = affine_mode("half_even", "before_rounding" if affine else "none", "div",
                            "propagate", output_q=self._output_q, func=cls)
         with np.errstate(all="ignore"):
-            return _affine(x, s.astype(work), z.astype(work), lo, hi, mode, axis=axis, func=cls)
+            return _affine(x, A.astype_exact(s, work), A.astype_exact(z, work), lo, hi, mode,
+                           axis=axis, func=cls)
 
     def _fast_forward(self, input, scale, zero_point, cls):
         """Per layer with one float32 scale (and zero point) that the core's

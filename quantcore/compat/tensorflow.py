@@ -81,7 +81,7 @@ def _tensor(x, op):
     if A.is_cupy_array(x):
         if x.dtype.kind not in "biuf":
             raise TypeError(f"{op}: cannot convert {A.describe(x)} to a float32 tensor")
-        return x.astype(F32, copy=False)
+        return x if x.dtype == F32 else A.astype_exact(x, F32)
     A.require_cpu(x, op)
     try:
         arr = np.asarray(x)
@@ -192,17 +192,22 @@ def _forward(x, mn, mx, qmin, qmax, mode, axis, op, want_mask=False):
                    func=op), (nmin, nmax)
 
 
+def _both_zero(mn, mx):
+    """``(mn == 0) & (mx == 0)``, exact for float32 subnormals on the device."""
+    return A.compare_exact(mn, "==", 0.0) & A.compare_exact(mx, "==", 0.0)
+
+
 def _outside_sums(g, x, nmin, nmax, axis):
     """(sum g[x < nmin], sum g[x > nmax]) as TF: ``g * mask`` summed in
     float32 from +0, in numpy's order (pairwise over a tensor; per channel
     a running sum down each channel), on the array's device."""
     if axis is None:
-        below = ste_backward(g, x < nmin.reshape(()))
-        above = ste_backward(g, x > nmax.reshape(()))
+        below = ste_backward(g, A.compare_exact(x, "<", nmin.reshape(())))
+        above = ste_backward(g, A.compare_exact(x, ">", nmax.reshape(())))
         return (A.sum_rows(below.reshape(1, -1))[0], A.sum_rows(above.reshape(1, -1))[0])
     depth = x.shape[-1]
-    below = ste_backward(g, x < nmin).reshape(-1, depth)
-    above = ste_backward(g, x > nmax).reshape(-1, depth)
+    below = ste_backward(g, A.compare_exact(x, "<", nmin)).reshape(-1, depth)
+    above = ste_backward(g, A.compare_exact(x, ">", nmax)).reshape(-1, depth)
     return A.sum_leading(below), A.sum_leading(above)
 
 
@@ -246,7 +251,7 @@ def fake_quant_with_min_max_vars(inputs, min, max, num_bits=8, narrow_range=Fals
         # device); min == max == 0 selects zeros on the device
         y = _forward(x, mn, mx, qmin, qmax, NUDGED_TF | NUDGED_DIVIDE, None, op)[0]
         xp = A.array_module(mn if A.is_cupy_array(mn) else mx)
-        return xp.where((mn == 0) & (mx == 0), F32(0), y)
+        return xp.where(_both_zero(mn, mx), F32(0), y)
     if mn == 0 and mx == 0:
         return A.array_module(x).zeros_like(x)
     return _forward(x, mn, mx, qmin, qmax, NUDGED_TF | NUDGED_DIVIDE, None, op)[0]
@@ -273,7 +278,7 @@ def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=
     dmin, dmax = _outside_sums(g, x, xp.asarray(nmin), xp.asarray(nmax), None)
     dx = ste_backward(g, mask)
     if on_device:  # min == max == 0 selected on the device (no synchronisation)
-        zero = (mn == 0) & (mx == 0)
+        zero = _both_zero(mn, mx)
         return (xp.where(zero, g, dx), xp.where(zero, F32(0), dmin).astype(F32),
                 xp.where(zero, F32(0), dmax).astype(F32))
     return dx, xp.asarray(dmin, F32), xp.asarray(dmax, F32)
@@ -294,7 +299,7 @@ def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narro
     mn, mx = _vars_minmax(min, max, 1, op)
     axis = _channels(x, mn, mx)
     y = _forward(x, mn, mx, qmin, qmax, NUDGED_TF, axis, op)[0]
-    zero = (mn == 0) & (mx == 0)
+    zero = _both_zero(mn, mx)
     xp = A.array_module(y)
     if xp is not np:  # (on the device, without a synchronisation)
         return xp.where(xp.asarray(zero), F32(0), y)
@@ -318,7 +323,7 @@ def fake_quant_with_min_max_vars_per_channel_gradient(gradients, inputs, min, ma
     dx = ste_backward(g, mask)
     xp = A.array_module(x)
     dmin, dmax = _outside_sums(g, x, xp.asarray(nmin), xp.asarray(nmax), axis)
-    zero = xp.asarray((mn == 0) & (mx == 0))
+    zero = xp.asarray(_both_zero(mn, mx))
     if xp is not np:  # (selected on the device, without a synchronisation)
         return xp.where(zero, g, dx), xp.where(zero, F32(0), dmin), xp.where(zero, F32(0), dmax)
     if zero.any():

@@ -150,7 +150,7 @@ def group_quantize(w, bits=4, group_size=128, *, axis=-1, symmetric=False, recip
     code_dtype = np.int8 if qmin < 0 else np.uint8
     if recipe not in _FLOAT_ZP:  # (a group holding NaN has zero point 0)
         xp = A.array_module(zp)
-        zp = xp.where(zp == zp, zp, 0).astype(code_dtype)
+        zp = xp.where(xp.isnan(zp), 0, zp).astype(code_dtype)
     return codes.view(code_dtype), scale, zp
 
 

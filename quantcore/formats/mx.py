@@ -327,7 +327,7 @@ def mx_dequantize(scales, codes, elem, *, axis=-1, block_size=32, length=None):
     f = _e8m0_values(s, xp)
     rows, k = math.prod(moved.shape[:-1]), moved.shape[-1]
     if name == "int8":  # q * 2**(c - 133): exactly f32(f32(q / 64) * 2**(c - 127))
-        f = (f * F32(1 / 64)).astype(F32)
+        f = A.channel_arith("multiply", f, F32(1 / 64)).astype(F32, copy=False)
         y = _decode_blocks(xp, moved.view(np.uint8), f, 8 | 32, "int", rows, k, bs, func)
     else:
         y = _decode_blocks(xp, moved.view(np.uint8), f, MX_ELEMENTS[name] | F8_DEQ_MUL, "fp8",
@@ -453,7 +453,7 @@ def nvfp4_dequantize(codes, block_scales, global_scale=None, *, recipe="modelopt
         g = np.asarray(A.to_host(global_scale), dtype=F32)
         if g.size != 1:
             raise ValueError(f"{func}: global_scale must be one value, got shape {g.shape}")
-        f = (f * F32(g.reshape(()))).astype(F32)
+        f = A.channel_arith("multiply", f, F32(g.reshape(()))).astype(F32, copy=False)
     rows, k = math.prod(moved.shape[:-1]), moved.shape[-1]
     return _decode_blocks(xp, moved.view(np.uint8), f, E2M1_ID | F8_DEQ_MUL, "fp8", rows, k,
                           NVFP4_BLOCK, func)

@@ -30,7 +30,7 @@ def _affine(x, scale, zero_point, qmin, qmax, mode, *, axis=None, out=None, mask
     if inv is None:
         inv = inv_w
     elif A.is_cupy_array(inv):
-        inv = inv.reshape(-1).astype(work)
+        inv = A.astype_exact(inv.reshape(-1), work)
     else:
         inv = np.asarray(inv, dtype=np.float64).reshape(-1).astype(work)
     if exact:
@@ -68,8 +68,11 @@ def _scale_inverse(scale, zero_point, work):
     Device (cupy) parameters stay on the device."""
     if _device_params((scale, zero_point)):
         xp = A.array_module(scale if A.is_cupy_array(scale) else zero_point)
-        s = xp.asarray(scale).reshape(-1).astype(work)
-        return s, work.type(1) / s, xp.asarray(zero_point).reshape(-1).astype(work)
+
+        def dev(v):  # (the project's cast and division: CuPy's flush float32 subnormals)
+            return A.astype_exact(xp.asarray(v).reshape(-1), work)
+        s = dev(scale)
+        return s, A.channel_arith("rdivide", s, work.type(1)), dev(zero_point)
     if scale.size == 1:  # per tensor: numpy scalars, one rounding each
         s1 = work.type(scale[0])
         if s1 >= _TINY[work]:
@@ -408,7 +411,7 @@ def quantize(x, scale, zero_point, quant_min, quant_max, *, axis=None, rounding=
     if float(work.type(qmin)) != qmin or float(work.type(qmax)) != qmax:
         # the range ends are not exact in the compute dtype (int32 range in
         # float32): clamp again exactly before the integer conversion
-        q = A.array_module(q).clip(q.astype(np.float64), qmin, qmax)
+        q = A.array_module(q).clip(A.astype_exact(q, np.float64), qmin, qmax)
     return q.astype(int_dtype)
 
 
@@ -442,6 +445,9 @@ def dequantize(q, scale, zero_point, *, axis=None, dtype=np.float32):
         s, z = xp.asarray(s.reshape(shape)), xp.asarray(z.reshape(shape))
     else:
         s, z = s[0], z[0]
+    if xp is not np:  # the project's kernels: CuPy's would flush float32 subnormals
+        res = A.astype_exact(qa, dtype)
+        return A.channel_arith("multiply", A.channel_arith("subtract", res, z, axis), s, axis)
     res = qa.astype(dtype)
     xp.subtract(res, z, out=res)
     xp.multiply(res, s, out=res)

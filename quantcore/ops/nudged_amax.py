@@ -153,7 +153,7 @@ def fake_quant_amax(x, amax, num_bits=8, *, unsigned=False, narrow_range=True, a
     am = A.param_array(amax, "amax", func, channels)
     if not (np.isfinite(am) & (am >= 0)).all():
         raise ValueError(f"{func}: amax must be finite and >= 0, got {am.tolist()}")
-    if unsigned and bool((arr < 0).any()):
+    if unsigned and bool(A.compare_exact(arr, "<", 0.0).any()):
         raise ValueError(f"{func}: negative values in x with unsigned=True")
     return _amax(arr, am, nb, unsigned=bool(unsigned), narrow_range=bool(narrow_range),
                  axis=axis, out=out, mask=return_mask, func=func)

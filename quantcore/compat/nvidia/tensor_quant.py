@@ -210,10 +210,10 @@ def _quant_args(inputs, amax, num_bits, unsigned, func):
     """PQ's checks, in PQ's order."""
     arr = A.as_float_array(inputs, "inputs", func)
     nb = _num_bits(num_bits, func)
-    if unsigned and arr.size and bool((arr < 0).any()):
+    if unsigned and arr.size and bool(A.compare_exact(arr, "<", 0.0).any()):
         raise TypeError("Negative values encountered in unsigned quantization.")
     am = _as_param(amax, "amax", func)
-    if bool((am < 0).any()):
+    if bool(A.compare_exact(am, "<", 0.0).any()):
         raise ValueError("Negative values in amax")
     return arr, am, nb
 
@@ -252,14 +252,14 @@ def _q_of(y, div, axis, ndim):
     is kept.  (The core's ``qc_fq_amax`` has no "output q" mode yet.)
     """
     d = div.astype(y.dtype)
+    if A.is_cupy_array(y):  # (an IEEE product, without CuPy's flush to zero, and rint)
+        return A.array_module(y).rint(A.channel_arith("multiply", y, d.reshape(-1), axis))
     if axis is None:
         d = d[0]
     else:
         shape = [1] * ndim
         shape[axis] = d.shape[0]
         d = d.reshape(shape)
-    if A.is_cupy_array(y):  # (an IEEE product and rint of floats)
-        return A.array_module(y).rint(y * A.array_module(y).asarray(d)).astype(y.dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         return np.rint(y * d).astype(y.dtype)
 
@@ -324,7 +324,8 @@ def tensor_quant(inputs, amax, num_bits=8, unsigned=False, narrow_range=True):
     scale = scale.reshape(am.shape)
     if arr.dtype == np.float16 and scale.size and float(scale.max()) > 65504:
         raise ValueError("scale is too large for FP16 with amax={}".format(am))
-    return q.astype(arr.dtype), A.array_module(arr).asarray(scale.astype(arr.dtype))
+    return A.astype_exact(q, arr.dtype), A.array_module(arr).asarray(
+        A.astype_exact(scale, arr.dtype))
 
 
 def fake_tensor_quant_backward(grad_outputs, inputs, amax):

@@ -44,8 +44,16 @@ class Clip:
         two clip values are copied there)."""
         x = A.as_float_array(inputs, "inputs", "Clip")
         xp = A.array_module(x)
-        out = xp.minimum(x, xp.asarray(self.clip_value_max.astype(x.dtype)))
-        return xp.maximum(out, xp.asarray(self.clip_value_min.astype(x.dtype)))
+        hi, lo = self.clip_value_max.astype(x.dtype), self.clip_value_min.astype(x.dtype)
+        if xp is not np and hi.size == 1 and lo.size == 1:
+            # numpy's minimum / maximum (a NaN of x or of the bound wins, ties
+            # give the bound) as selects on exact comparisons: CuPy's would
+            # flush float32 subnormals of x
+            hi, lo = hi.reshape(())[()], lo.reshape(())[()]
+            out = xp.where(xp.isnan(x) | A.compare_exact(x, "<", hi), x, hi)
+            return xp.where(xp.isnan(out) | A.compare_exact(out, ">", lo), out, lo)
+        out = xp.minimum(x, xp.asarray(hi))
+        return xp.maximum(out, xp.asarray(lo))
 
     def __repr__(self):
         return f"Clip(min={self.clip_value_min}, max={self.clip_value_max})"
@@ -227,7 +235,7 @@ class TensorQuantizer:
             amax = reducer.compute_amax()
         if A.is_cupy_array(amax):  # (a dynamic amax of cupy inputs: on the device)
             if self._scale_amax is not None:
-                amax = (amax * amax.dtype.type(self._scale_amax)).astype(amax.dtype)
+                amax = A.channel_arith("multiply", amax, amax.dtype.type(self._scale_amax))
             return amax if amax.dtype in (np.float32, np.float64) else amax.astype(F32)
         if self._scale_amax is not None:
             amax = np.asarray(amax)

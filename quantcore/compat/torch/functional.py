@@ -40,7 +40,8 @@ def _f32_inverse(s):
     """torch's reciprocal ``f32(1 / f32(scale))`` (as float64 values; a
     device array stays on the device: an IEEE division and exact casts)."""
     if A.is_cupy_array(s):
-        return (F32(1) / s.astype(F32)).astype(F32).astype(np.float64)
+        inv = A.channel_arith("rdivide", A.astype_exact(s, F32), F32(1))
+        return A.astype_exact(inv, np.float64)
     with np.errstate(divide="ignore", over="ignore"):
         return (F32(1) / np.asarray(s, dtype=F32)).astype(F32).astype(np.float64)
 
@@ -297,8 +298,9 @@ def _per_channel(arr, s, z, axis, qmin, qmax, func):
     _check_zero_point_range(z, qmin, qmax)
     if arr.size == 0:
         return arr.copy(), xp.zeros(arr.shape, dtype=np.bool_)
-    s64 = s.astype(np.float64)
-    z64 = z.astype(np.float64)  # exact (int32, float32 or float16); rounded to T by the kernel
+    s64 = A.astype_exact(s, np.float64)
+    # exact (int32, float32 or float16); rounded to T by the kernel
+    z64 = A.astype_exact(z, np.float64)
     inv = _f32_inverse(s64)  # torch's float32 reciprocal, widened for float64 input
     # (a float zero point on the device: float32 / float16 values are exact
     # in every compute dtype, only the range can need the exact kernel)

@@ -167,11 +167,11 @@ def _lsq_sums(terms, axis):
     dimension but ``axis`` (shape [C])."""
     xp = A.array_module(terms)
     if axis is None or terms.ndim == 1:
-        total = A.sum_rows(terms.reshape(1, -1), np.float64).astype(F32)
+        total = A.astype_exact(A.sum_rows(terms.reshape(1, -1), np.float64), F32)
         return total if axis is None else total.reshape(())
     order = (axis,) + _lsq_sum_axes(terms.ndim, axis)
     rows = xp.ascontiguousarray(terms.transpose(order)).reshape(terms.shape[axis], -1)
-    return A.sum_rows(rows, np.float64).astype(F32)
+    return A.astype_exact(A.sum_rows(rows, np.float64), F32)
 
 
 def _lsq_f32(arrays):

@@ -164,9 +164,9 @@ def _check_min_max_valid(mn, mx):
         if bool(mn == np.inf) and bool(mx == -np.inf):
             warn(_NO_DATA_WARNING, UserWarning)
             return False
-        if bool(mn > mx):
+        if bool(A.compare_exact(mn, ">", mx)):
             raise AssertionValueError(f"min {mn} should be less than max {mx}")
-    elif bool((mn > mx).any()):
+    elif bool(A.compare_exact(mn, ">", mx).any()):
         raise AssertionValueError(f"min {mn} should be less than max {mx}")
     return True
 

@@ -5,7 +5,9 @@ Only what quantcore and its GPU tests use, and only API that real CuPy has
 (checked against cupy's sources): like cupy, an ndarray refuses implicit
 conversion to numpy (``__array__`` raises), has ``flags`` with
 c_contiguous / f_contiguous / owndata only, and binary operations with
-numpy arrays raise.  New (``empty``) device memory is filled with a poison
+numpy arrays raise.  CuPy's own kernels (operators, ufuncs, casts,
+reductions) flush float32 subnormals as real CuPy's ``-ftz=true`` does
+(``_ftz.py``).  New (``empty``) device memory is filled with a poison
 byte (CUDAEMU_MEM_POISON, default 0xff: NaN for floats).  Kernels run
 synchronously at launch.
 """
@@ -17,7 +19,7 @@ import weakref
 
 import numpy as np
 
-from . import cuda
+from . import cuda, _ftz
 from ._emu import RawModule, LAUNCHES, COMPILES, TRANSFERS, count_transfer  # noqa: F401
 
 __version__ = "0.0.0+cudaemu"
@@ -213,8 +215,10 @@ class ndarray:  # noqa: N801 - cupy's name
         dt = np.dtype(dtype)
         if not copy and dt == self.dtype:
             return self
-        with np.errstate(all="ignore"):
+        if dt == self.dtype:
             return _to_device(self._a.astype(dt, order=order), order)
+        src = self._a if order in ("K", "A") else np.asarray(self._a, order=order)
+        return _to_device(_ftz.cast(src, dt), order)
 
     def fill(self, value):
         self._a.fill(value)
@@ -232,7 +236,10 @@ class ndarray:  # noqa: N801 - cupy's name
         if not isinstance(value, ndarray):
             count_transfer("to_device", np.asarray(value).nbytes)
         k = _unwrap(key, "index")
-        self._a[k] = _unwrap(value, "value")
+        v = _unwrap(value, "value")
+        if isinstance(value, ndarray) and value.dtype != self.dtype:
+            v = _ftz.cast(v, self.dtype, "setitem")  # CuPy's casting copy
+        self._a[k] = v
 
     # -- reductions ------------------------------------------------------
     def _reduce(name):
@@ -240,7 +247,9 @@ class ndarray:  # noqa: N801 - cupy's name
             kw = {"axis": axis, "keepdims": keepdims}
             if dtype is not None:
                 kw["dtype"] = dtype
-            return _to_device(getattr(self._a, name)(**kw))
+            (a,) = _ftz.inputs(name, [self._a])
+            with np.errstate(all="ignore"):
+                return _to_device(_ftz.result(getattr(a, name)(**kw)))
         f.__name__ = name
         return f
 
@@ -271,9 +280,9 @@ class ndarray:  # noqa: N801 - cupy's name
 
 def _binop(op, reflected=False):
     def f(self, other):
-        o = _unwrap(other, "operand")
+        a, o = _ftz.inputs(op.__name__, [self._a, _unwrap(other, "operand")])
         with np.errstate(all="ignore"):
-            return _to_device(op(o, self._a) if reflected else op(self._a, o))
+            return _to_device(_ftz.result(op(o, a) if reflected else op(a, o)))
     return f
 
 
@@ -287,9 +296,10 @@ for _name, _op in (("add", operator.add), ("sub", operator.sub), ("mul", operato
 for _name, _op in (("eq", operator.eq), ("ne", operator.ne), ("lt", operator.lt),
                    ("le", operator.le), ("gt", operator.gt), ("ge", operator.ge)):
     setattr(ndarray, f"__{_name}__", _binop(_op))
-ndarray.__neg__ = lambda self: _to_device(-self._a)
+ndarray.__neg__ = lambda self: _to_device(_ftz.result(-_ftz.inputs("neg", [self._a])[0]))
 ndarray.__invert__ = lambda self: _to_device(~self._a)
-ndarray.__abs__ = lambda self: _to_device(builtins.abs(self._a))  # (cupy.abs shadows abs here)
+ndarray.__abs__ = lambda self: _to_device(  # (cupy.abs shadows abs here)
+    _ftz.result(builtins.abs(_ftz.inputs("abs", [self._a])[0])))
 ndarray.__hash__ = None
 
 
@@ -349,6 +359,8 @@ def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, blocking=
         src = obj._a
         if not copy and (dtype is None or np.dtype(dtype) == obj.dtype) and ndmin <= obj.ndim:
             return obj
+        if dtype is not None and np.dtype(dtype) != obj.dtype:
+            src = _ftz.cast(src, dtype, "array")  # a casting copy on the device
     else:
         src = np.asarray(obj)  # host data: numpy arrays, lists, scalars
         count_transfer("to_device", src.nbytes)
@@ -394,11 +406,16 @@ def copyto(dst, src, casting="same_kind", where=None):
             raise ValueError("non-scalar numpy.ndarray cannot be used for copyto")
         src = src.squeeze()[()]
     w = None if where is None else _unwrap(where)
-    np.copyto(dst._a, _unwrap(src), casting=casting, where=True if w is None else w)
+    src = _unwrap(src)
+    if isinstance(src, np.ndarray) and src.dtype != dst.dtype:
+        src = _ftz.cast(src, dst.dtype, "copyto")  # CuPy's casting copy
+    np.copyto(dst._a, src, casting=casting, where=True if w is None else w)
 
 
 def concatenate(tup, axis=0, out=None, *, dtype=None, casting="same_kind"):
     arrs = [_unwrap(a) for a in tup]
+    to = np.dtype(dtype) if dtype is not None else np.result_type(*arrs)
+    arrs = [_ftz.cast(a, to, "concatenate") if a.dtype != to else a for a in arrs]
     res = np.concatenate(arrs, axis=axis, dtype=dtype, casting=casting)
     if out is not None:
         np.copyto(out._a, res)
@@ -418,15 +435,20 @@ def broadcast_to(a, shape):
     return a._view(np.broadcast_to(a._a, shape))
 
 
-def _compute(name):
+def _compute(name, ftz=True):
     fn = getattr(np, name)
 
     def f(*args, **kwargs):
         out = kwargs.pop("out", None)
         args = [_unwrap(a) for a in args]
         kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
+        if ftz:  # a CuPy ElementwiseKernel / ReductionKernel: -ftz=true
+            args = _ftz.inputs(name, args)
+            kwargs = dict(zip(kwargs, _ftz.inputs(name, list(kwargs.values()))))
         with np.errstate(all="ignore"):
             res = fn(*args, **kwargs)
+        if ftz:
+            res = _ftz.result(res)
         if out is not None:
             if not isinstance(out, ndarray):
                 raise TypeError(f"Output must be a cupy.ndarray, got {type(out)}")
@@ -440,7 +462,14 @@ def _compute(name):
     return f
 
 
-# functions that real CuPy has too, computed by numpy on the host copy
+# functions that real CuPy has too, computed by numpy on the host copy.  Those
+# CuPy runs as arithmetic / comparisons in its own (-ftz=true) kernels flush
+# float32 subnormals (_ftz.py); copies, selects, bit operations and the
+# precompiled sort do not, and isnan / isinf / isfinite / rint give the same
+# result on a flushed operand (not modelled).
+_NO_FTZ = ("packbits", "unpackbits", "where", "isnan", "isinf", "isfinite", "rint", "arange", "linspace", "nan_to_num",
+           "signbit", "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "stack",
+           "atleast_1d", "sort", "copysign")
 for _name in ("packbits", "unpackbits", "clip", "where", "isnan", "isinf", "isfinite", "abs",
               "absolute", "minimum", "maximum", "fmin", "fmax", "array_equal", "all", "any",
               "arange", "linspace", "nan_to_num", "sum", "prod", "nonzero", "flatnonzero",
@@ -450,7 +479,7 @@ for _name in ("packbits", "unpackbits", "clip", "where", "isnan", "isinf", "isfi
               "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "sqrt", "round", "around",
               "amin", "amax", "nanmin", "nanmax", "stack", "atleast_1d", "unique", "sort",
               "argmin", "argmax", "cumsum", "diff", "copysign", "nextafter"):
-    globals()[_name] = _compute(_name)
+    globals()[_name] = _compute(_name, _name not in _NO_FTZ)
 min, max = amin, amax  # noqa: A001  (cupy.min / cupy.max)
 
 
