@@ -473,10 +473,34 @@ def entropy_kl(hist, num_quantized_bins, dtype=_F32):
     return kl, windows
 
 
+#: ORT's ``smooth_distribution`` asserts ``eps * n_zeros / n_nonzeros < 1``
+#: (``eps = 1e-4``): a window of at most this many bins cannot fail it
+_SMOOTH_SAFE_BINS = 10000
+
+
+def _single_entropy_window(num_bins, num_quantized_bins):
+    """True when ORT's KL search has one candidate window only --
+    ``num_bins // 2 == num_quantized_bins // 2`` (ORT's defaults: 128 bins,
+    128 quantized bins) -- and none of its assertions can fail on it
+    (``num_bins <= 10000``): its threshold is then ``(E[0], E[n])``
+    clipped to the observed min / max, the call's own range, whatever the
+    counts (:func:`get_entropy_threshold` skips the KL divergence)."""
+    return (num_bins // 2 == num_quantized_bins // 2 and num_quantized_bins >= 1 and
+            1 <= num_bins <= _SMOOTH_SAFE_BINS)
+
+
 def get_entropy_threshold(histogram, num_quantized_bins):
     """ORT's KL threshold: the window with the smallest KL (first minimum),
-    ``(E[start], E[end])`` clipped to the observed min / max."""
+    ``(E[start], E[end])`` clipped to the observed min / max.
+
+    With one candidate window (:func:`_single_entropy_window`) ORT's argmin
+    of one KL value picks it whatever the value (inf, NaN): the window
+    ``(0, min(2 h + 1, n))`` = ``(0, n)``, ``h = Q // 2 = n // 2``, is
+    taken without computing it."""
     hist, edges = histogram[0], histogram[1]
-    kl, windows = entropy_kl(hist, num_quantized_bins, edges.dtype)
-    start, end = windows[int(np.argmin(kl))]
+    if _single_entropy_window(hist.size, num_quantized_bins):
+        start, end = 0, min(hist.size // 2 + num_quantized_bins // 2 + 1, hist.size)
+    else:
+        kl, windows = entropy_kl(hist, num_quantized_bins, edges.dtype)
+        start, end = windows[int(np.argmin(kl))]
     return _clip_to((edges[start], edges[end]), histogram[2], histogram[3])
