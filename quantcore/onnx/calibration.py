@@ -238,6 +238,7 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
         if not tensors:
             raise ValueError("the model has no float tensor to calibrate")
         sess = _session(m, tensors, infos, providers)
+        del m, infos    # the model's protobuf (a few of its size): the session has its own
         names = [o.name for o in sess.get_outputs()]
         runner = FeedChecker(sess, names)
         wanted = set(tensors)
@@ -299,14 +300,14 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
 
 #: the single call's activations kept in memory before they go to a spill file
 #: (or the data is read again)
-BUFFER_BYTES = 4 << 20
+BUFFER_BYTES = 1 << 20
 
 
 #: tensors smaller than this (values) are reduced once per chunk (their
 #: pieces joined), larger ones batch by batch
 SMALL_TENSOR = 1 << 15
 #: the batches of one chunk hold at least this many bytes (the last one less)
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 18
 
 
 def _chunks(cal, batches, on_batch_items, executor, reduce_small):
