@@ -175,11 +175,19 @@ cdef int64_t _check_bins(cnp.ndarray x, cnp.ndarray edges, int edges_type, str f
     return n
 
 
+def sure_margin(cnp.ndarray edges, float first, float last):
+    """The margin :func:`hist_uniform_f32` uses for these float32 edges of
+    ``(first, last)`` (computed once for a histogram counted in pieces)."""
+    _check_bins(edges, edges, cnp.NPY_FLOAT32, "sure_margin")
+    return _sure_margin(edges, first, last, cnp.PyArray_SIZE(edges) - 1)
+
+
 def hist_uniform_f32(cnp.ndarray x, cnp.ndarray edges, float first, float last, bint absolute,
-                     int nthreads):
+                     int nthreads, margin=None):
     """``np.histogram(x, n, range=(first, last))`` counts (int64[n]) of the
     float32 values of ``x`` (``|x|`` with ``absolute``); ``edges`` are the
-    float32 ``np.linspace(first, last, n + 1)`` numpy builds for that call."""
+    float32 ``np.linspace(first, last, n + 1)`` numpy builds for that call;
+    ``margin`` :func:`sure_margin`'s for them (None: computed here)."""
     cdef int64_t n = _check_bins(x, edges, cnp.NPY_FLOAT32, "hist_uniform_f32")
     if n > 2147483646:
         raise ValueError(f"hist_uniform_f32: at most 2**31 - 2 bins, got {n}")
@@ -190,7 +198,7 @@ def hist_uniform_f32(cnp.ndarray x, cnp.ndarray edges, float first, float last, 
     a.denom = last - first
     a.fn = <float>n
     a.edges = <const float *>cnp.PyArray_DATA(edges)
-    a.margin = _sure_margin(edges, first, last, n)
+    a.margin = _sure_margin(edges, first, last, n) if margin is None else <float>margin
     a.zero_bin = <int32_t>qc_np_hist_uniform_bin_f32(0.0, first, last, a.denom, a.fn, n, a.edges)
     a.absolute = absolute
     parts_a = np.zeros((nt * SUB, n + 1), dtype=np.int64)   # column n: values not counted

@@ -339,7 +339,8 @@ def _join_small(pieces, executor, reduce_small):
         a = parts[0] if len(parts) == 1 else np.concatenate(parts)
         reduce_small(name, a, parts)
         pieces[name] = [a]   # (one thread per tensor)
-    O._map_tensors(executor, join, [k for k, v in pieces.items() if v[0].size < SMALL_TENSOR])
+    small = [k for k, v in pieces.items() if v[0].size < SMALL_TENSOR]
+    O._map_tensors(executor, join, small, values=sum(p.size for k in small for p in pieces[k]))
     return pieces
 
 
@@ -413,7 +414,8 @@ def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling, count
 
         def counted(source):
             for chunk in source:
-                O._map_tensors(executor, count_parts, list(chunk.items()))
+                O._map_tensors(executor, count_parts, list(chunk.items()),
+                               values=sum(p.size for parts in chunk.values() for p in parts))
 
         if mode == "ranges":
             for name, st in stats.items():
