@@ -196,8 +196,9 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
     parallel : bool
         True: onnxruntime runs batch ``i + 1`` in a background thread while
         the tensors of batch ``i`` are reduced in parallel by a pool of
-        threads (one per usable core), each kernel on one thread (at most two
-        batches of activations exist); False: one batch at a time in the
+        threads (one per usable core), each kernel on one thread (a batch of
+        fewer than 64 Ki values in the calling thread; at most two batches of
+        activations exist); False: one batch at a time in the
         calling thread, the kernels on quantcore's threads
         (``quantcore.set_num_threads``).  The result is the same.
     histograms : bool
