@@ -308,7 +308,7 @@ BUFFER_BYTES = 1 << 20
 #: pieces joined), larger ones batch by batch
 SMALL_TENSOR = 1 << 15
 #: the batches of one chunk hold at least this many bytes (the last one less)
-CHUNK_BYTES = 1 << 18
+CHUNK_BYTES = 1 << 20
 
 
 def _chunks(cal, batches, on_batch_items, executor, reduce_small):
