@@ -313,6 +313,15 @@ def test_entropy_ranges_without_counts_are_orts(extra, model_path):
             assert hasattr(res.tensors_range[t], "hist") == (not one_window)
         assert res.replay is None if one_window else res.replay is not None
     assert res.batches == len(data)
+    # a reader that cannot be replayed: "rerun" needs no second read without counts
+    if one_window:
+        res = qonnx.calibrate(model_path, _OneShot(data), "entropy", options=dict(extra),
+                              histograms=False, replay="rerun")
+        assert res.batches == len(data) and res.replay is None
+    else:
+        with pytest.raises(TypeError):
+            qonnx.calibrate(model_path, _OneShot(data), "entropy", options=dict(extra),
+                            histograms=False, replay="rerun")
 
 
 def test_entropy_ranges_without_counts_keep_orts_errors(tmp_path):

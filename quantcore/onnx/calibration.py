@@ -227,7 +227,7 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
                          "directly for per-channel statistics")
     two_pass = strided is None and method in ORT_METHODS and method != "minmax"
     can_rerun = replayable(data)
-    if two_pass and replay == "rerun" and not can_rerun:
+    if two_pass and replay == "rerun" and not can_rerun and (histograms or method != "entropy"):
         O._second_pass(data, "calibrate")  # the TypeError saying why
     if measure_memory:
         tracemalloc.start()
@@ -279,6 +279,8 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
             elif not two_pass:
                 cal.collect_data(activations())
             elif replay == "rerun" and counts:
+                if not can_rerun:           # (Entropy without counts over other bins)
+                    O._second_pass(data, "calibrate")
                 cal.collect_data(activations)   # ORT's streaming two passes, batch by batch
                 state["how"] = "rerun"
             else:
