@@ -332,6 +332,55 @@ def test_histogram_collector_errors(case):
         col.collect({"t": dec(case["data"])})
 
 
+def test_map_tensors_keeps_small_work_in_the_calling_thread():
+    """Items covering fewer than INLINE_VALUES values run in the calling
+    thread (a future costs more than their work), larger ones on the pool;
+    the results in order either way."""
+    import threading
+    from quantcore.compat.onnxruntime.executor import INLINE_VALUES, _map_tensors
+    with O.tensor_executor(2) as pool:
+        def where(i):
+            return i, threading.current_thread().name
+        small = _map_tensors(pool, where, list(range(5)), values=INLINE_VALUES - 1)
+        assert small == [(i, threading.current_thread().name) for i in range(5)]
+        large = _map_tensors(pool, where, list(range(5)), values=INLINE_VALUES)
+        assert [i for i, _ in large] == list(range(5))
+        assert all(name.startswith("quantcore-calib") for _, name in large)
+        assert all(n.startswith("quantcore-calib") for _, n in _map_tensors(pool, where, [1, 2]))
+
+
+def test_plan_counted_in_pieces_is_numpys_histogram_of_the_whole():
+    """A histogram counted batch by batch (its bins worked out on the first
+    piece) == numpy.histogram of all the values: uniform bins over a
+    float32 range, |x|, a range whose ends are not float32 (numpy's path),
+    explicit float32 / float64 / int edges; numpy's errors on the first
+    piece, an empty piece included."""
+    from quantcore.compat.onnxruntime.histogram import _Plan
+    rng = np.random.default_rng(11)
+    pieces = [(rng.standard_normal(int(rng.integers(0, 5000))) * 3).astype(F32)
+              for _ in range(6)]
+    pieces[2][:7] = np.nan
+    whole = np.concatenate(pieces)
+    t = F32(np.nanmax(np.abs(whole)))
+    cases = [(2048, (-t, t), False), (128, (F32(0.5), t), True), (333, (-4.0, 2.5), False),
+             (np.linspace(F32(0), t, 700, dtype=F32), None, True),
+             (np.linspace(-5.0, 5.0, 90), None, False), (np.arange(-6, 7), None, False)]
+    for bins, range_, absolute in cases:
+        plan = _Plan(bins, range_, absolute)
+        for p in pieces:
+            plan.add(p)
+        values = np.abs(whole) if absolute else whole
+        counts, edges = np.histogram(values, bins, range_)
+        assert np.array_equal(plan.counts, counts), (bins, range_, absolute)
+        assert same_bits(np.asarray(plan.edges), edges)
+    for bins, range_, match in ((128, (F32(1e-44), F32(2e-44)), "Too many bins"),
+                                (128, (F32(-np.inf), F32(1)), "not finite"),
+                                (np.array([0, 2, 1], F32), None, "monotonically"),
+                                (0, (F32(0), F32(1)), "positive")):
+        with pytest.raises(ValueError, match=match):
+            _Plan(bins, range_).add(np.zeros(0, F32))
+
+
 def test_empty_later_call_of_symmetric_percentile_adds_nothing():
     """Surprise 18: ORT's symmetric Percentile fails on a later call in which
     a tensor is empty (np.nanmax of nothing; a float constant of a PP-OCR

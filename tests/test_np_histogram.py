@@ -205,6 +205,25 @@ def test_absmin_finds_the_value_and_the_nan_in_every_lane_and_the_tail(size):
         assert np.isnan(H.absmin_f32(y))
 
 
+def test_absmin_on_bit_patterns():
+    """absmin_f32 compares the patterns without their sign bit: every NaN
+    (quiet or signalling, either sign, any payload) is found, and the
+    smallest of +-inf, +-0, subnormals and normals is numpy's."""
+    specials = np.array([0x7F800001, 0xFF800001, 0x7FC00000, 0xFFFFFFFF, 0x7FBFFFFF],
+                        np.uint32).view(F32)
+    values = np.array([np.inf, -np.inf, -0.0, 0.0, 1e-45, -1e-45, -1.17549435e-38, 3.5, -2.0,
+                       np.finfo(F32).max, -np.finfo(F32).max], F32)
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        x = rng.choice(values, size=int(rng.integers(1, 40)))
+        if rng.random() < 0.3:
+            x[rng.integers(0, x.size)] = rng.choice(specials)
+        expected = np.abs(x).min()
+        got = H.absmin_f32(x)
+        assert ((np.isnan(got) and np.isnan(expected))
+                or F32(got).view(np.uint32) == expected.view(np.uint32)), x
+
+
 def test_wrapper_np_histogram_matches_numpy_with_autodetected_range():
     """quantcore.compat.onnxruntime.np_histogram: counts and edges of numpy's
     own call (range from the data, +-0.5 for a constant array)."""

@@ -252,6 +252,101 @@ def test_bad_data_gets_a_clear_result_or_error(method, tmp_path):
             qonnx.calibrate(path, all_nan, method)
 
 
+# ----------------------------------------- Entropy with one candidate window
+@pytest.mark.parametrize("bins,nq", [(128, 128), (129, 128), (128, 129), (255, 254), (1, 1),
+                                     (2, 3), (9999, 9998)])
+def test_single_entropy_window_is_orts_search(bins, nq):
+    """num_bins // 2 == num_quantized_bins // 2: ORT's KL search has one
+    window, the shortcut's threshold is live ORT's on histograms of every
+    kind (sparse, one bin, all zeros, huge counts); other sizes search."""
+    from ort_vectors import live_entropy_threshold
+    assert O._single_entropy_window(bins, nq)
+    assert not O._single_entropy_window(128, 64) and not O._single_entropy_window(10001, 10000)
+    rng = np.random.default_rng(bins * 1000 + nq)
+    edges = np.linspace(F32(-3), F32(3), bins + 1, dtype=F32)
+    hists = [rng.integers(0, 50, bins), np.zeros(bins, np.int64),
+             np.where(rng.random(bins) < 0.9, 0, rng.integers(1, 9, bins)),
+             rng.integers(0, 2**40, bins)]
+    one = np.zeros(bins, np.int64)
+    one[bins // 3] = 7
+    hists.append(one)
+    for hist in hists:
+        for lo, hi in ((F32(-2.5), F32(3)), (F32(-3), F32(1)), (F32(0), F32(0))):
+            state = (hist.astype(np.int64), edges, lo, hi, F32(3))
+            got = O.get_entropy_threshold(state, nq)
+            (want_lo, want_hi), _ = live_entropy_threshold(state, nq)
+            assert same_bits(np.asarray(got[0]), np.asarray(want_lo))
+            assert same_bits(np.asarray(got[1]), np.asarray(want_hi))
+
+
+@pytest.mark.parametrize("extra", [{}, {"num_bins": 129, "num_quantized_bins": 128},
+                                   {"num_bins": 512, "num_quantized_bins": 128}])
+def test_entropy_ranges_without_counts_are_orts(extra, model_path):
+    """calibrate(histograms=False) with Entropy: one read where ORT's search
+    has one window (the defaults), ORT's ranges bit for bit, no counts;
+    otherwise (512 bins) the counts are taken as with histograms=True."""
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
+    rng = np.random.default_rng(len(extra) + extra.get("num_bins", 0))
+    data = [{"x": (rng.standard_normal((2, 3, 5, 5)) * rng.uniform(0.1, 5)).astype(F32)}
+            for _ in range(6)]
+    with tempfile.TemporaryDirectory() as d:
+        cal = create_calibrator(model_path, augmented_model_path=f"{d}/aug.onnx",
+                                calibrate_method=CalibrationMethod.Entropy, extra_options=extra)
+        cal.collect_data(Reader(data))
+        ref = cal.compute_data()
+    reads = []
+
+    def counted():      # a replayable reader that counts its reads
+        reads.append(1)
+        return iter(data)
+    one_window = extra.get("num_bins", 128) // 2 == 64
+    for replay in ("auto", "rerun", "spill"):
+        reads.clear()
+        res = qonnx.calibrate(model_path, counted, "entropy", options=dict(extra),
+                              histograms=False, replay=replay)
+        assert len(reads) == (1 if one_window or replay != "rerun" else 2)
+        assert sorted(res.tensors_range.keys()) == sorted(ref.keys())
+        for t in ref.keys():
+            for key in ("lowest", "highest"):
+                assert same_bits(np.asarray(getattr(res.tensors_range[t], key)),
+                                 np.asarray(getattr(ref[t], key))), (t, key)
+            assert hasattr(res.tensors_range[t], "hist") == (not one_window)
+        assert res.replay is None if one_window else res.replay is not None
+    assert res.batches == len(data)
+    # a reader that cannot be replayed: "rerun" needs no second read without counts
+    if one_window:
+        res = qonnx.calibrate(model_path, _OneShot(data), "entropy", options=dict(extra),
+                              histograms=False, replay="rerun")
+        assert res.batches == len(data) and res.replay is None
+    else:
+        with pytest.raises(TypeError):
+            qonnx.calibrate(model_path, _OneShot(data), "entropy", options=dict(extra),
+                            histograms=False, replay="rerun")
+
+
+def test_entropy_ranges_without_counts_keep_orts_errors(tmp_path):
+    """The bins are checked as np.histogram checks them, values or not:
+    an infinite value (range not finite) and a range too narrow for 128
+    bins fail as ORT does; NaN batches are counted."""
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
+    path = _one_node_model(str(tmp_path / "relu.onnx"))
+    inf = np.ones((4, 8), F32)
+    inf[0, 0] = np.inf
+    tiny = np.full((4, 8), F32(1e-44))
+    for feeds, match in (([{"x": inf}], "not finite"), ([{"x": tiny}], "Too many bins")):
+        with tempfile.TemporaryDirectory() as d:
+            cal = create_calibrator(path, augmented_model_path=f"{d}/aug.onnx",
+                                    calibrate_method=CalibrationMethod.Entropy)
+            with pytest.raises(ValueError, match=match):
+                cal.collect_data(Reader(feeds))
+        with pytest.raises(ValueError, match=match):
+            qonnx.calibrate(path, feeds, "entropy", histograms=False)
+    nan = np.ones((4, 8), F32)
+    nan[1, 2] = np.nan
+    res = qonnx.calibrate(path, [{"x": nan}, {"x": -nan}], "entropy", histograms=False)
+    assert res.nan_batches["x"] == 2 and res.ranges()["x"] == (-1.0, 1.0)
+
+
 @pytest.mark.parametrize("method", ["entropy", "percentile", "distribution"])
 def test_one_call_is_the_same_rerun_spilled_or_from_a_one_shot_reader(method, model_path,
                                                                       monkeypatch):

@@ -20,7 +20,8 @@ import numpy as np
 
 cimport numpy as cnp
 from libc.stdint cimport int32_t, int64_t
-from libc.math cimport INFINITY, fabsf
+from libc.math cimport fabsf
+from libc.string cimport memcpy
 
 from quantcore._cpu._shares cimport run_shares, share_threads
 
@@ -174,11 +175,19 @@ cdef int64_t _check_bins(cnp.ndarray x, cnp.ndarray edges, int edges_type, str f
     return n
 
 
+def sure_margin(cnp.ndarray edges, float first, float last):
+    """The margin :func:`hist_uniform_f32` uses for these float32 edges of
+    ``(first, last)`` (computed once for a histogram counted in pieces)."""
+    _check_bins(edges, edges, cnp.NPY_FLOAT32, "sure_margin")
+    return _sure_margin(edges, first, last, cnp.PyArray_SIZE(edges) - 1)
+
+
 def hist_uniform_f32(cnp.ndarray x, cnp.ndarray edges, float first, float last, bint absolute,
-                     int nthreads):
+                     int nthreads, margin=None):
     """``np.histogram(x, n, range=(first, last))`` counts (int64[n]) of the
     float32 values of ``x`` (``|x|`` with ``absolute``); ``edges`` are the
-    float32 ``np.linspace(first, last, n + 1)`` numpy builds for that call."""
+    float32 ``np.linspace(first, last, n + 1)`` numpy builds for that call;
+    ``margin`` :func:`sure_margin`'s for them (None: computed here)."""
     cdef int64_t n = _check_bins(x, edges, cnp.NPY_FLOAT32, "hist_uniform_f32")
     if n > 2147483646:
         raise ValueError(f"hist_uniform_f32: at most 2**31 - 2 bins, got {n}")
@@ -189,7 +198,7 @@ def hist_uniform_f32(cnp.ndarray x, cnp.ndarray edges, float first, float last, 
     a.denom = last - first
     a.fn = <float>n
     a.edges = <const float *>cnp.PyArray_DATA(edges)
-    a.margin = _sure_margin(edges, first, last, n)
+    a.margin = _sure_margin(edges, first, last, n) if margin is None else <float>margin
     a.zero_bin = <int32_t>qc_np_hist_uniform_bin_f32(0.0, first, last, a.denom, a.fn, n, a.edges)
     a.absolute = absolute
     parts_a = np.zeros((nt * SUB, n + 1), dtype=np.int64)   # column n: values not counted
@@ -223,36 +232,38 @@ def hist_edges_f32(cnp.ndarray x, cnp.ndarray edges, bint absolute, int nthreads
 
 def absmin_f32(cnp.ndarray x):
     """``np.abs(x).min()`` of a non-empty float32 array as a Python float:
-    NaN when x holds a NaN (numpy's minimum propagates it).  LANES running
-    minima side by side (a loop the compiler vectorises; |x| has no signed
-    zero, so the order of the comparisons cannot change the result)."""
+    NaN when x holds a NaN (numpy's minimum propagates it).  On the bit
+    patterns: ``|x|`` is the pattern without its sign bit, and for those
+    (non-negative int32) the integer order is the float order, NaNs above
+    +inf; LANES running integer minima (of ``|x|``) and maxima (a NaN when
+    above ``0x7f800000``) side by side, a loop the compiler vectorises."""
     _check_x(x, "absmin_f32")
     cdef int64_t size = cnp.PyArray_SIZE(x), k, j, body
     if size == 0:
         raise ValueError("absmin_f32: empty array")
-    cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
-    cdef float low[LANES]
-    cdef int nan[LANES]
-    cdef float m, v
-    cdef bint any_nan = False
+    cdef const int32_t *xp = <const int32_t *>cnp.PyArray_DATA(x)
+    cdef int32_t low[LANES]
+    cdef int32_t high[LANES]
+    cdef int32_t m = 0x7fffffff, h = 0, v
+    cdef float result
     with nogil:
         for j in range(LANES):
-            low[j] = INFINITY
-            nan[j] = 0
+            low[j] = 0x7fffffff
+            high[j] = 0
         body = size - size % LANES
         k = 0
         while k < body:
             for j in range(LANES):
-                v = fabsf(xp[k + j])
+                v = xp[k + j] & 0x7fffffff
                 low[j] = v if v < low[j] else low[j]
-                nan[j] = nan[j] | (v != v)
+                high[j] = v if v > high[j] else high[j]
             k += LANES
-        m = INFINITY
         for j in range(LANES):
             m = low[j] if low[j] < m else m
-            any_nan = any_nan | nan[j]
+            h = high[j] if high[j] > h else h
         for k in range(body, size):
-            v = fabsf(xp[k])
+            v = xp[k] & 0x7fffffff
             m = v if v < m else m
-            any_nan = any_nan | (v != v)
-    return float("nan") if any_nan else float(m)
+            h = v if v > h else h
+        memcpy(&result, &m, sizeof(float))
+    return float("nan") if h > 0x7f800000 else float(result)

@@ -47,7 +47,7 @@ depend on it):
   ``(lo, hi)`` per batch: one pass.  The histogram methods need the range of
   the whole call before they count.  ``replay="auto"`` (default) reads the
   data once, holding the values in memory up to :data:`BUFFER_BYTES`
-  (4 MiB: a small model's whole call); past that, it either appends them to
+  (1 MiB: a small model's whole call); past that, it either appends them to
   a temporary file (spill) and counts from it, or -- a replayable reader (a
   list, a callable returning a fresh iterable, a reader with ``rewind()``,
   an iterable that is not its own iterator) whose model computes the values

@@ -156,7 +156,7 @@ def _strided(strided, passes):
 
 def calibrate(model, data, method="minmax", *, options=None, strided=None, passes=None,
               replay="auto", op_types_to_calibrate=None, providers=None, on_batch=None,
-              measure_memory=False, parallel=True, spill_dir=None):
+              measure_memory=False, parallel=True, spill_dir=None, histograms=True):
     """Calibrate the activations of ``model`` on ``data``, streaming.
 
     Parameters
@@ -196,10 +196,22 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
     parallel : bool
         True: onnxruntime runs batch ``i + 1`` in a background thread while
         the tensors of batch ``i`` are reduced in parallel by a pool of
-        threads (one per usable core), each kernel on one thread (at most two
-        batches of activations exist); False: one batch at a time in the
+        threads (one per usable core), each kernel on one thread (a batch of
+        fewer than 64 Ki values in the calling thread; at most two batches of
+        activations exist); False: one batch at a time in the
         calling thread, the kernels on quantcore's threads
         (``quantcore.set_num_threads``).  The result is the same.
+    histograms : bool
+        False: where the histogram method's range does not depend on the
+        counts -- Entropy over one call whose KL search has one candidate
+        window (:func:`~quantcore.compat.onnxruntime._single_entropy_window`:
+        ORT's defaults, 128 bins and 128 quantized bins; the range is then
+        the call's ``(nanmin, nanmax)``) -- the values are not counted: one
+        read of the data, and each TensorData holds ``lowest`` / ``highest``
+        only (no ``hist`` / ``bins``).  The ranges, and the model
+        :func:`quantize` makes from them, are the same bit for bit (ORT's
+        errors too: the range and the bins are checked as ``np.histogram``
+        checks them).  True (default): ORT's TensorsData with the counts.
 
     Returns
     -------
@@ -215,7 +227,7 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
                          "directly for per-channel statistics")
     two_pass = strided is None and method in ORT_METHODS and method != "minmax"
     can_rerun = replayable(data)
-    if two_pass and replay == "rerun" and not can_rerun:
+    if two_pass and replay == "rerun" and not can_rerun and (histograms or method != "entropy"):
         O._second_pass(data, "calibrate")  # the TypeError saying why
     if measure_memory:
         tracemalloc.start()
@@ -227,6 +239,7 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
         if not tensors:
             raise ValueError("the model has no float tensor to calibrate")
         sess = _session(m, tensors, infos, providers)
+        del m, infos    # the model's protobuf (a few of its size): the session has its own
         names = [o.name for o in sess.get_outputs()]
         runner = FeedChecker(sess, names)
         wanted = set(tensors)
@@ -258,17 +271,27 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
         with pool as executor, threads:
             cal = make_calibrator(method, options, passes=1 if strided else 2, tensors=tensors,
                                   executor=executor)
+            counts = histograms or not (two_pass and method == "entropy" and
+                                        O._single_entropy_window(cal.collector.num_bins,
+                                                                 cal.collector.num_quantized_bins))
             if strided and strided > 1 or strided and method == "minmax":
                 _collect_strided(cal, activations(), strided, method)
             elif not two_pass:
                 cal.collect_data(activations())
-            elif replay == "rerun":
+            elif replay == "rerun" and counts:
+                if not can_rerun:           # (Entropy without counts over other bins)
+                    O._second_pass(data, "calibrate")
                 cal.collect_data(activations)   # ORT's streaming two passes, batch by batch
                 state["how"] = "rerun"
             else:
                 state["how"] = _one_call(cal, activations, BUFFER_BYTES, spill_dir, executor,
-                                         keep_spilling)
+                                         keep_spilling, counts=counts)
         td = cal.compute_data()
+        if state["how"] == "ranges":
+            state["how"] = None     # one read; the counts (zeros) are not ORT's: left out
+            td = O.TensorsData(td.calibration_method,
+                               {k: O.TensorData(lowest=v.lowest, highest=v.highest)
+                                for k, v in td.items()})
         seconds = time.perf_counter() - t0
         peak = tracemalloc.get_traced_memory()[1] if measure_memory else None
     finally:
@@ -280,7 +303,7 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
 
 #: the single call's activations kept in memory before they go to a spill file
 #: (or the data is read again)
-BUFFER_BYTES = 4 << 20
+BUFFER_BYTES = 1 << 20
 
 
 #: tensors smaller than this (values) are reduced once per chunk (their
@@ -319,11 +342,12 @@ def _join_small(pieces, executor, reduce_small):
         a = parts[0] if len(parts) == 1 else np.concatenate(parts)
         reduce_small(name, a, parts)
         pieces[name] = [a]   # (one thread per tensor)
-    O._map_tensors(executor, join, [k for k, v in pieces.items() if v[0].size < SMALL_TENSOR])
+    small = [k for k, v in pieces.items() if v[0].size < SMALL_TENSOR]
+    O._map_tensors(executor, join, small, values=sum(p.size for k in small for p in pieces[k]))
     return pieces
 
 
-def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling):
+def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling, counts=True):
     """One ORT ``collect_data`` call of the histogram calibrator ``cal`` over
     the batches of ``read()``, in bounded memory.
 
@@ -338,10 +362,13 @@ def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling):
     chunk.  The state is the streaming two-pass call's (``collect_data``
     with ``passes=2``): ORT's stacking checks per batch, range statistics
     and counts that do not depend on how the values are grouped.  Returns
-    ``"memory"``, ``"spill"`` or ``"rerun"``."""
+    ``"memory"``, ``"spill"`` or ``"rerun"``; ``counts=False``: the first
+    pass only, each histogram binned over no value (numpy's checks of the
+    range and bins, its edges; zero counts), ``"ranges"``."""
     col = cal.collector
     stats, nans = {}, {}
-    kept, held, spill, mode = [], 0, None, "memory"
+    kept, held, spill = [], 0, None
+    mode = "memory" if counts else "ranges"
 
     def note_nan(name, parts):
         nans[name] = nans.get(name, 0) + sum(bool(np.isnan(p).any()) for p in parts)
@@ -365,7 +392,7 @@ def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling):
     try:
         for count, chunk in _chunks(cal, read(), first_pass_items, executor, add_range):
             n += count
-            if mode == "rerun":
+            if mode in ("rerun", "ranges"):
                 continue
             held += sum(a.nbytes for parts in chunk.values() for a in parts)
             kept.append(chunk)
@@ -390,9 +417,13 @@ def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling):
 
         def counted(source):
             for chunk in source:
-                O._map_tensors(executor, count_parts, list(chunk.items()))
+                O._map_tensors(executor, count_parts, list(chunk.items()),
+                               values=sum(p.size for parts in chunk.values() for p in parts))
 
-        if mode == "memory":
+        if mode == "ranges":
+            for name, st in stats.items():
+                plans[name].add(np.zeros(0, st.dtype or np.float32))
+        elif mode == "memory":
             counted(kept)
             del kept
         elif mode == "spill":

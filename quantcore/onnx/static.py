@@ -109,7 +109,9 @@ def quantize(model_input, model_output, calibration_data_reader=None,
     -------
     CalibrationResult or None
         None when no calibration ran (``tensors_range`` given, or an existing
-        calibration cache).
+        calibration cache).  Without ``calibration_cache_path`` it is
+        :func:`calibrate`'s with ``histograms=False`` (ORT's default Entropy:
+        one read of the data, ranges without counts; the same model).
     """
     onnx, _ = _onnx()
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -146,7 +148,9 @@ def quantize(model_input, model_output, calibration_data_reader=None,
                            strided=extra.get("CalibStridedMinMax") or None, replay=replay,
                            op_types_to_calibrate=op_types_to_quantize or quantizable_op_types(),
                            providers=calibration_providers, on_batch=on_batch,
-                           parallel=parallel)
+                           parallel=parallel,
+                           # the quantizer reads the ranges only (a cache kept keeps the counts)
+                           histograms=calibration_cache_path is not None)
         tensors_range = result.tensors_range
     tmpdir = tempfile.mkdtemp(prefix="quantcore_onnx_")
     try:

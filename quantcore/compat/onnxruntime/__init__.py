@@ -130,7 +130,7 @@ from .qparams import (  # noqa: F401 - the package's names
 )
 from .histogram import (  # noqa: F401 - the package's names
     np_histogram, HistogramCollector, smooth_distribution, entropy, entropy_kl,
-    get_entropy_threshold,
+    get_entropy_threshold, _single_entropy_window,
 )
 from .tables import (  # noqa: F401 - the package's names
     TensorData, TensorsData, save_tensors_data, load_tensors_data, write_calibration_table,

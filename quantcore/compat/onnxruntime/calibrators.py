@@ -161,7 +161,8 @@ class MinMaxCalibrater:
         call, buffered = {}, 0
         for batch in iter_batches(data):
             items = list(self._select(batch))
-            ranges = _map_tensors(self.executor, lambda item: self._reduce(*item), items)
+            ranges = _map_tensors(self.executor, lambda item: self._reduce(*item), items,
+                                  values=sum(np.size(x) for _, x in items))
             for (name, _), (lo, hi) in zip(items, ranges):
                 mins, maxs = call.setdefault(name, ([], []))
                 mins.append(lo)
@@ -267,8 +268,9 @@ class _HistogramCalibrater:
 
     def collect(self, batch):
         """One ORT ``collect_data`` call with this one batch (one pass)."""
-        _map_tensors(self.executor, self._collect_tensor,
-                     self._arrays(_check_batch(batch, "collect")))
+        items = self._arrays(_check_batch(batch, "collect"))
+        _map_tensors(self.executor, self._collect_tensor, items,
+                     values=sum(a.size for _, a, _ in items))
         self.batches += 1
 
     def _note_nan(self, name, nan):
@@ -299,15 +301,16 @@ class _HistogramCalibrater:
             items = self._arrays(batch)
             for name, _, _ in items:
                 stats.setdefault(name, col.new_stats(name))
-            _map_tensors(self.executor, add_range, items)
+            _map_tensors(self.executor, add_range, items, values=sum(a.size for _, a, _ in items))
         if not stats:
             raise ValueError("No data is collected.")
         plans = {name: col.plan(name, st) for name, st in stats.items()}
         if hasattr(again, "rewind"):
             again.rewind()
         for batch in iter_batches(again):
-            _map_tensors(self.executor, lambda item: plans[item[0]].add(item[1]),
-                         [item for item in self._arrays(batch) if item[0] in plans])
+            items = [item for item in self._arrays(batch) if item[0] in plans]
+            _map_tensors(self.executor, lambda item: plans[item[0]].add(item[1]), items,
+                         values=sum(a.size for _, a, _ in items))
             self.batches += 1
         for name, st in stats.items():
             if name in nans:

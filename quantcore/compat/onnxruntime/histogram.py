@@ -37,6 +37,9 @@ def _minmax_f32(flat):
 def _flat(a):
     a = np.asarray(a)
     if a.dtype == np.float32:
+        flags = a.flags
+        if flags.c_contiguous and flags.aligned:   # (np.require costs microseconds)
+            return a.reshape(-1)
         return np.require(a, _F32, ["C", "A"]).reshape(-1)
     return a.reshape(-1)
 
@@ -86,6 +89,13 @@ def np_histogram(a, bins, range=None, *, absolute=False):  # noqa: A002 - numpy'
         n = int(bins)
         if n < 1:
             raise ValueError("`bins` must be positive, when an integer")
+        if range is not None:
+            uniform = _uniform_f32_bins(n, range, absolute)
+            if uniform is None:
+                return np.histogram(np.absolute(a) if absolute else a, n, range)
+            edges, first, last = uniform
+            counts = H.hist_uniform_f32(a, edges, float(first), float(last), absolute, nthreads)
+            return counts, edges
         first, last = _outer_edges(a, range, absolute)
         if range is not None and not (_is_f32_scalar(first) and _is_f32_scalar(last)):
             return np.histogram(np.absolute(a) if absolute else a, n, range)
@@ -104,6 +114,26 @@ def np_histogram(a, bins, range=None, *, absolute=False):  # noqa: A002 - numpy'
         return np.histogram(np.absolute(a) if absolute else a, edges)
     counts = H.hist_edges_f32(a, np.ascontiguousarray(edges, dtype=_F64), absolute, nthreads)
     return counts, edges
+
+
+_EMPTY_F32 = np.zeros(0, _F32)
+
+
+def _uniform_f32_bins(n, range_, absolute):
+    """np_histogram's uniform bins of float32 data over a given ``range_``
+    (the data does not enter): ``(edges, first, last)``, or None where
+    numpy's own ``histogram`` takes the call (ends that are not float32
+    scalars, edges not float32); numpy's errors (range, too many bins)."""
+    first, last = _outer_edges(_EMPTY_F32, range_, absolute)
+    if not (_is_f32_scalar(first) and _is_f32_scalar(last)):
+        return None
+    bin_type = np.result_type(first, last, _EMPTY_F32)
+    edges = np.linspace(first, last, n + 1, endpoint=True, dtype=bin_type)
+    if np.any(edges[:-1] >= edges[1:]):
+        raise ValueError(f"Too many bins for data range. Cannot create {n} finite-sized bins.")
+    if bin_type != np.float32:  # pragma: no cover - float32 data, float32 ends
+        return None
+    return edges, first, last
 
 
 class _CallStats:
@@ -177,12 +207,50 @@ class _Plan:
         self.bins, self.range, self.absolute = bins, range_, absolute
         self.counts = None
         self.edges = None
+        self._binning = None    # float32 data: np_histogram's bins, worked out once
 
     def add(self, a):
-        counts, edges = np_histogram(a, self.bins, self.range, absolute=self.absolute)
+        flat = _flat(a)
+        if flat.dtype == np.float32 and (self.range is not None or np.ndim(self.bins)):
+            counts, edges = self._add_f32(flat)
+        else:
+            counts, edges = np_histogram(a, self.bins, self.range, absolute=self.absolute)
         self.counts = counts if self.counts is None else self.counts + counts
         self.edges = edges
         return self
+
+    def _add_f32(self, flat):
+        """np_histogram(flat, bins, range) of float32 data, its bins (edges,
+        checks, the kernel's margin) worked out on the first piece only (a
+        histogram counted batch by batch: the same call each time)."""
+        if self._binning is None:
+            if np.ndim(self.bins) == 0:
+                if int(self.bins) < 1:
+                    raise ValueError("`bins` must be positive, when an integer")
+                uniform = _uniform_f32_bins(int(self.bins), self.range, self.absolute)
+                if uniform is None:
+                    self._binning = ("numpy",)
+                else:
+                    edges, first, last = uniform
+                    self._binning = ("uniform", edges, float(first), float(last),
+                                     H.sure_margin(edges, float(first), float(last)))
+            else:
+                edges = np.asarray(self.bins)
+                if np.any(edges[:-1] > edges[1:]):
+                    raise ValueError("`bins` must increase monotonically, when an array")
+                self._binning = (("numpy",) if edges.dtype not in (np.float32, np.float64) or
+                                 edges.size < 2 else
+                                 ("edges", edges, np.ascontiguousarray(edges, dtype=_F64)))
+        kind, *args = self._binning
+        if kind == "numpy":
+            return np_histogram(flat, self.bins, self.range, absolute=self.absolute)
+        nthreads = _threads(flat.shape[0])
+        if kind == "uniform":
+            edges, first, last, margin = args
+            return H.hist_uniform_f32(flat, edges, first, last, self.absolute, nthreads,
+                                      margin), edges
+        edges, wide = args
+        return H.hist_edges_f32(flat, wide, self.absolute, nthreads), edges
 
     def result(self, dtype):
         if self.counts is None:  # a call without batches: numpy on no data
@@ -473,10 +541,34 @@ def entropy_kl(hist, num_quantized_bins, dtype=_F32):
     return kl, windows
 
 
+#: ORT's ``smooth_distribution`` asserts ``eps * n_zeros / n_nonzeros < 1``
+#: (``eps = 1e-4``): a window of at most this many bins cannot fail it
+_SMOOTH_SAFE_BINS = 10000
+
+
+def _single_entropy_window(num_bins, num_quantized_bins):
+    """True when ORT's KL search has one candidate window only --
+    ``num_bins // 2 == num_quantized_bins // 2`` (ORT's defaults: 128 bins,
+    128 quantized bins) -- and none of its assertions can fail on it
+    (``num_bins <= 10000``): its threshold is then ``(E[0], E[n])``
+    clipped to the observed min / max, the call's own range, whatever the
+    counts (:func:`get_entropy_threshold` skips the KL divergence)."""
+    return (num_bins // 2 == num_quantized_bins // 2 and num_quantized_bins >= 1 and
+            1 <= num_bins <= _SMOOTH_SAFE_BINS)
+
+
 def get_entropy_threshold(histogram, num_quantized_bins):
     """ORT's KL threshold: the window with the smallest KL (first minimum),
-    ``(E[start], E[end])`` clipped to the observed min / max."""
+    ``(E[start], E[end])`` clipped to the observed min / max.
+
+    With one candidate window (:func:`_single_entropy_window`) ORT's argmin
+    of one KL value picks it whatever the value (inf, NaN): the window
+    ``(0, min(2 h + 1, n))`` = ``(0, n)``, ``h = Q // 2 = n // 2``, is
+    taken without computing it."""
     hist, edges = histogram[0], histogram[1]
-    kl, windows = entropy_kl(hist, num_quantized_bins, edges.dtype)
-    start, end = windows[int(np.argmin(kl))]
+    if _single_entropy_window(hist.size, num_quantized_bins):
+        start, end = 0, min(hist.size // 2 + num_quantized_bins // 2 + 1, hist.size)
+    else:
+        kl, windows = entropy_kl(hist, num_quantized_bins, edges.dtype)
+        start, end = windows[int(np.argmin(kl))]
     return _clip_to((edges[start], edges[end]), histogram[2], histogram[3])
