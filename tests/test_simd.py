@@ -264,6 +264,17 @@ def test_block_scaled_recipes(both):
     for r in ("modelopt", "torchao"):
         same(*both(lambda: (qc.nvfp4_fake_quant(xf, recipe=r),
                             qc.nvfp4_fake_quant(xf[:, :200], recipe=r))))
+    # the block driver's two paths: full blocks (K a multiple of 16 / 32:
+    # contiguous, constant trip counts) and the general one (a shorter last
+    # block) give the same bits on the blocks they share, in every build
+    g = np.float32(0.01)
+    for pairs in both(lambda: [
+            (f(xf[:, :224]), f(xf[:, :232])[:, :224])
+            for f in (lambda a: qc.mx_fake_quant(a, "e4m3"),
+                      lambda a: qc.mx_quantize(a, "e2m1", scale_mode="rceil")[1][:, :112],
+                      lambda a: qc.nvfp4_fake_quant(a, g, recipe="torchao"))]):
+        for full, part in pairs:
+            assert_same_bytes(full, np.ascontiguousarray(part))
 
 
 def binade_sweep():
