@@ -20,7 +20,7 @@ import quantcore as qc
 from quantcore import ops, torch_numerics
 from quantcore._cpu import _kernels as K
 from quantcore.compat import torch as T
-from reference import assert_same_bytes
+from reference import assert_bits_equal, assert_same_bytes, ref_mx_fake_quant, ref_nvfp4
 
 pytestmark = pytest.mark.skipif(not K.simd_v3_built(), reason="no AVX2 build on this platform")
 
@@ -264,6 +264,85 @@ def test_block_scaled_recipes(both):
     for r in ("modelopt", "torchao"):
         same(*both(lambda: (qc.nvfp4_fake_quant(xf, recipe=r),
                             qc.nvfp4_fake_quant(xf[:, :200], recipe=r))))
+    # the block driver's two paths: full blocks (K a multiple of 16 / 32:
+    # contiguous, constant trip counts) and the general one (a shorter last
+    # block) give the same bits on the blocks they share, in every build
+    g = np.float32(0.01)
+    for pairs in both(lambda: [
+            (f(xf[:, :224]), f(xf[:, :232])[:, :224])
+            for f in (lambda a: qc.mx_fake_quant(a, "e4m3"),
+                      lambda a: qc.mx_quantize(a, "e2m1", scale_mode="rceil")[1][:, :112],
+                      lambda a: qc.nvfp4_fake_quant(a, g, recipe="torchao"))]):
+        for full, part in pairs:
+            assert_same_bytes(full, np.ascontiguousarray(part))
+
+
+def binade_sweep():
+    """float32 values in every binade (every exponent field, float32
+    subnormals, +-Inf, NaN) with the mantissas where rounding to 1, 2 or 3
+    mantissa bits (e2m1, e3m2 / e5m2, e4m3 / e2m3) changes: just below,
+    at and just above each tie, with the kept last bit even and odd, and
+    the carries into the next binade; both signs."""
+    mant = [0, 1, 0x7FFFFF, 0x400000, 0x3FFFFF]
+    for s in (20, 21, 22):
+        half = 1 << (s - 1)
+        for kept in (0, 1, 2, 3):
+            base = kept << s
+            mant += [base + half - 1, base + half, base + half + 1]
+        mant += [(1 << 23) - half, (1 << 23) - half - 1]
+    mant = np.unique(np.array(mant, np.int64) & 0x7FFFFF)
+    exps = np.arange(0, 256, dtype=np.int64)
+    bits = (exps[:, None] << 23 | mant[None, :]).reshape(-1)
+    bits = np.concatenate([bits, bits | (1 << 31)]).astype(np.uint32)
+    return bits.view(np.float32)
+
+
+def test_grid_rounding_in_every_binade(both):
+    """The rounding to a minifloat grid by one float addition (qc_mf_fake of
+    qc_formats.h, qc_mx_round of qc_mx.h) on every binade and every tie of
+    the 1-, 2- and 3-bit grids, under every build: the FP8 fake cast against
+    the decoded codes of the integer encoder (float32 and float64), MX
+    fake quant against the reference, in blocks of mixed scales and in
+    blocks whose scale is 1 (amax pinned), NVFP4 against the reference."""
+    from quantcore import formats as F
+    from quantcore import mx
+    x = binade_sweep()
+    for fmt in F.FP8_FORMATS:
+        for overflow in F.OVERFLOW:
+            codes = F.cast_fp8(x, fmt, overflow=overflow)
+            want = F.fp8_decode(codes, fmt)
+            for y in both(lambda: F.fp8_fake_cast(x, fmt, overflow=overflow)):
+                assert_bits_equal(y, want)
+    x64 = x[~np.isnan(x)].astype(np.float64)
+    want64 = F.fp8_decode(F.cast_fp8(x64, "e4m3fn"), "e4m3fn", dtype=np.float64)
+    for y in both(lambda: F.fp8_fake_cast(x64, "e4m3fn")):
+        assert_bits_equal(y, want64)
+    rng = np.random.default_rng(3)
+    mixed = rng.permutation(x)[: x.size // 32 * 32].reshape(-1, 32)
+    for elem in sorted(mx.MX_ELEMENTS):
+        if elem == "int8":
+            continue
+        emax = {"e4m3": 8, "e5m2": 15, "e2m3": 2, "e3m2": 4, "e2m1": 2}[elem]
+        small = x[np.abs(x) < 2.0 ** (emax + 1)]
+        pinned = np.concatenate([[np.float32(2.0 ** emax)], small]).astype(np.float32)[None, :]
+        got = {}
+        for rounding in ("rne", "half_away"):
+            for row, bs in ((mixed, 32), (pinned, pinned.shape[1])):
+                with np.errstate(invalid="ignore"):  # (the reference's NaN casts)
+                    code, _, want = ref_mx_fake_quant(row, elem, bs, "floor",
+                                                      rounding == "half_away")
+                for y in both(lambda: qc.mx_fake_quant(row, elem, block_size=bs,
+                                                       elem_rounding=rounding)):
+                    assert_bits_equal(y, want)
+            assert code[0, 0] == 127  # (the pinned block's scale is 1)
+            got[rounding] = y
+        assert not np.array_equal(got["rne"], got["half_away"])  # (ties are in it)
+    finite = np.nan_to_num(mixed, nan=1.0, posinf=3e38, neginf=-3e38)
+    for recipe in ("modelopt", "torchao"):
+        g = np.float32(0.5) if recipe == "torchao" else None
+        want = ref_nvfp4(finite, g, recipe)[2]
+        for y in both(lambda: qc.nvfp4_fake_quant(finite, g, recipe=recipe)):
+            assert_bits_equal(y, want)
 
 
 def test_no_build_contracts_an_fma(both):

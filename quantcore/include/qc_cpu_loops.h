@@ -367,22 +367,86 @@ static inline __attribute__((always_inline)) void block_elements(
   }
 }
 
+#define QC_BLK_BATCH 64
+
+/* R::block of m blocks from their amaxes (one vectorised loop across
+ * them), the scale codes into scodes when not NULL. */
+template <class R>
+static inline __attribute__((always_inline)) void block_scales(const R &rec, const float *amax,
+                                                               float *qmul, float *deq,
+                                                               unsigned *scode,
+                                                               unsigned char *scodes, int m) {
+  QC_SIMD for (int t = 0; t < m; t++) {
+    QcBlockQ bq;
+    rec.block(amax[t], &bq);
+    qmul[t] = bq.qmul;
+    deq[t] = bq.deq;
+    scode[t] = bq.scode;
+  }
+  if (scodes)
+    for (int t = 0; t < m; t++) scodes[t] = (unsigned char)scode[t];
+}
+
+/* The recipe with the element format E and mode bits M as constants
+ * (R::dispatch; -1: at run time), so that the element loops vectorise. */
+template <class R, int E, int M> static inline R block_recipe(const R &rec_rt) {
+  return R{E < 0 ? rec_rt.elem : E,
+           M < 0 ? rec_rt.mode : ((rec_rt.mode & ~(int)R::STATIC_BITS) | M), rec_rt.p0,
+           rec_rt.p1};
+}
+
+/* block_scaled_op when every block is G long (K a multiple of G): block b
+ * is x[b * G, (b + 1) * G), contiguous across rows.  G a constant (MX: 32,
+ * NVFP4: 16): the amax, element and store loops are one or two vectors a
+ * block, with no test per block, so the compiler keeps the recipe's
+ * constants in registers across the batch. */
+template <int G, class R, int E, int M>
+QC_LOOP_BODY static void block_scaled_full(const R rec_rt, const float *x,
+                                           unsigned char *scodes, unsigned char *codes,
+                                           float *y, qc_i64 b0, qc_i64 nb) {
+  const R rec = block_recipe<R, E, M>(rec_rt);
+  float amax[QC_BLK_BATCH], qmul[QC_BLK_BATCH], deq[QC_BLK_BATCH];
+  unsigned scode[QC_BLK_BATCH];
+  for (qc_i64 b = b0; b < b0 + nb; b += QC_BLK_BATCH) {
+    const int m = (int)(b0 + nb - b < QC_BLK_BATCH ? b0 + nb - b : QC_BLK_BATCH);
+    const float *xb = x + b * G;
+    for (int t = 0; t < m; t++) amax[t] = block_amax(xb + t * G, G);
+    block_scales(rec, amax, qmul, deq, scode, scodes ? scodes + b : 0, m);
+    if (codes) {
+      unsigned char *__restrict__ cb = codes + b * G;
+      for (int t = 0; t < m; t++) {
+        const QcBlockQ bq = {qmul[t], deq[t], scode[t]};
+        QC_SIMD for (int i = 0; i < G; i++)
+          cb[t * G + i] = (unsigned char)rec.code(rec.value(xb[t * G + i], bq));
+      }
+    }
+    if (y) {
+      float *__restrict__ yb = y + b * G;
+      for (int t = 0; t < m; t++) {
+        const QcBlockQ bq = {qmul[t], deq[t], scode[t]};
+        QC_SIMD for (int i = 0; i < G; i++)
+          yb[t * G + i] = rec.fake(rec.value(xb[t * G + i], bq), bq);
+      }
+    }
+  }
+}
+
 /* Block recipe R (qc_mx.h) over the blocks [b0, b0 + nb) of rows of K
  * elements cut into blocks of g (the last of a row may be shorter), in
  * row-major block order, a batch of QC_BLK_BATCH blocks at a time: the
  * blocks' amaxes (block_amax), R::block of each (one vectorised loop across
  * the batch: the scale codes into scodes), then per element the code
  * (codes, one byte each) and the fake-quant value (y), each when not NULL. */
-#define QC_BLK_BATCH 64
 template <class R, int E, int M>
 static inline void block_scaled_op(const R &rec_rt, const float *x, unsigned char *scodes,
                                    unsigned char *codes, float *y, qc_i64 b0, qc_i64 nb,
                                    qc_i64 K, qc_i64 g) {
-  /* the element format E and mode bits M as constants (R::dispatch; -1: at
-   * run time), so that the element loops vectorise */
-  const R rec = {E < 0 ? rec_rt.elem : E,
-                 M < 0 ? rec_rt.mode : ((rec_rt.mode & ~(int)R::STATIC_BITS) | M), rec_rt.p0,
-                 rec_rt.p1};
+  if (K % g == 0 && (g == 32 || g == 16)) {
+    if (g == 32) block_scaled_full<32, R, E, M>(rec_rt, x, scodes, codes, y, b0, nb);
+    else block_scaled_full<16, R, E, M>(rec_rt, x, scodes, codes, y, b0, nb);
+    return;
+  }
+  const R rec = block_recipe<R, E, M>(rec_rt);
   const qc_i64 ng = (K + g - 1) / g;
   qc_i64 r = b0 / ng, j = b0 - (b0 / ng) * ng; /* the block's row and index in it */
   float amax[QC_BLK_BATCH], qmul[QC_BLK_BATCH], deq[QC_BLK_BATCH];
@@ -403,15 +467,7 @@ static inline void block_scaled_op(const R &rec_rt, const float *x, unsigned cha
         r++;
       }
     }
-    QC_SIMD for (int t = 0; t < m; t++) {
-      QcBlockQ bq;
-      rec.block(amax[t], &bq);
-      qmul[t] = bq.qmul;
-      deq[t] = bq.deq;
-      scode[t] = bq.scode;
-    }
-    if (scodes)
-      for (int t = 0; t < m; t++) scodes[b + t] = (unsigned char)scode[t];
+    block_scales(rec, amax, qmul, deq, scode, scodes ? scodes + b : 0, m);
     for (int t = 0; t < m; t++) {
       const QcBlockQ bq = {qmul[t], deq[t], scode[t]};
       const float *xb = x + start[t];

@@ -221,9 +221,9 @@ QC_HD float qc_mf_decode(unsigned code, int fmt) {
 QC_HD float qc_mf_max(int fmt) { return qc_mf_decode((unsigned)qc_mf_max_code(qc_minifloat(fmt)), fmt); }
 
 /* qc_mf_decode(qc_mf_encode(x, fmt, mode), fmt) in T, computed in the value
- * domain by the same rounding (qc_mf_round_normal, qc_mf_sub_scale) and
- * the decoded special codes (qc_mf_specials): no rebias and no decode per
- * element.  tests/test_formats.py checks it equals the composition. */
+ * domain by the same rounding (qc_mf_round_normal, qc_mf_sub_scale: by one
+ * addition, below) and the decoded special codes (qc_mf_specials): no
+ * rebias and no decode per element.  tests/test_formats.py checks it equals the composition. */
 template <typename T> QC_HD T qc_mf_fake(T x, int fmt, int mode) {
   typedef typename QcIeee<T>::U U;
   const QcMinifloat f = qc_minifloat(fmt);
@@ -235,16 +235,22 @@ template <typename T> QC_HD T qc_mf_fake(T x, int fmt, int mode) {
   const I inf_bits = (I)(((U)((QcIeee<T>::BIAS << 1) | 1)) << QcIeee<T>::MBITS);
   const I min_normal = (I)((U)(QcIeee<T>::BIAS - f.bias + 1) << QcIeee<T>::MBITS);
   const T fmax = (T)qc_mf_max(fmt);
-  const I a_c = a < inf_bits + 1 ? a : inf_bits + 1; /* (as in qc_mf_encode) */
-  const I rn = (I)qc_mf_round_normal<T>((U)a_c, S);
-  const int is_sub = a < min_normal;
-  const T ax = qc_from_bits(is_sub ? (U)a : (U)0); /* |x| (+0 for -0) below the min normal */
-  const T sub = qc_rint(ax * qc_mf_sub_scale<T>(f)) / qc_mf_sub_scale<T>(f); /* exact */
-  const U mag = is_sub ? qc_bits(sub) : (U)rn;
+  /* The rounding of qc_mf_round_normal and qc_mf_sub_scale by one addition
+   * in T (ties to even, no rint): with e = max(E(|x|), the min normal's
+   * exponent), m = 2**(e + S) has the grid step 2**(e - mbits) as its ulp
+   * and |x| < 2**(e + 1) <= m, so |x| + m is m plus |x| rounded to the grid
+   * (a carry into the next binade included) and subtracting m is exact.
+   * |x| is clamped first to the power of two above fmax (Inf and NaN too),
+   * which rounds to itself: every special rounds above fmax. */
+  const I exp_mask = inf_bits;
+  const I clamp = ((I)qc_bits(fmax) & exp_mask) + ((I)1 << QcIeee<T>::MBITS);
+  const I a_c = a < clamp ? a : clamp;
+  const I eb = a_c & exp_mask;
+  const T m = qc_from_bits((U)((eb > min_normal ? eb : min_normal) + ((I)S << QcIeee<T>::MBITS)));
+  const U mag = qc_bits((qc_from_bits((U)a_c) + m) - m);
   /* (single comparisons and selects of values, no boolean arithmetic: GCC
    * vectorises the loops around it) */
-  const I rn_normal = is_sub ? (I)0 : rn;
-  const int special = rn_normal > (I)qc_bits(fmax); /* overflow, +-Inf or NaN */
+  const int special = (I)mag > (I)qc_bits(fmax); /* overflow, +-Inf or NaN */
   int nan_p, over_p, nan_n, over_n;
   qc_mf_specials(f, mode, 0, &nan_p, &over_p);
   qc_mf_specials(f, mode, 1 << (f.ebits + f.mbits), &nan_n, &over_n);

@@ -187,16 +187,32 @@ QC_HD float qc_mx_round(float v, int elem, int mode) {
   const unsigned u = qc_bits(v);
   const unsigned a = u & 0x7fffffffu;
   const unsigned min_normal = (unsigned)(127 - f.bias + 1) << 23;
-  const unsigned a_c = a < 0x7f800000u ? a : 0x7f800000u; /* Inf / NaN: no carry */
-  const unsigned rn = away ? ((a_c + (1u << (S - 1))) >> S) << S
-                           : qc_mf_round_normal<float>(a_c, S);
-  const int is_sub = a < min_normal;
-  const float ax = qc_from_bits(is_sub ? a : 0u);
-  const float sc = qc_mf_sub_scale<float>(f);
-  const float t = ax * sc; /* exact */
-  const float rs = (away ? qc_round(t) : qc_rint(t)) * qc_pow2f(1 - f.bias - f.mbits); /* / sc, exact */
-  const unsigned mag = is_sub ? qc_bits(rs) : rn;
   const unsigned maxb = qc_bits(qc_mf_max(elem));
+  unsigned mag;
+  if (away) {
+    const unsigned a_c = a < 0x7f800000u ? a : 0x7f800000u; /* Inf / NaN: no carry */
+    const unsigned rn = ((a_c + (1u << (S - 1))) >> S) << S;
+    const int is_sub = a < min_normal;
+    const float ax = qc_from_bits(is_sub ? a : 0u);
+    const float t = ax * qc_mf_sub_scale<float>(f); /* exact */
+    const float rs = qc_round(t) * qc_pow2f(1 - f.bias - f.mbits); /* / sc, exact */
+    mag = is_sub ? qc_bits(rs) : rn;
+  } else {
+    /* ties to even by one float32 addition (no branch, no rint): with
+     * e = max(E(|v|), the min normal's exponent), m = 2**(e + S) has the
+     * grid step 2**(e - mbits) as its ulp and |v| < 2**(e + 1) <= m, so the
+     * sum |v| + m is m plus |v| rounded to the grid (RNE; a carry into the
+     * next binade included) and subtracting m is exact: the same as the
+     * mantissa cut of the normal range and the min-subnormal steps below
+     * it.  |v| is clamped first to the power of two above the largest
+     * value (Inf and NaN too; NaN is returned below), which rounds to
+     * itself and then saturates */
+    const unsigned clamp = (maxb & 0x7f800000u) + 0x00800000u;
+    const unsigned a_c = a < clamp ? a : clamp;
+    const unsigned eb = a_c & 0x7f800000u;
+    const float m = qc_from_bits((eb > min_normal ? eb : min_normal) + ((unsigned)S << 23));
+    mag = qc_bits((qc_from_bits(a_c) + m) - m);
+  }
   const unsigned out = (mag > maxb ? maxb : mag) | (u & 0x80000000u);
   return a > 0x7f800000u ? v : qc_from_bits(out);
 }
