@@ -334,6 +334,7 @@ extensions = [
         include_dirs=[INCLUDE, numpy.get_include()],
         # rebuild when a shared header changes (setuptools does not see #includes)
         depends=sorted(glob.glob(os.path.join(INCLUDE, "*.h")) +
+                       glob.glob(os.path.join(CPU, "_kernels_*.pxi")) +
                        [os.path.join(CPU, "_kernels.pxd"), os.path.join(CPU, "_shares.pxd")] +
                        LOOP_UNITS),
         language="c++",
