@@ -52,7 +52,7 @@ def _simd_cap(name):
 
 qc_select_simd(_simd_cap(_os.environ.get("QUANTCORE_SIMD", "")))
 
-#: elementwise family name -> id (qc_families.h, QC_EW_FAMILIES), and the
+#: elementwise family name -> id (qc_registry.h, QC_EW_FAMILIES), and the
 #: number of per-channel parameters each takes
 FAMILIES = {qc_ew_family_names[i].decode(): i for i in range(QC_EW_COUNT)}
 FAMILY_PARAMS = {qc_ew_family_names[i].decode(): qc_ew_family_np[i] for i in range(QC_EW_COUNT)}

@@ -4,7 +4,7 @@
 
 # ------------------------------------------------------- codes and groups
 #: encode (float -> code) and decode (code -> float) family name -> id
-#: (qc_families.h: QC_ENCODE_FAMILIES, QC_DECODE_FAMILIES), and the group
+#: (qc_registry.h: QC_ENCODE_FAMILIES, QC_DECODE_FAMILIES), and the group
 #: recipes of group_quant (QC_GROUP_RECIPES)
 ENCODE_FAMILIES = {qc_encode_family_names[i].decode(): i for i in range(QC_ENC_COUNT)}
 DECODE_FAMILIES = {qc_decode_family_names[i].decode(): i for i in range(QC_DEC_COUNT)}

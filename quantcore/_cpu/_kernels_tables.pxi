@@ -9,7 +9,7 @@
 cdef extern from *:
     """
     #include "qc_elementwise.h"
-    #include "qc_families.h"
+    #include "qc_registry.h"
     #include "qc_qparams.h"
     #define QC_X_TYPE_NAME(name, Type) #Type,
     #define QC_X_ROUND_NAME(name, id) #name,
