@@ -10,6 +10,14 @@ built again for ``x86-64-v3`` (AVX2 + FMA) and ``x86-64-v4`` (AVX-512), the
 best one the CPU has chosen at run time (``QUANTCORE_SIMD=baseline`` keeps
 the baseline).
 
+Each unit includes only the headers of what it runs: a loop unit its
+families' headers, ``qc_tables.cpp`` the Ops (the parameter counts and code
+widths the extension exports), and the Cython module's unit the family ids
+(``qc_registry.h``), not the formulas.  So an edit of ``qc_formats.h``
+rebuilds the fp8, codes, groups and mx loops and ``qc_tables.cpp``, one of
+``qc_families.h`` the affine loops and ``qc_tables.cpp``, one of ``qc_mx.h``
+the mx loops (docs/ARCHITECTURE.md, "Three CPU builds, five units").
+
 The extension is C++17 (the kernels are templates shared with the CUDA
 sources).  Nothing is probed or written when this file is imported: the
 compiler probes, the build configuration (``quantcore/_cpu/_build_config.py``)
@@ -249,11 +257,8 @@ class BuildExt(build_ext):
                         obj = os.path.join(OBJ_DIR, f"{os.path.basename(unit)[:-4]}.v{level}.o")
                         jobs.append((ext, unit, obj, macros + [("QC_SIMD_LEVEL", str(level))],
                                      march))
-                # the dispatcher (qc_kernels.h) calls the builds made; it
-                # needs the recipe ids, not qc_mx.h (an edit there rebuilds
-                # the mx unit alone)
+                # the dispatcher (qc_kernels.h) calls the builds made
                 macros += [(f"QC_HAVE_V{level}", "1") for level in levels]
-                macros += [("QC_NO_BLOCK_RECIPES", None)]
             for src in ext.sources:
                 obj = os.path.join(OBJ_DIR, os.path.basename(os.path.splitext(src)[0]) + ".o")
                 jobs.append((ext, src, obj, macros, []))
@@ -330,12 +335,14 @@ def _compile_all(compiler, jobs):
 extensions = [
     Extension(
         "quantcore._cpu._kernels",
-        [os.path.join(CPU, "_kernels.pyx")],
+        # (qc_tables.cpp: the tables that need the families' Ops, compiled once)
+        [os.path.join(CPU, "_kernels.pyx"), os.path.join(CPU, "qc_tables.cpp")],
         include_dirs=[INCLUDE, numpy.get_include()],
         # rebuild when a shared header changes (setuptools does not see #includes)
         depends=sorted(glob.glob(os.path.join(INCLUDE, "*.h")) +
+                       glob.glob(os.path.join(CPU, "_kernels_*.pxi")) +
                        [os.path.join(CPU, "_kernels.pxd"), os.path.join(CPU, "_shares.pxd")] +
-                       LOOP_UNITS),
+                       LOOP_UNITS + [os.path.join(CPU, "qc_tables.cpp")]),
         language="c++",
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
     ),

@@ -33,7 +33,7 @@ def _tables():
 
 def _families():
     """[(name, Op struct, NP)] of the elementwise families (QC_EW_FAMILIES
-    in qc_families.h), in id order."""
+    in qc_registry.h), in id order."""
     K = _tables()
     return [(n, K.TYPE_NAMES["ew"][n], K.FAMILY_PARAMS[n]) for n in K.FAMILIES]
 
@@ -122,7 +122,7 @@ SOURCES = _names(_FAMILY_LIST)
 
 def _format_lists():
     """The encode / decode families [(name, Op, NP, CODE_BYTES)] and the group
-    recipes [(name, struct)] of qc_families.h (QC_ENCODE_FAMILIES,
+    recipes [(name, struct)] of qc_registry.h (QC_ENCODE_FAMILIES,
     QC_DECODE_FAMILIES, QC_GROUP_RECIPES), in id order."""
     K = _tables()
     enc, dec = ([(n, K.TYPE_NAMES[kind][n]) + K.CODE_FAMILY_INFO[kind][n] for n in ids]
@@ -153,7 +153,7 @@ def _format_names():
 
 
 def _block_recipes():
-    """The block-scaled recipes [(name, struct)] of qc_families.h
+    """The block-scaled recipes [(name, struct)] of qc_registry.h
     (QC_BLOCK_RECIPES), in id order."""
     K = _tables()
     return [(n, K.TYPE_NAMES["block"][n]) for n in K.BLOCK_RECIPES]

@@ -154,18 +154,68 @@ def test_wheel_carries_no_extension_sources():
     assert data["quantcore_gpu"] == ["cuda/*.cu"]
 
 
-def test_every_elementwise_family_has_its_loops():
+def test_every_family_has_its_loops():
     """Each QC_EW_FAMILIES entry is instantiated in exactly one loop unit
-    (qc_kernels.h); only the mx unit includes qc_mx.h."""
+    (qc_kernels.h), and each other list of families / recipes in one unit."""
     from quantcore._cpu import _kernels as K
     units = {p.name: p.read_text() for p in (ROOT / "quantcore" / "_cpu").glob("qc_loops_*.cpp")}
-    assert sorted(units) == ["qc_loops_affine.cpp", "qc_loops_codes.cpp", "qc_loops_fp8.cpp",
-                             "qc_loops_mx.cpp"]
+    assert sorted(units) == sorted(_UNIT_NEVER)
     for name in K.FAMILIES:
         owners = [u for u, text in units.items() if f"QC_LOOPS_EW({name})" in text]
         assert len(owners) == 1, (name, owners)
-    for unit, text in units.items():
-        assert ("#define QC_NO_BLOCK_RECIPES" in text) == (unit != "qc_loops_mx.cpp"), unit
+    for lines in ("QC_ENCODE_FAMILIES(QC_LOOPS_ENC)", "QC_DECODE_FAMILIES(QC_LOOPS_DEC)",
+                  "QC_GROUP_RECIPES(QC_LOOPS_GROUP)", "QC_BLOCK_RECIPES(QC_LOOPS_BLOCK)"):
+        assert sum(lines in text for text in units.values()) == 1, lines
+
+
+#: loop unit -> the family headers it must not include (an edit of one of
+#: them must not rebuild the unit: docs/ARCHITECTURE.md, "five units")
+_UNIT_NEVER = {
+    "qc_loops_affine.cpp": {"qc_formats.h", "qc_format_families.h", "qc_mx.h"},
+    "qc_loops_fp8.cpp": {"qc_families.h", "qc_mx.h"},
+    "qc_loops_codes.cpp": {"qc_families.h", "qc_mx.h"},
+    "qc_loops_groups.cpp": {"qc_families.h", "qc_format_families.h", "qc_mx.h"},
+    "qc_loops_mx.cpp": {"qc_families.h", "qc_format_families.h"},
+}
+
+
+def _header_closure(cxx, source):
+    """The project headers a C++ source includes, directly or not (the
+    compiler's own dependency list, -MM)."""
+    import subprocess
+    res = subprocess.run([cxx, "-std=c++17", "-MM", f"-I{INCLUDE}", str(source)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    deps = res.stdout.replace("\\\n", " ").split(":", 1)[1].split()
+    return {Path(d).name for d in deps if Path(d).parent == INCLUDE}
+
+
+def test_each_unit_includes_only_the_headers_of_what_it_runs(tmp_path):
+    """The rebuild an edit costs: a loop unit includes its own families'
+    headers only, and the Cython module's unit (every header that
+    _kernels.pyx / .pxd / .pxi name) the family ids, not the Ops or the
+    formats' formulas; qc_tables.cpp (compiled once) holds the tables that
+    need the Ops."""
+    import shutil
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    cpu = ROOT / "quantcore" / "_cpu"
+    for unit, never in _UNIT_NEVER.items():
+        closure = _header_closure(cxx, cpu / unit)
+        assert "qc_cpu_loops.h" in closure and "qc_registry.h" in closure, unit
+        assert not closure & never, (unit, closure & never)
+    assert "qc_mx.h" in _header_closure(cxx, cpu / "qc_loops_mx.cpp")
+    named = set()
+    for path in sorted(cpu.glob("_kernels*.p*")):
+        named |= set(re.findall(r'(?:cdef extern from|#include) "(qc_\w+\.h)"',
+                                path.read_text()))
+    assert {"qc_registry.h", "qc_kernels.h", "qc_qparams.h"} <= named
+    probe = tmp_path / "cython_unit.cpp"
+    probe.write_text("".join(f'#include "{h}"\n' for h in sorted(named)))
+    closure = _header_closure(cxx, probe)
+    assert not closure & {"qc_formats.h", "qc_mx.h", "qc_families.h", "qc_format_families.h",
+                          "qc_cpu_loops.h"}, closure
 
 
 def test_build_cache_tracks_the_inputs(tmp_path):

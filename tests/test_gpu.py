@@ -58,7 +58,7 @@ def index64(request, monkeypatch):
 
 # ------------------------------------------------------------------ helpers
 
-assert G.FAMILIES == K.FAMILIES  # one list (qc_families.h), the same ids
+assert G.FAMILIES == K.FAMILIES  # one list (qc_registry.h), the same ids
 
 
 def fq_tensor(mod, family, x, y, mask, params, u0, u1, mode):

@@ -31,23 +31,21 @@ cdef extern from "qc_minmax.h" nogil:
                     int64_t sym_zp, float* scale_out, int64_t* zp_out)
 
 
-cdef extern from "qc_families.h" nogil:
-    int QC_EW_COUNT
+cdef extern from "qc_registry.h" nogil:
+    int QC_EW_COUNT, QC_ENC_COUNT, QC_DEC_COUNT, QC_GRP_COUNT, QC_BLK_COUNT
     const char* qc_ew_family_names[]
-    const int qc_ew_family_np[]
-    int QC_ENC_COUNT, QC_DEC_COUNT, QC_GRP_COUNT
     const char* qc_encode_family_names[]
     const char* qc_decode_family_names[]
     const char* qc_group_recipe_names[]
-    const int qc_encode_family_np[]
-    const int qc_decode_family_np[]
-    const int qc_encode_family_bytes[]
-    const int qc_decode_family_bytes[]
-    int QC_BLK_COUNT
     const char* qc_block_recipe_names[]
 
 
 cdef extern from "qc_kernels.h" nogil:
+    const int qc_ew_family_np[]
+    const int qc_encode_family_np[]
+    const int qc_decode_family_np[]
+    const int qc_encode_family_bytes[]
+    const int qc_decode_family_bytes[]
     int qc_simd_level "qc::simd_level"
     int qc_select_simd "qc::select_simd"(int max_level)
     int qc_simd_builds "qc::simd_builds"()

@@ -1,9 +1,9 @@
 /*
  * The CPU loops of every encode and decode family (QC_ENCODE_FAMILIES,
- * QC_DECODE_FAMILIES: FP8 / int codes, qc_formats.h), for one build (see
- * qc_loops_affine.cpp).
+ * QC_DECODE_FAMILIES: FP8 / int codes, qc_format_families.h), for one build
+ * (see qc_loops_affine.cpp).
  */
-#define QC_NO_BLOCK_RECIPES
+#include "qc_format_families.h"
 #include "qc_cpu_loops.h"
 
 QC_ENCODE_FAMILIES(QC_LOOPS_ENC)

@@ -3,6 +3,7 @@
  * NVFP4, qc_mx.h), for one build (see qc_loops_affine.cpp).  The only unit
  * that includes qc_mx.h: an edit there rebuilds these loops alone.
  */
+#include "qc_mx.h"
 #include "qc_cpu_loops.h"
 
 QC_BLOCK_RECIPES(QC_LOOPS_BLOCK)

@@ -14,7 +14,7 @@ from ._common import (F32, GRP_F16_SCALE, GRP_HQQ_OWN, GRP_SYMMETRIC, INT_ADD_FL
                       _DEC, _as_codes, _blocked_call, _blocked_input, _from_last, _nthreads,
                       _param, _to_last)
 
-#: recipe name -> (its id in qc_families.h QC_GROUP_RECIPES, mode bits): the
+#: recipe name -> (its id in qc_registry.h QC_GROUP_RECIPES, mode bits): the
 #: kernel's recipes, and "hqq_ort" (ORT's port of HQQ: the hqq id without
 #: QC_GRP_HQQ_OWN, which "hqq", HQQ's own rule, sets)
 _RECIPES = {**{name: (rid, 0) for name, rid in K.GROUP_RECIPES.items()},

@@ -12,13 +12,17 @@
  *     parameters read as arrays.
  * Per-channel parameters come as NP arrays of C values (params[j * C + c]).
  *
- * The units quantcore/_cpu/qc_loops_*.cpp include this header and define
- * the entry points of qc_kernels.h that they own (QC_DEFINE_* below); each
- * is compiled once per build (QC_SIMD_LEVEL 2 / 3 / 4: baseline, x86-64-v3,
- * x86-64-v4), into that build's namespace QC_LOOPS_NS.  Same source, same
- * flags (-ffp-contract=off): the same bits.  A unit that does not run the
- * block-scaled recipes defines QC_NO_BLOCK_RECIPES first (qc_families.h
- * then leaves qc_mx.h out, and an edit of qc_mx.h does not rebuild it).
+ * The units quantcore/_cpu/qc_loops_*.cpp include the headers of the
+ * families they own (qc_families.h, qc_format_families.h, qc_formats.h,
+ * qc_mx.h), then this header, and define the entry points of qc_kernels.h
+ * that they own (QC_DEFINE_* / QC_LOOPS_* below); each is compiled once per
+ * build (QC_SIMD_LEVEL 2 / 3 / 4: baseline, x86-64-v3, x86-64-v4), into
+ * that build's namespace QC_LOOPS_NS.  Same source, same flags
+ * (-ffp-contract=off): the same bits.  The loops over the Ops need only
+ * their declarations (qc_registry.h); those of the group and block-scaled
+ * recipes are compiled where their header is included (QC_FORMATS_H,
+ * QC_MX_H), so that no unit includes a family header it does not run and
+ * an edit of one rebuilds only the units that do.
  */
 #include "qc_kernels.h"
 #include "qc_minmax.h"
@@ -279,6 +283,14 @@ static inline void histc_block(const float *__restrict__ x, qc_i64 n, float lo, 
   }
 }
 
+/* The loops of the entries by recipe id (QC_CPU_FAMILY_ENTRIES_F32),
+ * declared for every unit, defined below in the units that include the
+ * recipes' header. */
+#define QC_DECLARE_LOOP(entry, list, prefix, params, args) template <int F> void entry params;
+QC_CPU_FAMILY_ENTRIES_F32(QC_DECLARE_LOOP)
+#undef QC_DECLARE_LOOP
+
+#ifdef QC_FORMATS_H
 /* ------------------------------------------------------ group quantization */
 
 /* Recipe R over the groups [b0, b0 + nb) of rows of K elements cut into
@@ -326,19 +338,20 @@ static inline void group_blocks_op(const R &rec, const float *x, unsigned char *
   }
 }
 
-/* By recipe id (QC_GRP_*), with the recipe's {qmin, qmax, mode}. */
-static inline void group_blocks(int recipe, const float *x, unsigned char *codes, float *y,
-                                unsigned char *mask, float *scale, float *zp, qc_i64 b0, qc_i64 nb,
-                                qc_i64 K, qc_i64 g, float qmin, float qmax, int mode) {
-  switch (recipe) {
-#define QC_GRP_CASE(name, R)                                                                   \
-  case QC_GRP_##name: group_blocks_op(R{qmin, qmax, mode}, x, codes, y, mask, scale, zp, b0, nb, K, g); break;
-    QC_GROUP_RECIPES(QC_GRP_CASE)
-#undef QC_GRP_CASE
-  }
+/* Recipe F (QC_GRP_*), with the recipe's {qmin, qmax, mode}. */
+template <int F>
+void group_blocks(const float *x, unsigned char *codes, float *y, unsigned char *mask,
+                  float *scale, float *zp, qc_i64 b0, qc_i64 nb, qc_i64 K, qc_i64 g, float qmin,
+                  float qmax, int mode) {
+#define QC_GRP_IF(name, R)                                                                     \
+  if constexpr (F == QC_GRP_##name)                                                            \
+    group_blocks_op(R{qmin, qmax, mode}, x, codes, y, mask, scale, zp, b0, nb, K, g);
+  QC_GROUP_RECIPES(QC_GRP_IF)
+#undef QC_GRP_IF
 }
+#endif /* QC_FORMATS_H */
 
-#ifndef QC_NO_BLOCK_RECIPES
+#ifdef QC_MX_H
 /* ------------------------------------------------- block-scaled formats */
 
 /* max |x| of n floats with NaN propagation, as the integer max of the
@@ -494,7 +507,7 @@ void block_scaled(const float *x, unsigned char *scodes, unsigned char *codes, f
   QC_BLOCK_RECIPES(QC_BLK_IF)
 #undef QC_BLK_IF
 }
-#endif /* QC_NO_BLOCK_RECIPES */
+#endif /* QC_MX_H */
 
 } /* namespace loops */
 
@@ -521,9 +534,7 @@ void block_scaled(const float *x, unsigned char *scodes, unsigned char *codes, f
 #define QC_DEFINE_FAMILY_ENTRY(entry, list, prefix, params, args)                             \
   template <typename T, int F> void entry<T, F>::run params { loops::entry<F> args; }
 QC_CPU_FAMILY_ENTRIES(QC_DEFINE_FAMILY_ENTRY)
-#ifndef QC_NO_BLOCK_RECIPES
 QC_CPU_FAMILY_ENTRIES_F32(QC_DEFINE_FAMILY_ENTRY)
-#endif
 #undef QC_DEFINE_FAMILY_ENTRY
 
 } /* namespace QC_LOOPS_NS */
@@ -537,8 +548,8 @@ QC_CPU_FAMILY_ENTRIES_F32(QC_DEFINE_FAMILY_ENTRY)
   template struct QC_LOOPS_NS::ew_rowvec<double, QC_EW_##name>;
 
 /* The same for an encode / decode family (X callbacks of
- * QC_ENCODE_FAMILIES / QC_DECODE_FAMILIES) and a block recipe
- * (QC_BLOCK_RECIPES). */
+ * QC_ENCODE_FAMILIES / QC_DECODE_FAMILIES), a group recipe
+ * (QC_GROUP_RECIPES) and a block recipe (QC_BLOCK_RECIPES). */
 #define QC_LOOPS_ENC(name, Op)                                                                 \
   template struct QC_LOOPS_NS::enc_block<float, QC_ENC_##name>;                                \
   template struct QC_LOOPS_NS::enc_block<double, QC_ENC_##name>;                               \
@@ -549,4 +560,5 @@ QC_CPU_FAMILY_ENTRIES_F32(QC_DEFINE_FAMILY_ENTRY)
   template struct QC_LOOPS_NS::dec_block<double, QC_DEC_##name>;                               \
   template struct QC_LOOPS_NS::dec_rowvec<float, QC_DEC_##name>;                               \
   template struct QC_LOOPS_NS::dec_rowvec<double, QC_DEC_##name>;
+#define QC_LOOPS_GROUP(name, R) template struct QC_LOOPS_NS::group_blocks<float, QC_GRP_##name>;
 #define QC_LOOPS_BLOCK(name, R) template struct QC_LOOPS_NS::block_scaled<float, QC_BLK_##name>;

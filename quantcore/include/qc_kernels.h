@@ -19,9 +19,12 @@
  * The loops are split by family into translation units (quantcore/_cpu/
  * qc_loops_*.cpp, each compiled once per build, QC_SIMD_LEVEL = 2, 3 or 4),
  * so that an edit of one family's header rebuilds only its own loops: the
- * entries of an elementwise / encode / decode family or a block recipe are
- * one member per family (ew_block_affine, ...), defined in the unit that
- * owns the family; qc::ew_block(family, ...) picks the member by id.
+ * entries of an elementwise / encode / decode family or a group / block
+ * recipe are one struct per family (ew_block<T, QC_EW_affine>, ...),
+ * defined in the unit that owns the family; qc::ew_block(family, ...) picks
+ * it by id.  This header needs the ids only (qc_registry.h), not the
+ * families' formulas: the extension's own unit (_kernels.pyx) does not
+ * include qc_formats.h / qc_mx.h / the Ops, nor is rebuilt by their edits.
  *
  * The extension calls qc::<entry>(...) (quantcore/_cpu/_kernels.pxd): a
  * template over the compute type, deduced from the arguments.
@@ -29,7 +32,7 @@
 #ifndef QC_KERNELS_H
 #define QC_KERNELS_H
 
-#include "qc_families.h"
+#include "qc_registry.h"
 
 /* X(name, parameters, arguments) for every entry point that is not per
  * family, with T the compute type (float or double). */
@@ -49,12 +52,7 @@
   X(histc_block,                                                                               \
     (const float *x, qc_i64 n, float lo, float hi, int bins, int absolute, int skip_zeros,     \
      qc_i64 *counts),                                                                          \
-    (x, n, lo, hi, bins, absolute, skip_zeros, counts))                                        \
-  X(group_blocks,                                                                              \
-    (int recipe, const float *x, unsigned char *codes, float *y, unsigned char *mask,          \
-     float *scale, float *zp, qc_i64 b0, qc_i64 nb, qc_i64 K, qc_i64 g, float qmin,            \
-     float qmax, int mode),                                                                    \
-    (recipe, x, codes, y, mask, scale, zp, b0, nb, K, g, qmin, qmax, mode))
+    (x, n, lo, hi, bins, absolute, skip_zeros, counts))
 
 /* X(entry, family list, id prefix, parameters, arguments) for the entry
  * points by family id (the family id is their first parameter, left out
@@ -85,14 +83,28 @@
      T u1, int mode),                                                                          \
     (codes, code_bytes, y, rows, C, params, u0, u1, mode))
 
-/* The same in float only (T is float): the block-scaled recipes (qc_mx.h). */
+/* The same in float only (T is float): the group recipes (qc_formats.h) and
+ * the block-scaled recipes (qc_mx.h). */
 #define QC_CPU_FAMILY_ENTRIES_F32(X)                                                           \
+  X(group_blocks, QC_GROUP_RECIPES, QC_GRP_,                                                   \
+    (const float *x, unsigned char *codes, float *y, unsigned char *mask, float *scale,        \
+     float *zp, qc_i64 b0, qc_i64 nb, qc_i64 K, qc_i64 g, float qmin, float qmax, int mode),   \
+    (x, codes, y, mask, scale, zp, b0, nb, K, g, qmin, qmax, mode))                            \
   X(block_scaled, QC_BLOCK_RECIPES, QC_BLK_,                                                   \
     (const float *x, unsigned char *scodes, unsigned char *codes, float *y, qc_i64 b0,         \
      qc_i64 nb, qc_i64 K, qc_i64 g, int elem, int mode, float p0, float p1),                   \
     (x, scodes, codes, y, b0, nb, K, g, elem, mode, p0, p1))
 
 #define QC_UNPAREN(...) __VA_ARGS__
+
+/* The families' parameter counts (NP) and code widths (CODE_BYTES), by id:
+ * the extension's tables (FAMILY_PARAMS, CODE_FAMILY_INFO), defined from
+ * the Ops in quantcore/_cpu/qc_tables.cpp. */
+extern const int qc_ew_family_np[QC_EW_COUNT];
+extern const int qc_encode_family_np[QC_ENC_COUNT];
+extern const int qc_decode_family_np[QC_DEC_COUNT];
+extern const int qc_encode_family_bytes[QC_ENC_COUNT];
+extern const int qc_decode_family_bytes[QC_DEC_COUNT];
 
 /* One build's entry points, in its namespace (qc_base, qc_v3, qc_v4):
  * Entries<T>::<entry>, EntriesF32::<entry>, and for an entry by family the

@@ -22,6 +22,7 @@
 #define QC_MX_H
 
 #include "qc_formats.h"
+#include "qc_registry.h" /* QcInt, qc_dispatch_among, QC_BLOCK_RECIPES */
 
 /* MX element ids: the minifloat ids of qc_formats.h (QC_FMT_E4M3FN,
  * QC_FMT_E5M2, QC_FMT_E2M3FN, QC_FMT_E3M2FN, QC_FMT_E2M1FN) and MXINT8, the

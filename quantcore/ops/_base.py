@@ -175,7 +175,7 @@ def _finish_minmax(lo, hi, flags):
 # ------------------------------------------------------------ affine family
 def _ew(family, arr, params, u0, u1, mode, *, axis=None, out=None, mask=False,
         func="fake_quant", mask_out=None, mask_dtype=np.bool_, out_dtype=None):
-    """An elementwise family of qc_families.h over ``arr`` (a validated float
+    """An elementwise family of QC_EW_FAMILIES (qc_registry.h) over ``arr`` (a validated float
     array): the layout, ``out`` and mask plumbing of every recipe.
 
     ``params``: the family's per-channel parameters, each a 1-D array in the

@@ -1,6 +1,7 @@
 /*
  * fake_quant.cu -- the elementwise GPU kernels of quantcore: every family of
- * qc_families.h (affine, nudged, amax, ...) through one generic kernel,
+ * QC_EW_FAMILIES (qc_registry.h: affine, nudged, amax of qc_families.h,
+ * fp8 of qc_format_families.h) through one generic kernel,
  * and the straight-through backward.
  *
  * No formula lives here: every element goes through the one definition in
@@ -15,7 +16,7 @@
  * does no division per element.
  *
  * Template parameters of qc_ew:
- *   Op  a family of qc_families.h (QcAffineOp, ...)
+ *   Op  an elementwise family (QcAffineOp, ...)
  *   T   float | double                 the compute dtype
  *   I   unsigned int | unsigned long long
  *        the index type; the host picks 64 bits when n >= 2**31
@@ -28,6 +29,7 @@
  */
 #include "qc_cuda.h"
 #include "qc_families.h"
+#include "qc_format_families.h"
 
 /* ------------------------------------------------------------ helpers */
 

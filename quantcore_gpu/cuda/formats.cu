@@ -1,6 +1,6 @@
 /*
  * formats.cu -- the GPU kernels of the low-precision formats: one generic
- * kernel per kind, instantiated for every family of qc_families.h by
+ * kernel per kind, instantiated for every family of qc_registry.h's lists by
  * quantcore_gpu/kernels.py (which reads the lists):
  *
  *   qc_enc<Op, T, Q, I, L>   encode families (QC_ENCODE_FAMILIES): x -> codes
@@ -24,7 +24,8 @@
  * parameter count of the layout).
  */
 #include "qc_cuda.h"
-#include "qc_families.h"
+#include "qc_format_families.h"
+#include "qc_mx.h"
 #include "qc_minmax.h"
 
 #define QC_FMT_THREADS 256 /* blockDim.x of every kernel here (kernels.py) */
