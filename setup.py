@@ -15,8 +15,9 @@ families' headers, ``qc_tables.cpp`` the Ops (the parameter counts and code
 widths the extension exports), and the Cython module's unit the family ids
 (``qc_registry.h``), not the formulas.  So an edit of ``qc_formats.h``
 rebuilds the fp8, codes, groups and mx loops and ``qc_tables.cpp``, one of
-``qc_families.h`` the affine loops and ``qc_tables.cpp``, one of ``qc_mx.h``
-the mx loops (docs/ARCHITECTURE.md, "Three CPU builds, five units").
+``qc_groups.h`` the groups loops only, one of ``qc_families.h`` the affine
+loops and ``qc_tables.cpp``, one of ``qc_mx.h`` the mx loops
+(docs/ARCHITECTURE.md, "Three CPU builds, five units").
 
 The extension is C++17 (the kernels are templates shared with the CUDA
 sources).  Nothing is probed or written when this file is imported: the

@@ -171,11 +171,11 @@ def test_every_family_has_its_loops():
 #: loop unit -> the family headers it must not include (an edit of one of
 #: them must not rebuild the unit: docs/ARCHITECTURE.md, "five units")
 _UNIT_NEVER = {
-    "qc_loops_affine.cpp": {"qc_formats.h", "qc_format_families.h", "qc_mx.h"},
-    "qc_loops_fp8.cpp": {"qc_families.h", "qc_mx.h"},
-    "qc_loops_codes.cpp": {"qc_families.h", "qc_mx.h"},
+    "qc_loops_affine.cpp": {"qc_formats.h", "qc_format_families.h", "qc_groups.h", "qc_mx.h"},
+    "qc_loops_fp8.cpp": {"qc_families.h", "qc_groups.h", "qc_mx.h"},
+    "qc_loops_codes.cpp": {"qc_families.h", "qc_groups.h", "qc_mx.h"},
     "qc_loops_groups.cpp": {"qc_families.h", "qc_format_families.h", "qc_mx.h"},
-    "qc_loops_mx.cpp": {"qc_families.h", "qc_format_families.h"},
+    "qc_loops_mx.cpp": {"qc_families.h", "qc_format_families.h", "qc_groups.h"},
 }
 
 
@@ -206,6 +206,10 @@ def test_each_unit_includes_only_the_headers_of_what_it_runs(tmp_path):
         assert "qc_cpu_loops.h" in closure and "qc_registry.h" in closure, unit
         assert not closure & never, (unit, closure & never)
     assert "qc_mx.h" in _header_closure(cxx, cpu / "qc_loops_mx.cpp")
+    assert "qc_groups.h" in _header_closure(cxx, cpu / "qc_loops_groups.cpp")
+    # the tables (compiled once) need no group recipe: an edit of qc_groups.h
+    # rebuilds the groups loops only
+    assert "qc_groups.h" not in _header_closure(cxx, cpu / "qc_tables.cpp")
     named = set()
     for path in sorted(cpu.glob("_kernels*.p*")):
         named |= set(re.findall(r'(?:cdef extern from|#include) "(qc_\w+\.h)"',
@@ -214,8 +218,8 @@ def test_each_unit_includes_only_the_headers_of_what_it_runs(tmp_path):
     probe = tmp_path / "cython_unit.cpp"
     probe.write_text("".join(f'#include "{h}"\n' for h in sorted(named)))
     closure = _header_closure(cxx, probe)
-    assert not closure & {"qc_formats.h", "qc_mx.h", "qc_families.h", "qc_format_families.h",
-                          "qc_cpu_loops.h"}, closure
+    assert not closure & {"qc_formats.h", "qc_groups.h", "qc_mx.h", "qc_families.h",
+                          "qc_format_families.h", "qc_cpu_loops.h"}, closure
 
 
 def test_build_cache_tracks_the_inputs(tmp_path):

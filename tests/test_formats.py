@@ -63,7 +63,8 @@ def edge_inputs():
 
 # ---------------------------------------------------------------- header
 def test_python_mirrors_of_the_header_constants():
-    text = open(os.path.join(os.path.dirname(qc.__file__), "include", "qc_formats.h")).read()
+    include = os.path.join(os.path.dirname(qc.__file__), "include")
+    text = "".join(open(os.path.join(include, h)).read() for h in ("qc_formats.h", "qc_groups.h"))
     consts = dict((k, int(v)) for k, v in re.findall(r"#define (QC_\w+) (\d+)", text))
     for name, fid in F.FP8_FORMATS.items():
         assert consts[f"QC_FMT_{name.upper()}"] == fid

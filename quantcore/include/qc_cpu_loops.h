@@ -13,14 +13,14 @@
  * Per-channel parameters come as NP arrays of C values (params[j * C + c]).
  *
  * The units quantcore/_cpu/qc_loops_*.cpp include the headers of the
- * families they own (qc_families.h, qc_format_families.h, qc_formats.h,
+ * families they own (qc_families.h, qc_format_families.h, qc_groups.h,
  * qc_mx.h), then this header, and define the entry points of qc_kernels.h
  * that they own (QC_DEFINE_* / QC_LOOPS_* below); each is compiled once per
  * build (QC_SIMD_LEVEL 2 / 3 / 4: baseline, x86-64-v3, x86-64-v4), into
  * that build's namespace QC_LOOPS_NS.  Same source, same flags
  * (-ffp-contract=off): the same bits.  The loops over the Ops need only
  * their declarations (qc_registry.h); those of the group and block-scaled
- * recipes are compiled where their header is included (QC_FORMATS_H,
+ * recipes are compiled where their header is included (QC_GROUPS_H,
  * QC_MX_H), so that no unit includes a family header it does not run and
  * an edit of one rebuilds only the units that do.
  */
@@ -290,7 +290,7 @@ static inline void histc_block(const float *__restrict__ x, qc_i64 n, float lo, 
 QC_CPU_FAMILY_ENTRIES_F32(QC_DECLARE_LOOP)
 #undef QC_DECLARE_LOOP
 
-#ifdef QC_FORMATS_H
+#ifdef QC_GROUPS_H
 /* ------------------------------------------------------ group quantization */
 
 /* Recipe R over the groups [b0, b0 + nb) of rows of K elements cut into
@@ -349,7 +349,7 @@ void group_blocks(const float *x, unsigned char *codes, float *y, unsigned char 
   QC_GROUP_RECIPES(QC_GRP_IF)
 #undef QC_GRP_IF
 }
-#endif /* QC_FORMATS_H */
+#endif /* QC_GROUPS_H */
 
 #ifdef QC_MX_H
 /* ------------------------------------------------- block-scaled formats */

@@ -24,7 +24,8 @@
  * defined in the unit that owns the family; qc::ew_block(family, ...) picks
  * it by id.  This header needs the ids only (qc_registry.h), not the
  * families' formulas: the extension's own unit (_kernels.pyx) does not
- * include qc_formats.h / qc_mx.h / the Ops, nor is rebuilt by their edits.
+ * include qc_formats.h / qc_groups.h / qc_mx.h / the Ops, nor is rebuilt by
+ * their edits.
  *
  * The extension calls qc::<entry>(...) (quantcore/_cpu/_kernels.pxd): a
  * template over the compute type, deduced from the arguments.
@@ -83,7 +84,7 @@
      T u1, int mode),                                                                          \
     (codes, code_bytes, y, rows, C, params, u0, u1, mode))
 
-/* The same in float only (T is float): the group recipes (qc_formats.h) and
+/* The same in float only (T is float): the group recipes (qc_groups.h) and
  * the block-scaled recipes (qc_mx.h). */
 #define QC_CPU_FAMILY_ENTRIES_F32(X)                                                           \
   X(group_blocks, QC_GROUP_RECIPES, QC_GRP_,                                                   \

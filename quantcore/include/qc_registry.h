@@ -7,7 +7,7 @@
  * value through a formula with its channel's parameters.  Its Op is defined
  * next to its formulas: qc_families.h (affine, nudged, amax: the formulas
  * of qc_elementwise.h), qc_format_families.h (fp8 fake quant, the encode /
- * decode families: qc_formats.h); the recipes are those of qc_formats.h
+ * decode families: qc_formats.h); the recipes are those of qc_groups.h
  * (group) and qc_mx.h (block-scaled).  The CPU loops (qc_cpu_loops.h) and
  * the GPU kernels (quantcore_gpu/cuda/fake_quant.cu, formats.cu) are
  * generic over the family's Op:
@@ -91,7 +91,7 @@ template <class Op, int CM> QC_HD int qc_loop_mode(int mode) {
   X(fp8, QcFp8DecodeOp)                                                        \
   X(int, QcIntDecodeOp)
 
-/* X(name, Recipe) for every group recipe of qc_formats.h. */
+/* X(name, Recipe) for every group recipe of qc_groups.h. */
 #define QC_GROUP_RECIPES(X)                                                    \
   X(onnx, QcGroupOrt)                                                          \
   X(onnx_numpy, QcGroupOrtNumpy)                                               \

@@ -10,7 +10,7 @@
  *                            codes / fake-quant values / mask
  *
  * No formula lives here: the per-element rules are those of qc_formats.h
- * through the families' Ops (the CPU extension runs the same), compiled with
+ * through the families' Ops and the group recipes of qc_groups.h (the CPU extension runs the same), compiled with
  * --fmad=false.  T: float | double; Q: the code type (unsigned char |
  * unsigned short); I: the index type (unsigned int | unsigned long long,
  * 64 bits when n >= 2**31).
@@ -25,6 +25,7 @@
  */
 #include "qc_cuda.h"
 #include "qc_format_families.h"
+#include "qc_groups.h"
 #include "qc_mx.h"
 #include "qc_minmax.h"
 
