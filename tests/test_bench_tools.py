@@ -165,6 +165,56 @@ def test_other_implementations_moving_do_not_fail():
     assert track.regressions(rows) == []
 
 
+def _with_numpy(times):
+    """``times`` with a NumPy row at 1 Ki (two other implementations there:
+    enough to see the copy yardstick move)."""
+    out = dict(times)
+    out.setdefault(("fake_quant", 1024, "numpy"), 6e-6)
+    return out
+
+
+def test_a_yardstick_that_moved_for_everyone_is_not_a_regression():
+    # the 1 Ki copy 15% faster in the new run: NumPy's, torch's and
+    # quantcore's ratios all +17.6%; relative to the others quantcore is level
+    ref = run(_with_numpy(BASE))
+    new = run(_with_numpy({k: t / 1.15 if k == ("fake_quant", 1024, "np.copyto") else t
+                           for k, t in BASE.items()}))
+    rows = track.compare(ref, new)
+    assert status(rows, "fake_quant", "quantcore-all") == "ok"
+    assert status(rows, "fake_quant", "torch") == "ok"
+    assert track.regressions(rows) == []
+    assert "copy yardstick of 1Ki moved by -13.0%" in track.report(ref, new, rows)
+    # quantcore alone 20% slower on top of it: still a regression, by 20%
+    new_times = _with_numpy({k: t / 1.15 if k == ("fake_quant", 1024, "np.copyto") else t
+                             for k, t in BASE.items()})
+    new_times[("fake_quant", 1024, "quantcore-all")] *= 1.2
+    rows = track.compare(ref, run(new_times))
+    (row,) = track.regressions(rows)
+    assert row[2] == "quantcore-all" and row[5] == pytest.approx(0.2)
+
+
+def test_one_other_implementation_does_not_move_the_yardstick():
+    rows = track.compare(run(BASE), run(with_times(fake_quant__1024__torch=1.3,
+                                                   fake_quant__1024__quantcore_all=1.3)))
+    assert status(rows, "fake_quant", "quantcore-all") == "REGRESSION"
+
+
+def test_all_threads_worse_with_one_thread_level_is_parallel_not_a_failure():
+    times = dict(BASE)
+    times[("minmax", 1 << 20, "quantcore-all")] = 30e-6
+    ref = run(times)
+    slow_all = dict(times)
+    slow_all[("minmax", 1 << 20, "quantcore-all")] = 45e-6      # the second core was busy
+    rows = track.compare(ref, run(slow_all))
+    assert status(rows, "minmax", "quantcore-all") == "parallel"
+    assert track.regressions(rows) == []
+    assert "| parallel |" in track.moved_table(rows)
+    both = dict(slow_all)
+    both[("minmax", 1 << 20, "quantcore-1t")] = 60e-6           # the kernel itself slower
+    rows = track.compare(ref, run(both))
+    assert {r[2] for r in track.regressions(rows)} == {"quantcore-1t", "quantcore-all"}
+
+
 def test_new_and_missing_benchmarks_are_listed_not_failed():
     new = dict(BASE)
     del new[("minmax", 1 << 20, "quantcore-1t")]
