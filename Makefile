@@ -135,8 +135,11 @@ bench-check: install
 
 # Store the last `make bench` run (BENCH_JSON) as its CPU kind's reference
 # (record it on a quiet machine).
+# BENCH_REF_RUNS: several saved runs (bench/runs/...) of the same kernels ->
+# each ratio their median (one quiet run still carries its own noise).
+BENCH_REF_RUNS ?= $(BENCH_JSON)
 bench-reference:
-	$(PY) bench/track.py reference $(BENCH_JSON)
+	$(PY) bench/track.py reference $(BENCH_REF_RUNS)
 
 # Each operation's ratio across the stored runs and references, by commit:
 # bench/results/history.md and bench/results/history-<cpu kind>.png

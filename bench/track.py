@@ -348,11 +348,29 @@ def reference_path(kind, results=RESULTS):
     return os.path.join(results, f"ref-{kind}.json")
 
 
-def store_reference(run_path, results=RESULTS):
-    """Write the run at ``run_path`` without its per-round timings as
-    ``ref-<its cpu kind>.json`` under ``results``; its path."""
-    doc = load(run_path)
-    path = reference_path(run_info(doc)["cpu_kind"], results)
+def store_reference(run_paths, results=RESULTS):
+    """Write the run at ``run_paths`` (one path, or several runs of one CPU
+    kind, build variant and thread count: then each ratio is the median of
+    the runs', :func:`merge_attempts`) without its per-round timings as
+    ``ref-<its cpu kind>.json`` under ``results``; its path.  A single
+    quiet run still carries its own noise: on the 2-core VM a memory-bound
+    ratio (minmax at 16 Mi) measured 0.52 in one quiet run and 0.55-0.60 in
+    three others of the same kernels, so record three."""
+    if isinstance(run_paths, str):
+        run_paths = [run_paths]
+    docs = [load(p) for p in run_paths]
+    first = run_info(docs[0])
+    for path, doc in zip(run_paths[1:], docs[1:]):
+        info = run_info(doc)
+        for key in ("cpu_kind", "simd_variant", "threads"):
+            if info.get(key) != first.get(key):
+                raise SystemExit(f"bench-reference: {path}: {key} {info.get(key)!r} differs "
+                                 f"from {run_paths[0]}'s {first.get(key)!r}")
+    doc = docs[0] if len(docs) == 1 else merge_attempts(docs)
+    if len(docs) > 1:
+        doc["reference_of"] = [{"commit": run_info(d).get("commit"), "datetime": d.get("datetime"),
+                                "loadavg": run_info(d).get("loadavg")} for d in docs]
+    path = reference_path(first["cpu_kind"], results)
     slim(doc, path)
     return path
 
@@ -545,8 +563,9 @@ def main(argv=None):
     p.add_argument("--storage", default=STORAGE)
     p.add_argument("--results", default=RESULTS)
     p.add_argument("--out", default=os.path.join(RESULTS, "history"))
-    p = sub.add_parser("reference", help="store a run as its CPU kind's reference")
-    p.add_argument("run")
+    p = sub.add_parser("reference", help="store a run (or the median of several runs) as its "
+                       "CPU kind's reference")
+    p.add_argument("run", nargs="+")
     p.add_argument("--results", default=RESULTS)
     args = parser.parse_args(argv)
     return {"check": cmd_check, "compare": cmd_compare, "history": cmd_history,

@@ -342,6 +342,19 @@ def test_reference_is_named_by_the_kind_and_slim(tmp_path):
     assert track.ratios(stored) == track.ratios(doc)
 
 
+def test_reference_of_several_runs_takes_each_ratios_median(tmp_path):
+    paths = [write(tmp_path, f"run{i}.json",
+                   run(with_times(minmax__1048576__quantcore_1t=f), when=f"2026-11-27T1{i}:00"))
+             for i, f in enumerate((1.0, 1.3, 1.1))]
+    path = track.store_reference(paths, str(tmp_path))
+    stored = json.loads(open(path).read())
+    assert track.ratios(stored)[("minmax", 1 << 20, "quantcore-1t")][0] == pytest.approx(0.55)
+    assert len(stored["reference_of"]) == 3
+    other = write(tmp_path, "v4.json", run(BASE, variant="x86-64-v4"))
+    with pytest.raises(SystemExit, match="simd_variant"):
+        track.store_reference([paths[0], other], str(tmp_path))
+
+
 def test_history_orders_runs_by_time_and_keeps_one_kind():
     intel = dict(AMD, brand_raw="Intel(R) Xeon(R) Processor")
     docs = [run(with_times(fake_quant__1024__quantcore_all=0.5), commit="b" * 40,
