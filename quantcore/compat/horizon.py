@@ -440,8 +440,8 @@ class FakeQuantize(Switches):
             (A.is_cupy_array(x) and arr is x)
         out = arr if (self.in_place and writable) else None
         y, mask = _affine(arr, A.astype_exact(scale, np.float64), np.zeros(scale.size),
-                          self.quant_min,
-                          self.quant_max, mode, axis=axis, out=out, mask=True, func=func)
+                          self.quant_min, self.quant_max, mode, axis=axis, out=out, mask=True,
+                          func=func)
         self._keep_mask(mask, arr.shape)
         return y
 

@@ -44,16 +44,15 @@ class Clip:
         two clip values are copied there)."""
         x = A.as_float_array(inputs, "inputs", "Clip")
         xp = A.array_module(x)
-        hi, lo = self.clip_value_max.astype(x.dtype), self.clip_value_min.astype(x.dtype)
-        if xp is not np and hi.size == 1 and lo.size == 1:
-            # numpy's minimum / maximum (a NaN of x or of the bound wins, ties
-            # give the bound) as selects on exact comparisons: CuPy's would
-            # flush float32 subnormals of x
-            hi, lo = hi.reshape(())[()], lo.reshape(())[()]
-            out = xp.where(xp.isnan(x) | A.compare_exact(x, "<", hi), x, hi)
-            return xp.where(xp.isnan(out) | A.compare_exact(out, ">", lo), out, lo)
-        out = xp.minimum(x, xp.asarray(hi))
-        return xp.maximum(out, xp.asarray(lo))
+        hi = xp.asarray(self.clip_value_max.astype(x.dtype))
+        lo = xp.asarray(self.clip_value_min.astype(x.dtype))
+        if xp is np:
+            return np.maximum(np.minimum(x, hi), lo)
+        # numpy's minimum / maximum (a NaN of x or of the bound wins, ties
+        # give the bound) as selects on exact comparisons, for scalar and
+        # broadcast bounds alike: CuPy's would flush float32 subnormals
+        out = xp.where(xp.isnan(x) | A.compare_exact(x, "<", hi), x, hi)
+        return xp.where(xp.isnan(out) | A.compare_exact(out, ">", lo), out, lo)
 
     def __repr__(self):
         return f"Clip(min={self.clip_value_min}, max={self.clip_value_max})"
