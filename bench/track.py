@@ -298,15 +298,18 @@ def mismatches(ref, new):
     return out
 
 
-def report(ref, new, rows, tolerance=TOLERANCE):
-    """The comparison as text: both runs, condition mismatches, counts and
-    the table of what moved."""
+def report(ref, new, rows, tolerance=TOLERANCE, compared=None):
+    """The comparison as text: both runs, condition mismatches, the copy
+    yardsticks that moved, counts and the table of what moved.  ``rows``
+    came from comparing ``ref`` with ``compared`` (default ``new``: the
+    merged attempts of a check, whose first run ``new`` is)."""
     counts = defaultdict(int)
     for row in rows:
         counts[row[6]] += 1
     lines = [header(ref, "reference"), header(new, "this run")]
     lines += [f"WARNING: {m}" for m in mismatches(ref, new)]
-    for size, factor in sorted(yardstick_drift(ratios(ref), ratios(new)).items()):
+    drift = yardstick_drift(ratios(ref), ratios(new if compared is None else compared))
+    for size, factor in sorted(drift.items()):
         if abs(factor - 1.0) > tolerance / 2:
             lines.append(f"note: the copy yardstick of {size_name(size)} moved by "
                          f"{1 / factor - 1:+.1%} (the other implementations' ratios by "
@@ -482,7 +485,8 @@ def cmd_check(args):
               file=sys.stderr)
         return 2
     ref = load(ref_path)
-    rows = compare(ref, docs[0], args.tolerance)
+    compared = docs[0]
+    rows = compare(ref, compared, args.tolerance)
     bad = regressions(rows)
     if bad and args.reruns > 0:
         roofs = rooflines(docs[0])
@@ -495,8 +499,9 @@ def cmd_check(args):
             again = os.path.join(tmp, f"rerun{attempt}.json")
             run_pytest(ids, again)
             docs.append(load(again))
-        rows = compare(ref, merge_attempts(docs), args.tolerance)
-    print(report(ref, docs[0], rows, args.tolerance))
+        compared = merge_attempts(docs)
+        rows = compare(ref, compared, args.tolerance)
+    print(report(ref, docs[0], rows, args.tolerance, compared=compared))
     bad = regressions(rows)
     if bad:
         print(f"\nbench-check: FAILED: {len(bad)} ratio(s) more than {args.tolerance:.0%} "
