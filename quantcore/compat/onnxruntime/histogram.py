@@ -84,56 +84,56 @@ def np_histogram(a, bins, range=None, *, absolute=False):  # noqa: A002 - numpy'
     a = _flat(_require_numpy(a, "a", "np_histogram"))
     if a.dtype != np.float32:
         return np.histogram(np.absolute(a) if absolute else a, bins, range)
-    nthreads = _threads(a.shape[0])
-    if np.ndim(bins) == 0:
-        n = int(bins)
-        if n < 1:
-            raise ValueError("`bins` must be positive, when an integer")
-        if range is not None:
-            uniform = _uniform_f32_bins(n, range, absolute)
-            if uniform is None:
-                return np.histogram(np.absolute(a) if absolute else a, n, range)
-            edges, first, last = uniform
-            counts = H.hist_uniform_f32(a, edges, float(first), float(last), absolute, nthreads)
-            return counts, edges
-        first, last = _outer_edges(a, range, absolute)
-        if range is not None and not (_is_f32_scalar(first) and _is_f32_scalar(last)):
-            return np.histogram(np.absolute(a) if absolute else a, n, range)
-        bin_type = np.result_type(first, last, a)
-        edges = np.linspace(first, last, n + 1, endpoint=True, dtype=bin_type)
-        if np.any(edges[:-1] >= edges[1:]):
-            raise ValueError(f"Too many bins for data range. Cannot create {n} finite-sized bins.")
-        if bin_type != np.float32:  # pragma: no cover - float32 data, float32 ends
-            return np.histogram(np.absolute(a) if absolute else a, n, range)
-        counts = H.hist_uniform_f32(a, edges, float(first), float(last), absolute, nthreads)
-        return counts, edges
-    edges = np.asarray(bins)
-    if np.any(edges[:-1] > edges[1:]):
-        raise ValueError("`bins` must increase monotonically, when an array")
-    if edges.dtype not in (np.float32, np.float64) or edges.size < 2:
-        return np.histogram(np.absolute(a) if absolute else a, edges)
-    counts = H.hist_edges_f32(a, np.ascontiguousarray(edges, dtype=_F64), absolute, nthreads)
-    return counts, edges
+    return _count_f32(a, _f32_binning(bins, range, absolute, a), bins, range, absolute)
 
 
 _EMPTY_F32 = np.zeros(0, _F32)
 
 
-def _uniform_f32_bins(n, range_, absolute):
-    """np_histogram's uniform bins of float32 data over a given ``range_``
-    (the data does not enter): ``(edges, first, last)``, or None where
-    numpy's own ``histogram`` takes the call (ends that are not float32
-    scalars, edges not float32); numpy's errors (range, too many bins)."""
-    first, last = _outer_edges(_EMPTY_F32, range_, absolute)
-    if not (_is_f32_scalar(first) and _is_f32_scalar(last)):
-        return None
-    bin_type = np.result_type(first, last, _EMPTY_F32)
-    edges = np.linspace(first, last, n + 1, endpoint=True, dtype=bin_type)
-    if np.any(edges[:-1] >= edges[1:]):
-        raise ValueError(f"Too many bins for data range. Cannot create {n} finite-sized bins.")
-    if bin_type != np.float32:  # pragma: no cover - float32 data, float32 ends
-        return None
-    return edges, first, last
+def _f32_binning(bins, range_, absolute, a=_EMPTY_F32):
+    """np_histogram's bins for float32 data, numpy's errors included:
+    ``("uniform", edges, first, last)`` (``bins`` an int), ``("edges",
+    edges, edges as float64)`` (an array), or ``("numpy",)`` where
+    ``numpy.histogram`` takes the call (range ends that are not float32
+    scalars, edges neither float32 nor float64, fewer than two edges).  The
+    data ``a`` enters only with an int ``bins`` and no ``range_`` (the
+    range is then its own): otherwise the bins are the same for every
+    piece of data."""
+    if np.ndim(bins) == 0:
+        n = int(bins)
+        if n < 1:
+            raise ValueError("`bins` must be positive, when an integer")
+        first, last = _outer_edges(a if range_ is None else _EMPTY_F32, range_, absolute)
+        if range_ is not None and not (_is_f32_scalar(first) and _is_f32_scalar(last)):
+            return ("numpy",)
+        bin_type = np.result_type(first, last, _EMPTY_F32)
+        edges = np.linspace(first, last, n + 1, endpoint=True, dtype=bin_type)
+        if np.any(edges[:-1] >= edges[1:]):
+            raise ValueError(f"Too many bins for data range. Cannot create {n} finite-sized bins.")
+        if bin_type != np.float32:  # pragma: no cover - float32 data, float32 ends
+            return ("numpy",)
+        return ("uniform", edges, float(first), float(last))
+    edges = np.asarray(bins)
+    if np.any(edges[:-1] > edges[1:]):
+        raise ValueError("`bins` must increase monotonically, when an array")
+    if edges.dtype not in (np.float32, np.float64) or edges.size < 2:
+        return ("numpy",)
+    return ("edges", edges, np.ascontiguousarray(edges, dtype=_F64))
+
+
+def _count_f32(flat, binning, bins, range_, absolute, margin=None):
+    """(counts, edges) of the flat float32 array ``flat`` binned as
+    ``binning`` (:func:`_f32_binning`; ``margin``: the uniform kernel's, when
+    already known)."""
+    kind, *args = binning
+    if kind == "numpy":
+        return np.histogram(np.absolute(flat) if absolute else flat, bins, range_)
+    nthreads = _threads(flat.shape[0])
+    if kind == "uniform":
+        edges, first, last = args
+        return H.hist_uniform_f32(flat, edges, first, last, absolute, nthreads, margin), edges
+    edges, wide = args
+    return H.hist_edges_f32(flat, wide, absolute, nthreads), edges
 
 
 class _CallStats:
@@ -208,6 +208,7 @@ class _Plan:
         self.counts = None
         self.edges = None
         self._binning = None    # float32 data: np_histogram's bins, worked out once
+        self._margin = None     # (and the uniform kernel's margin)
 
     def add(self, a):
         flat = _flat(a)
@@ -224,33 +225,11 @@ class _Plan:
         checks, the kernel's margin) worked out on the first piece only (a
         histogram counted batch by batch: the same call each time)."""
         if self._binning is None:
-            if np.ndim(self.bins) == 0:
-                if int(self.bins) < 1:
-                    raise ValueError("`bins` must be positive, when an integer")
-                uniform = _uniform_f32_bins(int(self.bins), self.range, self.absolute)
-                if uniform is None:
-                    self._binning = ("numpy",)
-                else:
-                    edges, first, last = uniform
-                    self._binning = ("uniform", edges, float(first), float(last),
-                                     H.sure_margin(edges, float(first), float(last)))
-            else:
-                edges = np.asarray(self.bins)
-                if np.any(edges[:-1] > edges[1:]):
-                    raise ValueError("`bins` must increase monotonically, when an array")
-                self._binning = (("numpy",) if edges.dtype not in (np.float32, np.float64) or
-                                 edges.size < 2 else
-                                 ("edges", edges, np.ascontiguousarray(edges, dtype=_F64)))
-        kind, *args = self._binning
-        if kind == "numpy":
-            return np_histogram(flat, self.bins, self.range, absolute=self.absolute)
-        nthreads = _threads(flat.shape[0])
-        if kind == "uniform":
-            edges, first, last, margin = args
-            return H.hist_uniform_f32(flat, edges, first, last, self.absolute, nthreads,
-                                      margin), edges
-        edges, wide = args
-        return H.hist_edges_f32(flat, wide, self.absolute, nthreads), edges
+            self._binning = _f32_binning(self.bins, self.range, self.absolute)
+            if self._binning[0] == "uniform":
+                self._margin = H.sure_margin(*self._binning[1:])
+        return _count_f32(flat, self._binning, self.bins, self.range, self.absolute,
+                          self._margin)
 
     def result(self, dtype):
         if self.counts is None:  # a call without batches: numpy on no data
