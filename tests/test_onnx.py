@@ -380,6 +380,12 @@ def test_one_call_is_the_same_rerun_spilled_or_from_a_one_shot_reader(method, mo
         monkeypatch.setattr(cal_mod, "SPILL_BYTES_PER_SECOND", 1e30)
     monkeypatch.setattr(cal_mod, "CHUNK_BYTES", 4000)   # chunks of two batches
     results["two-batch chunks"] = qonnx.calibrate(model_path, iter(data), method)
+    # a spilled tensor gathered a piece at a time (its range, then its
+    # counts: two reads of the file) or two chunks at a time
+    for gather in (1, 1200):
+        monkeypatch.setattr(cal_mod, "GATHER_BYTES", gather)
+        results[f"gathered spill {gather}"] = qonnx.calibrate(model_path, data, method,
+                                                              replay="spill")
     for key, res in results.items():
         assert res.replay == key.split()[-2 if key[-1].isdigit() else -1].replace(
             "chunks", "spill"), (key, res.replay)
@@ -443,6 +449,29 @@ def batch_model_path(tmp_path_factory):
     return path
 
 
+@pytest.mark.parametrize("method", ["Entropy", "Distribution"])
+def test_batches_of_other_shapes_in_one_call_are_orts_error(method, batch_model_path,
+                                                            monkeypatch):
+    """ORT stacks the batches of one call: a batch of another size is its
+    ValueError (live ORT), in every replay and also past the first chunk
+    (quantcore looks at a batch's shapes only when they change); one call
+    per batch (strided=1) takes them, as ORT does."""
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
+    rng = np.random.default_rng(8)
+    data = [{"x": rng.standard_normal((n, 3, 5, 5)).astype(F32)} for n in (2, 2, 2, 3, 2)]
+    with tempfile.TemporaryDirectory() as d:
+        cal = create_calibrator(batch_model_path, augmented_model_path=f"{d}/aug.onnx",
+                                calibrate_method=CalibrationMethod[method])
+        with pytest.raises(ValueError, match="inhomogeneous shape"):
+            cal.collect_data(Reader(data))
+            cal.compute_data()
+    monkeypatch.setattr(qonnx.calibration, "CHUNK_BYTES", 1)
+    for replay in ("auto", "spill", "rerun"):
+        with pytest.raises(ValueError, match="inhomogeneous shape"):
+            qonnx.calibrate(batch_model_path, data, method.lower(), replay=replay)
+    assert qonnx.calibrate(batch_model_path, data, method.lower(), strided=1).batches == 5
+
+
 @pytest.mark.parametrize("method,strided", [(m, k) for m in qonnx.ORT_METHODS for k in (1, None)]
                          + [("torch_histogram", None), ("nvidia_percentile", None)])
 def test_parallel_calibration_is_the_sequential_one(method, strided, batch_model_path):
@@ -457,7 +486,8 @@ def test_parallel_calibration_is_the_sequential_one(method, strided, batch_model
     # inference thread differs for them)
     if method == "percentile":       # |x| of a first call with NaN: ORT's error, both ways
         data[2]["x"][7, 1, 2, 3] = 0.5
-    par = qonnx.calibrate(batch_model_path, data, method, strided=strided, options=opts)
+    par = qonnx.calibrate(batch_model_path, data, method, strided=strided, options=opts,
+                          parallel=True)
     seq = qonnx.calibrate(batch_model_path, data, method, strided=strided, options=opts,
                           parallel=False)
     _same_result(par, seq)

@@ -56,12 +56,16 @@ depend on it):
   (rerun).  A reader that cannot be replayed is never read twice.
   ``replay="spill"`` always spills past the buffer; ``replay="rerun"`` is
   :mod:`quantcore.compat.onnxruntime`'s two passes, batch by batch.  The
-  range statistics of a tensor under ``SMALL_TENSOR`` values are taken once
-  per chunk of batches (:data:`CHUNK_BYTES`: the per-tensor cost of a model
-  of many small tensors is paid per chunk, not per batch), larger ones batch
-  by batch.  The results are the same, bit for bit
-  (``CalibrationResult.replay`` says which way was taken: ``"memory"``,
-  ``"spill"`` or ``"rerun"``).
+  batches come in chunks of :data:`CHUNK_BYTES`, each tensor's values of a
+  chunk joined (a batch costs a few list operations, whatever the number of
+  tensors).  Kept or spilled values are reduced after the model ran, tensor
+  by tensor as ORT stacks them: its values gathered (up to
+  :data:`GATHER_BYTES` at a time), its range, its counts -- one kernel call
+  each for a small model's tensor.  When the data is read again, the first
+  read takes the range statistics (a tensor under ``SMALL_TENSOR`` values
+  once per chunk, a larger one batch by batch) and the second the counts.
+  The results are the same, bit for bit (``CalibrationResult.replay`` says
+  which way was taken: ``"memory"``, ``"spill"`` or ``"rerun"``).
 * ``strided=k`` (ORT's ``CalibStridedMinMax=k``): every ``k`` consecutive
   batches are one call (``k`` batches of activations are buffered);
   ``strided=1`` is one call per batch, in one pass, nothing buffered.
@@ -70,11 +74,13 @@ depend on it):
 ``passes`` is the older name: ``passes=1`` is ``strided=1``, ``passes=2``
 the default.
 
-By default (``parallel=True``) onnxruntime runs batch ``i + 1`` in a
-background thread while the tensors of batch ``i`` are reduced by a pool of
-threads, one per usable core, each kernel on one thread (the inference and
-the kernels release the GIL; ORT's pool threads are told not to spin
-between runs).  The result does not depend on it.
+With ``parallel=True`` onnxruntime runs batch ``i + 1`` in a background
+thread while the tensors of batch ``i`` are reduced by a pool of threads,
+one per usable core, each kernel on one thread (the inference and the
+kernels release the GIL; ORT's pool threads are told not to spin between
+runs).  By default it is on where batches are reduced as they come (MinMax,
+``strided``), off for the histogram methods' single call.  The result does
+not depend on it.
 
 Feeds are checked before the model runs: an unknown or missing input name,
 a dtype other than the input's (float64 for a float input included), a rank
@@ -93,9 +99,10 @@ range ORT gives it (a degenerate range quantizes with scale 1 / zero point
 # feeds' checks), readers (data readers, feeds, the spill file, the
 # inference thread), calibration (calibrate and its one-call replay), static
 # (quantize_static's drop-in, evaluate).  Every name is re-exported here.
-from .calibration import (BUFFER_BYTES, CHUNK_BYTES, METHODS, ORT_METHODS,  # noqa: F401
-                          QUANTCORE_METHODS, REPLAYS, SMALL_TENSOR, SPILL_BYTES_PER_SECOND,
-                          CalibrationResult, calibrate, make_calibrator)
+from .calibration import (BUFFER_BYTES, CHUNK_BYTES, GATHER_BYTES, METHODS,  # noqa: F401
+                          ORT_METHODS, QUANTCORE_METHODS, REPLAYS, SMALL_TENSOR,
+                          SPILL_BYTES_PER_SECOND, CalibrationResult, calibrate,
+                          make_calibrator)
 from .readers import NpzReader, SpooledReader, _prefetch, replayable  # noqa: F401
 from .session import FeedChecker, _ort_session, _session, load_model, select_tensors  # noqa: F401
 from .static import (CALIB_OPTION_KEYS, QUANTIZE_DEFAULTS, evaluate,  # noqa: F401

@@ -11,6 +11,7 @@ import tracemalloc
 import numpy as np
 
 from ..compat import onnxruntime as O
+from ..compat.onnxruntime.histogram import _flat
 from .readers import _Spill, _feeds, _prefetch, replayable
 from .session import FeedChecker, _session, load_model, select_tensors
 
@@ -21,7 +22,9 @@ REPLAYS = ("auto", "rerun", "spill")
 
 #: auto replay: spill when a batch's activations are written and read back
 #: (this many bytes per second, both ways) faster than the model computes them
-SPILL_BYTES_PER_SECOND = 2.5e8
+#: (measured: 9 MiB written in 4.4 ms and gathered back in 2 ms, a file in the
+#: page cache on a 2-core VM: 1.4e9; a third of it leaves room for a slower disk)
+SPILL_BYTES_PER_SECOND = 5e8
 
 
 class CalibrationResult:
@@ -156,7 +159,7 @@ def _strided(strided, passes):
 
 def calibrate(model, data, method="minmax", *, options=None, strided=None, passes=None,
               replay="auto", op_types_to_calibrate=None, providers=None, on_batch=None,
-              measure_memory=False, parallel=True, spill_dir=None, histograms=True):
+              measure_memory=False, parallel=None, spill_dir=None, histograms=True):
     """Calibrate the activations of ``model`` on ``data``, streaming.
 
     Parameters
@@ -193,14 +196,19 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
         Called with no argument after each model run (a progress bar).
     measure_memory : bool
         Record the tracemalloc peak in the result (slower).
-    parallel : bool
+    parallel : bool or None
         True: onnxruntime runs batch ``i + 1`` in a background thread while
         the tensors of batch ``i`` are reduced in parallel by a pool of
         threads (one per usable core), each kernel on one thread (a batch of
-        fewer than 64 Ki values in the calling thread; at most two batches of
-        activations exist); False: one batch at a time in the
-        calling thread, the kernels on quantcore's threads
-        (``quantcore.set_num_threads``).  The result is the same.
+        fewer than 64 Ki values in the calling thread; at most two batches
+        of activations exist); False: one batch at a time in the calling
+        thread, the kernels on quantcore's threads
+        (``quantcore.set_num_threads``).  None (default): True where each
+        batch is reduced as it comes (MinMax, ``strided`` calls, quantcore's
+        methods), False for the histogram methods' single call, whose
+        values are reduced tensor by tensor after the model ran (measured
+        on 2 cores: the thread then only adds a hand-over per batch).  The
+        result is the same.
     histograms : bool
         False: where the histogram method's range does not depend on the
         counts -- Entropy over one call whose KL search has one candidate
@@ -226,6 +234,8 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
                          "(ORT surprise 10): use quantcore.compat.onnxruntime.MinMaxCalibrater "
                          "directly for per-channel statistics")
     two_pass = strided is None and method in ORT_METHODS and method != "minmax"
+    if parallel is None:
+        parallel = not two_pass
     can_rerun = replayable(data)
     if two_pass and replay == "rerun" and not can_rerun and (histograms or method != "entropy"):
         O._second_pass(data, "calibrate")  # the TypeError saying why
@@ -313,131 +323,198 @@ SMALL_TENSOR = 1 << 15
 CHUNK_BYTES = 1 << 20
 
 
-def _chunks(cal, batches, on_batch_items, executor, reduce_small):
-    """``batches`` grouped into chunks of at least :data:`CHUNK_BYTES`:
-    each batch's items go to ``on_batch_items`` (batch by batch: the large
-    tensors); each chunk is yielded as ``(batches, {name: pieces})`` with the
-    pieces of every small tensor joined into one array first handed to
-    ``reduce_small(name, array, pieces)`` (on ``executor``)."""
-    pieces, held, n = {}, 0, 0
+def _chunks(cal, batches, on_layout, on_large, executor, reduce_small):
+    """``batches`` grouped into chunks of at least :data:`CHUNK_BYTES`.
+
+    Each batch's arrays are looked at once per tensor only when their
+    layout (shapes, dtypes) differs from the previous batch's:
+    ``on_layout(items)`` then sees every ``(name, values, shape)`` (the
+    stacking checks).  The large tensors' ``(name, values, shape)`` go to
+    ``on_large(items)`` batch by batch; the small ones are held, and each
+    chunk is yielded as ``(batches, {name: pieces})`` with the pieces of
+    every small tensor joined into one 1-d array first handed to
+    ``reduce_small(name, array, pieces)`` (on ``executor``).  The per-batch
+    cost is a few list operations, whatever the number of tensors."""
+    names = cal.tensors
+    layout, small, large = None, [], []
+    pieces, held, n = None, 0, 0
     for batch in batches:
-        items = cal._arrays(batch)
+        if names is None:
+            names = list(batch)
+        arrays = [x for _, x in cal._select(batch)] if layout is None else \
+            [batch[name] for name in names]
         del batch
-        on_batch_items(items)
-        for name, a, _ in items:
-            pieces.setdefault(name, []).append(a)
-            held += a.nbytes
+        now = [(getattr(x, "shape", None), getattr(x, "dtype", None)) for x in arrays]
+        if now != layout:
+            items = cal._arrays(dict(zip(names, arrays)))
+            on_layout(items)
+            layout = now
+            small = [i for i, a in enumerate(arrays) if a.size < SMALL_TENSOR]
+            large = [i for i, a in enumerate(arrays) if a.size >= SMALL_TENSOR]
+            batch_bytes = sum(a.nbytes for a in arrays)
+        if pieces is None:
+            pieces = [[] for _ in names]
+        if large:
+            on_large([(names[i], _flat(arrays[i]), layout[i][0]) for i in large])
+        for part, a in zip(pieces, arrays):
+            part.append(a)
+        held += batch_bytes
         n += 1
-        del items
+        del arrays
         if held >= CHUNK_BYTES:
-            yield n, _join_small(pieces, executor, reduce_small)
-            pieces, held, n = {}, 0, 0
+            yield n, _join_small(names, pieces, small, executor, reduce_small)
+            pieces, held, n = None, 0, 0
     if n:
-        yield n, _join_small(pieces, executor, reduce_small)
+        yield n, _join_small(names, pieces, small, executor, reduce_small)
 
 
-def _join_small(pieces, executor, reduce_small):
-    def join(name):
-        parts = pieces[name]
-        a = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        reduce_small(name, a, parts)
-        pieces[name] = [a]   # (one thread per tensor)
-    small = [k for k, v in pieces.items() if v[0].size < SMALL_TENSOR]
-    O._map_tensors(executor, join, small, values=sum(p.size for k in small for p in pieces[k]))
-    return pieces
+def _join_small(names, pieces, small, executor, reduce_small):
+    """{name: pieces}: each small tensor's pieces (one shape and dtype, the
+    layout checked) joined into one 1-d array and handed to
+    ``reduce_small(name, array, pieces)``; a large one's pieces as 1-d
+    views."""
+    chunk = {}
+
+    def join(i):
+        parts = pieces[i]
+        if len(parts) == 1:
+            a = _flat(parts[0])
+        elif parts[0].ndim == 0:
+            a = np.array(parts)
+        else:
+            a = np.concatenate(parts).reshape(-1)
+        reduce_small(names[i], a, parts)
+        chunk[names[i]] = [a]   # (one thread per tensor)
+    batches = len(pieces[0]) if pieces else 0
+    O._map_tensors(executor, join, small, values=batches * sum(pieces[i][0].size for i in small))
+    for i, name in enumerate(names):
+        if name not in chunk:
+            chunk[name] = [_flat(a) for a in pieces[i]]
+    return {name: chunk[name] for name in names}
 
 
 def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling, counts=True):
     """One ORT ``collect_data`` call of the histogram calibrator ``cal`` over
     the batches of ``read()``, in bounded memory.
 
-    First pass: the range statistics of the call, a large tensor's batch by
-    batch as it comes (while the model runs the next batch), the small
-    tensors' once per chunk of batches (their pieces joined: the per-call
-    cost of many small tensors is paid per chunk, not per batch).  The
-    values are kept in memory up to ``buffer_bytes``; past it, either
-    appended to a spill file chunk by chunk (``keep_spilling(bytes)`` true)
-    or dropped, and ``read()`` is called again for the second pass.  Second
-    pass: every tensor counted over the range of the whole call, chunk by
-    chunk.  The state is the streaming two-pass call's (``collect_data``
-    with ``passes=2``): ORT's stacking checks per batch, range statistics
-    and counts that do not depend on how the values are grouped.  Returns
-    ``"memory"``, ``"spill"`` or ``"rerun"``; ``counts=False``: the first
-    pass only, each histogram binned over no value (numpy's checks of the
-    range and bins, its edges; zero counts), ``"ranges"``."""
+    The batches come in chunks (:func:`_chunks`), each tensor's values of a
+    chunk joined.  They are kept in memory up to ``buffer_bytes``; past it,
+    either appended to a spill file chunk by chunk (``keep_spilling(bytes)``
+    true) or dropped, and ``read()`` is called again.
+
+    - Kept or spilled (``"memory"``, ``"spill"``): nothing is reduced while
+      the model runs.  Then each tensor in turn, as ORT stacks it: its
+      values gathered from every chunk (up to :data:`GATHER_BYTES` at a
+      time), its range statistics, its binning, its counts: one kernel call
+      each for a small model's tensor, whatever the number of batches.
+    - Read again (``"rerun"``): the first read takes the range statistics, a
+      large tensor's batch by batch as it comes (while the model runs the
+      next batch), the small tensors' once per chunk; the second read
+      counts every tensor over the range of the whole call.
+
+    The state is the streaming two-pass call's (``collect_data`` with
+    ``passes=2``): ORT's stacking checks per batch, range statistics and
+    counts that do not depend on how the values are grouped.  Returns the
+    mode; ``counts=False``: the first read only, each histogram binned over
+    no value (numpy's checks of the range and bins, its edges; zero counts),
+    ``"ranges"``."""
     col = cal.collector
     stats, nans = {}, {}
     kept, held, spill = [], 0, None
     mode = "memory" if counts else "ranges"
 
-    def note_nan(name, parts):
-        nans[name] = nans.get(name, 0) + sum(bool(np.isnan(p).any()) for p in parts)
+    def add_range(name, a, batches):
+        """Range statistics of ``a``: ``batches`` batches of ``name``, one after another."""
+        if stats[name].add(a, need_absmin=cal._need_absmin(name)) and a.size:
+            rows = np.isnan(a.reshape(batches, -1)).any(axis=1)
+            nans[name] = nans.get(name, 0) + int(np.count_nonzero(rows))
 
-    def add_range(name, a, parts):
-        if stats[name].add(a, need_absmin=cal._need_absmin(name)):
-            note_nan(name, parts)
+    def reducing():     # (read at each call: the mode changes between chunks)
+        return mode in ("rerun", "ranges")
 
-    def first_pass_items(items):
-        large = []
+    def check_layout(items):
         for name, a, shape in items:
             st = stats.get(name)
             if st is None:
                 st = stats[name] = col.new_stats(name)
             st.add(a[:0], shape=shape)      # ORT's stacking: one shape, one dtype
-            if a.size >= SMALL_TENSOR:
-                large.append((name, a, [a]))
-        O._map_tensors(executor, lambda item: add_range(*item), large)
+
+    def first_read_large(items):
+        if reducing():
+            O._map_tensors(executor, lambda item: add_range(item[0], item[1], 1), items)
+
+    def first_read_small(name, a, parts):
+        if reducing():
+            add_range(name, a, len(parts))
+
+    def reduce_chunk(batches, chunk):
+        for name, parts in chunk.items():
+            for a in parts:     # (a large tensor's parts are its batches)
+                add_range(name, a, batches if len(parts) == 1 else 1)
 
     n = 0
     try:
-        for count, chunk in _chunks(cal, read(), first_pass_items, executor, add_range):
+        for count, chunk in _chunks(cal, read(), check_layout, first_read_large, executor,
+                                    first_read_small):
             n += count
-            if mode in ("rerun", "ranges"):
+            if reducing():
                 continue
+            if spill is not None:
+                spill.write_parts(chunk, count)
+                continue
+            kept.append((count, chunk))
             held += sum(a.nbytes for parts in chunk.values() for a in parts)
-            kept.append(chunk)
-            if mode == "memory" and held > buffer_bytes:
+            if held > buffer_bytes:
                 if keep_spilling(held):
                     mode, spill = "spill", _Spill(spill_dir)
+                    for c in kept:
+                        spill.write_parts(c[1], c[0])
                 else:
                     mode = "rerun"
-            if mode == "spill":
-                for c in kept:
-                    spill.write_parts(c)
-            if mode != "memory":
-                kept, chunk = [], None
+                    for c in kept:
+                        reduce_chunk(*c)
+                kept = []
+            del chunk
         if not stats:
             raise ValueError("No data is collected.")
-        plans = {name: col.plan(name, st) for name, st in stats.items()}
+        if reducing():
+            plans = {name: col.plan(name, st) for name, st in stats.items()}
+            if mode == "ranges":
+                for name, st in stats.items():
+                    plans[name].add(np.zeros(0, st.dtype or np.float32))
+            else:
+                def count_large(items):
+                    O._map_tensors(executor, lambda it: plans[it[0]].add(it[1]), items)
 
-        def count_parts(item):
-            name, parts = item
-            for a in parts:
-                plans[name].add(a)
+                def count_small(name, a, parts):
+                    plans[name].add(a)
 
-        def counted(source):
-            for chunk in source:
-                O._map_tensors(executor, count_parts, list(chunk.items()),
-                               values=sum(p.size for parts in chunk.values() for p in parts))
-
-        if mode == "ranges":
-            for name, st in stats.items():
-                plans[name].add(np.zeros(0, st.dtype or np.float32))
-        elif mode == "memory":
-            counted(kept)
-            del kept
-        elif mode == "spill":
-            counted({k: [v] for k, v in c.items()} for c in spill.read())
+                for _ in _chunks(cal, read(), lambda items: None, count_large, executor,
+                                 count_small):
+                    pass
         else:
-            def count_large(items):
-                O._map_tensors(executor, lambda it: plans[it[0]].add(it[1]),
-                               [(name, a) for name, a, _ in items if a.size >= SMALL_TENSOR])
+            if spill is None:
+                def groups(name):
+                    return _gather_kept(kept, name)
+            else:
+                def groups(name):
+                    return spill.gather(name, GATHER_BYTES)
 
-            def count_small(name, a, parts):
-                plans[name].add(a)
+            def settle(name):
+                """A tensor as ORT stacks it: its range, then its counts
+                (gathered twice when it is more than one group)."""
+                held_group, k = None, 0
+                for k, (batches, a) in enumerate(groups(name), 1):
+                    add_range(name, a, batches)
+                    held_group = a if k == 1 else None
+                plan = col.plan(name, stats[name])
+                for a in [held_group] if k == 1 else (a for _, a in groups(name)):
+                    plan.add(a)
+                return plan
 
-            for _, _ in _chunks(cal, read(), count_large, executor, count_small):
-                pass
+            names = list(stats)
+            plans = dict(zip(names, O._map_tensors(executor, settle, names,
+                                                   values=(spill.nbytes if spill else held) // 4)))
     finally:
         if spill is not None:
             spill.close()
@@ -447,6 +524,18 @@ def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling, count
         col.finish(name, st, plans[name])
     cal.batches += n
     return mode
+
+
+#: a kept or spilled tensor's values are gathered this many bytes at a time
+GATHER_BYTES = 1 << 22
+
+
+def _gather_kept(kept, name):
+    """(batches, values) of tensor ``name`` over the kept chunks: one array."""
+    parts = [(batches if len(c[name]) == 1 else 1, a) for batches, c in kept for a in c[name]]
+    if len(parts) == 1:
+        return parts
+    return [(sum(b for b, _ in parts), np.concatenate([a for _, a in parts]))]
 
 
 def _collect_strided(cal, batches, k, method):

@@ -57,15 +57,25 @@ def _prefetch(produce):
 
 
 class _Spill:
-    """Batches of arrays appended to one temporary file (raw bytes, no
-    pickle) and read back in order, one batch at a time."""
+    """Arrays appended to one temporary file (raw bytes, no pickle): whole
+    batches read back in order (``write`` / ``read``), or each tensor's
+    pieces gathered across chunks (``write_parts`` / ``gather``)."""
 
     def __init__(self, directory=None):
         fd, self.path = tempfile.mkstemp(prefix="quantcore_onnx_", suffix=".spill",
                                          dir=directory)
         self.file = os.fdopen(fd, "wb")
         self.index = []
+        self.pieces = {}    # name: [(offset, dtype, values, batches)]
         self.nbytes = 0
+
+    def _append(self, a):
+        """Write a C-contiguous array; its offset in the file."""
+        offset = self.nbytes
+        if a.size:
+            self.file.write(memoryview(a.reshape(-1)).cast("B"))
+        self.nbytes += a.nbytes
+        return offset
 
     def write(self, batch):
         entry = []
@@ -74,21 +84,40 @@ class _Spill:
             if not a.flags.c_contiguous:   # (np.ascontiguousarray makes 0-d arrays 1-d)
                 a = a.copy(order="C")
             entry.append((name, a.dtype, a.shape))
-            if a.size:
-                self.file.write(memoryview(a.reshape(-1)).cast("B"))
-            self.nbytes += a.nbytes
+            self._append(a)
         self.index.append(entry)
 
-    def write_parts(self, chunk):
-        """{name: pieces}: each name's pieces (1-d, one dtype) as one array."""
-        entry = []
+    def write_parts(self, chunk, batches):
+        """{name: pieces} of ``batches`` batches: a name's one piece holds
+        them all, or each of its pieces is one batch (1-d, one dtype)."""
         for name, parts in chunk.items():
-            entry.append((name, parts[0].dtype, (sum(p.size for p in parts),)))
+            per_piece = batches if len(parts) == 1 else 1
+            where = self.pieces.setdefault(name, [])
             for p in parts:
-                if p.size:
-                    self.file.write(memoryview(np.ascontiguousarray(p)).cast("B"))
-                self.nbytes += p.nbytes
-        self.index.append(entry)
+                where.append((self._append(np.ascontiguousarray(p)), p.dtype, p.size, per_piece))
+
+    def gather(self, name, max_bytes):
+        """Yield ``(batches, values)`` of tensor ``name``: its pieces in the
+        order written, read back joined into 1-d arrays of at most
+        ``max_bytes`` (or one piece)."""
+        self.file.flush()
+        pieces = self.pieces.get(name, [])
+        i = 0
+        while i < len(pieces):
+            j, nbytes = i + 1, pieces[i][2] * pieces[i][1].itemsize
+            while j < len(pieces) and \
+                    nbytes + pieces[j][2] * pieces[j][1].itemsize <= max_bytes:
+                nbytes += pieces[j][2] * pieces[j][1].itemsize
+                j += 1
+            out = np.empty(sum(p[2] for p in pieces[i:j]), pieces[i][1])
+            view, at = memoryview(out).cast("B"), 0
+            for offset, dtype, values, _ in pieces[i:j]:
+                size = values * dtype.itemsize
+                if size and os.preadv(self.file.fileno(), [view[at:at + size]], offset) != size:
+                    raise OSError(f"{self.path}: the spilled activations were cut short")
+                at += size
+            yield sum(p[3] for p in pieces[i:j]), out
+            i = j
 
     def read(self):
         self.file.close()

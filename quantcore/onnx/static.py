@@ -72,7 +72,7 @@ def quantize(model_input, model_output, calibration_data_reader=None,
              use_external_data_format=False, calibrate_method=O.CalibrationMethod.MinMax,
              calibration_providers=None, extra_options=None, calibration_cache_path=None, *,
              tensors_range=None, calibration_options=None, replay="auto", tensorrt_table=None,
-             on_batch=None, parallel=True):
+             on_batch=None, parallel=None):
     """ONNX Runtime's ``quantize_static``, calibrated by quantcore.
 
     The parameters before ``*`` are ``quantize_static``'s, in its order, with
