@@ -248,6 +248,48 @@ def test_max_intermediate_outputs_without_the_bug():
     assert float(td["x"].highest[0]) == 9.0
 
 
+@pytest.mark.parametrize("options", [{}, {"moving_average": True}, {"symmetric": True},
+                                     {"max_intermediate_outputs": 2}])
+def test_minmax_batch_in_one_kernel_call_is_per_tensor_reduce(options, monkeypatch):
+    """A batch of float32 / float64 tensors is reduced in one kernel call
+    (``_reduce_batch``, its ranges kept as rows): the same TensorsData and
+    NaN counts, bit for bit, as one ``_reduce`` per tensor -- zeros of both
+    signs in and across batches, NaN and all-NaN batches, empty tensors,
+    large tensors, a call whose tensors change (rows then arrays),
+    float16 (per tensor)."""
+    rng = np.random.default_rng(4)
+
+    def batch(i):
+        z = np.array([0.0, -0.0, 0.0][i % 3:][:2] or [-0.0], F32)
+        b = {"zeros": z, "neg_zero_max": np.concatenate([[-1], -z, z]).astype(F32),
+             "pos_zero_min": np.concatenate([z, -z, [2]]).astype(F32),
+             "n": rng.standard_normal((3, 4)).astype(F32),
+             "empty": np.zeros((0, 2), F32), "big": rng.standard_normal(70000).astype(F32)}
+        if i == 2:
+            b["n"][1, 1] = np.nan
+            b["zeros"] = np.array([np.nan, np.nan], F32)
+        return b
+    calls = [[batch(i) for i in range(5)],
+             [dict(batch(5), extra=np.ones(2, F32)), batch(6)],      # other tensors
+             [batch(7), dict(batch(8), zeros=np.array([-0.0, 1], np.float16))]]
+
+    def run(batched):
+        if not batched:
+            monkeypatch.setattr(O.MinMaxCalibrater, "_reduce_batch", lambda *a: False)
+        cal = O.MinMaxCalibrater(**options)
+        for call in calls:
+            cal.collect_data(call)
+        monkeypatch.undo()
+        return cal.compute_data(), cal.nan_batches
+    (a, nan_a), (b, nan_b) = run(True), run(False)
+    assert nan_a == nan_b == {"n": 1, "zeros": 1}
+    assert list(a.keys()) == list(b.keys())
+    for k in a.keys():
+        for key in ("lowest", "highest"):
+            x, y = np.asarray(getattr(a[k], key)), np.asarray(getattr(b[k], key))
+            assert x.dtype == y.dtype and same_bits(x, y), (k, key)
+
+
 def test_reduce_min_max_nan_is_documented_not_reproduced():
     """ORT's ReduceMin/Max with NaN loses values (SIMD lanes): quantcore's
     per-batch range is numpy's nanmin / nanmax; equal wherever ORT's is."""

@@ -449,6 +449,36 @@ def batch_model_path(tmp_path_factory):
     return path
 
 
+def test_parallel_auto_threads_small_batches_reduced_as_they_come(batch_model_path,
+                                                                  monkeypatch):
+    """parallel=None (default): the inference thread for MinMax / strided
+    calls whose first batch is under THREAD_BATCH_BYTES, not for a large
+    batch nor for the histogram methods' single call; no thread pool.  The
+    same result as parallel=False and True."""
+    cal_mod = qonnx.calibration
+    threaded, pools = [], []
+    real_prefetch, real_pool = cal_mod._prefetch, O.tensor_executor
+    monkeypatch.setattr(cal_mod, "_prefetch", lambda f: threaded.append(1) or real_prefetch(f))
+    monkeypatch.setattr(O, "tensor_executor", lambda *a: pools.append(1) or real_pool(*a))
+    rng = np.random.default_rng(2)
+    small = [{"x": rng.standard_normal((2, 3, 5, 5)).astype(F32)} for _ in range(4)]
+    large = [{"x": rng.standard_normal((4000, 3, 5, 5)).astype(F32)} for _ in range(3)]
+    for data, method, strided, thread in [(small, "minmax", None, True),
+                                          (small, "entropy", 1, True),
+                                          (small, "distribution", None, False),
+                                          (large, "minmax", None, False)]:
+        threaded.clear()
+        pools.clear()
+        auto = qonnx.calibrate(batch_model_path, data, method, strided=strided)
+        assert bool(threaded) == thread and not pools, (method, strided)
+        for parallel in (False, True):
+            _same_result(auto, qonnx.calibrate(batch_model_path, data, method, strided=strided,
+                                               parallel=parallel))
+        assert threaded and pools     # (parallel=True: both)
+    with pytest.raises(TypeError, match="parallel must be"):
+        qonnx.calibrate(batch_model_path, small, "minmax", parallel=1)
+
+
 @pytest.mark.parametrize("method", ["Entropy", "Distribution"])
 def test_batches_of_other_shapes_in_one_call_are_orts_error(method, batch_model_path,
                                                             monkeypatch):

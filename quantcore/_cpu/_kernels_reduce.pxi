@@ -122,6 +122,50 @@ def minmax(cnp.ndarray x, int nthreads):
     return lo64, hi64, int(fl)
 
 
+def minmax_many(list arrays, int nthreads, int64_t parallel_from):
+    """:func:`minmax` of each array of ``arrays`` (C-contiguous float32 /
+    float64) in one call: ``(lo, hi, flags)`` as float64[T], float64[T]
+    (exact for float32) and uint8[T]; an array of at least
+    ``parallel_from`` values on ``nthreads`` threads, a smaller one on one.
+    (A batch of many small tensors: one call, not one per tensor.)"""
+    cdef Py_ssize_t T = len(arrays), t
+    out_lo = np.empty(T, dtype=np.float64)
+    out_hi = np.empty(T, dtype=np.float64)
+    out_fl = np.zeros(T, dtype=np.uint8)
+    cdef double[::1] olo = out_lo
+    cdef double[::1] ohi = out_hi
+    cdef unsigned char[::1] ofl = out_fl
+    cdef cnp.ndarray x
+    cdef int64_t n
+    cdef int nt, status = 0
+    cdef float lo32, hi32
+    cdef double lo64, hi64
+    cdef unsigned char fl
+    for t in range(T):
+        x = arrays[t]
+        _check_flat(x)
+        n = cnp.PyArray_SIZE(x)
+        nt = nthreads if n >= parallel_from else 1
+        fl = 0
+        if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+            lo32, hi32 = INFINITY_F, -INFINITY_F
+            if n:
+                with nogil:
+                    status = _minmax_run(<const float*>cnp.PyArray_DATA(x), _units(1, 1, n), nt,
+                                         &lo32, &hi32, &fl)
+            lo64, hi64 = lo32, hi32
+        else:
+            lo64, hi64 = INFINITY_F, -INFINITY_F
+            if n:
+                with nogil:
+                    status = _minmax_run(<const double*>cnp.PyArray_DATA(x), _units(1, 1, n), nt,
+                                         &lo64, &hi64, &fl)
+        if status != 0:
+            raise MemoryError()
+        olo[t], ohi[t], ofl[t] = lo64, hi64, fl
+    return out_lo, out_hi, out_fl
+
+
 def minmax_finished(cnp.ndarray x, int nthreads, bint omit_nan):
     """Per-tensor (min, max) with the NaN / signed-zero rule applied
     (qc_minmax_finish): NaN when x holds a NaN (unless ``omit_nan``),

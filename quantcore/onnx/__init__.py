@@ -78,9 +78,12 @@ With ``parallel=True`` onnxruntime runs batch ``i + 1`` in a background
 thread while the tensors of batch ``i`` are reduced by a pool of threads,
 one per usable core, each kernel on one thread (the inference and the
 kernels release the GIL; ORT's pool threads are told not to spin between
-runs).  By default it is on where batches are reduced as they come (MinMax,
-``strided``), off for the histogram methods' single call.  The result does
-not depend on it.
+runs).  By default (``parallel=None``) there is no pool, and the inference
+thread runs only where batches are reduced as they come (MinMax,
+``strided``) and are small (:data:`THREAD_BATCH_BYTES`): there the
+per-tensor work is Python that overlaps the next run, while a large batch's
+kernels would compete with onnxruntime's own threads for the cores.  The
+result does not depend on it.
 
 Feeds are checked before the model runs: an unknown or missing input name,
 a dtype other than the input's (float64 for a float input included), a rank
@@ -101,8 +104,8 @@ range ORT gives it (a degenerate range quantizes with scale 1 / zero point
 # (quantize_static's drop-in, evaluate).  Every name is re-exported here.
 from .calibration import (BUFFER_BYTES, CHUNK_BYTES, GATHER_BYTES, METHODS,  # noqa: F401
                           ORT_METHODS, QUANTCORE_METHODS, REPLAYS, SMALL_TENSOR,
-                          SPILL_BYTES_PER_SECOND, CalibrationResult, calibrate,
-                          make_calibrator)
+                          SPILL_BYTES_PER_SECOND, THREAD_BATCH_BYTES, CalibrationResult,
+                          calibrate, make_calibrator)
 from .readers import NpzReader, SpooledReader, _prefetch, replayable  # noqa: F401
 from .session import FeedChecker, _ort_session, _session, load_model, select_tensors  # noqa: F401
 from .static import (CALIB_OPTION_KEYS, QUANTIZE_DEFAULTS, evaluate,  # noqa: F401

@@ -6,7 +6,8 @@ import warnings
 import numpy as np
 
 from ..._cpu import _kernels as K
-from .executor import _map_tensors, _threads
+from ..._cpu.threads import PARALLEL_THRESHOLD
+from .executor import INLINE_VALUES, _map_tensors, _threads
 from .histogram import HistogramCollector, _flat
 from .qtypes import CalibrationMethod, _require_numpy
 from .tables import TensorData, TensorsData
@@ -63,11 +64,70 @@ def _second_pass(data, func):
     return data
 
 
+_F32_F64 = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class _CallRanges:
+    """The per-batch ``(lo, hi)`` of one ORT call, by tensor: ``add(name,
+    lo, hi)`` one tensor's arrays; ``add_row(names, dtypes, lo, hi)`` a
+    whole batch as two float64 vectors (exact), kept as rows while the
+    batches have the same tensors.  ``items()`` gives each tensor's
+    ``(mins, maxs)``: what ``np.asarray`` makes of the list of its
+    per-batch arrays, the same array either way (``(B, 1)`` for scalars)."""
+
+    def __init__(self):
+        self.lists = {}
+        self.rows = None    # (names, dtypes, [lo rows], [hi rows])
+
+    def __bool__(self):
+        return bool(self.lists) or self.rows is not None
+
+    def add(self, name, lo, hi):
+        self._rows_to_lists()
+        mins, maxs = self.lists.setdefault(name, ([], []))
+        mins.append(lo)
+        maxs.append(hi)
+
+    def add_row(self, names, dtypes, lo, hi):
+        if self.lists or self.rows is not None and self.rows[:2] != (names, dtypes):
+            self._rows_to_lists()       # (other tensors than the rows': one array each)
+            for i, (name, dtype) in enumerate(zip(names, dtypes)):
+                self.add(name, lo[i:i + 1].astype(dtype), hi[i:i + 1].astype(dtype))
+            return
+        if self.rows is None:
+            self.rows = (names, dtypes, [], [])
+        self.rows[2].append(lo)
+        self.rows[3].append(hi)
+
+    def _columns(self):
+        names, dtypes, los, his = self.rows
+        lo, hi = np.stack(los), np.stack(his)
+        for i, (name, dtype) in enumerate(zip(names, dtypes)):
+            yield name, (np.ascontiguousarray(lo[:, i:i + 1], dtype=dtype),
+                         np.ascontiguousarray(hi[:, i:i + 1], dtype=dtype))
+
+    def _rows_to_lists(self):
+        if self.rows is None:
+            return
+        columns, self.rows = list(self._columns()), None
+        for name, (mins, maxs) in columns:
+            old = self.lists.setdefault(name, ([], []))
+            old[0].extend(mins)
+            old[1].extend(maxs)
+
+    def items(self):
+        if self.rows is not None and not self.lists:
+            return list(self._columns())
+        self._rows_to_lists()
+        return list(self.lists.items())
+
+
 class MinMaxCalibrater:
     """ORT's ``MinMaxCalibrater`` on batches of arrays (no model).
 
     Each batch is reduced at once to its per-tensor ``nanmin`` / ``nanmax``
-    (``per_channel``: per channel of axis 1); ``collect_data(batches)`` is one
+    (``per_channel``: per channel of axis 1; a batch of float32 tensors
+    reduced in this thread: one kernel call for all of them); ``collect_data(batches)`` is one
     ORT call: ``nanmin`` / ``nanmax`` over the call's batches
     (``moving_average``: ``nanmean``), ``symmetric`` -> ``(-m, m)``, merged
     with earlier calls by ``min`` / ``max`` or the float32 EMA
@@ -158,24 +218,56 @@ class MinMaxCalibrater:
         """One ORT ``collect_data`` call over the batches of ``data`` (a
         CalibrationDataReader, an iterable of dicts or a callable)."""
         k = self.max_intermediate_outputs
-        call, buffered = {}, 0
+        call, buffered = _CallRanges(), 0
         for batch in iter_batches(data):
             items = list(self._select(batch))
-            ranges = _map_tensors(self.executor, lambda item: self._reduce(*item), items,
-                                  values=sum(np.size(x) for _, x in items))
-            for (name, _), (lo, hi) in zip(items, ranges):
-                mins, maxs = call.setdefault(name, ([], []))
-                mins.append(lo)
-                maxs.append(hi)
+            if not self._reduce_batch(items, call):
+                ranges = _map_tensors(self.executor, lambda item: self._reduce(*item), items,
+                                      values=sum(np.size(x) for _, x in items))
+                for (name, _), (lo, hi) in zip(items, ranges):
+                    call.add(name, lo, hi)
             buffered += 1
             if self.ema_per_batch or (k is not None and buffered == k):
                 if not (k is not None and buffered == k and self.ort_bug_max_intermediate):
                     self._finish_call(call)
-                call, buffered = {}, 0
+                call, buffered = _CallRanges(), 0
         if not call and self.calibrate_tensors_range is None:
             raise ValueError("No data is collected.")
         if call:
             self._finish_call(call)
+
+    def _reduce_batch(self, items, call):
+        """:meth:`_reduce` of every tensor of a batch in one kernel call
+        (``K.minmax_many``), added to ``call`` as one row of ranges; False
+        (nothing done) unless every tensor is a C-contiguous float32 /
+        float64 array, not per channel, and the batch is reduced in this
+        thread (no executor, or fewer than INLINE_VALUES values).  The same
+        values as :meth:`_reduce`'s, NaN batches counted alike."""
+        if self.per_channel:
+            return False
+        flats, sizes = [], []
+        for _, x in items:
+            if type(x) is not np.ndarray or x.dtype not in _F32_F64 or \
+                    not x.flags.c_contiguous or not x.flags.aligned:
+                return False
+            flats.append(x.reshape(-1))
+            sizes.append(x.size)
+        total = sum(sizes)
+        if self.executor is not None and total >= INLINE_VALUES:
+            return False
+        lo, hi, flags = K.minmax_many(flats, _threads(max(sizes, default=0)), PARALLEL_THRESHOLD)
+        # a zero extreme: -0.0 < +0.0 when both were seen (as _reduce)
+        lo[lo == 0] = np.where(flags[lo == 0] & 2, -0.0, 0.0)
+        hi[hi == 0] = np.where(flags[hi == 0] & 4, 0.0, -0.0)
+        nan = (flags & 1).astype(bool)
+        if nan.any():
+            for i in np.flatnonzero(nan):
+                name = items[i][0]
+                self.nan_batches[name] = self.nan_batches.get(name, 0) + 1
+            dead = nan & (lo > hi) & (np.asarray(sizes) > 0)    # all NaN
+            lo[dead] = hi[dead] = np.nan
+        call.add_row(tuple(name for name, _ in items), tuple(f.dtype for f in flats), lo, hi)
+        return True
 
     def _finish_call(self, call):
         new = {}
