@@ -270,6 +270,7 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
                 batch = {n: v for n, v in zip(names, out) if n in wanted}
                 del out
                 yield batch
+                del batch   # (not held while the model runs the next one)
 
         def activations():
             runs, thread = model_runs(), parallel
@@ -287,6 +288,7 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
                 if on_batch is not None:
                     on_batch()
                 yield batch
+                del batch
 
         def keep_spilling(nbytes):
             """auto: rerun rather than spill when the model is faster than the disk."""
@@ -367,8 +369,7 @@ def _chunks(cal, batches, on_layout, on_large, executor, reduce_small):
         del batch
         now = [(getattr(x, "shape", None), getattr(x, "dtype", None)) for x in arrays]
         if now != layout:
-            items = cal._arrays(dict(zip(names, arrays)))
-            on_layout(items)
+            on_layout(cal._arrays(dict(zip(names, arrays))))
             layout = now
             small = [i for i, a in enumerate(arrays) if a.size < SMALL_TENSOR]
             large = [i for i, a in enumerate(arrays) if a.size >= SMALL_TENSOR]
@@ -481,9 +482,11 @@ def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling, count
                                     first_read_small):
             n += count
             if reducing():
+                del chunk       # (not held while the model runs the next batch)
                 continue
             if spill is not None:
                 spill.write_parts(chunk, count)
+                del chunk
                 continue
             kept.append((count, chunk))
             held += sum(a.nbytes for parts in chunk.values() for a in parts)
@@ -512,9 +515,9 @@ def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling, count
                 def count_small(name, a, parts):
                     plans[name].add(a)
 
-                for _ in _chunks(cal, read(), lambda items: None, count_large, executor,
-                                 count_small):
-                    pass
+                for done in _chunks(cal, read(), lambda items: None, count_large, executor,
+                                    count_small):
+                    del done
         else:
             if spill is None:
                 def groups(name):
