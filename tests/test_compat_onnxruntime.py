@@ -281,6 +281,8 @@ def test_minmax_batch_in_one_kernel_call_is_per_tensor_reduce(options, monkeypat
             cal.collect_data(call)
         monkeypatch.undo()
         return cal.compute_data(), cal.nan_batches
+    with pytest.raises(ValueError, match="No data is collected"):   # no tensor: no data
+        O.MinMaxCalibrater(tensors=[]).collect_data([{"x": np.ones(3, F32)}])
     (a, nan_a), (b, nan_b) = run(True), run(False)
     assert nan_a == nan_b == {"n": 1, "zeros": 1}
     assert list(a.keys()) == list(b.keys())

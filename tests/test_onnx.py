@@ -449,6 +449,88 @@ def batch_model_path(tmp_path_factory):
     return path
 
 
+def test_first_error_is_orts_in_every_replay(tmp_path):
+    """Two tensors that fail np.histogram in different ways (too many bins
+    for a range one float32 ulp wide; a NaN range): ORT raises for the first
+    tensor it stacks, and so does every replay, whether it reduces tensor by
+    tensor (kept, spilled) or takes all ranges before any count (rerun)."""
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
+    nodes = [helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["nx"]),
+             helper.make_node("Sqrt", ["nx"], ["b"])]
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4]) for n in ("a", "b")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     ["N", 4])], vi,
+                          value_info=[helper.make_tensor_value_info("nx", TensorProto.FLOAT,
+                                                                    ["N", 4])])
+    path = str(tmp_path / "order.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              path)
+    x = np.array([[1.0, np.nextafter(F32(1), F32(2)), -1.0, 1.0]], F32)
+    data = [{"x": x}, {"x": x}]
+    cal = create_calibrator(path, augmented_model_path=str(tmp_path / "aug.onnx"),
+                            calibrate_method=CalibrationMethod.Percentile)
+    with pytest.raises(ValueError, match="Too many bins"):
+        cal.collect_data(Reader(data))
+    for replay in qonnx.REPLAYS:
+        with pytest.raises(ValueError, match="Too many bins"):
+            qonnx.calibrate(path, data, "percentile", replay=replay)
+
+
+def test_no_inference_thread_outlives_a_failed_call(batch_model_path):
+    """A call that fails mid-way in the calling thread (a batch of another
+    shape: ORT's stacking error) or in the reader: the error is raised, and
+    while it (and its traceback) is still held, no inference thread is left
+    running."""
+    import threading
+
+    def feeds():
+        for i in range(6):
+            if i == 3:
+                raise RuntimeError("reader broke")
+            yield {"x": np.ones((2, 3, 5, 5), F32)}
+    shapes = [{"x": np.ones((n, 3, 5, 5), F32)} for n in (2, 2, 3, 2, 2, 2)]
+    for data, method, error in [(shapes, "entropy", "inhomogeneous"),
+                                (feeds, "minmax", "reader broke")]:
+        with pytest.raises((ValueError, RuntimeError), match=error) as info:
+            qonnx.calibrate(batch_model_path, data, method, parallel=True)
+        assert info.value is not None
+        assert not [t for t in threading.enumerate() if t.name == "quantcore-onnx-inference"]
+
+
+def test_spill_gather_reads_past_short_reads(tmp_path, monkeypatch):
+    """One read returns at most about 2 GiB on Linux: _Spill.gather reads a
+    piece until it is whole (here every read returns at most 7 bytes)."""
+    from quantcore.onnx import readers
+
+    class Short:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def seek(self, offset):
+            self.f.seek(offset)
+
+        def readinto(self, view):
+            return self.f.readinto(view[:7])
+    spill = readers._Spill(str(tmp_path))
+    a = np.arange(100, dtype=F32)
+    spill.write_parts({"t": [a[:60], a[60:]]}, 1)
+    spill.write_parts({"t": [np.arange(5, dtype=F32)]}, 3)
+    real_open = open
+    monkeypatch.setattr(readers, "open", lambda *args, **kw: Short(real_open(*args, **kw)),
+                        raising=False)
+    got = list(spill.gather("t", 1 << 20))
+    assert len(got) == 1 and got[0][0] == 5
+    assert np.array_equal(got[0][1], np.concatenate([a, np.arange(5, dtype=F32)]))
+    assert [b for b, _ in spill.gather("t", 240)] == [1, 4]     # 240 B, then 160 + 20 B
+    spill.close()
+
+
 def test_parallel_auto_threads_small_batches_reduced_as_they_come(batch_model_path,
                                                                   monkeypatch):
     """parallel=None (default): the inference thread for MinMax / strided

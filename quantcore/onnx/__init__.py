@@ -37,7 +37,8 @@ and feeds each batch straight into a calibrator: the ORT-exact ones of
 ``percentile``, ``distribution``) or quantcore's others
 (``torch_histogram``: PyTorch's HistogramObserver search;
 ``nvidia_entropy`` / ``nvidia_mse`` / ``nvidia_percentile``: NVIDIA's
-histogram calibrator).  No batch is kept.
+histogram calibrator).  No batch is kept beyond what the grouping below
+needs (a chunk, the buffer of the single call).
 
 How the batches are grouped into ORT ``collect_data`` calls (ORT's results
 depend on it):
@@ -80,7 +81,8 @@ one per usable core, each kernel on one thread (the inference and the
 kernels release the GIL; ORT's pool threads are told not to spin between
 runs).  By default (``parallel=None``) there is no pool, and the inference
 thread runs only where batches are reduced as they come (MinMax,
-``strided``) and are small (:data:`THREAD_BATCH_BYTES`): there the
+``strided``, quantcore's methods) and the first is small
+(:data:`THREAD_BATCH_BYTES`): there the
 per-tensor work is Python that overlaps the next run, while a large batch's
 kernels would compete with onnxruntime's own threads for the cores.  The
 result does not depend on it.

@@ -197,24 +197,23 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
     measure_memory : bool
         Record the tracemalloc peak in the result (slower).
     parallel : bool or None
-        True: onnxruntime runs batch ``i + 1`` in a background thread while
-        the tensors of batch ``i`` are reduced in parallel by a pool of
-        threads (one per usable core), each kernel on one thread (a batch of
-        fewer than 64 Ki values in the calling thread; at most two batches
-        of activations exist); False: one batch at a time in the calling
-        thread, the kernels on quantcore's threads
-        (``quantcore.set_num_threads``).  None (default): no pool; the
-        inference thread only where each batch is reduced as it comes
-        (MinMax, ``strided``, quantcore's methods) and the first batch's
-        calibrated tensors hold less than :data:`THREAD_BATCH_BYTES` (many
-        small tensors: the per-tensor Python overlaps the next run).
-        Measured on 2 cores: a large batch's kernels and onnxruntime's pool
-        then compete for the cores (the PP-OCR detector's MinMax 0.75 s
-        serial, 0.84-0.92 s with the thread and pool), and the histogram
-        methods' single call reduces tensor by tensor after the model ran
-        (silero-vad 0.067-0.070 s serial, 0.08-0.09 s threaded), while
-        silero-vad's MinMax took 0.055 s threaded, 0.066 s serial.  The
-        result is the same.
+        True: onnxruntime runs batch ``i + 1`` in a background thread while the
+        calling thread takes batch ``i``, and a pool of threads (one per usable
+        core) reduces the tensors -- of a batch as it comes, or of the single
+        call's kept or spilled values after the model ran --, each kernel on
+        one thread (fewer than 64 Ki values in the calling thread); False: one
+        batch at a time in the calling thread, the kernels on quantcore's
+        threads (``quantcore.set_num_threads``). None (default): no pool; the
+        inference thread only where each batch is reduced as it comes (MinMax,
+        ``strided``, quantcore's methods) and the first batch's calibrated
+        tensors hold less than :data:`THREAD_BATCH_BYTES` (many small tensors:
+        the per-tensor Python overlaps the next run). Measured on 2 cores: a
+        large batch's kernels and onnxruntime's pool then compete for the cores
+        (the PP-OCR detector's MinMax 0.75 s serial, 0.84-0.92 s with the
+        thread and pool), and the histogram methods' single call reduces tensor
+        by tensor after the model ran (silero-vad 0.067-0.070 s serial,
+        0.08-0.09 s threaded), while silero-vad's MinMax took 0.055 s threaded,
+        0.066 s serial. The result is the same.
     histograms : bool
         False: where the histogram method's range does not depend on the
         counts -- Entropy over one call whose KL search has one candidate
@@ -239,8 +238,10 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
         raise ValueError("per-channel activation ranges cannot be consumed by ORT's quantizer "
                          "(ORT surprise 10): use quantcore.compat.onnxruntime.MinMaxCalibrater "
                          "directly for per-channel statistics")
-    if parallel is not None and not isinstance(parallel, bool):
-        raise TypeError(f"parallel must be True, False or None (auto), got {parallel!r}")
+    if parallel is not None:
+        if not isinstance(parallel, (bool, np.bool_)):
+            raise TypeError(f"parallel must be True, False or None (auto), got {parallel!r}")
+        parallel = bool(parallel)
     two_pass = strided is None and method in ORT_METHODS and method != "minmax"
     can_rerun = replayable(data)
     if two_pass and replay == "rerun" and not can_rerun and (histograms or method != "entropy"):
@@ -249,6 +250,7 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
         tracemalloc.start()
     t0 = time.perf_counter()
     state = {"inference": 0.0, "batches": 0, "how": None}
+    prefetching = []
     try:
         m = load_model(model)
         tensors, infos = select_tensors(m, op_types_to_calibrate)
@@ -284,7 +286,11 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
                     sum(np.asarray(a).nbytes for a in first.values()) < THREAD_BATCH_BYTES
                 yield first
                 del first
-            for batch in _prefetch(lambda: runs) if thread else runs:
+            source = runs
+            if thread:
+                source = _prefetch(lambda: runs)
+                prefetching.append(source)  # (closed on the way out: its thread stops)
+            for batch in source:
                 if on_batch is not None:
                     on_batch()
                 yield batch
@@ -324,14 +330,16 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
         seconds = time.perf_counter() - t0
         peak = tracemalloc.get_traced_memory()[1] if measure_memory else None
     finally:
+        for gen in prefetching:     # an exception's traceback must not keep a thread alive
+            gen.close()
         if measure_memory:
             tracemalloc.stop()
     return CalibrationResult(td, state["batches"], getattr(cal, "nan_batches", {}), seconds, peak,
                              inference_seconds=state["inference"], replay=state["how"])
 
 
-#: parallel=None: the inference thread when a batch's calibrated tensors hold
-#: fewer bytes than this
+#: parallel=None: the inference thread when the first batch's calibrated
+#: tensors hold fewer bytes than this
 THREAD_BATCH_BYTES = 1 << 20
 
 #: the single call's activations kept in memory before they go to a spill file
@@ -493,29 +501,31 @@ def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling, count
             if held > buffer_bytes:
                 if keep_spilling(held):
                     mode, spill = "spill", _Spill(spill_dir)
-                    for c in kept:
-                        spill.write_parts(c[1], c[0])
                 else:
                     mode = "rerun"
-                    for c in kept:
-                        reduce_chunk(*c)
-                kept = []
+                while kept:     # (popped: no chunk outlives its turn)
+                    batches, held_chunk = kept.pop(0)
+                    if spill is not None:
+                        spill.write_parts(held_chunk, batches)
+                    else:
+                        reduce_chunk(batches, held_chunk)
+                    del held_chunk
             del chunk
         if not stats:
             raise ValueError("No data is collected.")
         if reducing():
-            plans = {name: col.plan(name, st) for name, st in stats.items()}
-            if mode == "ranges":
-                for name, st in stats.items():
-                    plans[name].add(np.zeros(0, st.dtype or np.float32))
-            else:
+            plans = {}
+            for name, st in stats.items():  # numpy's checks of each tensor's range and bins,
+                plans[name] = col.plan(name, st)    # in ORT's order, before any count
+                plans[name].add(np.zeros(0, st.dtype or np.float32))
+            if mode == "rerun":
                 def count_large(items):
                     O._map_tensors(executor, lambda it: plans[it[0]].add(it[1]), items)
 
                 def count_small(name, a, parts):
                     plans[name].add(a)
 
-                for done in _chunks(cal, read(), lambda items: None, count_large, executor,
+                for done in _chunks(cal, read(), check_layout, count_large, executor,
                                     count_small):
                     del done
         else:
@@ -557,7 +567,8 @@ GATHER_BYTES = 1 << 22
 
 
 def _gather_kept(kept, name):
-    """(batches, values) of tensor ``name`` over the kept chunks: one array."""
+    """(batches, values) of tensor ``name`` over the kept chunks: one array
+    (they hold at most BUFFER_BYTES, under GATHER_BYTES)."""
     parts = [(batches if len(c[name]) == 1 else 1, a) for batches, c in kept for a in c[name]]
     if len(parts) == 1:
         return parts
@@ -568,6 +579,7 @@ def _collect_strided(cal, batches, k, method):
     group, n = [], 0
     for batch in batches:
         group.append(batch)
+        del batch   # (held by the group only)
         n += 1
         if len(group) == k:
             _collect_group(cal, group, method)

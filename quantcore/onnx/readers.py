@@ -99,25 +99,30 @@ class _Spill:
     def gather(self, name, max_bytes):
         """Yield ``(batches, values)`` of tensor ``name``: its pieces in the
         order written, read back joined into 1-d arrays of at most
-        ``max_bytes`` (or one piece)."""
+        ``max_bytes`` (or one piece).  Each call reads through its own file
+        handle (calls for different tensors may run in threads)."""
         self.file.flush()
         pieces = self.pieces.get(name, [])
         i = 0
-        while i < len(pieces):
-            j, nbytes = i + 1, pieces[i][2] * pieces[i][1].itemsize
-            while j < len(pieces) and \
-                    nbytes + pieces[j][2] * pieces[j][1].itemsize <= max_bytes:
-                nbytes += pieces[j][2] * pieces[j][1].itemsize
-                j += 1
-            out = np.empty(sum(p[2] for p in pieces[i:j]), pieces[i][1])
-            view, at = memoryview(out).cast("B"), 0
-            for offset, dtype, values, _ in pieces[i:j]:
-                size = values * dtype.itemsize
-                if size and os.preadv(self.file.fileno(), [view[at:at + size]], offset) != size:
-                    raise OSError(f"{self.path}: the spilled activations were cut short")
-                at += size
-            yield sum(p[3] for p in pieces[i:j]), out
-            i = j
+        with open(self.path, "rb", buffering=0) as f:
+            while i < len(pieces):
+                j, nbytes = i + 1, pieces[i][2] * pieces[i][1].itemsize
+                while j < len(pieces) and \
+                        nbytes + pieces[j][2] * pieces[j][1].itemsize <= max_bytes:
+                    nbytes += pieces[j][2] * pieces[j][1].itemsize
+                    j += 1
+                out = np.empty(sum(p[2] for p in pieces[i:j]), pieces[i][1])
+                view, at = memoryview(out).cast("B"), 0
+                for offset, dtype, values, _ in pieces[i:j]:
+                    end = at + values * dtype.itemsize
+                    f.seek(offset)
+                    while at < end:     # (one read returns at most about 2 GiB)
+                        got = f.readinto(view[at:end])
+                        if not got:
+                            raise OSError(f"{self.path}: the spilled activations were cut short")
+                        at += got
+                yield sum(p[3] for p in pieces[i:j]), out
+                i = j
 
     def read(self):
         self.file.close()

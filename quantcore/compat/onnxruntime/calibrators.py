@@ -26,6 +26,7 @@ def iter_batches(data, func="collect_data"):
             if not batch:
                 return
             yield _check_batch(batch, func)
+            del batch   # (not held while the reader makes the next one)
     else:
         try:
             it = iter(data)
@@ -37,6 +38,7 @@ def iter_batches(data, func="collect_data"):
             if not batch:
                 return
             yield _check_batch(batch, func)
+            del batch
 
 
 def _check_batch(batch, func):
@@ -126,12 +128,13 @@ class MinMaxCalibrater:
     """ORT's ``MinMaxCalibrater`` on batches of arrays (no model).
 
     Each batch is reduced at once to its per-tensor ``nanmin`` / ``nanmax``
-    (``per_channel``: per channel of axis 1; a batch of float32 tensors
-    reduced in this thread: one kernel call for all of them); ``collect_data(batches)`` is one
-    ORT call: ``nanmin`` / ``nanmax`` over the call's batches
-    (``moving_average``: ``nanmean``), ``symmetric`` -> ``(-m, m)``, merged
-    with earlier calls by ``min`` / ``max`` or the float32 EMA
-    ``old + c (new - old)``.  Memory: one ``(C,)`` pair per batch of a call.
+    (``per_channel``: per channel of axis 1; a batch whose tensors are all
+    C-contiguous float32 / float64, reduced in this thread -- no executor, or
+    under INLINE_VALUES values --: one kernel call for all of them);
+    ``collect_data(batches)`` is one ORT call: ``nanmin`` / ``nanmax`` over the
+    call's batches (``moving_average``: ``nanmean``), ``symmetric`` -> ``(-m,
+    m)``, merged with earlier calls by ``min`` / ``max`` or the float32 EMA
+    ``old + c (new - old)``. Memory: one ``(C,)`` pair per batch of a call.
 
     Options beyond ORT's: ``ema_per_batch`` (every batch one EMA step);
     ``ort_bug_max_intermediate`` (ORT's loss of every ``k``-th batch group;
@@ -221,11 +224,13 @@ class MinMaxCalibrater:
         call, buffered = _CallRanges(), 0
         for batch in iter_batches(data):
             items = list(self._select(batch))
+            del batch
             if not self._reduce_batch(items, call):
                 ranges = _map_tensors(self.executor, lambda item: self._reduce(*item), items,
                                       values=sum(np.size(x) for _, x in items))
                 for (name, _), (lo, hi) in zip(items, ranges):
                     call.add(name, lo, hi)
+            del items   # (no batch held while the next one is made)
             buffered += 1
             if self.ema_per_batch or (k is not None and buffered == k):
                 if not (k is not None and buffered == k and self.ort_bug_max_intermediate):
@@ -243,7 +248,7 @@ class MinMaxCalibrater:
         float64 array, not per channel, and the batch is reduced in this
         thread (no executor, or fewer than INLINE_VALUES values).  The same
         values as :meth:`_reduce`'s, NaN batches counted alike."""
-        if self.per_channel:
+        if self.per_channel or not items:
             return False
         flats, sizes = [], []
         for _, x in items:
@@ -376,6 +381,7 @@ class _HistogramCalibrater:
             n = self.batches
             for batch in iter_batches(data):
                 self.collect(batch)
+                del batch
             if self.batches == n and not self.collector.histogram_dict:
                 raise ValueError("No data is collected.")
             return
@@ -391,18 +397,25 @@ class _HistogramCalibrater:
 
         for batch in iter_batches(data):
             items = self._arrays(batch)
+            del batch
             for name, _, _ in items:
                 stats.setdefault(name, col.new_stats(name))
             _map_tensors(self.executor, add_range, items, values=sum(a.size for _, a, _ in items))
+            del items   # (no batch held while the next one is made)
         if not stats:
             raise ValueError("No data is collected.")
-        plans = {name: col.plan(name, st) for name, st in stats.items()}
+        plans = {}
+        for name, st in stats.items():  # numpy's checks of each tensor's range and bins,
+            plans[name] = col.plan(name, st)    # in ORT's order, before any count
+            plans[name].add(np.zeros(0, st.dtype or np.float32))
         if hasattr(again, "rewind"):
             again.rewind()
         for batch in iter_batches(again):
             items = [item for item in self._arrays(batch) if item[0] in plans]
+            del batch
             _map_tensors(self.executor, lambda item: plans[item[0]].add(item[1]), items,
                          values=sum(a.size for _, a, _ in items))
+            del items
             self.batches += 1
         for name, st in stats.items():
             if name in nans:
