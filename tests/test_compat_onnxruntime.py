@@ -376,6 +376,27 @@ def test_histogram_collector_errors(case):
         col.collect({"t": dec(case["data"])})
 
 
+def test_map_tensors_raises_once_no_item_runs():
+    """An item's error is raised after the other items have finished or were
+    cancelled: none still runs when the caller cleans up."""
+    import time
+
+    from quantcore.compat.onnxruntime.executor import INLINE_VALUES, _map_tensors
+    running = []
+
+    def work(i):
+        if i == 0:
+            time.sleep(0.05)
+            raise ValueError("item 0")
+        running.append(i)
+        time.sleep(0.2)
+        running.remove(i)
+    with O.tensor_executor(2) as pool:
+        with pytest.raises(ValueError, match="item 0"):
+            _map_tensors(pool, work, list(range(4)), values=INLINE_VALUES)
+        assert running == []
+
+
 def test_map_tensors_keeps_small_work_in_the_calling_thread():
     """Items covering fewer than INLINE_VALUES values run in the calling
     thread (a future costs more than their work), larger ones on the pool;

@@ -1,5 +1,6 @@
 """Threading helpers: the kernels' thread count per calling thread
 (:func:`kernel_threads`) and the calibrators' tensor executor."""
+import concurrent.futures
 import contextlib
 import os
 import threading
@@ -62,7 +63,17 @@ INLINE_VALUES = 1 << 16
 def _map_tensors(executor, fn, items, values=None):
     """``[fn(item) for item in items]``, on ``executor`` when there is one
     (the per-tensor work of a batch touches only that tensor's state) and
-    the items cover ``values`` (when given) of at least INLINE_VALUES."""
+    the items cover ``values`` (when given) of at least INLINE_VALUES.  The
+    first item's error (in order) is raised once no item runs any more:
+    the ones not begun are cancelled, the others finish (nothing the caller
+    then releases -- a spill file, a batch -- is still in use)."""
     if executor is None or len(items) < 2 or (values is not None and values < INLINE_VALUES):
         return [fn(item) for item in items]
-    return list(executor.map(fn, items))
+    futures = [executor.submit(fn, item) for item in items]
+    try:
+        return [f.result() for f in futures]
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        concurrent.futures.wait(futures)
+        raise
