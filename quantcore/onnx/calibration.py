@@ -440,9 +440,10 @@ def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling, count
       time), its range statistics, its binning, its counts: one kernel call
       each for a small model's tensor, whatever the number of batches.
     - Read again (``"rerun"``): the first read takes the range statistics, a
-      large tensor's batch by batch as it comes (while the model runs the
-      next batch), the small tensors' once per chunk; the second read
-      counts every tensor over the range of the whole call.
+      large tensor's batch by batch as it comes, the small tensors' once per
+      chunk; every tensor's range and bins are then checked in ORT's order,
+      and the second read counts every tensor over the range of the whole
+      call.
 
     The state is the streaming two-pass call's (``collect_data`` with
     ``passes=2``): ORT's stacking checks per batch, range statistics and
