@@ -91,6 +91,32 @@ cdef int _minmax_run(const floating* xp, Units L, int nthreads, floating* lo, fl
     return 0
 
 
+cdef int _minmax_flat(cnp.ndarray x, int nthreads, double* lo, double* hi,
+                      unsigned char* flags) except -1:
+    """(min, max, flags) of a C-contiguous float32 / float64 array into
+    ``lo`` / ``hi`` (float64, exact for float32) / ``flags``: (+inf, -inf,
+    0) when empty."""
+    cdef int64_t n = cnp.PyArray_SIZE(x)
+    cdef float lo32 = INFINITY_F, hi32 = -INFINITY_F
+    cdef int status = 0
+    _check_flat(x)
+    lo[0], hi[0], flags[0] = INFINITY_F, -INFINITY_F, 0
+    if n == 0:
+        return 0
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
+        with nogil:
+            status = _minmax_run(<const float*>cnp.PyArray_DATA(x), _units(1, 1, n), nthreads,
+                                 &lo32, &hi32, flags)
+        lo[0], hi[0] = lo32, hi32
+    else:
+        with nogil:
+            status = _minmax_run(<const double*>cnp.PyArray_DATA(x), _units(1, 1, n), nthreads,
+                                 lo, hi, flags)
+    if status != 0:
+        raise MemoryError()
+    return 0
+
+
 def minmax(cnp.ndarray x, int nthreads):
     """Per-tensor (min, max, flags) of a C-contiguous float32 / float64 array
     in one pass; flags = QC_MM_* bits.
@@ -100,26 +126,10 @@ def minmax(cnp.ndarray x, int nthreads):
     (+inf, -inf, 0).  (Raw data pointers and no allocation for inputs of one
     work unit: this is on the per-call path of small arrays.)
     """
-    cdef int64_t n = cnp.PyArray_SIZE(x)
-    cdef float lo32 = INFINITY_F, hi32 = -INFINITY_F
-    cdef double lo64 = INFINITY_F, hi64 = -INFINITY_F
-    cdef unsigned char fl = 0
-    cdef int status = 0
-    _check_flat(x)
-    if n == 0:
-        return lo64, hi64, 0
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
-        with nogil:
-            status = _minmax_run(<const float*>cnp.PyArray_DATA(x), _units(1, 1, n), nthreads,
-                                 &lo32, &hi32, &fl)
-        lo64, hi64 = lo32, hi32
-    else:
-        with nogil:
-            status = _minmax_run(<const double*>cnp.PyArray_DATA(x), _units(1, 1, n), nthreads,
-                                 &lo64, &hi64, &fl)
-    if status != 0:
-        raise MemoryError()
-    return lo64, hi64, int(fl)
+    cdef double lo, hi
+    cdef unsigned char fl
+    _minmax_flat(x, nthreads, &lo, &hi, &fl)
+    return lo, hi, int(fl)
 
 
 def minmax_many(list arrays, int nthreads, int64_t parallel_from):
@@ -136,33 +146,10 @@ def minmax_many(list arrays, int nthreads, int64_t parallel_from):
     cdef double[::1] ohi = out_hi
     cdef unsigned char[::1] ofl = out_fl
     cdef cnp.ndarray x
-    cdef int64_t n
-    cdef int nt, status = 0
-    cdef float lo32, hi32
-    cdef double lo64, hi64
-    cdef unsigned char fl
     for t in range(T):
         x = arrays[t]
-        _check_flat(x)
-        n = cnp.PyArray_SIZE(x)
-        nt = nthreads if n >= parallel_from else 1
-        fl = 0
-        if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32:
-            lo32, hi32 = INFINITY_F, -INFINITY_F
-            if n:
-                with nogil:
-                    status = _minmax_run(<const float*>cnp.PyArray_DATA(x), _units(1, 1, n), nt,
-                                         &lo32, &hi32, &fl)
-            lo64, hi64 = lo32, hi32
-        else:
-            lo64, hi64 = INFINITY_F, -INFINITY_F
-            if n:
-                with nogil:
-                    status = _minmax_run(<const double*>cnp.PyArray_DATA(x), _units(1, 1, n), nt,
-                                         &lo64, &hi64, &fl)
-        if status != 0:
-            raise MemoryError()
-        olo[t], ohi[t], ofl[t] = lo64, hi64, fl
+        _minmax_flat(x, nthreads if cnp.PyArray_SIZE(x) >= parallel_from else 1,
+                     &olo[t], &ohi[t], &ofl[t])
     return out_lo, out_hi, out_fl
 
 

@@ -515,10 +515,7 @@ def _one_call(cal, read, buffer_bytes, spill_dir, executor, keep_spilling, count
         if not stats:
             raise ValueError("No data is collected.")
         if reducing():
-            plans = {}
-            for name, st in stats.items():  # numpy's checks of each tensor's range and bins,
-                plans[name] = col.plan(name, st)    # in ORT's order, before any count
-                plans[name].add(np.zeros(0, st.dtype or np.float32))
+            plans = col.checked_plans(stats)
             if mode == "rerun":
                 def count_large(items):
                     O._map_tensors(executor, lambda it: plans[it[0]].add(it[1]), items)

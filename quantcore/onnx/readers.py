@@ -66,7 +66,7 @@ class _Spill:
                                          dir=directory)
         self.file = os.fdopen(fd, "wb")
         self.index = []
-        self.pieces = {}    # name: [(offset, dtype, values, batches)]
+        self.pieces = {}    # name: [(offset, dtype, bytes, batches)]
         self.nbytes = 0
 
     def _append(self, a):
@@ -94,7 +94,7 @@ class _Spill:
             per_piece = batches if len(parts) == 1 else 1
             where = self.pieces.setdefault(name, [])
             for p in parts:
-                where.append((self._append(np.ascontiguousarray(p)), p.dtype, p.size, per_piece))
+                where.append((self._append(np.ascontiguousarray(p)), p.dtype, p.nbytes, per_piece))
 
     def gather(self, name, max_bytes):
         """Yield ``(batches, values)`` of tensor ``name``: its pieces in the
@@ -106,23 +106,27 @@ class _Spill:
         i = 0
         with open(self.path, "rb", buffering=0) as f:
             while i < len(pieces):
-                j, nbytes = i + 1, pieces[i][2] * pieces[i][1].itemsize
-                while j < len(pieces) and \
-                        nbytes + pieces[j][2] * pieces[j][1].itemsize <= max_bytes:
-                    nbytes += pieces[j][2] * pieces[j][1].itemsize
+                j, nbytes = i + 1, pieces[i][2]
+                while j < len(pieces) and nbytes + pieces[j][2] <= max_bytes:
+                    nbytes += pieces[j][2]
                     j += 1
-                out = np.empty(sum(p[2] for p in pieces[i:j]), pieces[i][1])
+                out = np.empty(nbytes // pieces[i][1].itemsize, pieces[i][1])
                 view, at = memoryview(out).cast("B"), 0
-                for offset, dtype, values, _ in pieces[i:j]:
-                    end = at + values * dtype.itemsize
+                for offset, _, size, _ in pieces[i:j]:
                     f.seek(offset)
-                    while at < end:     # (one read returns at most about 2 GiB)
-                        got = f.readinto(view[at:end])
-                        if not got:
-                            raise OSError(f"{self.path}: the spilled activations were cut short")
-                        at += got
+                    self._read_into(f, view[at:at + size])
+                    at += size
                 yield sum(p[3] for p in pieces[i:j]), out
                 i = j
+
+    def _read_into(self, f, view):
+        """Fill ``view`` from ``f`` (one read returns at most about 2 GiB)."""
+        at = 0
+        while at < len(view):
+            got = f.readinto(view[at:])
+            if not got:
+                raise OSError(f"{self.path}: the spilled activations were cut short")
+            at += got
 
     def read(self):
         self.file.close()
@@ -131,8 +135,7 @@ class _Spill:
                 batch = {}
                 for name, dtype, shape in entry:
                     a = np.empty(shape, dtype)
-                    if a.size and f.readinto(memoryview(a.reshape(-1)).cast("B")) != a.nbytes:
-                        raise OSError(f"{self.path}: the spilled activations were cut short")
+                    self._read_into(f, memoryview(a.reshape(-1)).cast("B"))
                     batch[name] = a
                 yield batch
 

@@ -69,6 +69,23 @@ def _second_pass(data, func):
 _F32_F64 = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+def _finish_minmax(lo, hi, flags, sizes):
+    """ORT's ReduceMin / ReduceMax with NaN skipped (module doc #9) from
+    ``K.minmax_many``'s vectors, in place: a zero extreme is -0.0 when one
+    was seen for the minimum (-0.0 < +0.0), +0.0 for the maximum; a
+    non-empty all-NaN tensor gives NaN.  Returns the mask of tensors holding
+    NaN."""
+    zero = lo == 0
+    lo[zero] = np.where(flags[zero] & 2, -0.0, 0.0)
+    zero = hi == 0
+    hi[zero] = np.where(flags[zero] & 4, 0.0, -0.0)
+    nan = (flags & 1).astype(bool)
+    if nan.any():
+        dead = nan & (lo > hi) & (np.asarray(sizes) > 0)
+        lo[dead] = hi[dead] = np.nan
+    return nan
+
+
 class _CallRanges:
     """The per-batch ``(lo, hi)`` of one ORT call, by tensor: ``add(name,
     lo, hi)`` one tensor's arrays; ``add_row(names, dtypes, lo, hi)`` a
@@ -185,23 +202,20 @@ class MinMaxCalibrater:
                 self.nan_batches[name] = self.nan_batches.get(name, 0) + 1
             return lo.reshape(-1), hi.reshape(-1)
         flat = np.ascontiguousarray(x).reshape(-1)
-        if flat.dtype in (np.float32, np.float64):
-            lo, hi, flags = K.minmax(flat, _threads(flat.shape[0]))
-            nan = bool(flags & 1)
-            if lo == 0:  # a zero minimum: -0.0 when one was seen (-0.0 < +0.0)
-                lo = -0.0 if flags & 2 else 0.0
-            if hi == 0:
-                hi = 0.0 if flags & 4 else -0.0
+        if flat.dtype in _F32_F64:
+            lo, hi, flags = K.minmax_many([flat], _threads(flat.shape[0]), PARALLEL_THRESHOLD)
+            nan = bool(_finish_minmax(lo, hi, flags, [flat.size])[0])
+            lo, hi = lo[0], hi[0]
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 nan = bool(np.isnan(flat).any())
                 lo = np.nanmin(flat) if flat.size else np.inf
                 hi = np.nanmax(flat) if flat.size else -np.inf
+            if nan and flat.size and lo > hi:
+                lo = hi = np.nan
         if nan:
             self.nan_batches[name] = self.nan_batches.get(name, 0) + 1
-            if flat.size and lo > hi:
-                lo = hi = np.nan
         return np.array([lo], dtype=x.dtype), np.array([hi], dtype=x.dtype)
 
     def _select(self, batch):
@@ -261,16 +275,9 @@ class MinMaxCalibrater:
         if self.executor is not None and total >= INLINE_VALUES:
             return False
         lo, hi, flags = K.minmax_many(flats, _threads(max(sizes, default=0)), PARALLEL_THRESHOLD)
-        # a zero extreme: -0.0 < +0.0 when both were seen (as _reduce)
-        lo[lo == 0] = np.where(flags[lo == 0] & 2, -0.0, 0.0)
-        hi[hi == 0] = np.where(flags[hi == 0] & 4, 0.0, -0.0)
-        nan = (flags & 1).astype(bool)
-        if nan.any():
-            for i in np.flatnonzero(nan):
-                name = items[i][0]
-                self.nan_batches[name] = self.nan_batches.get(name, 0) + 1
-            dead = nan & (lo > hi) & (np.asarray(sizes) > 0)    # all NaN
-            lo[dead] = hi[dead] = np.nan
+        for i in np.flatnonzero(_finish_minmax(lo, hi, flags, sizes)):
+            name = items[i][0]
+            self.nan_batches[name] = self.nan_batches.get(name, 0) + 1
         call.add_row(tuple(name for name, _ in items), tuple(f.dtype for f in flats), lo, hi)
         return True
 
@@ -404,10 +411,7 @@ class _HistogramCalibrater:
             del items   # (no batch held while the next one is made)
         if not stats:
             raise ValueError("No data is collected.")
-        plans = {}
-        for name, st in stats.items():  # numpy's checks of each tensor's range and bins,
-            plans[name] = col.plan(name, st)    # in ORT's order, before any count
-            plans[name].add(np.zeros(0, st.dtype or np.float32))
+        plans = col.checked_plans(stats)
         if hasattr(again, "rewind"):
             again.rewind()
         for batch in iter_batches(again):

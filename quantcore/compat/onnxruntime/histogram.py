@@ -336,6 +336,17 @@ class HistogramCollector:
         plan.half, plan.new_threshold = half, new_threshold
         return plan
 
+    def checked_plans(self, stats):
+        """{tensor: plan} of every tensor of ``stats`` ({tensor: range
+        statistics}), each checked as np.histogram checks its range and
+        bins, in order, before any value is counted: the first error is the
+        one ORT raises stacking the tensors one by one."""
+        plans = {}
+        for tensor, st in stats.items():
+            plans[tensor] = self.plan(tensor, st)
+            plans[tensor].add(np.zeros(0, st.dtype or _F32))
+        return plans
+
     def finish(self, tensor, stats, plan):
         """Merge the call's counts into the state (ORT's update rules)."""
         dtype = stats.dtype or np.dtype(_F32)
