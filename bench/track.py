@@ -472,18 +472,31 @@ def run_pytest(args, json_path, save=None):
         raise SystemExit(f"bench-check: the benchmark run failed (pytest exit {rc})")
 
 
+def _no_reference(kind, ref_path):
+    """bench-check's message when ``ref_path`` (this CPU kind's reference)
+    is missing; exit status 2."""
+    print(f"bench-check: no reference for this CPU kind ({kind}): {ref_path} is missing. "
+          f"Record one on a quiet machine of this kind: `make bench` two or three times, then "
+          f"`make bench-reference BENCH_REF_RUNS=\"bench/runs/<the saved runs>.json\"` (the "
+          f"median of the runs; bench/README.md), and commit it", file=sys.stderr)
+    return 2
+
+
 def cmd_check(args):
+    # the reference is looked for before the suite runs (it takes minutes)
+    kind = quantcore_info()["cpu_kind"]
+    ref_path = args.ref or reference_path(kind, args.results)
+    if not os.path.exists(ref_path):
+        return _no_reference(kind, ref_path)
     tmp = tempfile.mkdtemp(prefix="qc-bench-check-")
     first = os.path.join(tmp, "run.json")
     run_pytest(args.pytest_args, first, save=args.storage)
     docs = [load(first)]
-    kind = run_info(docs[0])["cpu_kind"]
-    ref_path = args.ref or reference_path(kind, args.results)
-    if not os.path.exists(ref_path):
-        print(f"bench-check: no reference for this CPU kind ({kind}): {ref_path} is missing; "
-              f"store one with `make bench-reference` (from a run on a quiet machine)",
-              file=sys.stderr)
-        return 2
+    run_kind = run_info(docs[0])["cpu_kind"]
+    if run_kind != kind and not args.ref:   # pytest-benchmark named the CPU otherwise
+        kind, ref_path = run_kind, reference_path(run_kind, args.results)
+        if not os.path.exists(ref_path):
+            return _no_reference(kind, ref_path)
     ref = load(ref_path)
     compared = docs[0]
     rows = compare(ref, compared, args.tolerance)

@@ -325,10 +325,22 @@ def test_check_without_reruns_decides_on_the_first_run(fake_runs, tmp_path):
 
 
 def test_check_without_a_reference_of_this_kind(fake_runs, tmp_path, capsys):
-    queue, _ = fake_runs
+    """No reference for the CPU kind bench-check runs on: it says so, and how
+    to record one, before running the suite (which takes minutes)."""
+    queue, calls = fake_runs
     queue.append(run(BASE))
+    here = track.quantcore_info()["cpu_kind"]
     assert track.main(["check", "--results", str(tmp_path)]) == 2
-    assert "no reference for this CPU kind (amd-epyc-avx512-2c)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"no reference for this CPU kind ({here})" in err and "make bench-reference" in err
+    assert calls == []
+    # a reference of this machine's kind, but the run names the CPU otherwise
+    # (amd-epyc-avx512-2c) and there is none of that kind: said after the run
+    if here != "amd-epyc-avx512-2c":
+        write(tmp_path, f"ref-{here}.json", run(BASE))
+        assert track.main(["check", "--results", str(tmp_path)]) == 2
+        assert "no reference for this CPU kind (amd-epyc-avx512-2c)" in capsys.readouterr().err
+        assert len(calls) == 1
 
 
 # --------------------------------------------------- reference and history
