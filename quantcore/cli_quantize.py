@@ -129,9 +129,12 @@ def add_parser(sub, formatter=None):
                     "weight observers).  Layout: 'python -m pydoc quantcore.cli_quantize'; "
                     "'quantcore dequantize' reads the output back.",
         **kw)
-    p.add_argument("file", metavar="FILE", help="input .safetensors")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="output .safetensors")
-    p.add_argument("--format", choices=FORMATS, default="int4", help="default int4")
+    from .engines import ENGINE_FORMATS, cli as engine_cli
+    p.add_argument("file", metavar="FILE", help="input .safetensors, or a model directory")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="output .safetensors "
+                                                                        "(or directory)")
+    p.add_argument("--format", choices=FORMATS + ENGINE_FORMATS, default=None,
+                   help="default int4 (a model directory: compressed-tensors)")
     p.add_argument("--group-size", type=int, default=None, metavar="G",
                    help=f"int4 / int8 only: values per group along the input dimension "
                         f"(default {DEFAULT_GROUP_SIZE}; MX blocks are 32, NVFP4 16, FP8 one "
@@ -147,6 +150,7 @@ def add_parser(sub, formatter=None):
     add_tensors(p, "quantize only the tensors whose name matches one of these globs, whatever "
                    "their kind (default: the 2-D weight matrices but embeddings)")
     add_quiet(p)
+    engine_cli.add_arguments(p)
     p.set_defaults(run=run)
     d = sub.add_parser(
         "dequantize", help="read a 'quantcore quantize' output back to float32",
@@ -155,7 +159,8 @@ def add_parser(sub, formatter=None):
                     "copied tensors are copied.  The values are those the quantize run "
                     "measured its SQNR on.",
         **kw)
-    d.add_argument("file", metavar="FILE", help="a .safetensors written by 'quantcore quantize'")
+    d.add_argument("file", metavar="FILE", help="a .safetensors written by 'quantcore quantize' "
+                                                "(or a compressed-tensors model directory)")
     d.add_argument("-o", "--output", required=True, metavar="OUT", help="output .safetensors")
     d.set_defaults(run=run_dequantize)
     return p
@@ -396,6 +401,9 @@ def open_checkpoint(path):
 def run(args):
     """The ``quantize`` command; returns the exit status."""
     from .cli_files import check_writable as _check_writable
+    from .engines import cli as engine_cli
+    if engine_cli.settle(args):  # a model directory: quantcore.engines
+        return engine_cli.run(args)
     _settle_options(args)
     if not args.output.endswith(".safetensors"):
         raise _error(f"-o {args.output}: quantize writes a .safetensors file")
@@ -619,6 +627,9 @@ def _dequantize_one(reader, name, shape, fmt, recipe, sym, group):
 def run_dequantize(args):
     """The ``dequantize`` command."""
     from .cli_files import check_writable as _check_writable
+    from .engines import cli as engine_cli
+    if engine_cli.is_model_dir(args.file):  # quantcore.engines
+        return engine_cli.run_dequantize(args)
     if not args.output.endswith(".safetensors"):
         raise _error(f"-o {args.output}: dequantize writes a .safetensors file")
     open_checkpoint(args.file).close()

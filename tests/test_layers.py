@@ -10,7 +10,7 @@ The layers, bottom up::
     2 stateful  observers, fake_quantize, calib, formats, state, checkpoints
     3 compat    compat.*, the interop wrappers (quantcore.torch, .jax, .dask)
     4 api       quantcore (the package's __init__: the public names)
-    5 app       cli*, compare, demo, onnx (the package), __main__
+    5 app       cli*, compare, demo, onnx and engines (the packages), __main__
 
 An import may go down or stay in its layer (without closing a cycle).
 """
@@ -37,6 +37,7 @@ LAYERS = (
     ("quantcore.cli_plot", 5), ("quantcore.cli_quantize", 5), ("quantcore.cli_calibrate", 5),
     ("quantcore.cli_common", 5), ("quantcore.cli_compare", 5), ("quantcore.compare", 5),
     ("quantcore.demo", 5), ("quantcore.onnx", 5), ("quantcore.__main__", 5),
+    ("quantcore.engines", 5),
 )
 LAYER_NAMES = ("kernels", "core", "stateful", "compat", "api", "app")
 

@@ -1,0 +1,151 @@
+"""Checkpoints that serving engines load: a Hugging Face model directory
+in, a model directory out whose weights and ``quantization_config`` are
+those a producer (llm-compressor for compressed-tensors) writes, bit for
+bit, so that vLLM and transformers load it as is.
+
+    quantcore quantize MODEL_DIR --format compressed-tensors --scheme FP8_DYNAMIC -o OUT_DIR
+
+Streamed: each input shard is memory-mapped, each weight quantized alone
+(float32 copy of it and a few temporaries at most), each output shard
+written tensor by tensor; the output directory appears at its path only
+when complete (:func:`quantcore.engines.hf.write_model_dir`).
+
+Modules: :mod:`.hf` (the directory: reading, sharding, writing),
+:mod:`.compressed_tensors` (that layout and its producer's numerics),
+:mod:`.cli` (the command line's part).
+"""
+import time
+
+import numpy as np
+
+from . import compressed_tensors as CT
+from .hf import DEFAULT_MAX_SHARD_SIZE, HFModel, ModelDirError, parse_size, plan_shards, \
+    write_model_dir
+
+__all__ = ["quantize_model", "load_dequantized", "ENGINE_FORMATS", "ModelDirError"]
+
+#: --format values that write a model directory
+ENGINE_FORMATS = ("compressed-tensors",)
+
+
+def quantize_model(src, dst, scheme="FP8_DYNAMIC", *, group_size=None,
+                   max_shard_size=DEFAULT_MAX_SHARD_SIZE, progress=None):
+    """Quantize a Hugging Face model directory into a compressed-tensors one.
+
+    Parameters
+    ----------
+    src, dst : str
+        The model directory, and the output directory (new, or empty).
+    scheme : {"FP8_DYNAMIC", "W4A16"}
+        llm-compressor's preset (:data:`compressed_tensors.SCHEMES`).
+    group_size : int, optional
+        W4A16's group along the input dimension (default 128).
+    max_shard_size : int or str
+        Bytes per output shard at most ("50GB", transformers' default).
+    progress : callable, optional
+        ``progress(shard file, entries)`` -> an iterable over the entries
+        (a progress bar).
+
+    Returns
+    -------
+    dict: ``quantized`` (names), ``ignore``, ``copied`` ({reason: names}),
+    ``shards`` (file names), ``bytes_in``, ``bytes_out``, ``seconds``.
+
+    Raises
+    ------
+    ValueError
+        An unknown scheme, a malformed directory (:class:`ModelDirError`,
+        naming the file and field), a layer whose shape the scheme's kernels
+        refuse (naming the layer), output == input.
+    """
+    if scheme not in CT.SCHEMES:
+        raise ValueError(f"scheme {scheme!r}: expected one of {list(CT.SCHEMES)}")
+    strategy = CT.SCHEMES[scheme][3]
+    if strategy != "group" and group_size is not None:
+        raise ValueError(f"group size applies to the group schemes, not {scheme}")
+    group = (CT.DEFAULT_GROUP_SIZE if group_size is None else int(group_size)) \
+        if strategy == "group" else None
+    if group is not None and group < 1:
+        raise ValueError(f"group size must be >= 1, got {group}")
+    limit = parse_size(max_shard_size)
+    t0 = time.perf_counter()
+    with HFModel(src) as model:
+        chosen, ignore, copied = CT.select(model)
+        if not chosen:
+            raise ValueError(f"{src}: no decoder-block Linear weight to quantize")
+        for n in chosen:
+            CT.check_shape(n, model.info(n)[1], scheme, group)
+        todo = set(chosen)
+        groups, source = [], {}
+        for n in model.names:
+            if n in todo:
+                dt, shape = model.info(n)
+                entries = CT.plan(n, dt, shape, scheme, group)
+                for e in entries:
+                    source[e[0]] = n
+            else:
+                entries = [(n, *model.info(n))]
+                source[n] = n
+            groups.append(entries)
+        shards = plan_shards(groups, limit)
+        config = dict(model.config)
+        config["quantization_config"] = CT.quantization_config(scheme, ignore, group)
+        cache = {}
+
+        def write_tensor(writer, name):
+            src_name = source[name]
+            if src_name not in todo:
+                writer.write_bytes(name, model.reader(src_name).raw(src_name))
+                return
+            if src_name not in cache:
+                cache.clear()  # (one weight's outputs at a time)
+                dt = model.info(src_name)[0]
+                x = model.reader(src_name).float32(src_name)
+                if not np.isfinite(x).all():
+                    raise ValueError(f"tensor {src_name!r} holds NaN or inf values: not "
+                                     "quantized")
+                outs = CT.quantize_tensor(x, dt, scheme, group)
+                prefix = CT.module_of(src_name)
+                cache[src_name] = {f"{prefix}.{k}": v for k, v in outs.items()}
+            writer.write(name, cache[src_name][name])
+
+        write_model_dir(model, dst, config, shards, write_tensor, progress=progress)
+        bytes_in = model.total_bytes
+    bytes_out = sum(sum(_nb(dt, s) for _, dt, s in e) for _, e in shards)
+    return {"quantized": chosen, "ignore": ignore, "copied": copied,
+            "shards": [f for f, _ in shards], "bytes_in": bytes_in, "bytes_out": bytes_out,
+            "seconds": time.perf_counter() - t0}
+
+
+def _nb(dt, shape):
+    from .hf import nbytes
+    return nbytes(dt, shape)
+
+
+def load_dequantized(path):
+    """The weights of a compressed-tensors model directory as compressed-
+    tensors' decompressors give them back: ``{name: (dtype, float32
+    array)}`` with every quantized module's ``X.weight`` (values of the
+    scale's dtype, exactly those transformers' ``from_pretrained`` loads)
+    and every other tensor as stored (its dtype and a read-only array of
+    its raw bytes).
+
+    Raises ModelDirError when the directory's config.json has no
+    compressed-tensors ``quantization_config``.
+    """
+    with HFModel(path, quantized=True) as model:
+        def get(name):
+            if name not in model:
+                return None
+            dt, shape = model.info(name)
+            return dt, shape, model.reader(name).raw(name)
+        modules = [n[:-len(".weight_scale")] for n in model.names
+                   if n.endswith(".weight_scale")]
+        parts = {f"{m}.{p}": m for m in modules for p in CT.STORED}
+        out = {}
+        for n in model.names:
+            if n not in parts:
+                out[n] = (model.info(n)[0], np.array(model.reader(n).raw(n)))
+            elif f"{parts[n]}.weight" not in out:
+                out[f"{parts[n]}.weight"] = CT.dequantize_module(get, parts[n])
+        return out

@@ -1,0 +1,132 @@
+"""The command line's part of the engines: ``quantcore quantize MODEL_DIR
+--format compressed-tensors`` (a model directory in, one out) and
+``quantcore dequantize MODEL_DIR -o OUT.safetensors``; cli_quantize.py
+routes a directory input or an engine ``--format`` here."""
+import os
+import sys
+
+__all__ = ["add_arguments", "is_model_dir", "settle", "run", "run_dequantize"]
+
+
+def add_arguments(p):
+    """The options of ``quantize`` that only a model directory takes."""
+    from . import compressed_tensors as CT
+    from .hf import DEFAULT_MAX_SHARD_SIZE
+    p.add_argument("--scheme", choices=tuple(CT.SCHEMES), default=None,
+                   help="a model directory only: llm-compressor's preset (default FP8_DYNAMIC: "
+                        "FP8 weights per channel, FP8 activations per token at run time; "
+                        "W4A16: int4 symmetric groups, --group-size, default 128)")
+    p.add_argument("--max-shard-size", default=DEFAULT_MAX_SHARD_SIZE, metavar="SIZE",
+                   help=f"a model directory only: bytes per output shard at most "
+                        f"(default {DEFAULT_MAX_SHARD_SIZE}, transformers' default; '5GB', "
+                        "'500MiB' or a number)")
+
+
+def is_model_dir(path):
+    """A directory given as input, but one named like a .safetensors file
+    (which the file path refuses as a directory)."""
+    return os.path.isdir(path) and not os.fspath(path).endswith(".safetensors")
+
+
+def settle(args):
+    """Whether ``quantize`` is given a model directory (or an engine
+    format); for a file, refuse the directory's options and default
+    ``--format`` to int4."""
+    from . import ENGINE_FORMATS
+    from .hf import DEFAULT_MAX_SHARD_SIZE
+    if is_model_dir(args.file) or args.format in ENGINE_FORMATS:
+        return True
+    for opt, v in (("--scheme", args.scheme is not None),
+                   ("--max-shard-size", args.max_shard_size != DEFAULT_MAX_SHARD_SIZE)):
+        if v:
+            raise _error(f"{opt} applies to a model directory, not to a .safetensors file")
+    args.format = args.format or "int4"
+    return False
+
+
+def _error(msg):
+    from ..cli_files import CliError
+    return CliError(msg)
+
+
+def _progress(quiet):
+    """A tqdm bar per shard on a terminal (None otherwise)."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+
+    def bar(fname, entries):
+        return tqdm(entries, desc=fname, unit="tensor", file=sys.stderr, leave=False)
+    return bar
+
+
+def run(args):
+    """``quantize`` of a model directory; returns the exit status."""
+    from . import ENGINE_FORMATS, ModelDirError, quantize_model
+    from ..cli_common import print_notes, say, short_list
+    if not is_model_dir(args.file):
+        raise _error(f"{args.file}: --format {args.format} reads a Hugging Face model "
+                     "directory (config.json and model.safetensors or its shards)")
+    if args.format is None:
+        args.format = ENGINE_FORMATS[0]
+    if args.format not in ENGINE_FORMATS:
+        raise _error(f"{args.file} is a model directory: --format must be one of "
+                     f"{list(ENGINE_FORMATS)}, got {args.format}")
+    given = [opt for opt, v in (("--recipe", args.recipe), ("--symmetric / --affine",
+                                                             args.symmetric),
+                                ("--tensors", args.tensors)) if v]
+    if given:
+        raise _error(f"{', '.join(given)} applies to a .safetensors file, not to a model "
+                     "directory (the layers follow the producer; --scheme chooses the format)")
+    scheme = args.scheme or "FP8_DYNAMIC"
+    try:
+        rep = quantize_model(args.file, args.output, scheme, group_size=args.group_size,
+                             max_shard_size=args.max_shard_size,
+                             progress=_progress(args.quiet))
+    except (ModelDirError, ValueError, FileExistsError) as exc:
+        raise _error(str(exc)) from None
+    except OSError as exc:
+        raise _error(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+    mib = 2 ** 20
+    say(f"quantized {len(rep['quantized'])} Linear weight(s) to {args.format} {scheme} in "
+        f"{rep['seconds']:.1f} s -> {args.output} ({len(rep['shards'])} shard(s), "
+        f"{rep['bytes_in'] / mib:.2f} MiB -> {rep['bytes_out'] / mib:.2f} MiB)")
+    notes = [f"left alone, {why}: {short_list(names)}" for why, names in rep["copied"].items()]
+    notes.append(f"ignore (quantization_config): {rep['ignore']}")
+    print_notes(notes)
+    return 0
+
+
+def run_dequantize(args):
+    """``dequantize`` of a compressed-tensors model directory into one
+    .safetensors file: the quantized weights as the decompressor gives
+    them (in the scale's dtype), the rest as stored."""
+    from . import ModelDirError, load_dequantized
+    from . import compressed_tensors as CT
+    from ..checkpoints import SafetensorsWriter
+    if not args.output.endswith(".safetensors"):
+        raise _error(f"-o {args.output}: dequantize writes a .safetensors file")
+    try:
+        tensors = load_dequantized(args.file)
+    except (ModelDirError, ValueError) as exc:
+        raise _error(str(exc)) from None
+    entries = [(n, dt, a.shape if dt in CT.WEIGHT_DTYPES and a.dtype == CT.F32 else None)
+               for n, (dt, a) in tensors.items()]
+    from .hf import HFModel
+    with HFModel(args.file, quantized=True) as model:
+        entries = [(n, dt, shape if shape is not None else model.info(n)[1])
+                   for n, dt, shape in entries]
+    try:
+        with SafetensorsWriter(args.output, entries, {"format": "pt"}) as w:
+            for n, (dt, a) in tensors.items():
+                if a.dtype == CT.F32 and dt in CT.WEIGHT_DTYPES:
+                    w.write(n, CT.as_dtype_bytes(a, dt))
+                else:
+                    w.write_bytes(n, a)
+    except OSError as exc:
+        raise _error(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+    print(f"wrote {len(tensors)} tensor(s) to {args.output}")
+    return 0

@@ -1,0 +1,264 @@
+"""The compressed-tensors checkpoint layout (``quant_method:
+"compressed-tensors"``), which llm-compressor writes and vLLM and
+transformers load, and its producer's numerics, bit for bit
+(compressed-tensors 0.20.0: ``quantization/utils/helpers.py``
+``calculate_qparams``, ``quantization/lifecycle/forward.py``
+``quantize`` / ``dequantize``, ``compressors/naive_quantized`` and
+``compressors/pack_quantized``; docs/FORMATS.md, "compressed-tensors").
+
+Schemes (llm-compressor's preset names, :data:`SCHEMES`):
+
+- ``FP8_DYNAMIC`` (format ``float-quantized``): FP8 e4m3fn weights, one
+  scale per output channel; activations quantized per token at run time
+  (no tensor stored for them).  Per Linear ``X``: ``X.weight`` F8_E4M3
+  ``[O, I]``, ``X.weight_scale`` ``[O, 1]`` in the weight's dtype.
+- ``W4A16`` (format ``pack-quantized``): int4 symmetric groups of
+  ``group_size`` (128) along I: ``X.weight_packed`` I32 ``[O, I / 8]``
+  (code + 8 as eight nibbles per little-endian word, element 8j + i in
+  bits 4i..4i+3), ``X.weight_scale`` ``[O, I / g]`` in the weight's
+  dtype, ``X.weight_shape`` I64 ``[2]``.
+
+The arithmetic is torch's in the weight's dtype ``D`` (F32, F16 or BF16;
+``r_D``: round to nearest even to ``D``; every torch F16 / BF16 operation
+is the float32 operation rounded once to D, and a float32 result of two D
+operands rounded to D is the correctly rounded D result)::
+
+    amax = max(|min(x, 0)|, max(x, 0))           per row (FP8) or group (int4)
+    s    = r_D(amax / 448)  FP8_DYNAMIC          s = r_D(amax / 7.5)  W4A16
+    s    = eps_D where s == 0                    (torch.finfo(D).eps)
+    q    = e4m3fn(r_D(x / s))   (RNE, +-448)     q = clip(rint(r_D(x / s)), -8, 7)
+    y    = r_D(decode(q) * s)                    y = r_D(q * s)
+
+``y`` is what compressed-tensors' decompressors (and so transformers'
+``from_pretrained``) give back for the stored tensors.
+"""
+import re
+
+import numpy as np
+
+from .. import formats as F
+
+__all__ = ["SCHEMES", "select", "plan", "quantize_tensor", "dequantize_module",
+           "quantization_config", "LAYOUT_VERSION", "round_to"]
+
+#: the compressed-tensors release whose layout and numerics this module
+#: follows (written as quantization_config.version)
+LAYOUT_VERSION = "0.20.0"
+F32 = np.float32
+#: torch.finfo(D).eps: the scale that replaces a zero scale
+EPS = {"F32": F32(2.0 ** -23), "F16": F32(2.0 ** -10), "BF16": F32(2.0 ** -7)}
+WEIGHT_DTYPES = tuple(EPS)
+#: scheme -> (format, weight bits, weight type, strategy, per-token FP8 activations)
+SCHEMES = {
+    "FP8_DYNAMIC": ("float-quantized", 8, "float", "channel", True),
+    "W4A16": ("pack-quantized", 4, "int", "group", False),
+}
+DEFAULT_GROUP_SIZE = 128
+#: every tensor suffix a quantized module may store
+STORED = ("weight", "weight_scale", "weight_packed", "weight_shape", "weight_zero_point",
+          "weight_global_scale")
+#: a decoder block: model.layers.3. (Llama, Qwen, Mixtral, Gemma), h.3. (GPT-2), blocks.3.
+_BLOCK = re.compile(r"(^|\.)(layers|layer|h|blocks|block)\.\d+\.")
+#: MoE routers and shared-expert gates (llm-compressor's recipes ignore them)
+_ROUTER = re.compile(r"(^|\.)(gate|router|shared_expert_gate)\.weight$")
+_TOWER = re.compile(r"(^|[._])(vision|visual|vision_tower|audio|audio_tower|multi_modal_projector)"
+                    r"([._]|$)")
+_EMBEDDING = re.compile(r"(^|[._])([^._]*embed[^._]*|wte|wpe)([._]|$)", re.IGNORECASE)
+
+
+# ------------------------------------------------------------------ numerics
+def round_to(x, dt):
+    """float32 ``x`` rounded to nearest even to the dtype ``dt`` ("F32",
+    "F16", "BF16"), as float32 values (finite x; overflow gives +-inf)."""
+    x = np.asarray(x, F32)
+    if dt == "F32":
+        return x
+    if dt == "F16":
+        with np.errstate(over="ignore"):
+            return x.astype(np.float16).astype(F32)
+    b = x.view(np.uint32)
+    b = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return b.view(F32)
+
+
+def as_dtype_bytes(x, dt):
+    """float32 values exact in ``dt`` as the array safetensors stores for it."""
+    x = np.ascontiguousarray(x, F32)
+    if dt == "F32":
+        return x
+    if dt == "F16":
+        return x.astype(np.float16)
+    return (x.view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+
+
+def _scale(amax, divisor, dt):
+    s = round_to((amax / F32(divisor)).astype(F32), dt)
+    return np.where(s == 0, EPS[dt], s).astype(F32)
+
+
+def _amax(x, axis=-1):
+    """max(|min(x, 0)|, max(x, 0)) along ``axis`` (exact)."""
+    return np.maximum(-np.minimum(x.min(axis=axis), 0), np.maximum(x.max(axis=axis), 0))
+
+
+def fp8_channel(x, dt):
+    """FP8_DYNAMIC's weight: (uint8 e4m3fn codes [O, I], scales float32 [O])
+    of float32 rows ``x`` holding ``dt`` values."""
+    s = _scale(_amax(x), 448, dt)
+    with np.errstate(over="ignore"):
+        v = round_to((x / s[:, None]).astype(F32), dt)
+    return F.cast_fp8(v, "e4m3fn", overflow="satfinite"), s
+
+
+def int_group(x, dt, bits, group):
+    """W4A16 / W8A16 symmetric groups: (int8 codes [O, I], scales float32
+    [O, I / group]) of float32 rows ``x`` holding ``dt`` values."""
+    rows, k = x.shape
+    xg = x.reshape(rows, k // group, group)
+    qmax = (1 << (bits - 1)) - 1
+    s = _scale(_amax(xg), (2 * qmax + 1) / 2, dt)
+    with np.errstate(over="ignore"):
+        v = round_to((xg / s[..., None]).astype(F32), dt)
+    q = np.clip(np.rint(v), -qmax - 1, qmax).astype(np.int8)
+    return q.reshape(rows, k), s
+
+
+def pack_int32(q, bits):
+    """compressed-tensors' ``pack_to_int32`` of int4 codes along the last
+    axis (q + 8 as nibbles, low first, little-endian words)."""
+    if bits != 4:
+        raise ValueError(f"packing of {bits}-bit codes is not written yet")
+    nib = F.pack_int4((q.astype(np.int16) + 8).astype(np.uint8))
+    pad = -nib.shape[-1] % 4
+    if pad:
+        nib = np.concatenate([nib, np.zeros(nib.shape[:-1] + (pad,), np.uint8)], axis=-1)
+    return np.ascontiguousarray(nib).view("<i4")
+
+
+def unpack_int32(packed, bits, k):
+    if bits != 4:
+        raise ValueError(f"packing of {bits}-bit codes is not written yet")
+    b = np.ascontiguousarray(packed).view(np.uint8)
+    return (F.unpack_int4(b, k).astype(np.int16) - 8).astype(np.int8)
+
+
+# ----------------------------------------------------------------- selection
+def module_of(name):
+    return name[:-len(".weight")] if name.endswith(".weight") else name
+
+
+def select(model):
+    """(quantized tensor names, ignore list, {reason: copied names}): the
+    Linear weights of the decoder blocks, as llm-compressor's ``targets:
+    ["Linear"]`` with its usual ``ignore``; every other 2-D weight (lm_head,
+    routers, towers) is left alone and, but embeddings, listed in ``ignore``
+    so that an engine does not expect it quantized; ``lm_head`` is listed
+    always (a tied lm_head has no tensor of its own)."""
+    chosen, ignore, copied = [], ["lm_head"], {}
+    for n in model.names:
+        dt, shape = model.info(n)
+        if not n.endswith(".weight") or len(shape) != 2:
+            continue
+        why = ("embeddings" if _EMBEDDING.search(n) else
+               "not a decoder block's Linear" if not _BLOCK.search(n) else
+               "a MoE router" if _ROUTER.search(n) else
+               "a vision / audio tower" if _TOWER.search(n) else
+               f"{dt} (quantized from F32, F16 or BF16 only)" if dt not in WEIGHT_DTYPES
+               else None)
+        if why is None:
+            chosen.append(n)
+            continue
+        copied.setdefault(why, []).append(n)
+        if why != "embeddings" and module_of(n) not in ignore:
+            ignore.append(module_of(n))
+    return chosen, ignore, copied
+
+
+def check_shape(name, shape, scheme, group):
+    """A shape the engines' kernels take, or ValueError naming the layer."""
+    _, bits, _, strategy, _ = SCHEMES[scheme]
+    if strategy == "group" and shape[1] % group:
+        raise ValueError(f"layer {module_of(name)!r}: input width {shape[1]} is not a multiple "
+                         f"of the group size {group} ({scheme}); not padded: leave the layer "
+                         "out or choose another group size")
+    if strategy == "group" and bits == 4 and group % 8:
+        raise ValueError(f"{scheme}: group size {group} must be a multiple of 8 (int32 words "
+                         "of eight codes)")
+
+
+# -------------------------------------------------------------------- layout
+def plan(name, dt, shape, scheme, group):
+    """[(name, dtype, shape)] stored for one quantized weight ``name``."""
+    m = module_of(name)
+    o, i = shape
+    if scheme == "FP8_DYNAMIC":
+        return [(f"{m}.weight", "F8_E4M3", (o, i)), (f"{m}.weight_scale", dt, (o, 1))]
+    return [(f"{m}.weight_packed", "I32", (o, -(-i * 4 // 32))),
+            (f"{m}.weight_scale", dt, (o, i // group)), (f"{m}.weight_shape", "I64", (2,))]
+
+
+def quantize_tensor(x, dt, scheme, group):
+    """{stored name suffix: array} of one weight (float32 ``x`` holding its
+    ``dt`` values), in :func:`plan`'s order."""
+    if scheme == "FP8_DYNAMIC":
+        q, s = fp8_channel(x, dt)
+        return {"weight": q, "weight_scale": as_dtype_bytes(s.reshape(-1, 1), dt)}
+    q, s = int_group(x, dt, 4, group)
+    return {"weight_packed": pack_int32(q, 4), "weight_scale": as_dtype_bytes(s, dt),
+            "weight_shape": np.array(x.shape, np.int64)}
+
+
+def _args(bits, typ, strategy, group, dynamic):
+    return {"num_bits": bits, "type": typ, "symmetric": True, "group_size": group,
+            "strategy": strategy, "dynamic": dynamic}
+
+
+def quantization_config(scheme, ignore, group=None):
+    """config.json's ``quantization_config`` for a scheme: what
+    compressed-tensors' ``ModelCompressor.update_config`` writes for
+    llm-compressor's preset (its ``QuantizationConfig.model_dump()``, which
+    leaves out the arguments at their defaults, plus the version,
+    ``quant_method`` and the empty sparsity / transform configs)."""
+    fmt, bits, typ, strategy, fp8_act = SCHEMES[scheme]
+    weights = _args(bits, typ, strategy, group if strategy == "group" else None, False)
+    acts = _args(8, "float", "token", None, True) if fp8_act else None
+    return {
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
+                                      "input_activations": acts, "output_activations": None,
+                                      "format": fmt}},
+        "format": fmt, "global_compression_ratio": None, "ignore": list(ignore),
+        "kv_cache_scheme": None, "moe_sparsity_config": None,
+        "quant_method": "compressed-tensors", "quantization_status": "compressed",
+        "sparsity_config": {}, "transform_config": {}, "version": LAYOUT_VERSION,
+    }
+
+
+# ---------------------------------------------------------------- read back
+def dequantize_module(get, module):
+    """(dtype, float32 values) of one quantized module's weight, as
+    compressed-tensors' decompressor gives it; ``get(name)`` returns a
+    stored tensor's (dtype, shape, raw uint8 bytes), or None."""
+    sdt, sshape, raw = get(f"{module}.weight_scale")
+    if sdt not in WEIGHT_DTYPES:
+        raise ValueError(f"{module}.weight_scale: dtype {sdt}, expected F32, F16 or BF16")
+    s = _read_float(raw, sdt).reshape(sshape)
+    packed = get(f"{module}.weight_packed")
+    if packed is None:  # float-quantized
+        dt, shape, raw = get(f"{module}.weight")
+        if dt != "F8_E4M3":
+            raise ValueError(f"{module}.weight: dtype {dt}, expected F8_E4M3")
+        y = F.fp8_decode(raw.reshape(shape), "e4m3fn") * s.reshape(-1, 1)
+        return sdt, round_to(y.astype(F32), sdt)
+    _, _, raw_shape = get(f"{module}.weight_shape")
+    shape = tuple(int(v) for v in raw_shape.view("<i8"))
+    q = unpack_int32(packed[2].view("<i4").reshape(packed[1]), 4, shape[1])
+    g = shape[1] // s.shape[-1]
+    y = q.reshape(shape[0], -1, g).astype(F32) * s[..., None]
+    return sdt, round_to(y.reshape(shape).astype(F32), sdt)
+
+
+def _read_float(raw, dt):
+    """float32 values of raw F32 / F16 / BF16 bytes."""
+    if dt == "BF16":
+        return (raw.view("<u2").astype(np.uint32) << np.uint32(16)).view(F32)
+    return raw.view("<f2" if dt == "F16" else "<f4").astype(F32)

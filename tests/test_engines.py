@@ -1,0 +1,177 @@
+"""quantcore.engines: a Hugging Face model directory quantized into the
+compressed-tensors layout, checked against the live producer and loaders:
+compressed-tensors 0.20.0's own qparams / compressors on the same weights
+(the bytes), transformers' ``from_pretrained`` (its decompressed weights,
+bit for bit, and ``generate``), and the directory rules (shards, index,
+atomic output, refusals naming the file and field)."""
+import json
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+torch = pytest.importorskip("torch")
+ct = pytest.importorskip("compressed_tensors")
+transformers = pytest.importorskip("transformers")
+
+from compressed_tensors.compressors import BaseCompressor  # noqa: E402
+from compressed_tensors.quantization import QuantizationConfig, QuantizationScheme  # noqa: E402
+from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES  # noqa: E402
+from compressed_tensors.quantization.utils import calculate_qparams  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+from quantcore import engines  # noqa: E402
+from quantcore.engines import compressed_tensors as CT  # noqa: E402
+
+TORCH_DT = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+
+
+def _tiny_llama(path, dtype=torch.bfloat16, tie=False, seed=0):
+    """A random Llama (hidden 64, 2 layers, vocab 128) saved with
+    save_pretrained."""
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   vocab_size=128, max_position_embeddings=64,
+                                   tie_word_embeddings=tie)
+    model = transformers.LlamaForCausalLM(cfg).to(dtype)
+    with torch.no_grad():  # weights of a trained model's spread, not init's tiny ones
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    model.save_pretrained(path)
+    return model
+
+
+def _expected(w, scheme, group=128):
+    """compressed-tensors' compressed tensors of weight w (torch): qparams
+    by calculate_qparams from the per-row / per-group min and max (the
+    MinMax observer of llm-compressor), then the scheme's compressor."""
+    sch = QuantizationScheme(targets=["Linear"], **PRESET_SCHEMES[scheme])
+    args = sch.weights
+    if args.strategy == "group":
+        args.group_size = group
+        g = w.unflatten(-1, (w.shape[-1] // group, group))
+        lo, hi = torch.amin(g, dim=-1), torch.amax(g, dim=-1)
+    else:
+        lo, hi = torch.amin(w, dim=1, keepdim=True), torch.amax(w, dim=1, keepdim=True)
+    s, zp = calculate_qparams(lo, hi, args)
+    comp = BaseCompressor.get_value_from_registry(CT.SCHEMES[scheme][0])
+    return comp.compress({"weight": w, "weight_scale": s, "weight_zero_point": zp}, sch)
+
+
+def _bytes(t):
+    return t.contiguous().view(torch.uint8).numpy().tobytes() if t.dtype.itemsize == 1 \
+        else t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+
+
+# ------------------------------------------------------------ the numerics
+@settings(max_examples=25, deadline=None)
+@given(dt=st.sampled_from(sorted(TORCH_DT)), rows=st.integers(1, 6),
+       groups=st.integers(1, 3), log_spread=st.floats(-6, 6), seed=st.integers(0, 2**31),
+       zero_row=st.booleans())
+def test_recipes_match_compressed_tensors(dt, rows, groups, log_spread, seed, zero_row):
+    """FP8_DYNAMIC and W4A16 codes and scales of random weights (any
+    spread, a zero row: the eps scale) equal compressed-tensors' bytes."""
+    g = 32
+    w = torch.from_numpy(np.random.default_rng(seed).standard_normal((rows, groups * g))
+                         .astype(np.float32) * np.float32(2.0 ** log_spread)).to(TORCH_DT[dt])
+    if zero_row:
+        w[0] = 0
+    x = w.float().numpy()
+    q, s = CT.fp8_channel(x, dt)
+    exp = _expected(w, "FP8_DYNAMIC")
+    assert _bytes(exp["weight"]) == q.tobytes()
+    assert _bytes(exp["weight_scale"]) == CT.as_dtype_bytes(s.reshape(-1, 1), dt).tobytes()
+    outs = CT.quantize_tensor(x, dt, "W4A16", g)
+    exp = _expected(w, "W4A16", g)
+    assert _bytes(exp["weight_packed"]) == outs["weight_packed"].tobytes()
+    assert _bytes(exp["weight_scale"]) == outs["weight_scale"].tobytes()
+    assert exp["weight_shape"].tolist() == outs["weight_shape"].tolist()
+
+
+def test_bf16_division_is_rounded_before_the_fp8_cast():
+    """compressed-tensors divides in the weight's dtype: a BF16 x / s is
+    rounded to BF16 before the FP8 cast (a double rounding that changes
+    about one code in thirty of random weights); casting the float32
+    quotient would not match."""
+    w = torch.from_numpy(np.random.default_rng(1).standard_normal((64, 256))
+                         .astype(np.float32)).to(torch.bfloat16)
+    x = w.float().numpy()
+    q, s = CT.fp8_channel(x, "BF16")
+    direct = CT.F.cast_fp8((x / s[:, None]).astype(np.float32), "e4m3fn")
+    assert _bytes(_expected(w, "FP8_DYNAMIC")["weight"]) == q.tobytes()
+    assert (direct != q).mean() > 0.01
+
+
+# --------------------------------------------------------- a model directory
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    root = tmp_path_factory.mktemp("engines")
+    model = _tiny_llama(root / "src")
+    return root, model
+
+
+@pytest.mark.parametrize("scheme", ["FP8_DYNAMIC", "W4A16"])
+def test_directory_bytes_equal_the_producers(llama, scheme, tmp_path):
+    root, model = llama
+    out = tmp_path / "out"
+    rep = engines.quantize_model(root / "src", out, scheme, group_size=32 if
+                                 scheme == "W4A16" else None)
+    assert rep["ignore"] == ["lm_head"]
+    assert sorted(os.listdir(out)) == ["config.json", "generation_config.json",
+                                       "model.safetensors"]
+    stored = load_file(out / "model.safetensors")
+    src = load_file(root / "src" / "model.safetensors")
+    linear = [n for n in src if n.startswith("model.layers.") and n.endswith("_proj.weight")]
+    assert sorted(rep["quantized"]) == sorted(linear) and len(linear) == 14
+    for n in linear:
+        exp = _expected(src[n], scheme, 32)
+        m = n[:-len(".weight")]
+        for k, v in exp.items():
+            assert v.dtype == stored[f"{m}.{k}"].dtype, (n, k)
+            assert _bytes(v) == _bytes(stored[f"{m}.{k}"]), (n, k)
+    for n in src:  # the rest copied, bytes for bytes
+        if n not in linear:
+            assert _bytes(src[n]) == _bytes(stored[n])
+    cfg = json.loads((out / "config.json").read_text())
+    qc = cfg.pop("quantization_config")
+    assert cfg == json.loads((root / "src" / "config.json").read_text())
+    # the configuration is compressed-tensors' own for the preset, as update_config writes it
+    want = QuantizationConfig(config_groups={"group_0": QuantizationScheme(
+        targets=["Linear"], **PRESET_SCHEMES[scheme])}, ignore=["lm_head"],
+        format=CT.SCHEMES[scheme][0], quantization_status="compressed")
+    if scheme == "W4A16":
+        want.config_groups["group_0"].weights.group_size = 32
+    want.config_groups["group_0"].format = want.format
+    dump = want.model_dump(mode="json", exclude=["quant_method"])
+    assert qc == {"version": ct.__version__, "quant_method": "compressed-tensors",
+                  "sparsity_config": {}, "transform_config": {}, **dump}
+    assert QuantizationConfig.model_validate(qc).model_dump() == want.model_dump()
+
+
+@pytest.mark.parametrize("scheme", ["FP8_DYNAMIC", "W4A16"])
+def test_transformers_loads_it_bit_for_bit(llama, scheme, tmp_path):
+    """from_pretrained: the weights compressed-tensors decompresses equal
+    load_dequantized's bit for bit (dequantize at load, and the compressed
+    load decompressed by its first forward), and generate runs."""
+    root, _ = llama
+    out = tmp_path / "out"
+    engines.quantize_model(root / "src", out, scheme, group_size=32 if scheme == "W4A16"
+                           else None)
+    ours = engines.load_dequantized(out)
+    cfg = transformers.CompressedTensorsConfig(dequantize=True)
+    dense = transformers.AutoModelForCausalLM.from_pretrained(out, quantization_config=cfg)
+    sd = dense.state_dict()
+    for n, (dt, y) in ours.items():
+        if y.dtype == np.float32:  # a dequantized weight
+            t = sd[n]
+            assert t.dtype == TORCH_DT[dt]
+            assert np.array_equal(t.float().numpy(), y), n
+    lazy = transformers.AutoModelForCausalLM.from_pretrained(out)
+    ids = torch.tensor([[1, 5, 9, 3]])
+    gen = lazy.generate(ids, max_new_tokens=4, do_sample=False)
+    assert gen.shape == (1, 8)
+    for n, (dt, y) in ours.items():
+        if y.dtype == np.float32:
+            assert np.array_equal(lazy.state_dict()[n].float().numpy(), y), n

@@ -1,0 +1,199 @@
+"""quantcore.engines' model directories: the shards and index
+(transformers' layout, loaded back by it), the command line, the output
+built beside its path and renamed at the end, and the refusals (the
+output is the input, a malformed config / index / shard named with its
+field, a layer whose shape the scheme refuses)."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from quantcore import engines
+from quantcore.checkpoints import SafetensorsReader, SafetensorsWriter
+from quantcore.cli import main
+from quantcore.engines import compressed_tensors as CT
+from quantcore.engines.hf import ModelDirError, parse_size
+
+
+def _model_dir(path, hidden=64, layers=2, dtype="BF16", seed=0):
+    """A Llama-shaped directory written without torch: config.json, one
+    model.safetensors, a tokenizer file (float32 values of dtype)."""
+    rng = np.random.default_rng(seed)
+    names = [("model.embed_tokens.weight", (128, hidden))]
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        names += [(p + "input_layernorm.weight", (hidden,))]
+        names += [(p + f"self_attn.{k}_proj.weight", (hidden, hidden)) for k in "qkvo"]
+        names += [(p + f"mlp.{k}_proj.weight", (2 * hidden, hidden)) for k in ("gate", "up")]
+        names += [(p + "mlp.down_proj.weight", (hidden, 2 * hidden))]
+    names += [("model.norm.weight", (hidden,)), ("lm_head.weight", (128, hidden))]
+    os.makedirs(path, exist_ok=True)
+    with SafetensorsWriter(os.path.join(path, "model.safetensors"),
+                           [(n, dtype, s) for n, s in names], {"format": "pt"}) as w:
+        for n, s in names:
+            w.write(n, CT.as_dtype_bytes(CT.round_to(rng.standard_normal(s).astype(np.float32),
+                                                     dtype), dtype))
+    with open(os.path.join(path, "config.json"), "w") as fh:
+        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}, fh)
+    with open(os.path.join(path, "tokenizer.json"), "w") as fh:
+        fh.write('{"tokens": []}')
+    return path
+
+
+def _tensors(d):
+    """{name: raw bytes} over a directory's shards."""
+    out = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            with SafetensorsReader(os.path.join(d, f)) as r:
+                out.update({n: (r.info(n), bytes(r.raw(n))) for n in r})
+    return out
+
+
+def test_shards_and_index_hold_the_same_tensors(tmp_path):
+    src = _model_dir(tmp_path / "src")
+    one = engines.quantize_model(src, tmp_path / "one", "FP8_DYNAMIC")
+    many = engines.quantize_model(src, tmp_path / "many", "FP8_DYNAMIC",
+                                  max_shard_size="40KB")
+    assert one["shards"] == ["model.safetensors"] and len(many["shards"]) > 2
+    assert many["shards"][0] == f"model-00001-of-{len(many['shards']):05d}.safetensors"
+    assert _tensors(tmp_path / "one") == _tensors(tmp_path / "many")
+    index = json.loads((tmp_path / "many" / "model.safetensors.index.json").read_text())
+    stored = _tensors(tmp_path / "many")
+    assert set(index["weight_map"]) == set(stored)
+    assert index["metadata"]["total_size"] == sum(len(b) for _, b in stored.values())
+    for f in many["shards"]:  # each shard at most the limit (no tensor here is larger)
+        assert os.path.getsize(tmp_path / "many" / f) < 40_000 + 4096
+    # a module's weight and scale stay in one shard
+    wm = index["weight_map"]
+    assert all(wm[n] == wm[n.replace("weight_scale", "weight")] for n in wm
+               if n.endswith("weight_scale"))
+    assert (tmp_path / "many" / "tokenizer.json").read_text() == '{"tokens": []}'
+    # the sharded directory is read as input too
+    again = engines.quantize_model(_model_dir(tmp_path / "src2"), tmp_path / "x", "W4A16",
+                                   group_size=32)
+    assert again["shards"] == ["model.safetensors"]
+
+
+def test_sharded_output_loads_in_transformers(tmp_path):
+    pytest.importorskip("compressed_tensors")
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   vocab_size=128, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(tmp_path / "src")
+    rep = engines.quantize_model(tmp_path / "src", tmp_path / "out", max_shard_size="30KB")
+    assert len(rep["shards"]) > 1 and rep["ignore"] == ["lm_head"]  # tied: no lm_head tensor
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    out = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=3, do_sample=False)
+    assert out.shape == (1, 6)
+    sd = model.state_dict()
+    for n, (dt, y) in engines.load_dequantized(tmp_path / "out").items():
+        if y.dtype == np.float32:
+            assert np.array_equal(sd[n].float().numpy(), y), n
+
+
+def test_command_line_quantize_and_dequantize(tmp_path, capsys):
+    src = _model_dir(tmp_path / "src", dtype="F16")
+    assert main(["quantize", str(src), "-o", str(tmp_path / "out"), "--max-shard-size",
+                 "50KB"]) == 0
+    text = capsys.readouterr().out
+    assert "FP8_DYNAMIC" in text and "ignore" in text
+    cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert cfg["quantization_config"]["format"] == "float-quantized"
+    assert main(["dequantize", str(tmp_path / "out"), "-o", str(tmp_path / "d.safetensors")]) == 0
+    back = engines.load_dequantized(tmp_path / "out")
+    with SafetensorsReader(tmp_path / "d.safetensors") as r:
+        for n, (dt, y) in back.items():
+            assert r.info(n)[0] == dt
+            if y.dtype == np.float32:
+                assert np.array_equal(r.float32(n), y)
+            else:
+                assert bytes(r.raw(n)) == y.tobytes()
+    assert main(["quantize", str(src), "-o", str(tmp_path / "w4"), "--scheme", "W4A16",
+                 "--group-size", "64"]) == 0
+    cfg = json.loads((tmp_path / "w4" / "config.json").read_text())["quantization_config"]
+    assert cfg["config_groups"]["group_0"]["weights"]["group_size"] == 64
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--recipe", "awq"], "--recipe applies to a .safetensors file"),
+    (["--format", "int4"], "--format must be one of"),
+    (["--scheme", "W4A16", "--group-size", "48"], "input width 64 is not a multiple of the "
+                                                  "group size 48"),
+    (["--max-shard-size", "lots"], "max shard size 'lots'"),
+])
+def test_command_line_refusals(tmp_path, capsys, argv, msg):
+    src = _model_dir(tmp_path / "src")
+    assert main(["quantize", str(src), "-o", str(tmp_path / "out"), *argv]) != 0
+    assert msg in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "out")
+    assert os.listdir(tmp_path) == ["src"]
+
+
+def test_file_options_refused_for_a_file(tmp_path, capsys):
+    src = _model_dir(tmp_path / "src")
+    assert main(["quantize", str(src / "model.safetensors"), "-o", str(tmp_path / "q.safetensors"),
+                 "--scheme", "W4A16"]) != 0
+    assert "--scheme applies to a model directory" in capsys.readouterr().err
+
+
+def test_output_is_not_the_input_and_not_a_full_directory(tmp_path):
+    src = _model_dir(tmp_path / "src")
+    with pytest.raises(ValueError, match="is the input directory"):
+        engines.quantize_model(src, src)
+    with pytest.raises(ValueError, match="inside the input directory"):
+        engines.quantize_model(src, src / "sub")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(FileExistsError):
+        engines.quantize_model(src, tmp_path / "full")
+    (tmp_path / "empty").mkdir()
+    engines.quantize_model(src, tmp_path / "empty")
+    assert "model.safetensors" in os.listdir(tmp_path / "empty")
+
+
+def test_an_interrupted_run_leaves_nothing(tmp_path, monkeypatch):
+    src = _model_dir(tmp_path / "src")
+    calls = []
+
+    def failing(x, dt, scheme, group):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real(x, dt, scheme, group)
+    real = CT.quantize_tensor
+    monkeypatch.setattr(CT, "quantize_tensor", failing)
+    with pytest.raises(KeyboardInterrupt):
+        engines.quantize_model(src, tmp_path / "out", max_shard_size="20KB")
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+@pytest.mark.parametrize("break_it, msg", [
+    (lambda d: (d / "config.json").write_text("{nope"), "config.json: config.json is not JSON"),
+    (lambda d: (d / "config.json").write_text(json.dumps(
+        {"quantization_config": {"quant_method": "fp8"}})), "quantization_config is already"),
+    (lambda d: (d / "model.safetensors").write_bytes(b"\x01"), "not a safetensors file"),
+    (lambda d: (d / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"a": "../x.safetensors"}})), "weight_map['a']"),
+    (lambda d: (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}})),
+     "field 'weight_map'"),
+    (lambda d: (d / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"model.norm.weight": "other.safetensors"}})), "is missing"),
+])
+def test_malformed_directories_are_named(tmp_path, break_it, msg):
+    src = _model_dir(tmp_path / "src")
+    break_it(src)
+    with pytest.raises(ModelDirError, match=msg.replace("[", r"\[").replace("]", r"\]")):
+        engines.quantize_model(src, tmp_path / "out")
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_parse_size():
+    assert parse_size("5GB") == 5 * 10**9 and parse_size("2MiB") == 2 * 2**20
+    assert parse_size(1000) == 1000 and parse_size("1.5KB") == 1500
+    with pytest.raises(ValueError, match="at least 1 byte"):
+        parse_size(0)
