@@ -32,7 +32,7 @@ $(VENV)/.installed-demo: $(VENV)/.created $(SOURCES)
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.created $(SOURCES)
-	$(PIP) install --no-build-isolation -e ".[test,torch,demo,cli,tensorflow]"
+	$(PIP) install --no-build-isolation -e ".[test,torch,demo,cli,tensorflow,engines]"
 	touch $@ $(VENV)/.installed-demo
 
 install: $(VENV)/.installed
