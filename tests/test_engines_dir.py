@@ -122,8 +122,8 @@ def test_command_line_quantize_and_dequantize(tmp_path, capsys):
 @pytest.mark.parametrize("argv, msg", [
     (["--recipe", "awq"], "--recipe applies to a .safetensors file"),
     (["--format", "int4"], "--format must be one of"),
-    (["--scheme", "W4A16", "--group-size", "48"], "input width 64 is not a multiple of the "
-                                                  "group size 48"),
+    (["--scheme", "W4A16", "--group-size", "48"], "group size 48 is not one vLLM's W4A16 "
+                                                  "kernels take (32, 64, 128"),
     (["--max-shard-size", "lots"], "max shard size 'lots'"),
 ])
 def test_command_line_refusals(tmp_path, capsys, argv, msg):
@@ -131,6 +131,14 @@ def test_command_line_refusals(tmp_path, capsys, argv, msg):
     assert main(["quantize", str(src), "-o", str(tmp_path / "out"), *argv]) != 0
     assert msg in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "out")
+    assert os.listdir(tmp_path) == ["src"]
+
+
+def test_a_layer_the_groups_do_not_fit_is_refused_by_name(tmp_path):
+    src = _model_dir(tmp_path / "src", hidden=96)
+    with pytest.raises(ValueError, match="layer 'model.layers.0.self_attn.q_proj': input width "
+                                         "96 is not a multiple of the group size 64"):
+        engines.quantize_model(src, tmp_path / "out", "W4A16", group_size=64)
     assert os.listdir(tmp_path) == ["src"]
 
 

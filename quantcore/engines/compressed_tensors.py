@@ -54,6 +54,9 @@ SCHEMES = {
     "W4A16": ("pack-quantized", 4, "int", "group", False),
 }
 DEFAULT_GROUP_SIZE = 128
+#: the group sizes vLLM's Marlin kernels take (utils/marlin_utils.py
+#: MARLIN_SUPPORTED_GROUP_SIZES, but -1: one group per row)
+GROUP_SIZES = (32, 64, 128)
 #: every tensor suffix a quantized module may store
 STORED = ("weight", "weight_scale", "weight_packed", "weight_shape", "weight_zero_point",
           "weight_global_scale")
@@ -175,15 +178,17 @@ def select(model):
 
 
 def check_shape(name, shape, scheme, group):
-    """A shape the engines' kernels take, or ValueError naming the layer."""
-    _, bits, _, strategy, _ = SCHEMES[scheme]
-    if strategy == "group" and shape[1] % group:
+    """A shape and group the engines' kernels take, or ValueError naming
+    the layer (never padded)."""
+    if SCHEMES[scheme][3] != "group":
+        return
+    if group not in GROUP_SIZES:
+        raise ValueError(f"{scheme}: group size {group} is not one vLLM's W4A16 kernels take "
+                         f"({', '.join(map(str, GROUP_SIZES))}: MARLIN_SUPPORTED_GROUP_SIZES)")
+    if shape[1] % group:
         raise ValueError(f"layer {module_of(name)!r}: input width {shape[1]} is not a multiple "
                          f"of the group size {group} ({scheme}); not padded: leave the layer "
                          "out or choose another group size")
-    if strategy == "group" and bits == 4 and group % 8:
-        raise ValueError(f"{scheme}: group size {group} must be a multiple of 8 (int32 words "
-                         "of eight codes)")
 
 
 # -------------------------------------------------------------------- layout
