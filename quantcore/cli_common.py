@@ -3,6 +3,7 @@ globs, ``-q``, ranged numbers), the input checks, the note and table
 printing, the one-line argparse errors, and the optional packages' extras.
 """
 import argparse
+import contextlib
 import fnmatch
 import os
 import textwrap
@@ -171,3 +172,27 @@ def add_quiet(parser):
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no per-tensor table and no progress bar: the summary lines, "
                              "notes, warnings and errors only")
+
+
+@contextlib.contextmanager
+def quiet_ort():
+    """ONNX Runtime without its warnings, restored afterwards: its C++
+    logger's (session creation: "Removing initializer ...") at severity 3
+    (errors) instead of its default 2, and quantize_static's root-logger
+    advice to pre-process the model.  The ``onnx`` commands, ``compare`` on
+    a model and the demo run in it; errors still show."""
+    import logging
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        import onnxruntime
+    except ImportError:
+        onnxruntime = None
+    if onnxruntime is not None:
+        onnxruntime.set_default_logger_severity(3)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+        if onnxruntime is not None:
+            onnxruntime.set_default_logger_severity(2)   # ORT's default (it has no getter)

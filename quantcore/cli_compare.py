@@ -34,12 +34,61 @@ def add_parser(sub, formatter=None):
                    help="also write an image: the share of codes that differ from the "
                         "reference, tensors x recipes, and the values whose code flips "
                         "(needs matplotlib)")
+    p.add_argument("--tables", action="store_true",
+                   help=f"every tensor's table (default: the tables up to {TABLES_MAX} tensors, "
+                        "one summary line per tensor above)")
     p.set_defaults(run=run_command)
     return p
 
 
+#: above this many tensors ``compare`` prints one line per tensor unless --tables
+TABLES_MAX = 8
+#: a run longer than this (seconds) reports its progress on stderr
+PROGRESS_AFTER_S = 1.0
+
+
+class _Progress:
+    """``compare: N / M tensors`` on stderr once the run is past
+    :data:`PROGRESS_AFTER_S`, then at most every 5 s (any stderr: a log
+    shows it too); nothing for a short run."""
+
+    def __init__(self, total):
+        import time
+        self.total, self.clock = total, time.monotonic
+        self.start = self.last = self.clock()
+
+    def __call__(self, done):
+        now = self.clock()
+        if now - self.start >= PROGRESS_AFTER_S and (self.last == self.start
+                                                     or now - self.last >= 5):
+            import sys
+            print(f"compare: {done} / {self.total} tensors, {now - self.start:.0f} s",
+                  file=sys.stderr, flush=True)
+            self.last = now
+
+
+def _summary_row(name, shape, result):
+    """One tensor's summary: the recipes whose codes all agree with the
+    reference, and the one that differs most."""
+    rows = [r for r in result.rows if not r.undefined]
+    same = sum(r.mismatch == 0 for r in rows)
+    worst = max(rows, key=lambda r: (r.mismatch, r.max_abs_diff), default=None)
+    most = "-" if worst is None or worst.mismatch == 0 else \
+        f"{worst.name} {100 * worst.mismatch:.2f}%"
+    return (name, "x".join(map(str, shape)), f"{same} / {len(result.rows)}", most)
+
+
 def run_command(args):
-    """``quantcore compare``: the table of every float tensor of the file."""
+    """``quantcore compare``: the table of every float tensor of the file
+    (an ONNX model's: without ONNX Runtime's warnings)."""
+    if not args.file.endswith(".onnx"):
+        return _run(args)
+    from .cli_common import quiet_ort
+    with quiet_ort():
+        return _run(args)
+
+
+def _run(args):
     from .cli_common import match_tensors, print_table
     from .cli_files import CliError, check_writable
     if args.plot:
@@ -50,8 +99,11 @@ def run_command(args):
     if args.tensors:
         keep = set(match_tensors([name for name, _, _ in entries], args.tensors))
         entries = [e for e in entries if e[0] in keep]
-    done = []
-    for name, shape, load in entries:
+    done, summary = [], []
+    tables = args.tables or len(entries) <= TABLES_MAX
+    progress = _Progress(len(entries))
+    for i, (name, shape, load) in enumerate(entries):
+        progress(i)
         if load is None:
             print(f"{name}: skipped (dtype {shape}, not floating point)")
             continue
@@ -66,6 +118,10 @@ def run_command(args):
         except Undefined as exc:
             print(f"{name}: skipped ({exc})")
             continue
+        done.append((name, result, load))
+        if not tables:
+            summary.append(_summary_row(name, shape, result))
+            continue
         head, rows, notes = table(result)
         print(f"{name}  shape {list(shape)}  min {x.min():.6g}  max {x.max():.6g}  "
               f"reference {args.reference}")
@@ -73,9 +129,12 @@ def run_command(args):
         for note in notes:
             print(f"  {note}")
         print()
-        done.append((name, result, load))
     if not done:
         raise CliError(f"{args.file}: no tensor could be compared (see the notes above)")
+    if summary:
+        print(f"{len(summary)} tensors against {args.reference} (--tables: each tensor's "
+              f"table; --tensors: some of them)")
+        print_table(("tensor", "shape", "same codes", "most different"), summary)
     if args.file.endswith(".onnx"):
         _print_accuracy(args)
     if args.plot:

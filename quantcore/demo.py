@@ -390,19 +390,6 @@ def _ort_calibrate(model_path, reader, method, op_types, workdir):
         return cal.compute_data()
 
 
-@contextlib.contextmanager
-def _quiet_ort_logging():
-    """Without quantize_static's advice to pre-process the model (root
-    logger warnings), restored afterwards."""
-    import logging
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    try:
-        yield
-    finally:
-        logging.disable(previous)
-
-
 def _same_ranges(ours, theirs):
     """Every tensor's lowest / highest (and Distribution's avg / std) equal bit for bit."""
     if set(ours.keys()) != set(theirs.keys()):
@@ -445,7 +432,8 @@ def run_onnx_demo(x_tr, y_tr, x_te, y_te, seed=0, epochs=20, batch_size=32):
     test = qonnx.NpzReader({"x": x_te.reshape(-1, 1, 8, 8)}, 256)
     op_types = qonnx.quantizable_op_types()
     rows = {}
-    with tempfile.TemporaryDirectory(prefix="quantcore_demo_") as workdir, _quiet_ort_logging():
+    from .cli_common import quiet_ort
+    with tempfile.TemporaryDirectory(prefix="quantcore_demo_") as workdir, quiet_ort():
         model_path = os.path.join(workdir, "convnet.onnx")
         onnx.save(net.to_onnx(), model_path)
         for method in qonnx.METHODS:

@@ -288,6 +288,31 @@ def test_cli(tmp_path, capsys):
         assert msg in err and err.count("\n") == 1
 
 
+def test_cli_summarises_many_tensors_and_reports_progress(tmp_path, capsys, monkeypatch):
+    """Above TABLES_MAX tensors: one summary line per tensor (a real model's
+    activations made 13,463 lines), every table with --tables; a run past
+    PROGRESS_AFTER_S says how far it is on stderr."""
+    from quantcore import cli_compare
+    from quantcore.cli import main
+    path = tmp_path / "many.npz"
+    np.savez(path, **{f"t{i}": _normal(256, seed=i) for i in range(cli_compare.TABLES_MAX + 1)})
+    assert main(["compare", str(path), "--recipes", "tf", "--reference", "torch_affine"]) == 0
+    out = capsys.readouterr()
+    lines = out.out.splitlines()
+    assert "  shape [" not in out.out and len(lines) == cli_compare.TABLES_MAX + 4, out.out
+    assert lines[0].startswith(f"{cli_compare.TABLES_MAX + 1} tensors against torch_affine")
+    row = [ln for ln in lines if ln.startswith("t3 ")][0].split()
+    r = C.compare(_normal(256, seed=3), ["tf"], "torch_affine")
+    same = sum(x.mismatch == 0 for x in r.rows if not x.undefined)
+    assert row[1:5] == ["256", str(same), "/", str(len(r.rows))], row
+    assert out.err == ""                                       # a short run: no progress
+    monkeypatch.setattr(cli_compare, "PROGRESS_AFTER_S", -1.0)
+    assert main(["compare", str(path), "--tables", "--recipes", "tf"]) == 0
+    out = capsys.readouterr()
+    assert out.out.count("  shape [256]") == cli_compare.TABLES_MAX + 1
+    assert out.err.startswith("compare: 0 / 9 tensors")
+
+
 def test_cli_plot(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     from quantcore.cli import main

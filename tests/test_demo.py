@@ -160,7 +160,7 @@ def test_save_writes_the_conv_net_and_data_that_compare_takes(tmp_path, capsys):
     float_acc = float((sess.run(None, {"x": x})[0].argmax(axis=1) == labels).mean())
     assert float_acc > 0.9   # the trained net, its own test images
 
-    assert main(["compare", str(model_path), "--data", str(data_path)]) == 0
+    assert main(["compare", str(model_path), "--data", str(data_path), "--tables"]) == 0
     out = capsys.readouterr().out
     tables = out.split("\naccuracy on --data")[0]
     for name in ("conv_w", "fc1_w", "fc2_w", "x", "fc1_relu", "logits"):
