@@ -19,7 +19,11 @@ def match_tensors(keys, patterns, aliases=None):
     matches by its alias: its bare name when keys are FILE:name);
     CliError naming the globs that match nothing.  ``calibrate`` and
     ``quantize`` select with this."""
+    keys = list(keys)
     aliases = keys if aliases is None else aliases
+    if isinstance(aliases, (str, bytes)) or len(aliases) != len(keys):
+        # zip() would stop at the shorter one and skip keys silently
+        raise TypeError("match_tensors: aliases must be a list with one alias per key")
 
     def hit(key, alias):
         return any(fnmatch.fnmatchcase(key, p) or fnmatch.fnmatchcase(alias, p)

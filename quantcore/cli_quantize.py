@@ -269,7 +269,7 @@ def _select(reader, args, notes):
     names = list(reader)
     copied = {}
     if args.tensors:
-        chosen = match_tensors(names, args.tensors, str(args.file))
+        chosen = match_tensors(names, args.tensors)
         for n in chosen:
             dt, shape = reader.info(n)
             if not reader.is_float(n) or 0 in shape:
@@ -302,8 +302,10 @@ def _select(reader, args, notes):
             short.append(f"{n} (K={k})")
     from .cli_common import short_list
     for why, keys in copied.items():
-        hint = "" if why.startswith(("not floating", "input dim")) else \
-            "; --tensors quantizes them"
+        # BatchNorm statistics (num_batches_tracked is an int) and integer
+        # tensors are refused by --tensors: no hint for them
+        hint = "; --tensors quantizes them" if why.startswith(
+            ("convolution", "1-D", "embeddings")) else ""
         notes.append(f"copied {len(keys)} tensor(s) unchanged, {why}{hint}: {short_list(keys)}")
     if short:
         notes.append(f"{len(short)} tensor(s) end with a shorter last group (the input "
@@ -432,12 +434,37 @@ def run(args):
                         continue
                     rows_out.append(_quantize_tensor(reader, writer, n, args))
         except OSError as exc:
+        copied = _copied_headline(reader, names, chosen, args, total_in)
             raise _error(f"{args.output}: cannot write: {exc.strerror or exc}") from None
         total_in = sum(reader.nbytes(n) for n in names)
     seconds = time.perf_counter() - t0
     total_out = _nbytes(entries)
-    _print_result(rows_out, args, seconds, total_in, total_out, notes)
+    _print_result(rows_out, args, seconds, total_in, total_out, notes, copied)
     return 0
+#: the share of the input's bytes copied unchanged above which the run says so
+#: in one headline line (a conv net's kernels are most of its bytes)
+COPIED_HEADLINE_SHARE = 0.5
+
+
+def _copied_headline(reader, names, chosen, args, total_in):
+    """One line when most of the input's bytes are copied unchanged: how
+    much, the reason that holds most of them, and the option that quantizes
+    them (None otherwise)."""
+    by_why = {}
+    for n in names:
+        if n not in chosen:
+            why = "not chosen by --tensors" if args.tensors else _why_copied(reader, n)
+            by_why[why] = by_why.get(why, 0) + reader.nbytes(n)
+    copied = sum(by_why.values())
+    if not total_in or copied <= COPIED_HEADLINE_SHARE * total_in:
+        return None
+    why = max(by_why, key=by_why.get)
+    hint = (" (--tensors 'PATTERN' quantizes them)"
+            if why.startswith(("convolution", "1-D", "embeddings")) else "")
+    return (f"note: {100 * copied / total_in:.0f}% of the input's bytes were copied "
+            f"unchanged, mostly {why.split(' (')[0]}{hint}")
+
+
 
 
 def _quantize_tensor(reader, writer, name, args):
@@ -506,7 +533,7 @@ def _scheme_text(args):
             f"{'symmetric' if args.symmetric else 'affine'}")
 
 
-def _print_result(rows, args, seconds, total_in, total_out, notes):
+def _print_result(rows, args, seconds, total_in, total_out, notes, headline=None):
     from .cli_common import print_notes, print_table, say
     q_in = sum(r[3] for r in rows)
     q_out = sum(r[4] for r in rows)
@@ -514,6 +541,8 @@ def _print_result(rows, args, seconds, total_in, total_out, notes):
     pooled = _Sqnr()
     for r in rows:
         pooled.merge(r[6])
+    if headline:
+        say(headline)
     say(f"quantized {len(rows)} tensor(s) to {args.format} ({_scheme_text(args)}) in "
         f"{seconds:.1f} s -> {args.output}")
     if not args.quiet:

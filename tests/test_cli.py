@@ -964,3 +964,53 @@ def test_version_and_missing_extras(monkeypatch, capsys):
         "pip install 'quantcore-fakequant[cli]'")
     assert cli.missing_extra(ModuleNotFoundError("x", name="onnxruntime.quantization")) \
         .endswith("pip install 'quantcore-fakequant[onnx]'")
+
+
+def test_quantize_tensors_matches_every_tensor_whatever_the_path_length(tmp_path, capsys,
+                                                                        monkeypatch):
+    """``quantize --tensors`` selects every matching tensor: the input path
+    (here 13 characters, fewer than the 16 tensors) once stood where the
+    list of aliases belongs, so tensors past its length were never matched."""
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(3)
+    names = [f"conv{i}.weight" for i in range(1, 17)]
+    save_tensors({n: rng.normal(size=(8, 4, 3, 3)).astype(np.float32) for n in names},
+                 "c.safetensors")
+    assert main(["quantize", "c.safetensors", "--format", "fp8", "--tensors", "conv*.weight",
+                 "-o", "q.safetensors"]) == 0
+    out = {e.name for e in list_tensors("q.safetensors")}
+    assert all(f"{n}.qweight" in out for n in names), sorted(out)
+    capsys.readouterr()
+    assert main(["quantize", "c.safetensors", "--format", "fp8", "--tensors", "conv16.weight",
+                 "-o", "q2.safetensors"]) == 0
+    assert "conv16.weight.qweight" in {e.name for e in list_tensors("q2.safetensors")}
+    with pytest.raises(TypeError, match="one alias per key"):
+        cli_common.match_tensors(names, ["*"], "c.safetensors")
+
+
+def test_quantize_says_when_most_bytes_are_copied(tmp_path, capsys):
+    """A conv net's kernels (3+ dimensions) are copied by default: one
+    headline line says how much of the file that is and which option
+    quantizes them; BatchNorm statistics get no --tensors hint (it refuses
+    their int64 counter)."""
+    rng = np.random.default_rng(4)
+    t = {f"conv{i}.weight": rng.normal(size=(16, 16, 3, 3)).astype(np.float32)
+         for i in range(4)}
+    t["fc.weight"] = rng.normal(size=(8, 32)).astype(np.float32)
+    t["bn.running_mean"] = np.zeros(16, np.float32)
+    t["bn.num_batches_tracked"] = np.array(3, np.int64)
+    save_tensors(t, str(tmp_path / "conv.safetensors"))
+    assert main(["quantize", str(tmp_path / "conv.safetensors"), "--format", "fp8",
+                 "-o", str(tmp_path / "q.safetensors")]) == 0
+    text = capsys.readouterr()
+    text = (text.out + text.err).replace("\n    ", " ")   # the wrapped lines joined
+    line = [ln for ln in text.splitlines() if "of the input's bytes were copied" in ln]
+    assert len(line) == 1 and "convolution kernels" in line[0] and "--tensors" in line[0], text
+    bn = [ln for ln in text.splitlines() if "BatchNorm" in ln]
+    assert bn and all("--tensors quantizes" not in ln for ln in bn), text
+    # a linear checkpoint: no such line
+    save_tensors({"fc.weight": t["fc.weight"]}, str(tmp_path / "fc.safetensors"))
+    assert main(["quantize", str(tmp_path / "fc.safetensors"), "--format", "fp8",
+                 "-o", str(tmp_path / "q2.safetensors")]) == 0
+    text = capsys.readouterr()
+    assert "bytes were copied" not in text.out + text.err
