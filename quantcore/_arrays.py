@@ -5,8 +5,10 @@ Nothing here computes a quantization formula; see ``ops.py`` and
 ``include/qc_elementwise.h``.
 """
 import functools
+import inspect
 import math
 import numbers
+import typing
 
 import numpy as np
 
@@ -89,12 +91,26 @@ def _to_framework(result, framework):
     return result
 
 
-def interop(func):
+#: the type of a wrapped function: the decorators below return their
+#: argument's type, so that static readers (IDEs, type checkers, jedi) see the
+#: public functions' own parameters
+_Func = typing.TypeVar("_Func", bound=typing.Callable[..., typing.Any])
+
+
+def _same_signature(wrapper, func):
+    """``wrapper`` with ``func``'s name, docstring and signature
+    (``__signature__`` too, so that ``help()`` and ``inspect`` show the real
+    parameters even where ``__wrapped__`` is not followed)."""
+    wrapper = functools.wraps(func)(wrapper)
+    wrapper.__signature__ = inspect.signature(func)
+    return wrapper
+
+
+def interop(func: _Func) -> _Func:
     """Let a functional-API entry take any ``__dlpack__`` array (torch
     tensors, jax arrays) as its first argument: it is viewed as numpy (CPU)
     or cupy (CUDA) without a copy (``out=`` too), and array results come back
     as the same type."""
-    @functools.wraps(func)
     def wrapper(x, *args, **kwargs):
         if type(x) is np.ndarray or isinstance(x, np.ndarray) or not hasattr(x, "__dlpack__") \
                 or is_cupy_array(x):
@@ -106,17 +122,16 @@ def interop(func):
         args = tuple(_from_dlpack(a) if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray)
                      else a for a in args)
         return _to_framework(func(_from_dlpack(x), *args, **kwargs), framework)
-    return wrapper
+    return _same_signature(wrapper, func)
 
 
-def interop_method(method):
+def interop_method(method: _Func) -> _Func:
     """``interop`` for methods whose first argument after self is the array."""
-    @functools.wraps(method)
     def wrapper(self, x, *args, **kwargs):
         if isinstance(x, np.ndarray) or not hasattr(x, "__dlpack__") or is_cupy_array(x):
             return method(self, x, *args, **kwargs)
         return interop(functools.partial(method, self))(x, *args, **kwargs)
-    return wrapper
+    return _same_signature(wrapper, method)
 
 
 def is_aligned(a):

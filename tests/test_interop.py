@@ -179,3 +179,29 @@ def test_numpy_array_likes(value, dtype, shape):
 def test_bad_array_likes(value, error):
     with pytest.raises(TypeError, match=error):
         qc.fake_quant(value, 0.1, 0, -128, 127)
+
+
+def test_public_functions_show_their_own_parameters():
+    """The interop decorators keep each public function's signature
+    (``__signature__``, read even where ``__wrapped__`` is not followed) and
+    are typed to return their argument's type, so that help(), IDEs and type
+    checkers see ``fake_quant(x, scale, zero_point, ...)``, not
+    ``(x, *args, **kwargs)``."""
+    import inspect
+    import typing
+
+    from quantcore import _arrays
+    checked = 0
+    for name in qc.__all__:
+        f = getattr(qc, name)
+        if not inspect.isfunction(f) or not hasattr(f, "__wrapped__"):
+            continue
+        own = inspect.signature(inspect.unwrap(f))
+        assert inspect.signature(f, follow_wrapped=False) == own, name
+        assert len(own.parameters) > 1 or name in ("backend_of",), name
+        checked += 1
+    assert checked >= 10   # fake_quant, quantize, nvfp4_quantize, group_quantize, ...
+    assert "zero_point" in inspect.signature(qc.fake_quant, follow_wrapped=False).parameters
+    for deco in (_arrays.interop, _arrays.interop_method):
+        hints = typing.get_type_hints(deco)
+        assert hints["return"] is hints["func" if deco is _arrays.interop else "method"]
