@@ -9,7 +9,8 @@ PYTEST_ARGS ?=
 
 .PHONY: all venv install demo wheel test test-lint test-cpu test-numpy-levels \
   gpu-emu-kernels gpu-emu-mirror bench bench-summary bench-check bench-reference \
-  bench-history asan-test gpu-test gpu-check gpu-emu-test clean
+  bench-history asan-test gpu-test gpu-check gpu-emu-test clean \
+  fault-test
 
 all: test
 
@@ -168,6 +169,13 @@ gpu-test:
 gpu-check:
 	$(GPU_PY) -m pip install --no-build-isolation --no-deps -e .
 	$(GPU_PY) bench/gpu_check.py $(GPU_CHECK_ARGS)
+
+# faults lose nothing (README "Reliability"): commands killed mid-write, full
+# disks, concurrent writers, outputs that are inputs; the fast cases of
+# tests/test_faults.py run in make test, this adds the slow ones (ONNX models
+# killed while ORT writes, spill and spool files, a real full tmpfs as root)
+fault-test: install
+	$(PY) -m pytest -q -p no:cacheprovider --runslow tests/test_faults.py $(PYTEST_ARGS)
 
 # kernels under AddressSanitizer: a separate in-place build in build/asan
 ASAN_DIR := build/asan

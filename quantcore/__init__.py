@@ -5,6 +5,7 @@ frameworks' own kernels.
 The public API is listed in ``__all__``; the framework layers live in
 ``quantcore.compat.<framework>``.
 """
+from . import _signals  # noqa: F401  (first: the quantcore command's Ctrl-C while importing)
 from ._arrays import backend_of
 from ._cpu import get_num_threads, set_num_threads
 from .ops import (dequantize, fake_quant, fake_quant_amax, fake_quant_nudged,

@@ -47,6 +47,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ._files import AtomicFile, pread_into
+
 __all__ = ["SafetensorsReader", "SafetensorsWriter", "load_safetensors", "DTYPES",
            "dtype_name", "read_header"]
 
@@ -71,6 +73,8 @@ _MAX_HEADER = 100_000_000
 #: a header nests no deeper than {name: {"shape": [...]}}
 _MAX_DEPTH = 3
 _ENTRY_FIELDS = ("dtype", "shape", "data_offsets")
+#: float32() reads a tensor's bytes this many at a time (F32: all at once)
+_READ_BYTES = 1 << 24
 _INTP_MAX = 2 ** 63 - 1
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 
@@ -267,6 +271,22 @@ def _ml_dtype(name):
         return np.dtype(getattr(ml_dtypes, name))
 
 
+def _float32_of(dt, raw):
+    """float32 values of the C-contiguous little-endian bytes ``raw`` of
+    safetensors dtype ``dt`` (F16 / BF16 / FP8 exactly; F64 rounded to
+    nearest, beyond float32: +-inf)."""
+    if dt == "BF16":  # the upper half of a float32, in place (no temporary)
+        out = np.empty(raw.size // 2, np.uint32)
+        out[...] = raw.view(np.uint16)
+        out <<= 16
+        return out.view(np.float32)
+    if dt in _FP8:
+        from .formats import fp8_decode
+        return fp8_decode(raw, _FP8[dt])
+    with np.errstate(over="ignore"):
+        return raw.view(np.dtype(DTYPES[dt][1])).astype(np.float32)
+
+
 def dtype_name(dtype):
     """The safetensors dtype string of a numpy (or ml_dtypes) dtype."""
     name = np.dtype(dtype).name
@@ -286,13 +306,30 @@ class SafetensorsReader(Mapping):
     def __init__(self, path):
         self.path = os.fspath(path)
         self._entries, self.metadata, self._data_start, data_size = read_header(self.path)
-        size = self._data_start + data_size
-        self._map = np.memmap(self.path, dtype=np.uint8, mode="r") if size else \
+        self._size = self._data_start + data_size
+        self._file = open(self.path, "rb", buffering=0)
+        self._fd = self._file.fileno()
+        self._check()
+        self._map = np.memmap(self._file, dtype=np.uint8, mode="r") if self._size else \
             np.zeros(0, np.uint8)
+
+    def _check(self, name=None):
+        """ValueError when the file no longer has the size its header gives
+        (truncated or rewritten since it was opened): reading a mapped page
+        past its end would kill the process with SIGBUS."""
+        if self._file is None:
+            raise ValueError(f"{self.path}: the reader is closed")
+        size = os.fstat(self._fd).st_size
+        if size != self._size:
+            what = f" (reading tensor {name!r})" if name is not None else ""
+            raise ValueError(f"{self.path}: the file changed while it was read{what}: it has "
+                             f"{size} bytes, its header describes {self._size}; was it "
+                             "overwritten or truncated?")
 
     # -- Mapping -------------------------------------------------------------
     def __getitem__(self, name):
         dt, shape, begin, end = self._entry(name)
+        self._check(name)
         raw = self._map[self._data_start + begin:self._data_start + end]
         dtype = _ml_dtype(DTYPES[dt][1]) if dt in DTYPES else None
         if dtype is None:  # a sub-byte dtype, or BF16 / FP8 without ml_dtypes
@@ -321,9 +358,27 @@ class SafetensorsReader(Mapping):
         return end - begin
 
     def raw(self, name):
-        """The tensor's bytes (a read-only uint8 view of the file)."""
+        """The tensor's bytes (a read-only uint8 view of the file: the
+        file's size is checked now, not when the view is read later)."""
         _, _, begin, end = self._entry(name)
+        self._check(name)
         return self._map[self._data_start + begin:self._data_start + end]
+
+    def read_bytes(self, name, start=0, stop=None):
+        """Bytes ``start:stop`` of a tensor as a new uint8 array, read with
+        ``os.preadv`` (no memory map: a file truncated meanwhile gives
+        OSError, never SIGBUS)."""
+        _, _, begin, end = self._entry(name)
+        start, stop, _ = slice(start, stop).indices(end - begin)
+        out = np.empty(max(stop - start, 0), np.uint8)
+        self._pread(name, out, begin + start)
+        return out
+
+    def _pread(self, name, view, offset):
+        """Fill ``view`` from data-section ``offset`` (the size checked first)."""
+        self._check(name)
+        pread_into(self._fd, view, self._data_start + offset,
+                   f"{self.path}: tensor {name!r} (the file was truncated?)")
 
     def is_float(self, name):
         """Whether :meth:`float32` reads the tensor (F64, F32, F16, BF16,
@@ -341,8 +396,8 @@ class SafetensorsReader(Mapping):
         if not self.is_float(name):
             raise ValueError(f"{self.path}: tensor {name!r} is {dt}, not a float tensor read "
                              f"as float32 ({', '.join(_FLOAT32_READ)})")
-        raw = self.raw(name)
         item = DTYPES[dt][0]
+        ranges, shape_out = [(begin, end - begin)], shape
         if rows is not None or cols is not None:
             for what, s in (("rows", rows), ("cols", cols)):
                 if s is not None and not isinstance(s, slice):
@@ -355,28 +410,45 @@ class SafetensorsReader(Mapping):
                     raise ValueError(f"{self.path}: width {k!r} does not divide the {n} values "
                                      f"of tensor {name!r}")
                 nrows = n // k
-            table = raw.reshape(nrows, k, item)
-            table = table[slice(None) if rows is None else rows]
-            if cols is not None:
-                table = table[:, cols]
-            shape = table.shape[:2]
-            raw = table.reshape(-1) if table.flags.c_contiguous else \
-                np.ascontiguousarray(table).reshape(-1)
-        if dt == "BF16":  # the upper half of a float32, in place (no temporary)
-            out = np.empty(raw.size // 2, np.uint32)
-            out[...] = raw.view(np.uint16)
-            out <<= 16
-            out = out.view(np.float32)
-        elif dt in _FP8:
-            from .formats import fp8_decode
-            out = fp8_decode(np.ascontiguousarray(raw), _FP8[dt])
-        else:
-            with np.errstate(over="ignore"):  # (F64 beyond float32: +-inf, as documented)
-                out = raw.view(np.dtype(DTYPES[dt][1])).astype(np.float32)
+            r = range(nrows)[slice(None) if rows is None else rows]
+            c = range(k)[slice(None) if cols is None else cols]
+            shape_out = (len(r), len(c))
+            if (r.step == 1 or len(r) < 2) and (c.step == 1 or len(c) < 2):
+                # a block of whole rows is one range of the file, else one per row
+                ranges = [(begin + r.start * k * item, len(r) * k * item)] if len(c) == k \
+                    else [(begin + (i * k + c.start) * item, len(c) * item) for i in r]
+                ranges = [(o, n) for o, n in ranges if n]
+            else:   # any other step: the mapped bytes (the file's size checked first)
+                table = self.raw(name).reshape(nrows, k, item)
+                table = table[slice(None) if rows is None else rows]
+                table = table if cols is None else table[:, cols]
+                return _float32_of(dt, np.ascontiguousarray(table).reshape(-1)).reshape(
+                    shape_out)
+        return self._float32_ranges(name, dt, ranges, shape_out)
+
+    def _float32_ranges(self, name, dt, ranges, shape):
+        """float32 of the tensor bytes ``ranges`` [(offset, nbytes)], read
+        with pread a bounded piece at a time (F32 straight into the result)."""
+        item = DTYPES[dt][0]
+        out = np.empty(math.prod(shape), np.float32)
+        at = 0
+        for offset, nbytes in ranges:
+            if dt == "F32":
+                self._pread(name, out[at:at + nbytes // 4], offset)
+                at += nbytes // 4
+                continue
+            for lo in range(0, nbytes, _READ_BYTES // item * item):
+                piece = np.empty(min(_READ_BYTES // item * item, nbytes - lo), np.uint8)
+                self._pread(name, piece, offset + lo)
+                out[at:at + piece.size // item] = _float32_of(dt, piece)
+                at += piece.size // item
         return out.reshape(shape)
 
     def close(self):
         self._map = np.zeros(0, np.uint8)
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def __enter__(self):
         return self
@@ -404,8 +476,10 @@ class SafetensorsWriter:
     reader would refuse (a name twice, a negative or non-integer dimension,
     a sub-byte tensor of a fractional byte count, a header over the
     format's limit) raises ValueError naming the tensor.  The file is
-    written to ``path + ".partial"`` and renamed on success, so a failed run
-    leaves no truncated file behind.
+    written through :class:`quantcore._files.AtomicFile` (a temporary beside
+    ``path``, with no name at all on Linux, fsync-ed and renamed by
+    ``close``), so a failed or killed run leaves neither a truncated file
+    nor a temporary, and any previous file at ``path`` intact.
     """
 
     def __init__(self, path, entries, metadata=None):
@@ -446,9 +520,13 @@ class SafetensorsWriter:
         if len(blob) > _MAX_HEADER:
             raise ValueError(f"{self.path}: the header would be {len(blob)} bytes, more than "
                              f"the format's {_MAX_HEADER}")
-        self._tmp = self.path + ".partial"
-        self._fh = open(self._tmp, "wb")
-        self._fh.write(struct.pack("<Q", len(blob)) + blob)
+        self._out = AtomicFile(self.path)
+        self._fh = self._out.file
+        try:
+            self._fh.write(struct.pack("<Q", len(blob)) + blob)
+        except BaseException:
+            self._out.discard()
+            raise
         self._next = 0
 
     def write(self, name, array):
@@ -475,19 +553,17 @@ class SafetensorsWriter:
         self._next += 1
 
     def close(self):
-        """Finish the file (rename it into place)."""
-        self._fh.close()
+        """Finish the file (fsync it and rename it into place)."""
         if self._next != len(self._order):
-            os.unlink(self._tmp)
+            self._out.discard()
             raise ValueError(f"{self.path}: {len(self._order) - self._next} declared tensors "
                              "were not written")
-        os.replace(self._tmp, self.path)
+        self._out.commit()
 
     def abort(self):
-        """Drop the partial file."""
-        self._fh.close()
-        if os.path.exists(self._tmp):
-            os.unlink(self._tmp)
+        """Drop the partial file (the previous file at ``path``, if any, is
+        left as it was)."""
+        self._out.discard()
 
     def __enter__(self):
         return self

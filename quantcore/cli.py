@@ -96,7 +96,7 @@ def fake_quant_files(args):
     if not isinstance(saved, dict):
         raise CliError(f"{args.qparams}: expected an object of tensor name -> qparams (as "
                        f"written by 'quantcore calibrate -o'), got {type(saved).__name__}")
-    check_writable(args.output, "-o")
+    check_writable(args.output, "-o", [args.file, args.qparams])
     if not args.output.endswith((".npy", ".npz", ".safetensors")):
         raise CliError(f"{args.output}: unknown output type (expected .npy, .npz or "
                        ".safetensors)")

@@ -18,6 +18,7 @@ from . import ops
 from . import qparams as Q
 from .cli_common import (add_quiet, add_tensors, formatter, int_in, list_checked,
                          match_tensors, print_notes, print_table, real_in, say, short_list)
+from ._files import atomic_write
 from .cli_files import CliError, check_writable, one_line, write_or_fail
 
 METHODS = ("minmax", "moving_average", "percentile", "entropy", "mse")
@@ -402,7 +403,7 @@ def calibrate(args):
                        "moving_average with --per-channel")
     for path, option in ((args.output, "-o"), (args.plot, "--plot")):
         if path:
-            check_writable(path, option)
+            check_writable(path, option, args.files)
     if args.plot:
         if not args.plot.lower().endswith((".png", ".pdf")):
             raise CliError(f"--plot {args.plot}: expected a .png (one image) or .pdf (one page "
@@ -458,7 +459,7 @@ def calibrate(args):
     print_notes(notes)
     if args.output:
         def dump():
-            with open(args.output, "w") as fh:
+            with atomic_write(args.output, text=True) as fh:
                 json.dump(results, fh, indent=1)
         write_or_fail(args.output, dump)
         print(f"qparams written to {args.output}")

@@ -19,6 +19,8 @@ import zipfile
 
 import numpy as np
 
+from ._files import atomic_write, refuse_same_file
+
 __all__ = ["CliError", "TensorEntry", "list_tensors", "save_tensors", "check_writable",
            "write_or_fail", "one_line"]
 
@@ -259,13 +261,20 @@ def _save_safetensors(tensors, path, metadata):
 
 def save_tensors(tensors, path, metadata=None):
     """Write ``{name: array}`` to a .npy (one tensor), .npz or .safetensors
-    file (``metadata``: the safetensors ``__metadata__`` strings)."""
+    file (``metadata``: the safetensors ``__metadata__`` strings), atomically
+    (quantcore._files: a previous file survives any failure, nothing is left
+    behind)."""
     if path.endswith(".npy"):
         if len(tensors) != 1:
             raise CliError(f"{path}: .npy holds one tensor, got {len(tensors)}; use .npz")
-        writer = lambda: np.save(path, next(iter(tensors.values())))  # noqa: E731
+
+        def writer():
+            with atomic_write(path) as fh:
+                np.save(fh, next(iter(tensors.values())))
     elif path.endswith(".npz"):
-        writer = lambda: np.savez(path, **tensors)  # noqa: E731
+        def writer():
+            with atomic_write(path) as fh:
+                np.savez(fh, **tensors)
     elif path.endswith(".safetensors"):
         writer = lambda: _save_safetensors(tensors, path, metadata)  # noqa: E731
     else:
@@ -280,8 +289,14 @@ def write_or_fail(path, writer):
         raise CliError(f"{path}: cannot write: {exc.strerror or one_line(exc)}") from None
 
 
-def check_writable(path, option):
-    """Fail before a long run when an output cannot be created."""
+def check_writable(path, option, inputs=()):
+    """Fail before a long run when an output cannot be created, or when it
+    is one of ``inputs`` (the same file by any path: symlinks, symlinked
+    folders, hard links)."""
+    try:
+        refuse_same_file(path, inputs, option)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CliError(f"{option} {path}: folder {folder} does not exist")

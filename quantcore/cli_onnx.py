@@ -47,6 +47,8 @@ import sys
 
 import numpy as np
 
+from ._files import refuse_same_file
+
 QUANT_TYPES = ("QInt8", "QUInt8", "QInt16", "QUInt16", "QInt4", "QUInt4", "QFLOAT8E4M3FN")
 
 #: ORT 1.32 quantize_static's extra_options and how their values are typed
@@ -433,6 +435,11 @@ def run(args):
     from . import onnx as qonnx
     if not os.path.isfile(args.model):
         error(f"{args.model}: no such file")
+    try:   # the output is none of the inputs, by any path (links included)
+        refuse_same_file(args.output, [args.model, getattr(args, "data", None),
+                                       getattr(args, "cache", None)], "-o")
+    except ValueError as exc:
+        error(str(exc))
     qonnx.load_model(args.model)      # not an ONNX model: one line
     sess = qonnx._ort_session(args.model, None, None, args.model)
     reader, labels, rows = _data(args, sess.get_inputs())

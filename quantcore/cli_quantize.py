@@ -78,7 +78,6 @@ the largest tensor's, not the file's.
 """
 import json
 import math
-import os
 import re
 import time
 
@@ -411,9 +410,7 @@ def run(args):
         raise _error(f"-o {args.output}: quantize writes a .safetensors file")
     reader = open_checkpoint(args.file)
     with reader:
-        if os.path.abspath(args.file) == os.path.abspath(args.output):
-            raise _error("--output must differ from the input file")
-        _check_writable(args.output, "-o")
+        _check_writable(args.output, "-o", [args.file])   # (not the input, by any path)
         names = list(reader)
         notes = []
         chosen = _select(reader, args, notes)
@@ -662,9 +659,7 @@ def run_dequantize(args):
     if not args.output.endswith(".safetensors"):
         raise _error(f"-o {args.output}: dequantize writes a .safetensors file")
     open_checkpoint(args.file).close()
-    if os.path.abspath(args.file) == os.path.abspath(args.output):
-        raise _error("--output must differ from the input file")
-    _check_writable(args.output, "-o")
+    _check_writable(args.output, "-o", [args.file])   # (not the input, by any path)
     try:
         tensors = load_dequantized(args.file)
     except ValueError as exc:

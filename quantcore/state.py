@@ -28,6 +28,7 @@ import zipfile
 
 import numpy as np
 
+from ._files import atomic_write
 from .fake_quantize import FakeQuantize
 from .observers import ObserverBase
 
@@ -328,7 +329,9 @@ def _read_npz(path):
 
 
 def save_state(obj, path):
-    """Write ``obj.state_dict()`` to ``path`` (``.json``, else ``.npz``)."""
+    """Write ``obj.state_dict()`` to ``path`` (``.json``, else ``.npz``):
+    atomically (:func:`quantcore._files.atomic_write`: a previous file at
+    ``path`` survives any failure whole, no temporary is left)."""
     name = type(obj).__name__
     if _CLASSES.get(name) is not type(obj):
         raise TypeError(f"save_state: cannot save a {name}; supported: {sorted(_CLASSES)}")
@@ -346,7 +349,7 @@ def save_state(obj, path):
                             "shape": list(value.shape)}
             else:
                 doc[key] = value
-        with open(path, "w") as fh:
+        with atomic_write(path, text=True) as fh:
             json.dump(doc, fh, indent=1, sort_keys=True)
         return
     arrays = {}
@@ -355,7 +358,7 @@ def save_state(obj, path):
         if arr.dtype.kind == "O":
             raise TypeError(f"save_state: {key!r} is not an array or a plain scalar")
         arrays[key] = arr
-    with open(path, "wb") as fh:
+    with atomic_write(path) as fh:
         np.savez(fh, **arrays)
 
 

@@ -5,7 +5,8 @@ to a higher one (docs/ARCHITECTURE.md, "Layers").  Imports inside functions
 
 The layers, bottom up::
 
-    0 kernels   quantcore._cpu.*, quantcore_gpu.*, _arrays, _warn, _switches
+    0 kernels   quantcore._cpu.*, quantcore_gpu.*, _arrays, _warn, _switches, _files,
+                _signals
     1 core      ops, qparams, torch_numerics
     2 stateful  observers, fake_quantize, calib, formats, state, checkpoints
     3 compat    compat.*, the interop wrappers (quantcore.torch, .jax, .dask)
@@ -25,7 +26,8 @@ PACKAGES = ("quantcore", "quantcore_gpu")
 #: (module prefix, layer); the longest matching prefix wins
 LAYERS = (
     ("quantcore_gpu", 0), ("quantcore._cpu", 0), ("quantcore._arrays", 0),
-    ("quantcore._warn", 0), ("quantcore._switches", 0),
+    ("quantcore._warn", 0), ("quantcore._switches", 0), ("quantcore._files", 0),
+    ("quantcore._signals", 0),
     ("quantcore.ops", 1), ("quantcore.qparams", 1), ("quantcore.torch_numerics", 1),
     ("quantcore.observers", 2), ("quantcore.fake_quantize", 2), ("quantcore.calib", 2),
     ("quantcore.formats", 2), ("quantcore.mx", 2), ("quantcore.formats_observers", 2),

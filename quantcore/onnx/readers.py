@@ -4,13 +4,14 @@ replayable through a temporary file), the spill file of the one-call
 calibration (``_Spill``) and the one-batch-ahead inference thread
 (``_prefetch``)."""
 import contextlib
-import os
 import queue
 import tempfile
 import threading
 
 import numpy as np
 
+from .._files import pread_into as _pread
+from .._files import scratch_file
 from ..compat import onnxruntime as O
 
 
@@ -59,12 +60,15 @@ def _prefetch(produce):
 class _Spill:
     """Arrays appended to one temporary file (raw bytes, no pickle): whole
     batches read back in order (``write`` / ``read``), or each tensor's
-    pieces gathered across chunks (``write_parts`` / ``gather``)."""
+    pieces gathered across chunks (``write_parts`` / ``gather``).  The file
+    has no name (unlinked as it is made, quantcore._files.scratch_file):
+    no exit, SIGKILL or a full disk included, leaves it behind; it is read
+    back through its descriptor with ``os.preadv`` (no shared position:
+    threads may gather at once)."""
 
     def __init__(self, directory=None):
-        fd, self.path = tempfile.mkstemp(prefix="quantcore_onnx_", suffix=".spill",
-                                         dir=directory)
-        self.file = os.fdopen(fd, "wb")
+        self.file = scratch_file(directory, prefix="quantcore_onnx_", suffix=".spill")
+        self.path = f"the spill file in {directory or tempfile.gettempdir()}"
         self.index = []
         self.pieces = {}    # name: [(offset, dtype, bytes, batches)]
         self.nbytes = 0
@@ -99,50 +103,53 @@ class _Spill:
     def gather(self, name, max_bytes):
         """Yield ``(batches, values)`` of tensor ``name``: its pieces in the
         order written, read back joined into 1-d arrays of at most
-        ``max_bytes`` (or one piece).  Each call reads through its own file
-        handle (calls for different tensors may run in threads)."""
+        ``max_bytes`` (or one piece).  Calls for different tensors may run
+        in threads (positioned reads)."""
         self.file.flush()
         pieces = self.pieces.get(name, [])
         i = 0
-        with open(self.path, "rb", buffering=0) as f:
-            while i < len(pieces):
-                j, nbytes = i + 1, pieces[i][2]
-                while j < len(pieces) and nbytes + pieces[j][2] <= max_bytes:
-                    nbytes += pieces[j][2]
-                    j += 1
-                out = np.empty(nbytes // pieces[i][1].itemsize, pieces[i][1])
-                view, at = memoryview(out).cast("B"), 0
-                for offset, _, size, _ in pieces[i:j]:
-                    f.seek(offset)
-                    self._read_into(f, view[at:at + size])
-                    at += size
-                yield sum(p[3] for p in pieces[i:j]), out
-                i = j
+        while i < len(pieces):
+            j, nbytes = i + 1, pieces[i][2]
+            while j < len(pieces) and nbytes + pieces[j][2] <= max_bytes:
+                nbytes += pieces[j][2]
+                j += 1
+            out = np.empty(nbytes // pieces[i][1].itemsize, pieces[i][1])
+            view, at = memoryview(out).cast("B"), 0
+            for offset, _, size, _ in pieces[i:j]:
+                self._read_into(view[at:at + size], offset)
+                at += size
+            yield sum(p[3] for p in pieces[i:j]), out
+            i = j
 
-    def _read_into(self, f, view):
-        """Fill ``view`` from ``f`` (one read returns at most about 2 GiB)."""
-        at = 0
-        while at < len(view):
-            got = f.readinto(view[at:])
-            if not got:
-                raise OSError(f"{self.path}: the spilled activations were cut short")
-            at += got
+    def _read_into(self, view, offset):
+        """Fill ``view`` from the file at ``offset`` (one read returns at
+        most about 2 GiB: _pread loops)."""
+        try:
+            _pread(self.file.fileno(), view, offset, self.path)
+        except OSError as exc:
+            raise OSError(f"{self.path}: the spilled activations were cut short ({exc})") \
+                from None
 
     def read(self):
-        self.file.close()
-        with open(self.path, "rb") as f:
-            for entry in self.index:
-                batch = {}
-                for name, dtype, shape in entry:
-                    a = np.empty(shape, dtype)
-                    self._read_into(f, memoryview(a.reshape(-1)).cast("B"))
-                    batch[name] = a
-                yield batch
+        self.file.flush()
+        offset = 0
+        for entry in self.index:
+            batch = {}
+            for name, dtype, shape in entry:
+                a = np.empty(shape, dtype)
+                self._read_into(memoryview(a.reshape(-1)).cast("B"), offset)
+                offset += a.nbytes
+                batch[name] = a
+            yield batch
 
     def close(self):
-        self.file.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        """Drop the file (nothing to unlink: it has no name; a failed flush
+        on a full disk is ignored)."""
+        with contextlib.suppress(OSError, ValueError):
+            self.file.close()
+        if not self.file.closed:
+            with contextlib.suppress(OSError, ValueError):
+                self.file.raw.close()
 
 
 class SpooledReader:

@@ -2,12 +2,14 @@
 defaults and extra_options, calibrated by quantcore, the model written by
 ORT through its calibration cache) and the comparison of a float and a
 quantized model (:func:`evaluate`, :func:`sqnr_db`)."""
+import contextlib
 import os
 import shutil
 import tempfile
 
 import numpy as np
 
+from .._files import atomic_path, refuse_same_file, temp_dir_beside
 from ..compat import onnxruntime as O
 from .calibration import ORT_METHODS, _method_name, calibrate
 from .readers import _feeds
@@ -109,7 +111,11 @@ def quantize(model_input, model_output, calibration_data_reader=None,
     -------
     CalibrationResult or None
         None when no calibration ran (``tensors_range`` given, or an existing
-        calibration cache).  Without ``calibration_cache_path`` it is
+        calibration cache).  The model (and its external data) is written
+        atomically: ORT writes it into a temporary folder beside
+        ``model_output``, renamed into place when it is done; a
+        ``model_output`` that is ``model_input`` (by any path) is refused.
+        Without ``calibration_cache_path`` it is
         :func:`calibrate`'s with ``histograms=False`` (ORT's default Entropy:
         one read of the data, ranges without counts; the same model).
     """
@@ -117,6 +123,8 @@ def quantize(model_input, model_output, calibration_data_reader=None,
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     method = _method_name(calibrate_method, "method")
+    if isinstance(model_input, (str, os.PathLike)):
+        refuse_same_file(model_output, [model_input], "model_output")
     ort_kw = dict(
         quant_format=_enum_name(quant_format, QuantFormat, "quant_format"),
         op_types_to_quantize=op_types_to_quantize, per_channel=per_channel,
@@ -130,9 +138,10 @@ def quantize(model_input, model_output, calibration_data_reader=None,
     if extra.get("SmoothQuant", False):  # ORT transforms the model with the reader itself
         method = CalibrationMethod[_ort_method(method)]
         try:
-            quantize_static(model_input, model_output, calibration_data_reader,
-                            calibrate_method=method,
-                            calibration_cache_path=calibration_cache_path, **ort_kw)
+            with _written(model_output) as out:
+                quantize_static(model_input, out, calibration_data_reader,
+                                calibrate_method=method,
+                                calibration_cache_path=calibration_cache_path, **ort_kw)
         except (RuntimeError, ImportError) as exc:  # ORT's: neural-compressor is missing
             raise ValueError(f"SmoothQuant (ORT's, run by ORT): {_one_line(exc)}") from None
         return None
@@ -152,7 +161,9 @@ def quantize(model_input, model_output, calibration_data_reader=None,
                            # the quantizer reads the ranges only (a cache kept keeps the counts)
                            histograms=calibration_cache_path is not None)
         tensors_range = result.tensors_range
-    tmpdir = tempfile.mkdtemp(prefix="quantcore_onnx_")
+    # (the cache ORT reads: beside a model path, named as its temporaries)
+    tmpdir = temp_dir_beside(model_output) if isinstance(model_output, (str, os.PathLike)) \
+        else tempfile.mkdtemp(prefix="quantcore_onnx_")
     try:
         if cached:
             cache = calibration_cache_path
@@ -161,9 +172,10 @@ def quantize(model_input, model_output, calibration_data_reader=None,
             cache = calibration_cache_path or os.path.join(tmpdir, "calibration.json")
             O.save_tensors_data(tensors_range, cache)
         try:
-            quantize_static(model_input, model_output, None, calibration_cache_path=cache,
-                            calibrate_method=CalibrationMethod[
-                                tensors_range.calibration_method.name], **ort_kw)
+            with _written(model_output) as out:
+                quantize_static(model_input, out, None, calibration_cache_path=cache,
+                                calibrate_method=CalibrationMethod[
+                                    tensors_range.calibration_method.name], **ort_kw)
         except (ValueError, TypeError, OSError):
             raise
         except Exception as exc:  # ORT's quantizer: NotImplementedError, AssertionError, ...
@@ -175,6 +187,16 @@ def quantize(model_input, model_output, calibration_data_reader=None,
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
     return result
+
+
+def _written(model_output):
+    """The path ORT writes the model to: for a path, one in a temporary
+    folder beside it, renamed into place (with its external data) once ORT
+    is done (quantcore._files.atomic_path: a previous model survives any
+    failure)."""
+    if isinstance(model_output, (str, os.PathLike)):
+        return atomic_path(model_output)
+    return contextlib.nullcontext(model_output)
 
 
 def _ort_method(method):

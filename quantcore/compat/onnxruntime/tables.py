@@ -1,12 +1,11 @@
 """ORT's calibration data (``TensorData`` / ``TensorsData``) and its files:
 ``tensors_data`` JSON and the calibration table."""
-import contextlib
 import json
 import os
-import tempfile
 
 import numpy as np
 
+from ..._files import atomic_write
 from .qtypes import CalibrationMethod, _F32
 
 
@@ -149,21 +148,13 @@ class _Encoder(json.JSONEncoder):
 def save_tensors_data(tensors_data, path, *, smooth_quant=False):
     """Write the JSON calibration cache ORT 1.27+ reads with
     ``quantize_static(..., calibration_cache_path=path)`` (through a
-    temporary file and ``os.replace``, as ORT)."""
+    temporary file, fsync and ``os.replace``: quantcore._files.atomic_write)."""
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".calibcache_", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            payload = tensors_data.to_dict()
-            payload["smooth_quant"] = smooth_quant
-            json.dump(payload, f, cls=_Encoder)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    payload = tensors_data.to_dict()
+    payload["smooth_quant"] = smooth_quant
+    with atomic_write(path, text=True) as f:
+        json.dump(payload, f, cls=_Encoder)
 
 
 def load_tensors_data(path):
@@ -188,8 +179,9 @@ def write_calibration_table(calibration_cache, dir=".", *, absmax=False):  # noq
     ``calibration.flatbuffers`` (when the ``flatbuffers`` package is
     installed).  ORT writes ``max(highest, lowest)``, which is the dynamic
     range only for symmetric ranges; ``absmax=True`` writes the correct
-    ``max(|highest|, |lowest|)``."""
-    with open(os.path.join(dir, "calibration.json"), "w") as f:
+    ``max(|highest|, |lowest|)``.  Each file is written atomically
+    (quantcore._files.atomic_write)."""
+    with atomic_write(os.path.join(dir, "calibration.json"), text=True) as f:
         f.write(json.dumps(calibration_cache, cls=_Encoder))
     keys = sorted(calibration_cache.keys())
     values = {k: str(_table_value(calibration_cache[k], absmax)) for k in keys}
@@ -198,9 +190,9 @@ def write_calibration_table(calibration_cache, dir=".", *, absmax=False):  # noq
     except ImportError:
         flatbuffers = None
     if flatbuffers is not None:
-        with open(os.path.join(dir, "calibration.flatbuffers"), "wb") as f:
+        with atomic_write(os.path.join(dir, "calibration.flatbuffers")) as f:
             f.write(_trt_table(flatbuffers, keys, values))
-    with open(os.path.join(dir, "calibration.cache"), "w") as f:
+    with atomic_write(os.path.join(dir, "calibration.cache"), text=True) as f:
         for k in keys:
             f.write(f"{k} {values[k]}\n")
 
