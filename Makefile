@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 
 .PHONY: all venv install demo wheel test test-lint test-cpu test-numpy-levels \
   gpu-emu-kernels gpu-emu-mirror bench bench-summary bench-check bench-reference \
-  bench-history asan-test gpu-test gpu-check gpu-emu-test clean \
+  bench-history asan-test gpu-test gpu-check gpu-emu-test gpu-toolchain-check clean \
   fault-test
 
 all: test
@@ -29,11 +29,18 @@ venv: $(VENV)/.created
 # x86-64-v3 / v4 builds are for speed; `make install` adds them); `make test`
 # adds every test extra (torch, TensorFlow, dask, ...) to the same venv.
 $(VENV)/.installed-demo: $(VENV)/.created $(SOURCES)
+	@echo "make demo: installing quantcore (baseline loops) and the demo extra into $(VENV):" \
+	  "about 1-3 min on 2 cores (compiling ~1 CPU-min; the download once, cold cache)"
 	QUANTCORE_SIMD_BUILDS=baseline $(PIP) install --no-build-isolation -e ".[demo]"
 	touch $@
 
+# (DISABLE_CUDA=1: hqq's setup.py, in the test extra, otherwise tries to build
+# CUDA kernels)
 $(VENV)/.installed: $(VENV)/.created $(SOURCES)
-	$(PIP) install --no-build-isolation -e ".[test,torch,demo,cli,tensorflow,engines]"
+	@echo "make install: quantcore (every SIMD build) and every test extra (torch, TensorFlow," \
+	  "ORT, transformers, the test models: ~3 GB) into $(VENV): 7 min here with a cold pip" \
+	  "cache (mostly downloads), 2-4 min warm (compiling ~3 CPU-min); pip is quiet meanwhile"
+	DISABLE_CUDA=1 $(PIP) install --no-build-isolation -e ".[test,torch,demo,cli,tensorflow,engines]"
 	touch $@ $(VENV)/.installed-demo
 
 install: $(VENV)/.installed
@@ -60,7 +67,8 @@ wheel: $(VENV)/.created
 # timing); the numpy-dependent tests again with numpy's SIMD dispatch capped
 # at two lower levels and another thread count; the tests that take cupy
 # arrays on the CUDA emulator (the real .cu kernels run on the CPU).
-TEST_PHASES := test-lint test-cpu test-numpy-levels gpu-emu-kernels gpu-emu-mirror
+TEST_PHASES := test-lint test-cpu test-numpy-levels gpu-emu-kernels gpu-emu-mirror \
+  gpu-toolchain-check
 test: install
 	@$(MAKE) --no-print-directory -k $(TEST_PHASES) || \
 	  { echo "make test: a phase failed (its output is above)"; exit 1; }
@@ -69,7 +77,7 @@ test-lint: install
 	$(PY) -m ruff check .
 
 test-cpu: install
-	$(PY) -m pytest -q -m "not gpu" tests bench --benchmark-disable $(PYTEST_ARGS)
+	QC_REQUIRE_ORACLES=1 $(PY) -m pytest -q -m "not gpu" tests bench --benchmark-disable $(PYTEST_ARGS)
 
 # Tests whose references compute with numpy (onnxruntime's calibrators, the
 # frameworks' numpy formulas, numpy.histogram): numpy's float32 reductions and
@@ -109,6 +117,26 @@ gpu-emu-kernels: install
 gpu-emu-mirror: install
 	$(GPU_EMU_ENV) $(PY) -m pytest -q -p no:cacheprovider -m gpu --mirror-cupy tests \
 	  $(PYTEST_ARGS)
+
+# The real toolchain, no GPU (issue 38): a separate venv with real CuPy,
+# NVRTC 12.9 and NVIDIA's nvdisasm / cuobjdump (pyproject extra
+# gpu-toolchain; the project on PYTHONPATH with .venv's in-place extension,
+# same Python); every module quantcore_gpu loads, for sm_90 / sm_80 /
+# sm_100 (CuPy's device lookup stubbed), through the project's own compile
+# and cache: the cached image is NVRTC's whole cubin, the tools accept it,
+# no approximate instruction, no .ftz, no contraction the source did not
+# write (python -m quantcore_gpu.toolchain_check; ~50 s per architecture
+# on 2 cores).
+CUDA_VENV ?= .venv-cuda
+$(CUDA_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/python -m pip --disable-pip-version-check -q install numpy \
+	  $$($(PY) -c "import tomllib; print(' '.join(tomllib.load(open( \
+	  'pyproject.toml', 'rb'))['project']['optional-dependencies']['gpu-toolchain']))")
+	touch $@
+
+gpu-toolchain-check: install $(CUDA_VENV)/.installed
+	PYTHONPATH=$(CURDIR) $(CUDA_VENV)/bin/python -m quantcore_gpu.toolchain_check
 
 # Full benchmark run: JSON + Markdown summary + PNG plot under bench/results/,
 # and the run saved into pytest-benchmark's storage (one file per run, named

@@ -217,16 +217,59 @@ def _device_id():
     return _cupy().cuda.runtime.getDevice()
 
 
+def _nvrtc_library():
+    """[file name, size, mtime in ns] of the libnvrtc this process mapped
+    (Linux ``/proc/self/maps``; NVRTC reports only major.minor, and a
+    12.9.41 -> 12.9.86 upgrade must not reuse a binary), or None where it
+    cannot be seen (another OS, or an NVRTC that is not a mapped file)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            paths = {line.split(None, 5)[-1].strip() for line in fh if "libnvrtc" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        name = os.path.basename(path)
+        if name.startswith("libnvrtc") and "builtins" not in name and os.path.isfile(path):
+            st = os.stat(path)
+            return [name, st.st_size, st.st_mtime_ns]
+    return None
+
+
+def cupy_added_options(cc):
+    """(options, binary kind) that ``cupy.cuda.compiler.compile_using_nvrtc``
+    appends to the caller's for the current device of compute capability
+    ``cc`` (its ``_compile``: the architecture option CuPy chose with
+    ``_get_arch_for_options_for_nvrtc`` -- ``-arch=sm_<cc>`` for a cubin, or
+    ``-arch=compute_<cc>`` PTX beyond NVRTC's newest architecture or with
+    CUPY_COMPILE_WITH_PTX --, then ``--device-as-default-execution-space``
+    and, for NVRTC 12.8+ with CUPY_NVRTC_USE_PCH, ``--pch``).  CuPy's own
+    helpers are asked where it has them (13.x, 14.x)."""
+    from cupy.cuda import compiler
+    chooser = getattr(compiler, "_get_arch_for_options_for_nvrtc", None)
+    if chooser is not None:
+        arch_opt, kind = chooser()
+    else:
+        ptx = os.environ.get("CUPY_COMPILE_WITH_PTX", "0").lower() in ("1", "true", "yes", "on")
+        arch_opt, kind = (f"-arch=compute_{cc}", "ptx") if ptx else (f"-arch=sm_{cc}", "cubin")
+    opts = [arch_opt, "--device-as-default-execution-space"]
+    major, minor = (int(v) for v in _cupy().cuda.nvrtc.getVersion())
+    if getattr(compiler, "_use_pch", False) and (major, minor) >= (12, 8):
+        opts.append("--pch")
+    return opts, kind
+
+
 def _target():
     """What the binary depends on besides the sources and options: the
-    compiler (NVRTC, the version CuPy loaded), the current device's compute
-    capability (CuPy compiles for ``sm_<cc>``, or ``compute_<cc>`` PTX
-    beyond the NVRTC's newest architecture or with CUPY_COMPILE_WITH_PTX)."""
+    compiler (NVRTC, the version CuPy loaded and its library file), CuPy
+    (its version and the options it adds on this path), the current
+    device's compute capability and the target CuPy chose for it
+    (:func:`cupy_added_options`)."""
     cp = _cupy()
+    cc = str(cp.cuda.Device().compute_capability)
+    adds, kind = cupy_added_options(cc)
     return {"compiler": "nvrtc", "nvrtc": [int(v) for v in cp.cuda.nvrtc.getVersion()],
-            "cc": str(cp.cuda.Device().compute_capability),
-            "ptx": os.environ.get("CUPY_COMPILE_WITH_PTX", "0").lower() in ("1", "true", "yes",
-                                                                          "on")}
+            "nvrtc_library": _nvrtc_library(), "cupy": str(getattr(cp, "__version__", "?")),
+            "cupy_adds": adds, "kind": kind, "cc": cc}
 
 
 def module_fields(source, group, target):
@@ -246,7 +289,21 @@ def _compile(source, names):
     from cupy.cuda import compiler
     binary, mapping = compiler.compile_using_nvrtc(
         read_source(source), compile_options(), filename=source, name_expressions=names)
-    return bytes(binary), dict(mapping)
+    # CuPy's getCUBIN returns NVRTC's cubin one byte short: the file the
+    # driver reads must be the whole image (cache.whole_image)
+    return _cache.whole_image(binary), dict(mapping)
+
+
+def module_entry(source, group, force=False):
+    """The cache Entry (a whole image the driver can load from its
+    ``path``) of one group of a source for the current device: from the
+    disk cache, else compiled through CuPy (:func:`_compile`) and stored;
+    ``force``: compile even when an entry is there.  What :func:`_module`
+    loads, and what the toolchain check (``quantcore_gpu.toolchain_check``)
+    hands to NVIDIA's tools.  ``entry.key`` is its cache key."""
+    fields = module_fields(source, group, _target())
+    names = module_groups(source)[group]
+    return _cache.get_module(fields, names, lambda: _compile(source, names), force=force)
 
 
 def _load(entry):
@@ -271,18 +328,15 @@ def _module(source, group):
             found = _modules.get(key)
             if found is None:
                 t0 = time.perf_counter()
-                fields = module_fields(source, group, _target())
-                names = module_groups(source)[group]
-                entry = _cache.get_module(fields, names, lambda: _compile(source, names))
+                entry = module_entry(source, group)
                 try:
                     mod = _load(entry)
                 except cp.cuda.driver.CUDADriverError:
                     if entry.compiled:
                         raise
                     # an entry the driver refuses (e.g. written for another driver) is a miss
-                    _cache.REJECTED.append((_cache.key_of(fields), "the driver refused it"))
-                    entry = _cache.get_module(fields, names, lambda: _compile(source, names),
-                                              force=True)
+                    _cache.REJECTED.append((entry.key, "the driver refused it"))
+                    entry = module_entry(source, group, force=True)
                     mod = _load(entry)
                 MODULE_LOG.append((key[0], source, group,
                                    "compiled" if entry.compiled else "loaded",

@@ -8,21 +8,26 @@ one device architecture.  Its entry is two files in the cache folder:
   from, the lowered (mangled) name of every name expression, and the name,
   size and SHA-256 of the binary file;
 - ``<key>-<sha256 prefix>.bin``: the binary (cubin, or PTX where the
-  compiler made PTX) exactly as the compiler returned it.
+  compiler made PTX): for a cubin, the whole ELF image NVRTC produced
+  (:func:`whole_image`: CuPy's ``nvrtc.getCUBIN`` returns it one byte
+  short), never less than its ELF extent (:func:`elf_extent`).
 
 ``key`` is the SHA-256 of the canonical JSON of the fields: the source's
 name, the SHA-256 of the source and of every header it includes (quoted
 ``#include``, transitively), the compile options (the include folder
 replaced by a placeholder: moving the installation does not invalidate),
-the name expressions, the compiler's identity (NVRTC version) and the
-target (the device's compute capability and the binary kind).  An entry
-is trusted only when all of that matches and the binary's size and hash
-are those recorded; anything else (missing, truncated, corrupt, foreign,
-another format) is a miss and the module is compiled again and the entry
-rewritten.  Writes go to a temporary file in the same folder, then
-``os.replace``: a reader sees the old file or the new one, never half of
-one; the binary is written before the JSON that names it, and its name
-carries its hash, so concurrent writers of one key never mix two builds.
+the name expressions, the compiler's identity (NVRTC version, the
+library's file, the CuPy version and the options CuPy adds) and the
+target CuPy chose (the ``-arch`` option and the binary kind).  An entry
+is trusted only when all of that matches, the binary's size and hash
+are those recorded and a cubin covers its whole ELF extent; anything
+else (missing, truncated, corrupt, foreign, another format, a format-1
+entry written before cubins were made whole) is a miss and the module is
+compiled again and the entry rewritten.  Writes go to a temporary file
+in the same folder, flushed and ``os.fsync``-ed, then ``os.replace``: a
+reader sees the old file or the new one, never half of one; the binary
+is written before the JSON that names it, and its name carries its hash,
+so concurrent writers of one key never mix two builds.
 No pickle: JSON and the compiler's bytes only.
 
 The folder is ``$QUANTCORE_KERNEL_CACHE`` when set (``off`` disables the
@@ -38,15 +43,17 @@ import json
 import os
 import re
 import shutil
+import struct
 import tempfile
 import threading
 import warnings
 
 __all__ = ["FORMAT", "REJECTED", "cache_dir", "closure", "key_of", "DiskCache", "Entry",
-           "get_module"]
+           "get_module", "elf_extent", "whole_image", "CUPY_STRIPPED"]
 
-#: version of the entry layout; entries of another format are misses
-FORMAT = 1
+#: version of the entry layout; entries of another format are misses.  2:
+#: cubins whole (format 1 stored CuPy's one-byte-short cubins, never trusted)
+FORMAT = 2
 #: (key, reason) of every entry found unusable in this process (diagnostics)
 REJECTED = []
 
@@ -89,6 +96,90 @@ def closure(name, code, dirs):
     return out
 
 
+#: bytes that CuPy's ``nvrtc.getCUBIN`` cuts off the end of NVRTC's cubin
+#: (``cupy_backends/cuda/libs/nvrtc.pyx``, CuPy 13.x, 14.x and main:
+#: ``return cubin_ptr[:cubinSizeRet-1]`` under "Strip the trailing NULL",
+#: a rule for text that a cubin does not follow: its last byte is the end
+#: of the program-header table).  Loaded from a Python ``bytes`` object the
+#: hidden terminator supplies it; loaded from a file it is missing.
+CUPY_STRIPPED = 1
+
+_ELF_MAGIC = b"\x7fELF"
+_SHT_NOBITS = 8
+
+
+def elf_extent(data):
+    """The number of bytes an ELF image claims: the furthest end of its
+    header (``e_ehsize``), its section-header table (``e_shoff + e_shnum *
+    e_shentsize``), its program-header table (``e_phoff + e_phnum *
+    e_phentsize``), every section's contents (``sh_offset + sh_size``,
+    except SHT_NOBITS) and every segment's (``p_offset + p_filesz``); None
+    when ``data`` is not an ELF image (PTX text).  Tables that lie past the
+    end of ``data`` are counted from their header fields alone.  Raises
+    ValueError for an ELF header that is cut short or malformed."""
+    data = bytes(data)
+    if not data.startswith(_ELF_MAGIC):
+        return None
+    if len(data) < 16 or data[4] not in (1, 2) or data[5] not in (1, 2):
+        raise ValueError("elf_extent: a malformed ELF identification")
+    wide, end = data[4] == 2, "<" if data[5] == 1 else ">"
+    head = end + ("HHIQQQIHHHHHH" if wide else "HHIIIIIHHHHHH")
+    if len(data) < 16 + struct.calcsize(head):
+        raise ValueError(f"elf_extent: the ELF header is cut short ({len(data)} bytes)")
+    (_, _, _, _, phoff, shoff, _, ehsize, phentsize, phnum, shentsize, shnum,
+     _) = struct.unpack_from(head, data, 16)
+    extent = max(ehsize, 16 + struct.calcsize(head))
+    if shnum:
+        extent = max(extent, shoff + shnum * shentsize)
+        for i in range(shnum):   # (sh_type, sh_offset, sh_size) of each whole entry
+            at = shoff + i * shentsize
+            fmt = end + ("4xI16xQQ" if wide else "4xI8xII")
+            if at + struct.calcsize(fmt) > len(data):
+                break
+            typ, off, size = struct.unpack_from(fmt, data, at)
+            if typ != _SHT_NOBITS:
+                extent = max(extent, off + size)
+    if phnum:
+        extent = max(extent, phoff + phnum * phentsize)
+        for i in range(phnum):   # (p_offset, p_filesz) of each whole entry
+            at = phoff + i * phentsize
+            fmt = end + ("8xQ16xQ" if wide else "4xI8xI")
+            if at + struct.calcsize(fmt) > len(data):
+                break
+            off, size = struct.unpack_from(fmt, data, at)
+            extent = max(extent, off + size)
+    return extent
+
+
+def whole_image(binary):
+    """The image to hand to the driver for a compiler result ``binary``:
+    PTX (not ELF) unchanged; a cubin completed to its ELF extent with the
+    zero byte CuPy's ``getCUBIN`` cut off (:data:`CUPY_STRIPPED`: the last
+    byte of the program-header table, the high byte of the last entry's
+    ``p_align``, which NVRTC writes as 0; the toolchain check compares the
+    result with NVRTC's own ``nvrtcGetCUBIN`` bytes).  Raises ValueError for
+    a cubin short by more than that (truncated, not stripped)."""
+    binary = bytes(binary)
+    extent = elf_extent(binary)
+    if extent is None or len(binary) >= extent:
+        return binary
+    if extent - len(binary) > CUPY_STRIPPED:
+        raise ValueError(f"quantcore_gpu: a cubin of {len(binary)} bytes whose ELF image ends at "
+                         f"{extent}: truncated (CuPy cuts off {CUPY_STRIPPED} byte only)")
+    return binary + bytes(extent - len(binary))
+
+
+def _short_image(data):
+    """Why ``data`` is not a whole image for the driver, or None."""
+    try:
+        extent = elf_extent(data)
+    except ValueError as exc:
+        return str(exc)
+    if extent is not None and len(data) < extent:
+        return f"binary shorter than its ELF image ({len(data)} < {extent} bytes)"
+    return None
+
+
 def key_of(fields):
     """The entry key (SHA-256 hex) of a JSON-serialisable dict of fields."""
     blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
@@ -98,15 +189,19 @@ def key_of(fields):
 class Entry:
     """A usable module binary: ``path`` (a file the loader reads),
     ``lowered`` {name expression: lowered name}, ``compiled`` (False when
-    it came from the disk cache) and ``seconds`` (compile or load time)."""
+    it came from the disk cache), ``seconds`` (compile or load time) and
+    ``key`` (its cache key)."""
 
-    def __init__(self, path, lowered, compiled, seconds=0.0):
+    def __init__(self, path, lowered, compiled, seconds=0.0, key=None):
         self.path, self.lowered, self.compiled, self.seconds = path, lowered, compiled, seconds
+        self.key = key
 
 
 def _write_atomic(path, data):
-    """Write bytes to ``path`` through a temporary file in its folder and
-    ``os.replace`` (atomic on POSIX and Windows)."""
+    """Write bytes to ``path`` through a temporary file in its folder
+    (flushed and ``os.fsync``-ed: after a crash the new name never points
+    at data that did not reach the disk) and ``os.replace`` (atomic on POSIX
+    and Windows)."""
     folder = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
@@ -155,6 +250,8 @@ class DiskCache:
             else:
                 if len(data) != meta["size"] or hashlib.sha256(data).hexdigest() != meta["sha256"]:
                     reason = "binary size or hash differs (truncated or corrupt)"
+                else:
+                    reason = _short_image(data)
         if reason is not None:
             self.rejected.append((key, reason))
             return None
@@ -180,7 +277,11 @@ class DiskCache:
 
     def store(self, key, fields, binary, lowered):
         """Write an entry; its binary's path (raises OSError when the folder
-        cannot be written)."""
+        cannot be written, ValueError for a cubin shorter than its ELF
+        image: :func:`whole_image` first)."""
+        short = _short_image(binary)
+        if short is not None:
+            raise ValueError(f"quantcore_gpu: not stored, {short}")
         os.makedirs(self.folder, exist_ok=True)
         digest = hashlib.sha256(binary).hexdigest()
         name = f"{key}-{digest[:16]}.bin"
@@ -223,13 +324,13 @@ def get_module(fields, names, compile_fn, folder=None, clock=None, force=False):
     if disk is not None and not force:
         found = disk.load(key, fields, names)
         if found is not None:
-            return Entry(found[0], found[1], False, clock() - t0)
+            return Entry(found[0], found[1], False, clock() - t0, key)
     binary, lowered = compile_fn()
     lowered = {n: lowered[n] for n in names}
     seconds = clock() - t0
     if disk is not None:
         try:
-            return Entry(disk.store(key, fields, binary, lowered), lowered, True, seconds)
+            return Entry(disk.store(key, fields, binary, lowered), lowered, True, seconds, key)
         except OSError as exc:
             if not _warned:
                 _warned.append(True)
@@ -237,4 +338,5 @@ def get_module(fields, names, compile_fn, folder=None, clock=None, force=False):
                               f"written ({exc}); compiled kernels are kept for this process "
                               "only (set QUANTCORE_KERNEL_CACHE to a writable folder)",
                               RuntimeWarning, stacklevel=3)
-    return Entry(_private_cache().store(key, fields, binary, lowered), lowered, True, seconds)
+    return Entry(_private_cache().store(key, fields, binary, lowered), lowered, True, seconds,
+                 key)

@@ -10,6 +10,7 @@ stand for NVRTC and the driver.
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import threading
@@ -25,10 +26,33 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ("k<float>", "k<double>")
 
 
+def elf(payload=b"binary", sections_last=False):
+    """A whole little-endian ELF64 image as NVRTC lays out a cubin: header,
+    section contents, section-header table, program-header table last (its
+    final byte the high byte of p_align: 0).  ``sections_last``: the
+    contents after both tables (the extent is then a section's end)."""
+    ehdr, shdr, phdr = struct.Struct("<16sHHIQQQIHHHHHH"), struct.Struct("<IIQQQQIIQQ"), \
+        struct.Struct("<IIQQQQQQ")
+    shoff = 64
+    phoff = shoff + 2 * shdr.size
+    data_off = phoff + phdr.size if sections_last else 64
+    if not sections_last:
+        shoff = -(-(64 + len(payload)) // 8) * 8
+        phoff = shoff + 2 * shdr.size
+    head = ehdr.pack(b"\x7fELF" + bytes([2, 1, 1, 0x33, 7]) + bytes(7), 2, 190, 1, 0, phoff,
+                     shoff, 0, 64, phdr.size, 1, shdr.size, 2, 0)
+    tables = shdr.pack(*[0] * 10) + shdr.pack(1, 1, 0, 0, data_off, len(payload), 0, 0, 1, 0)
+    tables += phdr.pack(6, 4, phoff, 0, 0, phdr.size, phdr.size, 8)
+    if sections_last:
+        return head + tables + payload
+    body = head + payload
+    return body + bytes(shoff - len(body)) + tables
+
+
 class Compiler:
     """A stand-in compile_fn that counts its calls."""
 
-    def __init__(self, binary=b"\x7fELF binary"):
+    def __init__(self, binary=elf()):
         self.binary, self.calls = binary, 0
 
     def __call__(self):
@@ -121,6 +145,71 @@ def test_every_field_is_in_the_key(tmp_path):
         other = dict(FIELDS, **{name: value})
         assert cache.key_of(other) != cache.key_of(FIELDS)
         assert cache.get_module(other, NAMES, comp, folder=str(tmp_path)).compiled
+
+
+# ------------------------------------------- whole cubins (issue 38)
+
+def test_elf_extent_is_the_end_of_the_furthest_table_or_section():
+    img = elf(b"x" * 37)
+    assert cache.elf_extent(img) == len(img) and img[-1] == 0
+    last = elf(b"y" * 37, sections_last=True)
+    assert cache.elf_extent(last) == len(last) and last[-1:] == b"y"
+    assert cache.elf_extent(img[:-1]) == len(img)     # (header fields, not the data's length)
+    assert cache.elf_extent(last[:-5]) == len(last)
+    assert cache.elf_extent(b"//\n.version 8.8\n.target sm_90\n") is None   # PTX
+    with pytest.raises(ValueError, match="cut short"):
+        cache.elf_extent(b"\x7fELF\x02\x01\x01" + bytes(20))
+
+
+def test_whole_image_completes_the_byte_cupys_getcubin_strips():
+    """CuPy's nvrtc.getCUBIN returns NVRTC's cubin minus its last byte
+    (cupy_backends/cuda/libs/nvrtc.pyx: cubin_ptr[:cubinSizeRet-1]): the
+    image handed to the driver is completed to NVRTC's bytes; a cubin short
+    by more is truncated and refused; PTX and whole images are unchanged."""
+    img = elf(b"kernel bytes")
+    assert cache.whole_image(img[:-1]) == img
+    assert cache.whole_image(img) == img
+    assert cache.whole_image(bytearray(img[:-1])) == img
+    with pytest.raises(ValueError, match="truncated"):
+        cache.whole_image(img[:-2])
+    ptx = b".version 8.8\n.target sm_90\n"
+    assert cache.whole_image(ptx) == ptx
+
+
+def test_a_short_cubin_is_never_stored_nor_trusted(tmp_path):
+    """An entry whose binary is shorter than its ELF image (a format-1
+    entry of CuPy's bytes, its size and hash recorded as they are) is a
+    miss; store refuses to write one."""
+    img = elf(b"k" * 100)
+    with pytest.raises(ValueError, match="shorter than its ELF image"):
+        cache.DiskCache(str(tmp_path)).store(cache.key_of(FIELDS), FIELDS, img[:-1],
+                                             {n: "_Z" for n in NAMES})
+    assert os.listdir(tmp_path) == []
+    comp = Compiler(img)
+    cache.get_module(FIELDS, NAMES, comp, folder=str(tmp_path))
+    meta, binary = entry_files(str(tmp_path))
+    with open(binary, "wb") as fh:
+        fh.write(img[:-1])
+    import hashlib
+    m = json.loads(open(meta).read())
+    m.update(size=len(img) - 1, sha256=hashlib.sha256(img[:-1]).hexdigest())
+    with open(meta, "w") as fh:
+        json.dump(m, fh)
+    n = len(cache.REJECTED)
+    again = cache.get_module(FIELDS, NAMES, comp, folder=str(tmp_path))
+    assert again.compiled and comp.calls == 2 and open(again.path, "rb").read() == img
+    assert "shorter than its ELF image" in cache.REJECTED[n][1]
+    assert cache.FORMAT >= 2   # format-1 entries (short cubins) are other-format misses
+
+
+def test_write_atomic_fsyncs_before_the_rename(tmp_path, monkeypatch):
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append("replace"),
+                                                     real_replace(a, b))[1])
+    cache._write_atomic(str(tmp_path / "f"), b"data")
+    assert events == ["fsync", "replace"] and (tmp_path / "f").read_bytes() == b"data"
 
 
 def copy_sources(tmp_path):
@@ -337,7 +426,7 @@ def test_corrupt_and_foreign_entries_are_recompiled_in_process(cp, monkeypatch, 
     # a foreign binary with a matching hash (e.g. from another driver): the
     # loader refuses it, the module is compiled again
     m = json.loads((folder / meta).read_text())
-    bogus = b"\x7fELF not this device's image"
+    bogus = elf(b"not this device's image")   # whole, but no module the driver knows
     (folder / m["binary"]).write_bytes(bogus)
     import hashlib
     m.update(size=len(bogus), sha256=hashlib.sha256(bogus).hexdigest())
@@ -351,6 +440,32 @@ def test_corrupt_and_foreign_entries_are_recompiled_in_process(cp, monkeypatch, 
     assert minmax_lo(cp)[1] == 3
     assert last_log() == [("minmax.cu", "i32", "compiled")]
     assert cache.REJECTED[n:] and "refused" in cache.REJECTED[-1][1]
+
+
+@pytest.mark.gpu
+def test_the_driver_gets_the_whole_cubin_and_the_key_names_cupys_choices(cp, tmp_path):
+    """CuPy's compile_using_nvrtc returns the cubin one byte short of its
+    ELF image (the emulator strips it as CuPy's getCUBIN does): the cached
+    file the driver loads covers the whole extent, and the entry's key
+    records CuPy's version, the options it adds, NVRTC's library and the
+    target CuPy chose."""
+    from cupy.cuda import compiler
+    names = kernels.module_groups("lsq.cu")["i32"]
+    raw, _ = compiler.compile_using_nvrtc(kernels.read_source("lsq.cu"),
+                                          kernels.compile_options(), filename="lsq.cu",
+                                          name_expressions=names)
+    assert raw[:4] == b"\x7fELF" and cache.elf_extent(raw) == len(raw) + 1
+    minmax_lo(cp)
+    folder = tmp_path / "cache"
+    (meta,) = [json.loads((folder / p).read_text()) for p in os.listdir(folder)
+               if p.endswith(".json")]
+    data = (folder / meta["binary"]).read_bytes()
+    assert cache.elf_extent(data) == len(data) == meta["size"]
+    target = meta["fields"]["target"]
+    cc = str(cp.cuda.Device().compute_capability)
+    assert target["cupy"] == cp.__version__ and target["cc"] == cc
+    assert target["cupy_adds"][:2] == [f"-arch=sm_{cc}", "--device-as-default-execution-space"]
+    assert target["kind"] == "cubin" and "nvrtc_library" in target
 
 
 SECOND_PROCESS = """
@@ -447,7 +562,7 @@ def test_a_binary_loads_after_its_source_tree_is_gone(cp, tmp_path):
     options = ("-I" + str(include), "--fmad=false", "-std=c++17")
     blob, lowered = compiler.compile_using_nvrtc(source, options, name_expressions=["k<float>"])
     path = tmp_path / "k.bin"
-    path.write_bytes(blob)
+    path.write_bytes(cache.whole_image(blob))   # (CuPy's bytes are one short: refused)
     import shutil
     shutil.rmtree(include)
     mod = cp.RawModule(path=str(path))

@@ -9,20 +9,34 @@ cubin / PTX file (``cuModuleLoad``, memoized per path and device) and its
 ``get_function`` takes the lowered name.  ``cupy.cuda.nvrtc.getVersion()``
 is the NVRTC's (major, minor).
 
-Here the "binary" is a blob holding the source, the options, the name
-expressions and the headers of every ``-I`` folder (a cubin is
+Here the "binary" is an ELF64 image shaped as NVRTC's cubin is (the ELF
+header, the sections' contents, the section-header table, and the
+program-header table last, so that its final byte is the high byte of the
+last program header's ``p_align``, a zero), whose ``.nv.cudaemu`` section
+holds the source, the options, the name expressions and the headers of
+every ``-I`` folder (a cubin is
 self-contained: it must load after the tree it was compiled from is gone,
 e.g. from a disk cache written by another clone); loading it writes the
 headers to a folder named by their digest and builds the same shared library as
 ``RawModule(code=...)`` does (g++ and the cudaemu prelude, the options
 mapped as ``_emu.build`` maps them), so that quantcore's own compile and
-disk cache run unchanged on the emulator.  A file that is not such a blob
-is refused as the driver refuses a bad image (``CUDA_ERROR_INVALID_IMAGE``).
+disk cache run unchanged on the emulator.  A file that is not such an
+image is refused as the driver refuses a bad image
+(``CUDA_ERROR_INVALID_IMAGE``), and so is one shorter than its ELF extent
+(the end of its header, section-header and program-header tables and of
+every section), as NVIDIA's ``nvdisasm`` and ``cuobjdump`` refuse it.
+
+``compile_using_nvrtc`` returns the image **one byte short**, as real
+CuPy does: ``cupy_backends/cuda/libs/nvrtc.pyx`` ``getCUBIN`` (CuPy 13.x,
+14.x and main) ends with ``# Strip the trailing NULL.`` / ``return
+cubin_ptr[:cubinSizeRet-1]``, a rule for text that a cubin does not
+follow.  Written to a file as it is, such an image is refused here.
 """
 import hashlib
 import json
 import os
 import shutil
+import struct
 import tempfile
 import threading
 
@@ -31,7 +45,7 @@ from . import _emu
 #: not a real NVRTC version: entries written on the emulator and on a real
 #: GPU never share a cache key
 NVRTC_VERSION = (0, 1)
-_MAGIC = b"CUDAEMU-MODULE 2\n"
+_MAGIC = b"CUDAEMU-MODULE 3\n"
 _HEADER_SUFFIXES = (".h", ".cuh", ".hpp")
 #: (filename, number of name expressions) of every compile_using_nvrtc call
 NVRTC_COMPILES = []
@@ -64,10 +78,62 @@ def compile_using_nvrtc(source, options=(), arch=None, filename="kern.cu", name_
     _emu.build(source, options, names, name)   # g++ now: the errors NVRTC would report
     NVRTC_COMPILES.append((filename, len(names)))
     mapping = {n: _lowered(n) for n in names}
-    blob = _MAGIC + json.dumps({"source": source, "options": list(options), "names": names,
-                                "name": name, "lowered": mapping,
-                                "headers": _headers_of(options)}).encode()
-    return blob, mapping
+    payload = _MAGIC + json.dumps({"source": source, "options": list(options), "names": names,
+                                   "name": name, "lowered": mapping,
+                                   "headers": _headers_of(options)}).encode()
+    image = elf_image(payload)
+    return image[:len(image) - 1], mapping   # CuPy's getCUBIN (see the module docstring)
+
+
+_SECTION = b".nv.cudaemu"
+_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")     # Elf64_Ehdr
+_SHDR = struct.Struct("<IIQQQQIIQQ")           # Elf64_Shdr
+_PHDR = struct.Struct("<IIQQQQQQ")             # Elf64_Phdr
+
+
+def elf_image(payload):
+    """An ELF64 little-endian image laid out as NVRTC's cubins are (header,
+    section contents, section-header table, program-header table last):
+    a null section, ``.shstrtab`` and ``.nv.cudaemu`` holding ``payload``;
+    one PT_PHDR segment (``p_align`` 8: the image's last byte is 0)."""
+    names = b"\0.shstrtab\0" + _SECTION + b"\0"
+    strtab_off = _EHDR.size
+    data_off = strtab_off + len(names)
+    shoff = -(-(data_off + len(payload)) // 8) * 8
+    phoff = shoff + 3 * _SHDR.size
+    ident = b"\x7fELF" + bytes([2, 1, 1, 0x33, 7]) + bytes(7)   # ELFOSABI_CUDA, as NVRTC's
+    head = _EHDR.pack(ident, 2, 190, 1, 0, phoff, shoff, 0x5a055a, _EHDR.size, _PHDR.size, 1,
+                      _SHDR.size, 3, 1)                          # EM_CUDA
+    shdrs = (_SHDR.pack(0, 0, 0, 0, 0, 0, 0, 0, 0, 0) +
+             _SHDR.pack(1, 3, 0, 0, strtab_off, len(names), 0, 0, 1, 0) +
+             _SHDR.pack(11, 1, 0, 0, data_off, len(payload), 0, 0, 1, 0))
+    body = head + names + payload
+    body += bytes(shoff - len(body))
+    return body + shdrs + _PHDR.pack(6, 4, phoff, 0, 0, _PHDR.size, _PHDR.size, 8)
+
+
+def read_image(data):
+    """The ``.nv.cudaemu`` payload of an image, as the driver reads one:
+    ValueError for anything but a whole ELF64 image of that layout (one
+    byte short of its extent included)."""
+    if len(data) < _EHDR.size or not data.startswith(b"\x7fELF") or data[4] != 2:
+        raise ValueError("not an ELF64 image")
+    (_, _, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum,
+     shstrndx) = _EHDR.unpack_from(data)
+    extent = max(_EHDR.size, shoff + shnum * shentsize, phoff + phnum * phentsize)
+    if len(data) < extent:
+        raise ValueError(f"{len(data)} bytes, shorter than the ELF image's {extent} "
+                         "(its header tables end there)")
+    sections = [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
+    for sec in sections:
+        if sec[1] != 8 and sec[4] + sec[5] > len(data):
+            raise ValueError("a section runs past the end of the image")
+    strtab = sections[shstrndx]
+    for sec in sections:
+        start = strtab[4] + sec[0]
+        if data[start:data.index(b"\0", start)] == _SECTION:
+            return data[sec[4]:sec[4] + sec[5]]
+    raise ValueError(f"no {_SECTION.decode()} section")
 
 
 def _headers_of(options):
@@ -123,9 +189,10 @@ class _BinaryModule:
         except OSError as exc:
             raise _emu.CUDADriverError(f"CUDA_ERROR_FILE_NOT_FOUND: {path} ({exc})") from None
         try:
-            if not data.startswith(_MAGIC):
+            payload = read_image(data)
+            if not payload.startswith(_MAGIC):
                 raise ValueError("no cudaemu module header")
-            meta = json.loads(data[len(_MAGIC):].decode())
+            meta = json.loads(payload[len(_MAGIC):].decode())
             options = _with_embedded_headers(meta["options"], meta["headers"])
             self.mod = _emu.Module(meta["source"], options, meta["names"], meta["name"])
             self.by_lowered = {v: k for k, v in meta["lowered"].items()}
