@@ -22,12 +22,35 @@ F32 = np.float32
 _UNSIGNED, _PRESERVE_SPARSITY, _HALF_AWAY, _SYMMETRIC, _CAMBRICON = 1, 2, 4, 8, 16
 
 
+#: the schemes of qc_qparams.h that shift a 64-bit integer by num_bits
+#: (``1 << num_bits``, ``1 << (num_bits - 1 + unsigned)``)
+_SHIFT_SCHEMES = ("oneflow", "amax", "pq_affine")
+#: num_bits those schemes accept: every shift count in [0, 62], so that
+#: ``(1 << k) - 1`` is an int64 (a count outside the type's width is masked
+#: by x86 and clamped by PTX: CPU and GPU would differ)
+NUM_BITS_RANGE = (1, 62)
+
+
+def _check_num_bits(num_bits):
+    """``num_bits`` as an int, or ValueError naming it."""
+    lo, hi = NUM_BITS_RANGE
+    try:
+        nb = int(num_bits)
+    except (TypeError, ValueError):
+        nb = None
+    if nb is None or nb != num_bits or isinstance(num_bits, bool) or not lo <= nb <= hi:
+        raise ValueError(f"num_bits must be an integer in {lo}..{hi}, got {num_bits!r}")
+    return nb
+
+
 def _scheme(name, a, b=None, dtype=F32, *, quant_min=0, quant_max=0, eps=0.0, num_bits=0,
             flags=0):
     """The outputs (rows of float64[NOUT, C]) of scheme ``name`` of
     qc_qparams.h over the channels of ``a`` (and ``b``), computed in
     ``dtype``'s precision where the scheme follows its input, on the back end
     of the inputs (numpy -> CPU, cupy -> GPU)."""
+    if name in _SHIFT_SCHEMES:
+        num_bits = _check_num_bits(num_bits)
     on_gpu = A.is_cupy_array(a) or A.is_cupy_array(b)
     xp = A.array_module(a if A.is_cupy_array(a) else b) if on_gpu else np
     def conv(v):  # (a device array through the project's cast: no flush to zero)

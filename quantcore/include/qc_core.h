@@ -12,6 +12,7 @@
  *                  libm functions, so that a formula is written once for T
  *   qc_bits        the bit pattern of a float / double (qc_from_bits: back)
  *   qc_inf, qc_nan +inf and the quiet NaN of T
+ *   qc_exp2i       2**e in T for an integer e, from its bits (exact)
  *
  * Numerical contract (docs/ARCHITECTURE.md): no -ffast-math; the CPU build
  * uses -ffp-contract=off and the GPU build --fmad=false, so `a * b + c` is
@@ -41,8 +42,6 @@ QC_HD float qc_rint(float v) { return rintf(v); }  /* ties to even (FE_TONEAREST
 QC_HD double qc_rint(double v) { return rint(v); }
 QC_HD float qc_round(float v) { return roundf(v); } /* ties away from zero */
 QC_HD double qc_round(double v) { return round(v); }
-QC_HD float qc_ldexp(float v, int e) { return ldexpf(v, e); }
-QC_HD double qc_ldexp(double v, int e) { return ldexp(v, e); }
 QC_HD float qc_fma(float a, float b, float c) { return fmaf(a, b, c); }
 QC_HD double qc_fma(double a, double b, double c) { return fma(a, b, c); }
 
@@ -74,6 +73,25 @@ QC_HD float qc_inf(float) { return qc_from_bits(0x7f800000u); }
 QC_HD double qc_inf(double) { return qc_from_bits((qc_u64)0x7ff0000000000000ull); }
 QC_HD float qc_nan(float) { return qc_from_bits(0x7fc00000u); }
 QC_HD double qc_nan(double) { return qc_from_bits((qc_u64)0x7ff8000000000000ull); }
+
+/* 2**e in T (by overload: qc_exp2i(T(), e)) for any int e, built from its
+ * bits: the normal power for e in [-126, 127] / [-1022, 1023], the
+ * subnormal one down to 2**-149 / 2**-1074, 0 below (2**-150 is a tie
+ * with 0 that rounds to even, as ldexp), +inf above.  Exactly ldexp(1, e),
+ * which NVRTC compiles to the approximate ex2.approx.ftz.f32 (SASS
+ * MUFU.EX2) for float: no library call, every shift within the width. */
+QC_HD float qc_exp2i(float, int e) {
+  if (e > 127) return qc_inf(0.0f);
+  if (e >= -126) return qc_from_bits((unsigned)(e + 127) << 23);
+  if (e >= -149) return qc_from_bits(1u << (e + 149));
+  return qc_from_bits(0u);
+}
+QC_HD double qc_exp2i(double, int e) {
+  if (e > 1023) return qc_inf(0.0);
+  if (e >= -1022) return qc_from_bits((qc_u64)(e + 1023) << 52);
+  if (e >= -1074) return qc_from_bits((qc_u64)1 << (e + 1074));
+  return qc_from_bits((qc_u64)0);
+}
 
 /* Callbacks for the X(name, Type) lists of qc_families.h and qc_qparams.h
  * (one entry per id, in id order): the name as a string, and the Type's

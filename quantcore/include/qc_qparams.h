@@ -195,7 +195,7 @@ template <typename T> struct QcQpCambriconStep {
     const bool ok = (v - v == 0.0) && v > -2147483649.0 && v < 2147483648.0;
     double e = ok ? trunc(v) : -2147483648.0;
     e = e < -2000.0 ? -2000.0 : (e > 2000.0 ? 2000.0 : e); /* past any float's range */
-    out[0] = (double)qc_ldexp((T)1, (int)e);
+    out[0] = (double)qc_exp2i(T(), (int)e); /* exact bits: ldexpf is ex2.approx on NVRTC */
   }
 };
 

@@ -196,7 +196,11 @@ __device__ void qc_mm_last_block(T *part_lo, T *part_hi, unsigned char *part_fl,
 __device__ __forceinline__ bool qc_mm_is_last(unsigned int *counter) {
   __shared__ bool s_last;
   if (threadIdx.x == 0) {
-    __threadfence(); /* this block's partial before the count */
+    /* this block's partial before the count: covers thread 0's own writes
+     * only (a fence orders the calling thread's writes), so every other
+     * thread that wrote a partial fences itself before the __syncthreads
+     * that precedes this call (_cols, _chan) */
+    __threadfence();
     const unsigned int t = atomicAdd(counter, 1u);
     s_last = (t == gridDim.x - 1u);
   }
@@ -353,6 +357,7 @@ qc_minmax_chan(const T *__restrict__ x, I outer, I C, I inner, unsigned int LANE
       part_lo[c] = acc.lo;
       part_hi[c] = acc.hi;
       part_fl[c] = (unsigned char)acc.fl;
+      __threadfence(); /* this writer's partial before the block is counted (as _cols) */
     }
   }
   __syncthreads();
