@@ -8,6 +8,7 @@ so the double rounding is innocuous).  float64 recipes are computed in
 float64 directly.  Inputs are float64 arrays holding values of the
 compute dtype.
 """
+import importlib
 import os
 
 import numpy as np
@@ -584,3 +585,13 @@ def ref_nvfp4(x2, g=None, recipe="modelopt"):
     rows = x2.shape[0]
     return (s8c.view(np.uint8).astype(np.int64), codes.reshape(rows, -1)[:, :k],
             y.reshape(rows, -1)[:, :k])
+
+
+def oracle(module):
+    """Import a live reference package: skip the test where it is missing,
+    except under ``make test`` (``QC_REQUIRE_ORACLES=1``: the test extra
+    installs it, and a check that skips there checks nothing)."""
+    import pytest
+    if os.environ.get("QC_REQUIRE_ORACLES") == "1":
+        return importlib.import_module(module)
+    return pytest.importorskip(module)

@@ -4,8 +4,9 @@ Where it comes from: mobiusml/hqq ``hqq/core/quantize.py``,
 ``Quantizer.quantize`` with ``optimize=False`` (its rule for the inverse
 scale ``clamp(max_v / (max - min), max=2e4)``, the float zero point
 ``-min * scale``, ``round(W * scale + zero).clamp(0, max_v)`` and the stored
-scale ``1 / scale``).  The live package is used when it is installed (hqq
-0.2.5 runs on the CPU with ``bitpack=False``); the same rule written with
+scale ``1 / scale``).  The live package is used when it is installed, always
+under ``make test`` (hqq 0.2.6, the last release with this rule, runs on the
+CPU with ``bitpack=False``); the same rule written with
 torch float32 operations always runs (torch computes ``max_v / d`` as
 ``reciprocal(d) * max_v``).  ORT's port keeps the spec's vectors
 (tests/test_formats.py ``test_hqq_vectors``).
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 import quantcore as qc
+from reference import oracle
 
 torch = pytest.importorskip("torch")
 
@@ -77,7 +79,7 @@ def test_hqq_constant_group():
 
 @pytest.mark.parametrize("bits, g", [(4, 16), (2, 32), (8, 64)])
 def test_hqq_against_the_live_package(bits, g):
-    hq = pytest.importorskip("hqq.core.quantize")
+    hq = oracle("hqq.core.quantize")     # hqq==0.2.6, the test extra (docs/FORMATS.md)
     w = _weights(seed=bits)
     W_q, meta = hq.Quantizer.quantize(torch.from_numpy(w), nbits=bits, group_size=g, axis=1,
                                       optimize=False, bitpack=False, device="cpu")
