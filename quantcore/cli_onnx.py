@@ -5,6 +5,8 @@ compute, bit for bit) and written by ORT's own quantizer.
     quantcore onnx quantize model.onnx --data calib.npz -o model.qdq.onnx
     quantcore onnx quantize vad.onnx --data calib.npz --batch-axis state=1 -o vad.qdq.onnx
     quantcore onnx quantize model.onnx --reader my_data:Reader --reader-arg root=imgs -o q.onnx
+    quantcore onnx calibrate model.onnx --data calib.npz -o ranges.json   # ORT's cache only
+    quantcore onnx quantize model.onnx --calibration-cache ranges.json -o q.onnx
 
 Every default is ``quantize_static``'s (ORT 1.32): QDQ, activations and
 weights QInt8, MinMax, the whole reader one calibration call.  Options:
@@ -35,9 +37,15 @@ The calibration data, one of:
   reader object; its feeds are spooled to a temporary file as they are read,
   so any reader can be replayed.
 
-The report: each calibrated tensor's range, the SQNR of the quantized
-model's outputs against the float model's on the calibration data, and the
-accuracy (float / quantized) when labels are given.
+``onnx calibrate`` takes the same model, data and calibration options and
+writes ORT's calibration cache (the TensorsData JSON that ``quantize_static``
+reads as ``calibration_cache_path``) instead of a model.
+
+The report: a summary of the calibration (``--ranges``: each calibrated
+tensor's range), the SQNR of the quantized model's outputs against the
+float model's on the calibration data (with a hint where it is under
+:data:`POOR_SQNR_DB`), and the accuracy (float / quantized) when labels are
+given.
 """
 import importlib
 import importlib.util
@@ -74,8 +82,8 @@ _TYPE_TEXT = {"bool": "true or false", "int?": "an int or none", "int": "an int"
 
 
 def add_parser(sub, formatter=None):
-    """Register ``onnx`` (with its ``quantize`` command) on the CLI's subparsers."""
-    from . import onnx as qonnx
+    """Register ``onnx`` (its ``quantize`` and ``calibrate`` commands) on the
+    CLI's subparsers."""
     kw = {"formatter_class": formatter} if formatter else {}
     p = sub.add_parser("onnx", help="calibrate and quantize an ONNX model (ONNX Runtime)",
                        description="ONNX models: quantcore calibrates, ONNX Runtime quantizes.",
@@ -84,58 +92,74 @@ def add_parser(sub, formatter=None):
     q = osub.add_parser("quantize", help="ORT's quantize_static: calibrate and write a model",
                         description="ORT's quantize_static with its defaults; quantcore "
                                     "calibrates (python -m pydoc quantcore.cli_onnx).", **kw)
-    q.add_argument("model", help="float ONNX model")
-    src = q.add_mutually_exclusive_group(required=True)
+    _calibration_arguments(q, "quantized model to write")
+    q.add_argument("--per-channel", action="store_true", help="per-channel weights")
+    q.add_argument("--reduce-range", action="store_true", help="ORT's reduce_range (weights)")
+    q.add_argument("--weight-type", default="QInt8", choices=QUANT_TYPES)
+    q.add_argument("--quant-format", default="QDQ", choices=("QDQ", "QOperator"))
+    q.add_argument("--nodes-to-quantize", metavar="NODES",
+                   help="only these node names, separated by commas")
+    q.add_argument("--nodes-to-exclude", metavar="NODES",
+                   help="not these node names, separated by commas")
+    q.add_argument("--weight-symmetric", choices=("true", "false"),
+                   help="= --extra WeightSymmetric=...")
+    q.add_argument("--use-external-data-format", action="store_true",
+                   help="ORT's use_external_data_format (models over 2 GB)")
+    q.add_argument("--calibration-cache", "--cache", dest="cache", metavar="JSON",
+                   help="ORT's calibration_cache_path: used when it exists, written otherwise "
+                        "(`quantcore onnx calibrate` writes one)")
+    c = osub.add_parser("calibrate", help="calibrate only: write ORT's calibration cache",
+                        description="The ranges (and histograms) quantize_static's calibrator "
+                                    "computes, written as ORT's calibration cache JSON, which "
+                                    "`quantcore onnx quantize --calibration-cache` and ORT's "
+                                    "quantize_static(calibration_cache_path=...) read.", **kw)
+    _calibration_arguments(c, "calibration cache to write (ORT's TensorsData JSON)")
+    p.set_defaults(run=run)
+    return p
+
+
+def _calibration_arguments(p, output_help):
+    """The arguments ``onnx quantize`` and ``onnx calibrate`` share: the
+    model, its data, the calibration method and its options."""
+    from . import onnx as qonnx
+    p.add_argument("model", help="float ONNX model")
+    src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", metavar="NPZ|DIR",
                      help="calibration inputs: an .npz of arrays named after the model inputs "
                           "(+ 'labels'), an .npz of per-batch feeds 'INDEX/INPUT', or a folder "
                           "of .npz feeds")
     src.add_argument("--reader", metavar="MODULE:NAME",
                      help="an ORT CalibrationDataReader class / callable / object")
-    q.add_argument("--reader-arg", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--reader-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="keyword argument of --reader (JSON value, else a string)")
-    q.add_argument("-o", "--output", required=True, help="quantized model to write")
-    q.add_argument("--method", "--calibrate-method", dest="method", default="minmax",
+    p.add_argument("-o", "--output", required=True, help=output_help)
+    p.add_argument("--method", "--calibrate-method", dest="method", default="minmax",
                    choices=qonnx.METHODS, help="calibration method (default minmax, ORT's)")
-    q.add_argument("--batch-size", type=int, default=1,
+    p.add_argument("--batch-size", type=int, default=1,
                    help="rows per batch of an arrays .npz (default 1)")
-    q.add_argument("--batch-axis", action="append", default=[], metavar="INPUT=AXIS",
+    p.add_argument("--batch-axis", action="append", default=[], metavar="INPUT=AXIS",
                    help="an input's batch axis in an arrays .npz (an int, or none: not batched)")
-    q.add_argument("--replay", default="auto", choices=qonnx.REPLAYS,
+    p.add_argument("--replay", default="auto", choices=qonnx.REPLAYS,
                    help="histogram methods: read the data again (rerun), from spilled "
                         "activations (spill), or the faster (auto)")
-    q.add_argument("--num-bins", type=int,
+    p.add_argument("--num-bins", type=int,
                    help="histogram bins (entropy / percentile / distribution; ORT's default)")
-    q.add_argument("--num-quantized-bins", type=int, help="entropy: quantized bins")
-    q.add_argument("--percentile", type=float, help="percentile: the percentile (99.999)")
-    q.add_argument("--per-channel", action="store_true", help="per-channel weights")
-    q.add_argument("--reduce-range", action="store_true", help="ORT's reduce_range (weights)")
-    q.add_argument("--activation-type", default="QInt8", choices=QUANT_TYPES)
-    q.add_argument("--weight-type", default="QInt8", choices=QUANT_TYPES)
-    q.add_argument("--quant-format", default="QDQ", choices=("QDQ", "QOperator"))
-    q.add_argument("--op-types-to-quantize", metavar="OPS",
+    p.add_argument("--num-quantized-bins", type=int, help="entropy: quantized bins")
+    p.add_argument("--percentile", type=float, help="percentile: the percentile (99.999)")
+    p.add_argument("--activation-type", default="QInt8", choices=QUANT_TYPES)
+    p.add_argument("--op-types-to-quantize", metavar="OPS",
                    help="op types to quantize, separated by commas (default: ORT's)")
-    q.add_argument("--nodes-to-quantize", metavar="NODES",
-                   help="only these node names, separated by commas")
-    q.add_argument("--nodes-to-exclude", metavar="NODES",
-                   help="not these node names, separated by commas")
-    q.add_argument("--extra", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--extra", action="append", default=[], metavar="KEY=VALUE",
                    help="an ORT extra_options entry (e.g. ActivationSymmetric=true, "
                         "CalibStridedMinMax=1, CalibMovingAverage=true)")
-    q.add_argument("--activation-symmetric", action="store_true",
+    p.add_argument("--activation-symmetric", action="store_true",
                    help="= --extra ActivationSymmetric=true")
-    q.add_argument("--weight-symmetric", choices=("true", "false"),
-                   help="= --extra WeightSymmetric=...")
-    q.add_argument("--calib-tensor-range-symmetric", action="store_true",
+    p.add_argument("--calib-tensor-range-symmetric", action="store_true",
                    help="= --extra CalibTensorRangeSymmetric=true")
-    q.add_argument("--use-external-data-format", action="store_true",
-                   help="ORT's use_external_data_format (models over 2 GB)")
-    q.add_argument("--calibration-cache", "--cache", dest="cache", metavar="JSON",
-                   help="ORT's calibration_cache_path: used when it exists, written otherwise")
-    q.add_argument("--tensorrt-table", metavar="DIR", help="write TensorRT calibration files")
-    q.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(run=run)
-    return p
+    p.add_argument("--tensorrt-table", metavar="DIR", help="write TensorRT calibration files")
+    p.add_argument("--ranges", action="store_true",
+                   help="print every calibrated tensor's range (default: a summary)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
 def _progress(quiet):
@@ -429,9 +453,11 @@ def _data(args, model_inputs):
 
 
 def run(args):
-    """Run ``quantcore onnx ...``; returns the exit status."""
-    if getattr(args, "onnx_command", None) != "quantize":
-        error("quantcore onnx: expected a command: quantize")
+    """Run ``quantcore onnx quantize`` or ``quantcore onnx calibrate``;
+    returns the exit status."""
+    command = getattr(args, "onnx_command", None)
+    if command not in ("quantize", "calibrate"):
+        error("quantcore onnx: expected a command: quantize or calibrate")
     from . import onnx as qonnx
     if not os.path.isfile(args.model):
         error(f"{args.model}: no such file")
@@ -454,11 +480,78 @@ def run(args):
     extra = {}
     if args.activation_symmetric:
         extra["ActivationSymmetric"] = True
-    if args.weight_symmetric:
+    if getattr(args, "weight_symmetric", None):
         extra["WeightSymmetric"] = args.weight_symmetric == "true"
     if args.calib_tensor_range_symmetric:
         extra["CalibTensorRangeSymmetric"] = True
     extra.update(parse_extra(args.extra, args.activation_type))
+    from .cli_common import quiet_ort
+    try:
+        with quiet_ort():
+            if command == "calibrate":
+                return _calibrate(args, qonnx, reader, options, extra)
+            return _quantize(args, qonnx, reader, labels, options, extra)
+    finally:
+        if isinstance(reader, qonnx.SpooledReader):
+            reader.close()
+
+
+def _calibrate(args, qonnx, reader, options, extra):
+    """``onnx calibrate``: ``quantize_static``'s calibration (its method,
+    options and op types), written as ORT's calibration cache."""
+    from .compat import onnxruntime as O
+    from .onnx.static import _calibrator_options
+    opts = _calibrator_options(args.method, extra)
+    opts.update(options)
+    bar = _progress(args.quiet)
+    try:
+        res = qonnx.calibrate(
+            args.model, reader, args.method, options=opts,
+            strided=extra.get("CalibStridedMinMax") or None, replay=args.replay,
+            op_types_to_calibrate=_names(args.op_types_to_quantize)
+            or qonnx.quantizable_op_types(),
+            on_batch=bar.update if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    O.save_tensors_data(res.tensors_range, args.output)
+    if args.tensorrt_table:
+        os.makedirs(args.tensorrt_table, exist_ok=True)
+        O.write_calibration_table(res.tensors_range, args.tensorrt_table, absmax=True)
+    _report_ranges(args, res, extra)
+    print(f"`quantcore onnx quantize {args.model} --calibration-cache {args.output} ...` "
+          "quantizes with these ranges")
+    return 0
+
+
+def _report_ranges(args, res, extra):
+    """One summary line of a calibration; every tensor's range with
+    ``--ranges``; the NaN warnings."""
+    how = {"rerun": ", data read twice", "spill": ", activations spilled"}.get(res.replay, "")
+    stride = extra.get("CalibStridedMinMax")
+    calls = f"one call per {stride} batch(es)" if stride else "one call"
+    print(f"calibrated {len(res.tensors_range)} tensor(s) on {res.batches} batch(es) with "
+          f"{args.method} ({calls}{how}) in {res.seconds:.2f} s; wrote {args.output}")
+    ranges = res.ranges()
+    if args.ranges:
+        print(f"{'tensor':<32}{'lowest':>14}{'highest':>14}")
+        for name, (lo, hi) in ranges.items():
+            print(f"{name:<32}{lo:>14.6g}{hi:>14.6g}")
+    elif ranges:
+        widest = max(ranges, key=lambda n: float(ranges[n][1]) - float(ranges[n][0]))
+        lo, hi = ranges[widest]
+        print(f"widest range: {widest} [{lo:.6g}, {hi:.6g}] (--ranges prints every tensor's)")
+    for name, n in res.nan_batches.items():
+        print(f"warning: {name}: NaN in {n} batch(es) (left out of the range)")
+
+
+#: below this output SQNR (dB) the report suggests what usually helps
+POOR_SQNR_DB = 20.0
+
+
+def _quantize(args, qonnx, reader, labels, options, extra):
+    """``onnx quantize``: ``quantize_static`` calibrated by quantcore, then
+    the quantized model's outputs against the float model's."""
     bar = _progress(args.quiet)
     try:
         res = qonnx.quantize(
@@ -479,24 +572,16 @@ def run(args):
     if res is None:
         print(f"used the ranges of {args.cache}; wrote {args.output}")
     else:
-        how = {"rerun": ", data read twice", "spill": ", activations spilled"}.get(res.replay, "")
-        stride = extra.get("CalibStridedMinMax")
-        calls = f"one call per {stride} batch(es)" if stride else "one call"
-        print(f"calibrated {len(res.tensors_range)} tensor(s) on {res.batches} batch(es) with "
-              f"{args.method} ({calls}{how}) in {res.seconds:.2f} s; wrote {args.output}")
-        print(f"{'tensor':<32}{'lowest':>14}{'highest':>14}")
-        for name, (lo, hi) in res.ranges().items():
-            print(f"{name:<32}{lo:>14.6g}{hi:>14.6g}")
-        for name, n in res.nan_batches.items():
-            print(f"warning: {name}: NaN in {n} batch(es) (left out of the range)")
-    try:
-        ev = qonnx.evaluate(args.model, args.output, reader, labels=labels)
-    finally:
-        if isinstance(reader, qonnx.SpooledReader):
-            reader.close()
+        _report_ranges(args, res, extra)
+    ev = qonnx.evaluate(args.model, args.output, reader, labels=labels)
     for name, db in ev["sqnr_db"].items():
         print(f"SQNR {name}: {db:.2f} dB (quantized vs float outputs, calibration data)")
     if ev["accuracy"] is not None:
         f, q = ev["accuracy"]
         print(f"accuracy: float {100 * f:.2f}%  quantized {100 * q:.2f}%")
+    poor = [name for name, db in ev["sqnr_db"].items() if not db >= POOR_SQNR_DB]
+    if poor:
+        print(f"hint: output SQNR under {POOR_SQNR_DB:g} dB ({', '.join(poor)}): try "
+              "--per-channel, --activation-type QUInt8, --method entropy or percentile, or "
+              "--nodes-to-exclude for the layers that lose most (`quantcore compare` shows them)")
     return 0

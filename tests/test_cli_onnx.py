@@ -57,7 +57,8 @@ def test_quantize_writes_the_model_and_the_report(files, method, capsys):
     out = tmp / "q.onnx"
     rc = main(["onnx", "quantize", str(model), "--data", str(data), "--method", method,
                "-o", str(out), "--batch-size", "2", "--per-channel",
-               "--cache", str(tmp / "c.json"), "--tensorrt-table", str(tmp / "trt"), "-q"])
+               "--cache", str(tmp / "c.json"), "--tensorrt-table", str(tmp / "trt"), "-q",
+               "--ranges"])
     text = capsys.readouterr().out
     assert rc == 0, text
     q = onnx.load(str(out))
@@ -73,6 +74,39 @@ def test_quantize_writes_the_model_and_the_report(files, method, capsys):
                  "--cache", str(tmp / "c.json"), "-q"]) == 0
     assert "used the ranges of" in capsys.readouterr().out
     _same_model(out, tmp / "q2.onnx")
+
+
+@pytest.mark.parametrize("method", ["minmax", "entropy"])
+def test_calibrate_writes_the_cache_quantize_reads(files, method, capsys, monkeypatch):
+    """``onnx calibrate`` writes ORT's calibration cache: ``onnx quantize
+    --calibration-cache`` with it writes the model that calibrating in the
+    same call writes; the report is a summary unless ``--ranges``."""
+    model, data, tmp = files
+    cache = tmp / "ranges.json"
+    assert main(["onnx", "calibrate", str(model), "--data", str(data), "--method", method,
+                 "--batch-size", "2", "-o", str(cache), "-q"]) == 0
+    text = capsys.readouterr().out
+    assert cache.is_file() and "widest range:" in text and "--calibration-cache" in text
+    assert not re.search(r"^conv_out\s+-?[\d.]+\s+[\d.]+$", text, flags=re.M)
+    assert main(["onnx", "quantize", str(model), "--data", str(data), "--method", method,
+                 "--batch-size", "2", "--cache", str(cache), "-o", str(tmp / "a.onnx"),
+                 "-q"]) == 0
+    assert "used the ranges of" in capsys.readouterr().out
+    assert main(["onnx", "quantize", str(model), "--data", str(data), "--method", method,
+                 "--batch-size", "2", "-o", str(tmp / "b.onnx"), "-q"]) == 0
+    text = capsys.readouterr().out
+    _same_model(tmp / "a.onnx", tmp / "b.onnx")
+    db = float(re.search(r"SQNR y: ([\d.]+) dB", text).group(1))
+    assert ("hint: output SQNR under" in text) == (db < cli_onnx.POOR_SQNR_DB)
+    # under the bar the report suggests what helps
+    monkeypatch.setattr(cli_onnx, "POOR_SQNR_DB", db + 1)
+    assert main(["onnx", "quantize", str(model), "--data", str(data), "--method", method,
+                 "--batch-size", "2", "--cache", str(cache), "-o", str(tmp / "c.onnx"),
+                 "-q"]) == 0
+    text = capsys.readouterr().out
+    assert f"hint: output SQNR under {db + 1:g} dB (y)" in text and "--per-channel" in text
+    assert main(["onnx", "calibrate", str(model), "--data", str(data)]) == 2   # no -o
+    assert "-o/--output" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("method", ["MinMax", "Entropy", "Percentile"])

@@ -349,13 +349,16 @@ def test_entropy_ranges_without_counts_keep_orts_errors(tmp_path):
 
 @pytest.mark.parametrize("method", ["entropy", "percentile", "distribution"])
 def test_one_call_is_the_same_rerun_spilled_or_from_a_one_shot_reader(method, model_path,
-                                                                      monkeypatch):
+                                                                      monkeypatch, tmp_path):
     """The default single call needs the range of the whole reader first: the
     values held in memory, spilled to a file, or the data read again (ORT's
     streaming two passes, or by chunks); a reader that cannot be replayed is
     never read twice.  The ranges and histograms are the same, bit for bit,
     NaN batches counted alike; replay="rerun" of a one-shot reader says why
     not."""
+    # the spill files go to this test's own temporary folder (another
+    # quantcore process's spill file in the system one is not this test's)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     rng = np.random.default_rng(11)
     data = [{"x": (rng.standard_normal((2, 3, 5, 5)) * (i + 1)).astype(F32)} for i in range(5)]
     data[3]["x"][0, 1, 2, 2] = np.nan
@@ -394,8 +397,8 @@ def test_one_call_is_the_same_rerun_spilled_or_from_a_one_shot_reader(method, mo
     with pytest.raises(TypeError, match="reads the data twice"):
         qonnx.calibrate(model_path, iter(data), method, replay="rerun")
     assert qonnx.calibrate(model_path, lambda: iter(data), method).batches == 5
-    assert not [f for f in os.listdir(tempfile.gettempdir()) if f.endswith(".spill") and
-                f.startswith("quantcore_onnx_")]
+    assert tempfile.gettempdir() == str(tmp_path)
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".spill")]
     legacy = qonnx.calibrate(model_path, data, method, passes=1)
     _same_result(legacy, qonnx.calibrate(model_path, data, method, strided=1))
 
@@ -709,9 +712,10 @@ def test_default_call_is_quantize_statics_default_call(method, batch_model_path,
 
 
 # ---------------------------------------------------------------- real models
-# Two models the project did not build, from PyPI wheels (the `test` extra):
+# Models the project did not build, from PyPI wheels (the `test` extra):
 # silero-vad's recurrent voice activity detector (a state input whose batch
-# axis is 1, a 0-d sample rate) and RapidOCR's PP-OCRv4 text detector.
+# axis is 1, a 0-d sample rate) and RapidOCR's PP-OCRv4 text detector,
+# recognizer and direction classifier.
 
 def _wheel_model(package, relative):
     """The .onnx file a wheel ships (found without importing the package,
@@ -762,6 +766,13 @@ REAL_MODELS = {
     "silero_vad": (("silero_vad", "data/silero_vad_16k_op15.onnx"), vad_feeds),
     "ppocr_det": (("rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx"),
                   lambda path: ocr_feeds()),
+    # the text-line recognizer (48 px high, a 6625-class softmax per column;
+    # ORT's default int8 costs it most of its output SQNR) and the 0/180
+    # degree classifier, text lines as RapidOCR crops them
+    "ppocr_rec": (("rapidocr_onnxruntime", "models/ch_PP-OCRv4_rec_infer.onnx"),
+                  lambda path: ocr_feeds(2, 48, 160)),
+    "ppocr_cls": (("rapidocr_onnxruntime", "models/ch_ppocr_mobile_v2.0_cls_infer.onnx"),
+                  lambda path: ocr_feeds(3, 48, 192)),
 }
 
 
@@ -775,9 +786,17 @@ class _OneShot:
         return next(self.it, None)
 
 
+#: the (model, method) pairs of make test: every method on silero-vad and the
+#: detector; one each on the recognizer (its quantize_static call alone is
+#: ~15 s on 2 cores) and the classifier; the rest with --runslow
+_FAST_REAL = {("ppocr_rec", "MinMax"), ("ppocr_cls", "Entropy")}
+REAL_CASES = [pytest.param(name, method, marks=() if name in ("silero_vad", "ppocr_det")
+                           or (name, method) in _FAST_REAL else pytest.mark.slow)
+              for name in sorted(REAL_MODELS) for method in ("MinMax", "Entropy", "Percentile")]
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")  # ORT's
-@pytest.mark.parametrize("method", ["MinMax", "Entropy", "Percentile"])
-@pytest.mark.parametrize("name", sorted(REAL_MODELS))
+@pytest.mark.parametrize("name, method", REAL_CASES)
 def test_real_models_from_wheels_equal_quantize_static(name, method, tmp_path):
     """quantize() with ORT's defaults == quantize_static's default call on a
     real model: the same initializers and outputs, bit for bit."""
