@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 from compressed_tensors.compressors import BaseCompressor  # noqa: E402
 from compressed_tensors.quantization import QuantizationConfig, QuantizationScheme  # noqa: E402
 from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES  # noqa: E402
-from compressed_tensors.quantization.utils import calculate_qparams  # noqa: E402
+from compressed_tensors.quantization.utils import calculate_qparams, generate_gparam  # noqa
 from safetensors.torch import load_file  # noqa: E402
 
 from quantcore import engines  # noqa: E402
@@ -43,21 +43,37 @@ def _tiny_llama(path, dtype=torch.bfloat16, tie=False, seed=0):
     return model
 
 
-def _expected(w, scheme, group=128):
-    """compressed-tensors' compressed tensors of weight w (torch): qparams
-    by calculate_qparams from the per-row / per-group min and max (the
-    MinMax observer of llm-compressor), then the scheme's compressor."""
+def _absmax(*ws):
+    """llm-compressor's global absmax over fused observers (Observer.
+    get_global_scale), in the weights' dtype."""
+    return max(torch.max(w.max(), -w.min()) for w in ws)
+
+
+def _expected(w, scheme, group=128, absmax=None):
+    """compressed-tensors' compressed tensors of weight w (torch), as
+    llm-compressor's data-free path makes them: qparams by
+    calculate_qparams from the per-row / per-group min and max (its MinMax
+    observer; NVFP4: generate_gparam of the fused set's ``absmax``), the
+    scale held in the weight's dtype (its parameter), then the scheme's
+    compressor."""
     sch = QuantizationScheme(targets=["Linear"], **PRESET_SCHEMES[scheme])
     args = sch.weights
-    if args.strategy == "group":
-        args.group_size = group
-        g = w.unflatten(-1, (w.shape[-1] // group, group))
+    state = {"weight": w}
+    if args.strategy in ("group", "tensor_group"):
+        if args.strategy == "group":
+            args.group_size = group
+        g = w.unflatten(-1, (w.shape[-1] // args.group_size, args.group_size))
         lo, hi = torch.amin(g, dim=-1), torch.amax(g, dim=-1)
     else:
         lo, hi = torch.amin(w, dim=1, keepdim=True), torch.amax(w, dim=1, keepdim=True)
-    s, zp = calculate_qparams(lo, hi, args)
+    gs = None
+    if args.strategy == "tensor_group":
+        a = (_absmax(w) if absmax is None else absmax).reshape(1)
+        gs = state["weight_global_scale"] = generate_gparam(-a, a)
+    s, zp = calculate_qparams(lo, hi, args, global_scale=gs)
+    state.update(weight_scale=s.to(w.dtype), weight_zero_point=zp)
     comp = BaseCompressor.get_value_from_registry(CT.SCHEMES[scheme][0])
-    return comp.compress({"weight": w, "weight_scale": s, "weight_zero_point": zp}, sch)
+    return comp.compress(state, sch)
 
 
 def _bytes(t):
@@ -88,6 +104,12 @@ def test_recipes_match_compressed_tensors(dt, rows, groups, log_spread, seed, ze
     assert _bytes(exp["weight_packed"]) == outs["weight_packed"].tobytes()
     assert _bytes(exp["weight_scale"]) == outs["weight_scale"].tobytes()
     assert exp["weight_shape"].tolist() == outs["weight_shape"].tolist()
+    a = _absmax(w)
+    outs = CT.quantize_tensor(x, dt, "NVFP4A16", None,
+                              CT.nvfp4_global_scale(a.float().numpy(), dt))
+    exp = _expected(w, "NVFP4A16", absmax=a)
+    for k in ("weight_packed", "weight_scale", "weight_global_scale"):
+        assert _bytes(exp[k]) == outs[k].tobytes(), k
 
 
 def test_bf16_division_is_rounded_before_the_fp8_cast():
@@ -112,7 +134,7 @@ def llama(tmp_path_factory):
     return root, model
 
 
-@pytest.mark.parametrize("scheme", ["FP8_DYNAMIC", "W4A16"])
+@pytest.mark.parametrize("scheme", ["FP8_DYNAMIC", "W4A16", "NVFP4A16"])
 def test_directory_bytes_equal_the_producers(llama, scheme, tmp_path):
     root, model = llama
     out = tmp_path / "out"
@@ -125,8 +147,11 @@ def test_directory_bytes_equal_the_producers(llama, scheme, tmp_path):
     src = load_file(root / "src" / "model.safetensors")
     linear = [n for n in src if n.startswith("model.layers.") and n.endswith("_proj.weight")]
     assert sorted(rep["quantized"]) == sorted(linear) and len(linear) == 14
+    sets = CT.fused_sets(linear)
+    assert len(sets) == 10   # q/k/v and gate/up of each layer
     for n in linear:
-        exp = _expected(src[n], scheme, 32)
+        fused = [src[m] for m in sets.get(n, (n,))]
+        exp = _expected(src[n], scheme, 32, absmax=_absmax(*fused))
         m = n[:-len(".weight")]
         for k, v in exp.items():
             assert v.dtype == stored[f"{m}.{k}"].dtype, (n, k)
@@ -150,7 +175,7 @@ def test_directory_bytes_equal_the_producers(llama, scheme, tmp_path):
     assert QuantizationConfig.model_validate(qc).model_dump() == want.model_dump()
 
 
-@pytest.mark.parametrize("scheme", ["FP8_DYNAMIC", "W4A16"])
+@pytest.mark.parametrize("scheme", ["FP8_DYNAMIC", "W4A16", "NVFP4A16"])
 def test_transformers_loads_it_bit_for_bit(llama, scheme, tmp_path):
     """from_pretrained: the weights compressed-tensors decompresses equal
     load_dequantized's bit for bit (dequantize at load, and the compressed

@@ -142,6 +142,26 @@ def test_a_layer_the_groups_do_not_fit_is_refused_by_name(tmp_path):
     assert os.listdir(tmp_path) == ["src"]
 
 
+def test_nvfp4_width_not_a_multiple_of_16_is_refused_by_name(tmp_path):
+    src = _model_dir(tmp_path / "src", hidden=72)
+    with pytest.raises(ValueError, match="layer 'model.layers.0.self_attn.q_proj': input width "
+                                         "72 is not a multiple of 16"):
+        engines.quantize_model(src, tmp_path / "out", "NVFP4A16")
+    assert os.listdir(tmp_path) == ["src"]
+
+
+def test_fused_sets():
+    names = [f"model.layers.0.self_attn.{k}_proj.weight" for k in "qkvo"] + \
+        ["model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.down_proj.weight",
+         "model.layers.1.block_sparse_moe.experts.0.w1.weight",
+         "model.layers.1.block_sparse_moe.experts.0.w3.weight"]
+    sets = CT.fused_sets(names)
+    qkv = tuple(names[:3])
+    assert sets[names[0]] == sets[names[2]] == qkv and names[3] not in sets
+    assert names[4] not in sets    # gate_proj without its up_proj: alone
+    assert sets[names[6]] == (names[6], names[7])
+
+
 def test_file_options_refused_for_a_file(tmp_path, capsys):
     src = _model_dir(tmp_path / "src")
     assert main(["quantize", str(src / "model.safetensors"), "-o", str(tmp_path / "q.safetensors"),
@@ -168,11 +188,11 @@ def test_an_interrupted_run_leaves_nothing(tmp_path, monkeypatch):
     src = _model_dir(tmp_path / "src")
     calls = []
 
-    def failing(x, dt, scheme, group):
+    def failing(*args):
         calls.append(1)
         if len(calls) == 5:
             raise KeyboardInterrupt
-        return real(x, dt, scheme, group)
+        return real(*args)
     real = CT.quantize_tensor
     monkeypatch.setattr(CT, "quantize_tensor", failing)
     with pytest.raises(KeyboardInterrupt):

@@ -13,7 +13,9 @@ v0.11 line; paths under vllm/model_executor/layers/quantization/):
   per-token activations -> ``CompressedTensorsW8A8Fp8``;
   ``_is_wNa16_group_channel``: no input activations, static weights per
   channel or group -> ``CompressedTensorsWNA16`` for format
-  ``pack-quantized`` with ``num_bits`` in ``WNA16_SUPPORTED_BITS`` (4, 8).
+  ``pack-quantized`` with ``num_bits`` in ``WNA16_SUPPORTED_BITS`` (4, 8);
+  ``_is_fp4a16_nvfp4``: no input activations, float 4-bit symmetric
+  weights, strategy TENSOR_GROUP, group_size 16 -> ``CompressedTensorsW4A16Fp4``.
 - compressed_tensors/utils.py, ``should_ignore_layer``: a layer is skipped
   when its name (or a ``re:`` pattern) is in ``ignore``; the shards of a
   fused layer (q/k/v -> qkv_proj, gate/up -> gate_up_proj) must all be
@@ -30,6 +32,13 @@ v0.11 line; paths under vllm/model_executor/layers/quantization/):
   ``weight_shape`` int64 ``[2]``; ``weight_zero_point`` only when
   asymmetric; utils/marlin_utils.py ``MARLIN_SUPPORTED_GROUP_SIZES``
   (-1, 32, 64, 128) and ``check_marlin_supports_shape`` (in % group == 0).
+- compressed_tensors/schemes/compressed_tensors_w4a16_nvfp4.py,
+  ``create_weights``: ``weight_packed`` uint8 ``[out, in / 2]``,
+  ``weight_global_scale`` float32, one per fused shard
+  (PerTensorScaleParameter, ``[1]`` in the checkpoint), ``weight_scale``
+  float8_e4m3fn ``[out, in / 16]``; ``process_weights_after_loading``
+  takes ``weight_global_scale.max()`` over a fused layer's shards, so
+  siblings must hold the same value.
 - vllm/model_executor/parameter.py (``BasevLLMParameter`` loaders):
   ``assert param_data.shape == loaded_weight.shape``; a checkpoint key
   with no parameter is a KeyError in the model's ``load_weights``.
@@ -60,6 +69,15 @@ def _stored(d):
     return out
 
 
+def _raw(d):
+    out = {}
+    for f in os.listdir(d):
+        if f.endswith(".safetensors"):
+            with SafetensorsReader(os.path.join(d, f)) as r:
+                out.update({n: bytes(r.raw(n)) for n in r if n.endswith("global_scale")})
+    return out
+
+
 def _vllm_scheme(group):
     """The vLLM scheme class a config group selects, by its rules."""
     w = QuantizationArgs.model_validate(group["weights"])
@@ -70,6 +88,10 @@ def _vllm_scheme(group):
         assert a.type == "float" and a.num_bits == 8 and a.symmetric and a.dynamic is True
         assert a.strategy in ("tensor", "token")
         return "W8A8Fp8", w
+    if a is None and w.type == "float" and w.num_bits == 4:
+        assert w.strategy == "tensor_group" and w.symmetric and w.group_size == 16
+        assert group.get("format") == "nvfp4-pack-quantized"
+        return "W4A16Fp4", w
     if a is None and not w.dynamic and w.strategy in ("channel", "group"):
         assert group.get("format") == "pack-quantized" and w.type == "int"
         assert w.num_bits in (4, 8)
@@ -85,11 +107,12 @@ def _check_directory(d, weights_in):
     q = cfg["quantization_config"]
     assert q["quant_method"] == "compressed-tensors"
     assert isinstance(q["ignore"], list) and q["sparsity_config"] == {}
-    assert q["format"] in ("float-quantized", "pack-quantized")
+    assert q["format"] in ("float-quantized", "pack-quantized", "nvfp4-pack-quantized")
     (group,) = q["config_groups"].values()
     assert group["targets"] == ["Linear"]
     kind, w = _vllm_scheme(group)
     stored = _stored(d)
+    blobs = _raw(d)
     ignore = set(q["ignore"])
     for name, (o, i) in weights_in.items():
         mod = name[:-len(".weight")]
@@ -102,6 +125,12 @@ def _check_directory(d, weights_in):
         if kind == "W8A8Fp8":
             assert params == {"weight": ("F8_E4M3", (o, i)),
                               "weight_scale": (params["weight_scale"][0], (o, 1))}
+        elif kind == "W4A16Fp4":
+            assert i % 16 == 0
+            assert params == {"weight_packed": ("U8", (o, i // 2)),
+                              "weight_scale": ("F8_E4M3", (o, i // 16)),
+                              "weight_global_scale": ("F32", (1,))}
+            continue
         else:
             assert i % w.group_size == 0
             assert params == {"weight_packed": ("I32", (o, i // (32 // w.num_bits))),
@@ -114,10 +143,13 @@ def _check_directory(d, weights_in):
             parent = base if names[0] == "q_proj" else base.replace("self_attn", "mlp")
             flags = {f"{parent}{s}" in ignore for s in names}
             assert len(flags) == 1, parent
+            if kind == "W4A16Fp4":
+                scales = {blobs[f"{parent}{s}.weight_global_scale"] for s in names}
+                assert len(scales) == 1, parent
 
 
 @pytest.mark.parametrize("scheme, group", [("FP8_DYNAMIC", None), ("W4A16", 32),
-                                           ("W4A16", 128)])
+                                           ("W4A16", 128), ("NVFP4A16", None)])
 def test_output_follows_vllms_loader_rules(tmp_path, scheme, group):
     src = _model_dir(tmp_path / "src", hidden=128)
     with SafetensorsReader(src / "model.safetensors") as r:

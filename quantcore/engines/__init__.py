@@ -36,7 +36,7 @@ def quantize_model(src, dst, scheme="FP8_DYNAMIC", *, group_size=None,
     ----------
     src, dst : str
         The model directory, and the output directory (new, or empty).
-    scheme : {"FP8_DYNAMIC", "W4A16"}
+    scheme : {"FP8_DYNAMIC", "W4A16", "NVFP4A16"}
         llm-compressor's preset (:data:`compressed_tensors.SCHEMES`).
     group_size : int, optional
         W4A16's group along the input dimension (default 128).
@@ -75,6 +75,7 @@ def quantize_model(src, dst, scheme="FP8_DYNAMIC", *, group_size=None,
             raise ValueError(f"{src}: no decoder-block Linear weight to quantize")
         for n in chosen:
             CT.check_shape(n, model.info(n)[1], scheme, group)
+        global_scales = _global_scales(model, chosen) if scheme == "NVFP4A16" else {}
         todo = set(chosen)
         groups, source = [], {}
         for n in model.names:
@@ -104,7 +105,7 @@ def quantize_model(src, dst, scheme="FP8_DYNAMIC", *, group_size=None,
                 if not np.isfinite(x).all():
                     raise ValueError(f"tensor {src_name!r} holds NaN or inf values: not "
                                      "quantized")
-                outs = CT.quantize_tensor(x, dt, scheme, group)
+                outs = CT.quantize_tensor(x, dt, scheme, group, global_scales.get(src_name))
                 prefix = CT.module_of(src_name)
                 cache[src_name] = {f"{prefix}.{k}": v for k, v in outs.items()}
             writer.write(name, cache[src_name][name])
@@ -115,6 +116,22 @@ def quantize_model(src, dst, scheme="FP8_DYNAMIC", *, group_size=None,
     return {"quantized": chosen, "ignore": ignore, "copied": copied,
             "shards": [f for f, _ in shards], "bytes_in": bytes_in, "bytes_out": bytes_out,
             "seconds": time.perf_counter() - t0}
+
+
+def _global_scales(model, chosen):
+    """{weight: NVFP4 global scale}: from the absmax over its fused set
+    (q/k/v, gate/up: one scale, as llm-compressor's fused observers and
+    vLLM's fused layers), else over the weight alone; one read pass."""
+    amax = {}
+    for n in chosen:
+        x = model.reader(n).float32(n)
+        if not np.isfinite(x).all():
+            raise ValueError(f"tensor {n!r} holds NaN or inf values: not quantized")
+        amax[n] = np.float32(max(float(x.max(initial=0)), -float(x.min(initial=0))))
+        del x
+    sets = CT.fused_sets(chosen)
+    return {n: CT.nvfp4_global_scale(max(amax[m] for m in sets.get(n, (n,))),
+                                     model.info(n)[0]) for n in chosen}
 
 
 def _nb(dt, shape):

@@ -15,7 +15,8 @@ def add_arguments(p):
     p.add_argument("--scheme", choices=tuple(CT.SCHEMES), default=None,
                    help="a model directory only: llm-compressor's preset (default FP8_DYNAMIC: "
                         "FP8 weights per channel, FP8 activations per token at run time; "
-                        "W4A16: int4 symmetric groups, --group-size, default 128)")
+                        "W4A16: int4 symmetric groups, --group-size, default 128; NVFP4A16: "
+                        "FP4 in groups of 16, FP8 scales, a global scale per fused set)")
     p.add_argument("--max-shard-size", default=DEFAULT_MAX_SHARD_SIZE, metavar="SIZE",
                    help=f"a model directory only: bytes per output shard at most "
                         f"(default {DEFAULT_MAX_SHARD_SIZE}, transformers' default; '5GB', "

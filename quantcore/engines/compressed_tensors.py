@@ -12,6 +12,11 @@ Schemes (llm-compressor's preset names, :data:`SCHEMES`):
   scale per output channel; activations quantized per token at run time
   (no tensor stored for them).  Per Linear ``X``: ``X.weight`` F8_E4M3
   ``[O, I]``, ``X.weight_scale`` ``[O, 1]`` in the weight's dtype.
+- ``NVFP4A16`` (format ``nvfp4-pack-quantized``): FP4 e2m1 codes in
+  groups of 16 along I with an FP8 e4m3fn scale each and one float32
+  global scale per fused set (q/k/v, gate/up): ``X.weight_packed`` U8
+  ``[O, I / 2]`` (element 2i in the low nibble), ``X.weight_scale``
+  F8_E4M3 ``[O, I / 16]``, ``X.weight_global_scale`` F32 ``[1]``.
 - ``W4A16`` (format ``pack-quantized``): int4 symmetric groups of
   ``group_size`` (128) along I: ``X.weight_packed`` I32 ``[O, I / 8]``
   (code + 8 as eight nibbles per little-endian word, element 8j + i in
@@ -28,6 +33,16 @@ operands rounded to D is the correctly rounded D result)::
     s    = eps_D where s == 0                    (torch.finfo(D).eps)
     q    = e4m3fn(r_D(x / s))   (RNE, +-448)     q = clip(rint(r_D(x / s)), -8, 7)
     y    = r_D(decode(q) * s)                    y = r_D(q * s)
+
+NVFP4A16 (``a`` the absmax over the fused set, ``e4m3`` RNE with
+clamp +-448, ``e2m1`` the thresholds of compressed-tensors'
+``cast_to_fp4``: round half to even, the sign of a negative value kept
+on a zero code)::
+
+    g = f32(r_D(r_D(1 / max(a, tiny_D)) * 2688))   (1 where not finite)
+    s = e4m3(f32(g * r_D(amax_group / 6)))          (0.125 where 0)
+    q = e2m1(f32(x / f32(s / g)))
+    y = r_BF16(q * f32(s / g))                       (the decompressor's dtype)
 
 ``y`` is what compressed-tensors' decompressors (and so transformers'
 ``from_pretrained``) give back for the stored tensors.
@@ -52,7 +67,16 @@ WEIGHT_DTYPES = tuple(EPS)
 SCHEMES = {
     "FP8_DYNAMIC": ("float-quantized", 8, "float", "channel", True),
     "W4A16": ("pack-quantized", 4, "int", "group", False),
+    "NVFP4A16": ("nvfp4-pack-quantized", 4, "float", "tensor_group", False),
 }
+#: NVFP4's group (compressed-tensors' preset; vLLM's kernels take only it)
+NVFP4_GROUP = 16
+#: torch.finfo(D).tiny: the least amax of a global scale
+TINY = {"F32": F32(2.0 ** -126), "F16": F32(2.0 ** -14), "BF16": F32(2.0 ** -126)}
+#: fused siblings (one parent module) that share NVFP4's global scale, as
+#: llm-compressor's FUSED_LAYER_NAMES (observers/helpers.py) and vLLM expect
+FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"),
+         ("q_a_proj", "kv_a_proj_with_mqa"), ("w1", "w3"))
 DEFAULT_GROUP_SIZE = 128
 #: the group sizes vLLM's Marlin kernels take (utils/marlin_utils.py
 #: MARLIN_SUPPORTED_GROUP_SIZES, but -1: one group per row)
@@ -126,6 +150,57 @@ def int_group(x, dt, bits, group):
     return q.reshape(rows, k), s
 
 
+def nvfp4_global_scale(amax, dt):
+    """NVFP4's global scale of a fused set's absmax (compressed-tensors'
+    ``generate_gparam``: ``2688 / a`` is torch's reciprocal, then product)."""
+    a = np.maximum(np.asarray(amax, F32).reshape(1), TINY[dt])
+    with np.errstate(over="ignore", divide="ignore"):
+        g = round_to((round_to((F32(1) / a).astype(F32), dt) * F32(2688)).astype(F32), dt)
+    return np.where(np.isfinite(g), g, F32(1)).astype(F32)
+
+
+#: compressed-tensors' cast_to_fp4 thresholds on |v|: code k + 1 above the
+#: k-th (a tie goes to the even code: > on one side, >= on the other)
+_E2M1_UP = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False),
+            (3.5, True), (5.0, False))
+E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], F32)
+
+
+def nvfp4(x, dt, g):
+    """NVFP4A16's weight: (packed uint8 [O, I / 2], FP8 scale codes uint8
+    [O, I / 16], the float32 per-group divisors f32(s / g)) of float32 rows
+    ``x`` holding ``dt`` values, with the global scale ``g``."""
+    rows, k = x.shape
+    xg = x.reshape(rows, k // NVFP4_GROUP, NVFP4_GROUP)
+    s = round_to((_amax(xg) / F32(6)).astype(F32), dt)
+    s = F.fp8_decode(F.cast_fp8((g * s).astype(F32), "e4m3fn"), "e4m3fn")
+    s = np.where(s == 0, F32(0.125), s).astype(F32)
+    t = (s / g).astype(F32)
+    with np.errstate(over="ignore"):
+        v = (xg / t[..., None]).astype(F32)
+    a = np.abs(v)
+    code = np.zeros(v.shape, np.uint8)
+    for edge, inclusive in _E2M1_UP:
+        code += (a >= edge) if inclusive else (a > edge)
+    code |= (v < 0).astype(np.uint8) << 3
+    return F.pack_int4(code.reshape(rows, k)), F.cast_fp8(s, "e4m3fn"), t
+
+
+def fused_sets(names):
+    """{weight name: tuple of the names of its fused set} for the sets of
+    :data:`FUSED` whose members are all in ``names``."""
+    have, out = set(names), {}
+    for n in names:
+        parent, _, leaf = module_of(n).rpartition(".")
+        for group in FUSED:
+            if leaf in group:
+                members = tuple(f"{parent}.{m}.weight" if parent else f"{m}.weight"
+                                for m in group)
+                if all(m in have for m in members):
+                    out[n] = members
+    return out
+
+
 def pack_int32(q, bits):
     """compressed-tensors' ``pack_to_int32`` of int4 codes along the last
     axis (q + 8 as nibbles, low first, little-endian words)."""
@@ -180,6 +255,10 @@ def select(model):
 def check_shape(name, shape, scheme, group):
     """A shape and group the engines' kernels take, or ValueError naming
     the layer (never padded)."""
+    if scheme == "NVFP4A16" and shape[1] % NVFP4_GROUP:
+        raise ValueError(f"layer {module_of(name)!r}: input width {shape[1]} is not a multiple "
+                         f"of 16 (NVFP4's group, the only one vLLM takes); not padded: leave "
+                         "the layer out")
     if SCHEMES[scheme][3] != "group":
         return
     if group not in GROUP_SIZES:
@@ -198,13 +277,22 @@ def plan(name, dt, shape, scheme, group):
     o, i = shape
     if scheme == "FP8_DYNAMIC":
         return [(f"{m}.weight", "F8_E4M3", (o, i)), (f"{m}.weight_scale", dt, (o, 1))]
+    if scheme == "NVFP4A16":
+        return [(f"{m}.weight_packed", "U8", (o, i // 2)),
+                (f"{m}.weight_scale", "F8_E4M3", (o, i // NVFP4_GROUP)),
+                (f"{m}.weight_global_scale", "F32", (1,))]
     return [(f"{m}.weight_packed", "I32", (o, -(-i * 4 // 32))),
             (f"{m}.weight_scale", dt, (o, i // group)), (f"{m}.weight_shape", "I64", (2,))]
 
 
-def quantize_tensor(x, dt, scheme, group):
+def quantize_tensor(x, dt, scheme, group, global_scale=None):
     """{stored name suffix: array} of one weight (float32 ``x`` holding its
-    ``dt`` values), in :func:`plan`'s order."""
+    ``dt`` values; NVFP4A16: with its fused set's ``global_scale``), in
+    :func:`plan`'s order."""
+    if scheme == "NVFP4A16":
+        packed, scodes, _ = nvfp4(x, dt, global_scale)
+        return {"weight_packed": packed, "weight_scale": scodes,
+                "weight_global_scale": np.asarray(global_scale, F32).reshape(1)}
     if scheme == "FP8_DYNAMIC":
         q, s = fp8_channel(x, dt)
         return {"weight": q, "weight_scale": as_dtype_bytes(s.reshape(-1, 1), dt)}
@@ -214,8 +302,11 @@ def quantize_tensor(x, dt, scheme, group):
 
 
 def _args(bits, typ, strategy, group, dynamic):
-    return {"num_bits": bits, "type": typ, "symmetric": True, "group_size": group,
-            "strategy": strategy, "dynamic": dynamic}
+    out = {"num_bits": bits, "type": typ, "symmetric": True, "group_size": group,
+           "strategy": strategy, "dynamic": dynamic}
+    if strategy == "tensor_group":
+        out["scale_dtype"] = "torch.float8_e4m3fn"
+    return out
 
 
 def quantization_config(scheme, ignore, group=None):
@@ -225,7 +316,8 @@ def quantization_config(scheme, ignore, group=None):
     leaves out the arguments at their defaults, plus the version,
     ``quant_method`` and the empty sparsity / transform configs)."""
     fmt, bits, typ, strategy, fp8_act = SCHEMES[scheme]
-    weights = _args(bits, typ, strategy, group if strategy == "group" else None, False)
+    weights = _args(bits, typ, strategy, NVFP4_GROUP if strategy == "tensor_group" else
+                    group if strategy == "group" else None, False)
     acts = _args(8, "float", "token", None, True) if fp8_act else None
     return {
         "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
@@ -243,17 +335,31 @@ def dequantize_module(get, module):
     """(dtype, float32 values) of one quantized module's weight, as
     compressed-tensors' decompressor gives it; ``get(name)`` returns a
     stored tensor's (dtype, shape, raw uint8 bytes), or None."""
-    sdt, sshape, raw = get(f"{module}.weight_scale")
-    if sdt not in WEIGHT_DTYPES:
-        raise ValueError(f"{module}.weight_scale: dtype {sdt}, expected F32, F16 or BF16")
-    s = _read_float(raw, sdt).reshape(sshape)
+    sdt, sshape, raw_scale = get(f"{module}.weight_scale")
     packed = get(f"{module}.weight_packed")
+    gs = get(f"{module}.weight_global_scale")
+    if gs is not None:  # nvfp4-pack-quantized
+        g = _read_float(gs[2], "F32").reshape(1)
+        if sdt != "F8_E4M3":
+            raise ValueError(f"{module}.weight_scale: dtype {sdt}, expected F8_E4M3 (NVFP4)")
+        t = (F.fp8_decode(raw_scale.reshape(sshape), "e4m3fn") / g).astype(F32)
+        b = packed[2].reshape(packed[1])
+        codes = np.stack([b & 0xF, b >> 4], axis=-1).reshape(b.shape[0], -1)
+        q = E2M1_VALUES[codes & 7] * np.where(codes & 8, F32(-1), F32(1))
+        rows, k = q.shape
+        y = q.reshape(rows, -1, NVFP4_GROUP) * t[..., None]
+        return "BF16", round_to(y.reshape(rows, k).astype(F32), "BF16")
     if packed is None:  # float-quantized
         dt, shape, raw = get(f"{module}.weight")
-        if dt != "F8_E4M3":
-            raise ValueError(f"{module}.weight: dtype {dt}, expected F8_E4M3")
+        if dt != "F8_E4M3" or sdt not in WEIGHT_DTYPES:
+            raise ValueError(f"{module}: weight {dt} / weight_scale {sdt}, expected F8_E4M3 / "
+                             "F32, F16 or BF16")
+        s = _read_float(raw_scale, sdt).reshape(sshape)
         y = F.fp8_decode(raw.reshape(shape), "e4m3fn") * s.reshape(-1, 1)
         return sdt, round_to(y.astype(F32), sdt)
+    if sdt not in WEIGHT_DTYPES:
+        raise ValueError(f"{module}.weight_scale: dtype {sdt}, expected F32, F16 or BF16")
+    s = _read_float(raw_scale, sdt).reshape(sshape)
     _, _, raw_shape = get(f"{module}.weight_shape")
     shape = tuple(int(v) for v in raw_shape.view("<i8"))
     q = unpack_int32(packed[2].view("<i4").reshape(packed[1]), 4, shape[1])
