@@ -13,10 +13,12 @@ the same parameters, in the same order, with the same defaults
     extra_options=None, calibration_cache_path=None
 
 quantcore computes the activation ranges ORT's calibrator would compute on
-the same reader, bit for bit, and hands them to ORT's own quantizer through
-its documented calibration cache (``TensorsData`` -> JSON ->
-``quantize_static(..., calibration_data_reader=None,
-calibration_cache_path=...)``), so the quantized model is written by ORT.
+the same reader, bit for bit, and hands them to ORT's own
+``quantize_static`` in memory, as the result of its calibrator
+(:mod:`.handoff`: no cache file, no text format on the way), so the
+quantized model is written by ORT.  A ``calibration_cache_path`` the user
+names is written (ORT's JSON, encoded in one call) and, when it exists
+already, read by ORT as ORT reads it.
 Every ``extra_options`` key is ORT's and means what it means there; the
 ``Calib*`` keys configure the calibrator as in ORT (``CalibStridedMinMax``,
 ``CalibMovingAverage``, ``CalibMovingAverageConstant``,

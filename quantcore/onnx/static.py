@@ -1,17 +1,16 @@
 """``quantize_static``'s drop-in (:func:`quantize`: ORT's parameters,
 defaults and extra_options, calibrated by quantcore, the model written by
-ORT through its calibration cache) and the comparison of a float and a
+ORT from the ranges handed to it in memory: :mod:`.handoff`) and the comparison of a float and a
 quantized model (:func:`evaluate`, :func:`sqnr_db`)."""
 import contextlib
 import os
-import shutil
-import tempfile
 
 import numpy as np
 
-from .._files import atomic_path, refuse_same_file, temp_dir_beside
+from .._files import atomic_path, refuse_same_file
 from ..compat import onnxruntime as O
 from .calibration import ORT_METHODS, _method_name, calibrate
+from .handoff import quantize_static_with
 from .readers import _feeds
 from .session import FeedChecker, _label, _one_line, _onnx, _ort_session
 
@@ -161,31 +160,27 @@ def quantize(model_input, model_output, calibration_data_reader=None,
                            # the quantizer reads the ranges only (a cache kept keeps the counts)
                            histograms=calibration_cache_path is not None)
         tensors_range = result.tensors_range
-    # (the cache ORT reads: beside a model path, named as its temporaries)
-    tmpdir = temp_dir_beside(model_output) if isinstance(model_output, (str, os.PathLike)) \
-        else tempfile.mkdtemp(prefix="quantcore_onnx_")
+    if cached:
+        tensors_range = O.load_tensors_data(calibration_cache_path)
+    elif calibration_cache_path is not None:
+        O.save_tensors_data(tensors_range, calibration_cache_path)
+    method = CalibrationMethod[tensors_range.calibration_method.name]
     try:
-        if cached:
-            cache = calibration_cache_path
-            tensors_range = O.load_tensors_data(cache)
-        else:
-            cache = calibration_cache_path or os.path.join(tmpdir, "calibration.json")
-            O.save_tensors_data(tensors_range, cache)
-        try:
-            with _written(model_output) as out:
-                quantize_static(model_input, out, None, calibration_cache_path=cache,
-                                calibrate_method=CalibrationMethod[
-                                    tensors_range.calibration_method.name], **ort_kw)
-        except (ValueError, TypeError, OSError):
-            raise
-        except Exception as exc:  # ORT's quantizer: NotImplementedError, AssertionError, ...
-            raise ValueError(f"{_label(model_input)}: onnxruntime's quantizer failed: "
-                             f"{type(exc).__name__}: {_one_line(exc)}") from None
-        if tensorrt_table:
-            os.makedirs(tensorrt_table, exist_ok=True)
-            O.write_calibration_table(tensors_range, tensorrt_table, absmax=True)
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        with _written(model_output) as out:
+            if cached:      # ORT reads the user's cache, as ORT does
+                quantize_static(model_input, out, None, calibrate_method=method,
+                                calibration_cache_path=calibration_cache_path, **ort_kw)
+            else:           # the ranges handed over in memory (onnx.handoff)
+                quantize_static_with(tensors_range, model_input, out, calibrate_method=method,
+                                     **ort_kw)
+    except (ValueError, TypeError, OSError):
+        raise
+    except Exception as exc:  # ORT's quantizer: NotImplementedError, AssertionError, ...
+        raise ValueError(f"{_label(model_input)}: onnxruntime's quantizer failed: "
+                         f"{type(exc).__name__}: {_one_line(exc)}") from None
+    if tensorrt_table:
+        os.makedirs(tensorrt_table, exist_ok=True)
+        O.write_calibration_table(tensors_range, tensorrt_table, absmax=True)
     return result
 
 

@@ -1,0 +1,130 @@
+"""quantcore.onnx.quantize hands its ranges to ORT's quantize_static in
+memory (quantcore/onnx/handoff.py): no calibration cache is written unless
+the user names one, no text format on the way, the same model as ORT's
+default call; a named cache is ORT's JSON, written by one encoder call."""
+import json
+import threading
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from quantcore import onnx as qonnx  # noqa: E402
+from quantcore.compat import onnxruntime as O  # noqa: E402
+from ort_vectors import same_bits  # noqa: E402
+from test_onnx import _initializers, spec_model  # noqa: E402
+
+F32 = np.float32
+
+
+@pytest.fixture(scope="module")
+def spec_n(tmp_path_factory):
+    m = spec_model()
+    for vi in (m.graph.input[0], m.graph.output[0]):
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"
+    path = str(tmp_path_factory.mktemp("m") / "spec_n.onnx")
+    onnx.save(m, path)
+    return path
+
+
+def _feeds(n=3):
+    rng = np.random.default_rng(7)
+    return [{"x": (rng.standard_normal((2, 3, 5, 5)) * (i + 1)).astype(F32)} for i in range(n)]
+
+
+def _no_json(*args, **kwargs):
+    raise AssertionError("a JSON encoder ran on the way to ORT")
+
+
+@pytest.mark.parametrize("method,extra", [("Distribution", {}), ("Percentile", {}),
+                                          ("MinMax", {"CalibStridedMinMax": 1})])
+def test_no_cache_no_json_same_model_as_quantize_static(method, extra, spec_n, tmp_path,
+                                                        monkeypatch):
+    """Without calibration_cache_path nothing is encoded as JSON and no file
+    but the model is written (the old path wrote a JSON cache in a temporary
+    folder and made ORT read it back); the model is ORT's default call's."""
+    from onnxruntime.quantization import CalibrationMethod, QuantType, quantize_static
+    kw = {}
+    if method == "Distribution":    # ORT: float 8 only
+        kw = dict(activation_type=QuantType.QFLOAT8E4M3FN, weight_type=QuantType.QFLOAT8E4M3FN)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    with monkeypatch.context() as m:
+        m.setattr(json, "dump", _no_json)
+        m.setattr(json, "dumps", _no_json)
+        m.setattr(O, "save_tensors_data", _no_json)
+        qonnx.quantize(spec_n, str(out_dir / "qc.onnx"), _feeds(),
+                       calibrate_method=method, extra_options=dict(extra), **kw)
+    assert sorted(p.name for p in out_dir.iterdir()) == ["qc.onnx"]
+    theirs = str(tmp_path / "ort.onnx")
+    quantize_static(spec_n, theirs, _Reader(_feeds()),
+                    calibrate_method=CalibrationMethod[method], extra_options=dict(extra), **kw)
+    a, b = _initializers(str(out_dir / "qc.onnx")), _initializers(theirs)
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert same_bits(a[k], b[k]), k
+
+
+class _Reader:
+    def __init__(self, feeds):
+        self.feeds = feeds
+        self.set_range(0, len(feeds))
+
+    def __len__(self):
+        return len(self.feeds)
+
+    def set_range(self, start_index, end_index):
+        self.it = iter(self.feeds[start_index:end_index])
+
+    def get_next(self):
+        return next(self.it, None)
+
+
+def test_ort_called_directly_keeps_its_own_calibrator(spec_n, tmp_path):
+    """After quantcore's handoff (and from another thread), ORT's own
+    quantize_static still calibrates with ORT's calibrator: the same model as
+    quantcore's."""
+    from onnxruntime.quantization import quantize_static
+    ours = str(tmp_path / "qc.onnx")
+    qonnx.quantize(spec_n, ours, _feeds())
+    errors = []
+
+    def theirs(path):
+        try:
+            quantize_static(spec_n, path, _Reader(_feeds()))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+    t = threading.Thread(target=theirs, args=(str(tmp_path / "t.onnx"),))
+    t.start()
+    t.join()
+    theirs(str(tmp_path / "ort.onnx"))
+    assert not errors
+    a = _initializers(ours)
+    for other in ("t.onnx", "ort.onnx"):
+        b = _initializers(str(tmp_path / other))
+        assert sorted(a) == sorted(b)
+        assert all(same_bits(a[k], b[k]) for k in a)
+
+
+def test_named_cache_is_orts_json_in_one_encoder_call(tmp_path, monkeypatch):
+    """save_tensors_data: ORT's load_tensors_data reads back every value bit
+    for bit (signed zeros, inf, NaN, float16, int counts), and the text is
+    made by one json.dumps call, never json.dump's value-by-value encoder."""
+    from onnxruntime.quantization.calibrate import load_tensors_data
+    edges = np.array([-0.0, 0.1, np.inf, -np.inf, np.nan, 1e-45, 3.4e38], F32)
+    td = O.TensorsData(O.CalibrationMethod.Distribution, {
+        "a": O.TensorData(lowest=np.array(-0.0, F32), highest=np.array([0.1], F32),
+                          hist=np.arange(6, dtype=np.int64), hist_edges=edges,
+                          avg=np.float32(0.25), std=np.array(1.5, np.float16)),
+        "b": O.TensorData(lowest=np.array([-1.5], F32), highest=np.array([2.5], F32))})
+    monkeypatch.setattr(json, "dump", _no_json)
+    O.save_tensors_data(td, tmp_path / "c.json")
+    back = load_tensors_data(tmp_path / "c.json")
+    assert back.calibration_method.name == "Distribution"
+    for name, v in td.items():
+        for attr in v._attrs:
+            want, got = np.asarray(getattr(v, attr)), np.asarray(getattr(back[name], attr))
+            assert got.dtype == want.dtype and same_bits(got, want), (name, attr)
+    assert json.loads((tmp_path / "c.json").read_text())["smooth_quant"] is False
