@@ -123,9 +123,18 @@ def _scale(amax, divisor, dt):
     return np.where(s == 0, EPS[dt], s).astype(F32)
 
 
-def _amax(x, axis=-1):
-    """max(|min(x, 0)|, max(x, 0)) along ``axis`` (exact)."""
-    return np.maximum(-np.minimum(x.min(axis=axis), 0), np.maximum(x.max(axis=axis), 0))
+def _amax(x):
+    """max(|min(x, 0)|, max(x, 0)) = max |x| along the last axis (exact;
+    finite x): halving maxima where that axis is a power of two (numpy's
+    reduction over a short inner axis is ~10x slower)."""
+    a = np.abs(x)
+    n = a.shape[-1]
+    if n & (n - 1) or n > 256:
+        return a.max(axis=-1)
+    while a.shape[-1] > 1:
+        h = a.shape[-1] // 2
+        a = np.maximum(a[..., :h], a[..., h:])
+    return a[..., 0]
 
 
 def fp8_channel(x, dt):
