@@ -9,14 +9,14 @@ writing plans the output tensors first, cuts them into shards of at most
 ``max_shard_size`` bytes in their order (a tensor larger than the limit
 gets a shard of its own, as transformers' ``save_pretrained``), and writes
 each shard tensor by tensor.  The output directory is built in a temporary
-directory beside its final path and renamed into place at the end: an
-interrupted run leaves no half directory at the final path.
+directory beside its final path and renamed into place at the end
+(``quantcore._files.atomic_dir``): an interrupted run leaves no half
+directory at the final path.
 """
 import json
 import os
 import re
 import shutil
-import tempfile
 
 from ..checkpoints import DTYPES, SUBBYTE, SafetensorsReader, SafetensorsWriter
 
@@ -205,17 +205,18 @@ def write_model_dir(model, dst, config, shards, write_tensor, metadata=None, pro
     config.json, each shard of ``shards`` (:func:`plan_shards`) with
     ``write_tensor(writer, name)`` writing every entry, then the index when
     there are several shards.  Built in a temporary directory beside
-    ``dst``, renamed into place at the end (removed on any error).
+    ``dst`` and renamed into place at the end, fsync-ed (removed on any
+    error, or by the next run when this process died):
+    :func:`quantcore._files.atomic_dir`.
     ``progress(shard file, entries)`` wraps each shard's entries (a
     progress bar) when given."""
     dst = os.path.abspath(os.fspath(dst))
     _refuse_same(model.path, dst)
     if os.path.exists(dst) and (not os.path.isdir(dst) or os.listdir(dst)):
         raise FileExistsError(17, "exists (an empty directory or a new path is needed)", dst)
-    parent = os.path.dirname(dst)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.", suffix=".partial", dir=parent)
-    try:
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    from .._files import atomic_dir
+    with atomic_dir(dst) as tmp:
         for f in model.other_files:
             shutil.copy2(os.path.join(model.path, f), os.path.join(tmp, f))
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as fh:
@@ -234,10 +235,4 @@ def write_model_dir(model, dst, config, shards, write_tensor, metadata=None, pro
                 json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, fh,
                           indent=2, sort_keys=True)
                 fh.write("\n")
-        if os.path.isdir(dst):
-            os.rmdir(dst)  # (empty, checked above)
-        os.replace(tmp, dst)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return dst
