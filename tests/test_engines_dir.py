@@ -225,3 +225,22 @@ def test_parse_size():
     assert parse_size(1000) == 1000 and parse_size("1.5KB") == 1500
     with pytest.raises(ValueError, match="at least 1 byte"):
         parse_size(0)
+
+
+def test_dequantize_refuses_what_it_cannot_read(tmp_path):
+    """An asymmetric (zero point) pack-quantized weight is refused, not
+    decoded as symmetric."""
+    src = _model_dir(tmp_path / "src")
+    engines.quantize_model(src, tmp_path / "out", "W4A16", group_size=32)
+    m = "model.layers.0.self_attn.q_proj"
+    path = tmp_path / "out" / "model.safetensors"
+    with SafetensorsReader(path) as r:
+        tensors = {n: (r.info(n), bytes(r.raw(n))) for n in r}
+    tensors[f"{m}.weight_zero_point"] = (("I32", (8, 2)), bytes(64))
+    os.unlink(path)
+    with SafetensorsWriter(path, [(n, dt, sh) for n, ((dt, sh), _) in tensors.items()]) as w:
+        for n, (_, b) in tensors.items():
+            w.write_bytes(n, b)
+    with pytest.raises(ValueError, match=f"{m}: only symmetric int4"):
+        engines.load_dequantized(tmp_path / "out")
+

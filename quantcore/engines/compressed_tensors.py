@@ -371,6 +371,9 @@ def dequantize_module(get, module):
     s = _read_float(raw_scale, sdt).reshape(sshape)
     _, _, raw_shape = get(f"{module}.weight_shape")
     shape = tuple(int(v) for v in raw_shape.view("<i8"))
+    if get(f"{module}.weight_zero_point") is not None or packed[1][-1] * 8 != shape[1]:
+        raise ValueError(f"{module}: only symmetric int4 pack-quantized weights are read "
+                         "(a zero point or another bit width is not written yet)")
     q = unpack_int32(packed[2].view("<i4").reshape(packed[1]), 4, shape[1])
     g = shape[1] // s.shape[-1]
     y = q.reshape(shape[0], -1, g).astype(F32) * s[..., None]
