@@ -431,13 +431,15 @@ def run(args):
                         continue
                     rows_out.append(_quantize_tensor(reader, writer, n, args))
         except OSError as exc:
-        copied = _copied_headline(reader, names, chosen, args, total_in)
             raise _error(f"{args.output}: cannot write: {exc.strerror or exc}") from None
         total_in = sum(reader.nbytes(n) for n in names)
+        copied = _copied_headline(reader, names, chosen, args, total_in)
     seconds = time.perf_counter() - t0
     total_out = _nbytes(entries)
     _print_result(rows_out, args, seconds, total_in, total_out, notes, copied)
     return 0
+
+
 #: the share of the input's bytes copied unchanged above which the run says so
 #: in one headline line (a conv net's kernels are most of its bytes)
 COPIED_HEADLINE_SHARE = 0.5
@@ -460,8 +462,6 @@ def _copied_headline(reader, names, chosen, args, total_in):
             if why.startswith(("convolution", "1-D", "embeddings")) else "")
     return (f"note: {100 * copied / total_in:.0f}% of the input's bytes were copied "
             f"unchanged, mostly {why.split(' (')[0]}{hint}")
-
-
 
 
 def _quantize_tensor(reader, writer, name, args):
@@ -538,10 +538,10 @@ def _print_result(rows, args, seconds, total_in, total_out, notes, headline=None
     pooled = _Sqnr()
     for r in rows:
         pooled.merge(r[6])
-    if headline:
-        say(headline)
     say(f"quantized {len(rows)} tensor(s) to {args.format} ({_scheme_text(args)}) in "
         f"{seconds:.1f} s -> {args.output}")
+    if headline:
+        say(headline)
     if not args.quiet:
         print_table(("tensor", "shape", "dtype", "bits/weight", "SQNR dB", "max |err|"),
                     [(n, "x".join(map(str, s)), dt, f"{8 * b_out / w:.2f}", f"{a.db():.2f}",
