@@ -5,21 +5,22 @@
  * Where x86 and a CUDA device differ in a way that can change a result,
  * device code gets the device's rule:
  *
- *   canonical NaN   every float32 / float64 operation whose result is NaN
- *                   returns 0x7fffffff (float64: 0x7fffffffffffffff); x86
- *                   keeps the NaN operand's sign and payload, and makes
- *                   0xffc00000 (negative) for an invalid operation.  Code
- *                   that reads the sign of a computed NaN gets a different
- *                   answer here than on x86, as it would on a GPU.  (float64
- *                   NaN results are unspecified by CUDA; the emulator picks
- *                   the float32 rule, so such code is caught too.)
+ *   canonical NaN   every float32 operation whose result is NaN returns
+ *                   0x7fffffff; x86 keeps the NaN operand's sign and
+ *                   payload, and makes 0xffc00000 (negative) for an invalid
+ *                   operation.  Code that reads the sign of a computed NaN
+ *                   gets a different answer here than on x86, as it would
+ *                   on a GPU.  float64 NaN results (unspecified by CUDA) are
+ *                   the marker 0xfff80000c0da6464, which neither x86 nor the
+ *                   device makes, so such code is caught too.
  *   flush to zero   with CUDAEMU_FTZ=1 (NVRTC -ftz=true: the fake cupy sets
  *                   it from the last -ftz option) float32 subnormal inputs
  *                   and results of arithmetic, comparisons, conversions and
  *                   the math functions are flushed to a zero of the same
  *                   sign; float64 never is
- *   float -> int    saturates to the destination type's range, NaN -> 0
- *                   (cvt.rzi: x86 gives INT_MIN / garbage)
+ *   float -> int    saturates to the 32- / 64-bit range, NaN -> 0 (cvt.rzi:
+ *                   x86 gives INT_MIN / garbage); an 8- / 16-bit integer is
+ *                   the low bits of the 32-bit conversion (300.0f -> 44)
  *   fminf / fmaxf   a NaN operand gives the other operand, two NaNs the
  *                   canonical NaN
  *   neg / abs       float32 -x and fabsf(x) of a NaN: the canonical NaN (PTX:
@@ -66,8 +67,15 @@ typedef fp<double> f64;
 /* the rules on the built-in types */
 namespace fr {
 inline float canon(float r) { return __builtin_isnan(r) ? __builtin_bit_cast(float, 0x7fffffffu) : r; }
+/* float64: what the device returns for a NaN result is not documented (the
+ * Guide specifies float32's 0x7fffffff only; the issue 38 reading says the
+ * input NaN passes through, x86 does the same, and an invalid operation makes
+ * its own NaN): the emulator returns a marker NaN that neither x86 nor the
+ * device makes, negative, so that a result depending on a float64 NaN's
+ * sign or payload differs from the CPU's here, never only on a GPU */
+#define CUDAEMU_F64_NAN 0xfff80000c0da6464ull
 inline double canon(double r) {
-  return __builtin_isnan(r) ? __builtin_bit_cast(double, 0x7fffffffffffffffull) : r;
+  return __builtin_isnan(r) ? __builtin_bit_cast(double, CUDAEMU_F64_NAN) : r;
 }
 /* a float32 subnormal -> the zero of its sign (CUDAEMU_FTZ only) */
 inline float ftz(float v) {
@@ -84,11 +92,22 @@ template <class To, class From> inline To convert(From v) {
   return std::is_same<To, From>::value ? (To)v : out((To)in(v));
 }
 
-/* float -> integer (cvt.rzi): truncation, saturation, NaN -> 0 */
+/* float -> integer (cvt.rzi): truncation, saturation to the 32- or 64-bit
+ * range, NaN -> 0.  An 8- or 16-bit destination is not saturated to its own
+ * range: NVRTC converts to 32 bits of the destination's signedness
+ * (cvt.rzi.s32.f32 / cvt.rzi.u32.f32, .f64 alike) and keeps the low bits
+ * (st.u8 / st.u16, or cvt.s32.s8 / and.b32 255 where the value is used), so
+ * (signed char)300.0f is 44, (unsigned char)-1.5f is 0 and
+ * (unsigned char)1e30f is 255 (NVRTC 12.9, sm_90; PTX ISA, "Data Movement
+ * and Conversion Instructions: cvt": float-to-integer results clamp to the
+ * destination register's range). */
 template <class I, class B> inline I to_int(B x) {
   x = in(x);
   if constexpr (std::is_same<I, bool>::value) {
     return x != 0;
+  } else if constexpr (sizeof(I) < 4) {
+    typedef typename std::conditional<std::is_signed<I>::value, int, unsigned>::type W;
+    return (I)to_int<W>(x); /* modular (C++20 / GCC): the low bits */
   } else {
     typedef std::numeric_limits<I> L;
     if (x != x) return (I)0;

@@ -489,3 +489,17 @@ def from_dlpack(x, *, device=None, copy=None):
 
 # RawModule(path=...) (binaries from cuda.compiler.compile_using_nvrtc) besides code=
 from ._binary import RawModule, NVRTC_COMPILES  # noqa: E402,F401,F811
+
+
+def __getattr__(name):
+    """A name the fake does not define: real CuPy API it does not implement
+    (NotImplementedError naming it, so that a test never mistakes the fake's
+    gap for CuPy's), or a name real CuPy does not have (AttributeError)."""
+    from ._real_api import NAMES, VERSION
+    if name in NAMES:
+        raise NotImplementedError(
+            f"cupy.{name} is real CuPy API the emulator does not implement: add it to "
+            "tests/cudaemu/cupy with CuPy's semantics (read CuPy's source; the device's "
+            "float rules), or use what the fake has")
+    raise AttributeError(f"module 'cupy' has no attribute {name!r} (real CuPy {VERSION} "
+                         "has none either)")

@@ -211,6 +211,10 @@ def _cxx_flags():
                    "-fno-strict-aliasing", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
                    "-fno-gnu-unique", "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-function",
                    "-Wno-unused-variable"]
+    # a shift count outside [0, width) is a launch error (cudaemu.h: PTX
+    # clamps the count, x86 masks it); the prelude's handlers (hidden, bound
+    # inside the module) report it in place of UBSan's runtime
+    flags += ["-fsanitize=shift-exponent"]
     san = os.environ.get("CUDAEMU_SANITIZE", "")
     if san:
         flags += [f"-fsanitize={san}", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]

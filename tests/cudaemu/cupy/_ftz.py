@@ -33,6 +33,8 @@ import sys
 
 import numpy as np
 
+from . import _cvt
+
 #: the model is on unless a self-test turns it off to show that it matters
 ENABLED = [True]
 #: while recording: a list of (operation, largest float32 operand size, site)
@@ -122,6 +124,8 @@ def cast(a, dtype, op="astype"):
     between float32 and float64 (``cvt.ftz``) a float32 subnormal, operand
     or result, flushes."""
     dtype = np.dtype(dtype)
+    if a.dtype.kind == "f" and dtype.kind in "iu":
+        return _cvt.float_to_int(a, dtype)   # the device's conversion, not x86's
     with np.errstate(all="ignore"):
         if {a.dtype, dtype} != {_F32, _F64}:
             # the same dtype is a copy; from float32 to an integer, bool or
