@@ -133,6 +133,10 @@ def _calibration_arguments(p, output_help):
     p.add_argument("--reader-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="keyword argument of --reader (JSON value, else a string)")
     p.add_argument("-o", "--output", required=True, help=output_help)
+    p.add_argument("--dask", metavar="ADDRESS|local:N",
+                   help="calibrate on a Dask cluster: a scheduler's address, or local:N for N "
+                        "worker processes on this machine (--data split into partitions; the "
+                        "workers read its files); the same model as on one machine")
     p.add_argument("--method", "--calibrate-method", dest="method", default="minmax",
                    choices=qonnx.METHODS, help="calibration method (default minmax, ORT's)")
     p.add_argument("--batch-size", type=int, default=1,
@@ -486,7 +490,10 @@ def run(args):
         extra["CalibTensorRangeSymmetric"] = True
     extra.update(parse_extra(args.extra, args.activation_type))
     from .cli_common import quiet_ort
+    args.client = cluster = None
     try:
+        if getattr(args, "dask", None):
+            args.client, cluster, args.partitions = _dask(args, qonnx, reader)
         with quiet_ort():
             if command == "calibrate":
                 return _calibrate(args, qonnx, reader, options, extra)
@@ -494,6 +501,32 @@ def run(args):
     finally:
         if isinstance(reader, qonnx.SpooledReader):
             reader.close()
+        if args.client is not None:
+            args.client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _dask(args, qonnx, reader):
+    """(client, LocalCluster or None, partitions) of ``--dask``: --data
+    split into 4 partitions per worker."""
+    from .onnx import cluster as C
+    if args.reader:
+        error("--dask takes --data (a file or folder the workers read), not --reader")
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        error("--dask needs dask.distributed: pip install 'dask[distributed]'")
+    try:
+        client, cluster = C.cluster_client(args.dask)
+    except ValueError as exc:
+        error(str(exc))
+    except OSError as exc:
+        error(f"--dask {args.dask}: cannot reach the scheduler ({exc})")
+    workers = max(1, len(client.scheduler_info()["workers"]))
+    axes = reader.axes if isinstance(reader, qonnx.NpzReader) else None
+    return client, cluster, C.partitions_of(args.data, 4 * workers,
+                                            batch_size=args.batch_size, batch_axes=axes)
 
 
 def _calibrate(args, qonnx, reader, options, extra):
@@ -506,7 +539,8 @@ def _calibrate(args, qonnx, reader, options, extra):
     bar = _progress(args.quiet)
     try:
         res = qonnx.calibrate(
-            args.model, reader, args.method, options=opts,
+            args.model, reader if args.client is None else args.partitions, args.method,
+            client=args.client, options=opts,
             strided=extra.get("CalibStridedMinMax") or None, replay=args.replay,
             op_types_to_calibrate=_names(args.op_types_to_quantize)
             or qonnx.quantizable_op_types(),
@@ -555,7 +589,8 @@ def _quantize(args, qonnx, reader, labels, options, extra):
     bar = _progress(args.quiet)
     try:
         res = qonnx.quantize(
-            args.model, args.output, reader, quant_format=args.quant_format,
+            args.model, args.output, reader if args.client is None else args.partitions,
+            client=args.client, quant_format=args.quant_format,
             op_types_to_quantize=_names(args.op_types_to_quantize),
             per_channel=args.per_channel, reduce_range=args.reduce_range,
             activation_type=args.activation_type, weight_type=args.weight_type,

@@ -104,12 +104,15 @@ range ORT gives it (a degenerate range quantizes with scale 1 / zero point
 """
 # The package's modules, bottom up: session (the model, its session, the
 # feeds' checks), readers (data readers, feeds, the spill file, the
-# inference thread), calibration (calibrate and its one-call replay), static
+# inference thread), calibration (calibrate and its one-call replay), cluster
+# (calibrate across Dask workers; the public calibrate), handoff (the ranges
+# handed to quantize_static in memory), static
 # (quantize_static's drop-in, evaluate).  Every name is re-exported here.
 from .calibration import (BUFFER_BYTES, CHUNK_BYTES, GATHER_BYTES, METHODS,  # noqa: F401
                           ORT_METHODS, QUANTCORE_METHODS, REPLAYS, SMALL_TENSOR,
                           SPILL_BYTES_PER_SECOND, THREAD_BATCH_BYTES, CalibrationResult,
-                          calibrate, make_calibrator)
+                          make_calibrator)
+from .cluster import calibrate, calibrate_on  # noqa: F401
 from .readers import NpzReader, SpooledReader, _prefetch, replayable  # noqa: F401
 from .session import FeedChecker, _ort_session, _session, load_model, select_tensors  # noqa: F401
 from .static import (CALIB_OPTION_KEYS, QUANTIZE_DEFAULTS, evaluate,  # noqa: F401

@@ -9,7 +9,8 @@ import numpy as np
 
 from .._files import atomic_path, refuse_same_file
 from ..compat import onnxruntime as O
-from .calibration import ORT_METHODS, _method_name, calibrate
+from .calibration import ORT_METHODS, _method_name
+from .cluster import calibrate
 from .handoff import quantize_static_with
 from .readers import _feeds
 from .session import FeedChecker, _label, _one_line, _onnx, _ort_session
@@ -73,7 +74,7 @@ def quantize(model_input, model_output, calibration_data_reader=None,
              use_external_data_format=False, calibrate_method=O.CalibrationMethod.MinMax,
              calibration_providers=None, extra_options=None, calibration_cache_path=None, *,
              tensors_range=None, calibration_options=None, replay="auto", tensorrt_table=None,
-             on_batch=None, parallel=None):
+             on_batch=None, parallel=None, client=None):
     """ONNX Runtime's ``quantize_static``, calibrated by quantcore.
 
     The parameters before ``*`` are ``quantize_static``'s, in its order, with
@@ -105,6 +106,9 @@ def quantize(model_input, model_output, calibration_data_reader=None,
         ``max(highest, lowest)``).
     on_batch, parallel
         :func:`calibrate`'s.
+    client : distributed.Client or None
+        Calibrate on its workers (:mod:`.cluster`): ``calibration_data_reader``
+        is then the list of partitions; the same model.
 
     Returns
     -------
@@ -134,6 +138,8 @@ def quantize(model_input, model_output, calibration_data_reader=None,
         use_external_data_format=use_external_data_format,
         calibration_providers=calibration_providers, extra_options=extra_options)
     extra = dict(extra_options or {})
+    if extra.get("SmoothQuant", False) and client is not None:
+        raise ValueError("SmoothQuant is ORT's, run by ORT on one machine: not with client=")
     if extra.get("SmoothQuant", False):  # ORT transforms the model with the reader itself
         method = CalibrationMethod[_ort_method(method)]
         try:
@@ -156,7 +162,7 @@ def quantize(model_input, model_output, calibration_data_reader=None,
                            strided=extra.get("CalibStridedMinMax") or None, replay=replay,
                            op_types_to_calibrate=op_types_to_quantize or quantizable_op_types(),
                            providers=calibration_providers, on_batch=on_batch,
-                           parallel=parallel,
+                           parallel=parallel, client=client,
                            # the quantizer reads the ranges only (a cache kept keeps the counts)
                            histograms=calibration_cache_path is not None)
         tensors_range = result.tensors_range
