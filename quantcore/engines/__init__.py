@@ -19,25 +19,34 @@ import time
 import numpy as np
 
 from . import compressed_tensors as CT
+from . import modelopt as MO
 from .hf import DEFAULT_MAX_SHARD_SIZE, HFModel, ModelDirError, parse_size, plan_shards, \
     write_model_dir
 
-__all__ = ["quantize_model", "load_dequantized", "ENGINE_FORMATS", "ModelDirError"]
+__all__ = ["quantize_model", "load_dequantized", "convert_model", "ENGINE_FORMATS",
+           "ModelDirError"]
 
 #: --format values that write a model directory
-ENGINE_FORMATS = ("compressed-tensors",)
+ENGINE_FORMATS = ("compressed-tensors", "modelopt")
+#: each format's default scheme
+DEFAULT_SCHEMES = {"compressed-tensors": "FP8_DYNAMIC", "modelopt": "FP8_PER_CHANNEL_PER_TOKEN"}
 
 
-def quantize_model(src, dst, scheme="FP8_DYNAMIC", *, group_size=None,
-                   max_shard_size=DEFAULT_MAX_SHARD_SIZE, progress=None):
-    """Quantize a Hugging Face model directory into a compressed-tensors one.
+def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_size=None,
+                   max_shard_size=DEFAULT_MAX_SHARD_SIZE, progress=None, input_amax=None):
+    """Quantize a Hugging Face model directory into a compressed-tensors or
+    ModelOpt one.
 
     Parameters
     ----------
     src, dst : str
         The model directory, and the output directory (new, or empty).
-    scheme : {"FP8_DYNAMIC", "W4A16", "NVFP4A16"}
-        llm-compressor's preset (:data:`compressed_tensors.SCHEMES`).
+    scheme : str, optional
+        compressed-tensors: llm-compressor's preset (:data:`compressed_tensors.
+        SCHEMES`: FP8_DYNAMIC, the default, W4A16, NVFP4A16); modelopt: its
+        quant_algo (:data:`modelopt.SCHEMES`: FP8_PER_CHANNEL_PER_TOKEN, the
+        default, FP8, W4A16_NVFP4).
+    fmt : {"compressed-tensors", "modelopt"}
     group_size : int, optional
         W4A16's group along the input dimension (default 128).
     max_shard_size : int or str
@@ -45,6 +54,9 @@ def quantize_model(src, dst, scheme="FP8_DYNAMIC", *, group_size=None,
     progress : callable, optional
         ``progress(shard file, entries)`` -> an iterable over the entries
         (a progress bar).
+    input_amax : dict, optional
+        modelopt FP8 (static activations): ``{module: amax of its input}``
+        for every quantized module (written as ``input_scale``).
 
     Returns
     -------
@@ -58,6 +70,14 @@ def quantize_model(src, dst, scheme="FP8_DYNAMIC", *, group_size=None,
         naming the file and field), a layer whose shape the scheme's kernels
         refuse (naming the layer), output == input.
     """
+    if fmt not in ENGINE_FORMATS:
+        raise ValueError(f"format {fmt!r}: expected one of {list(ENGINE_FORMATS)}")
+    scheme = DEFAULT_SCHEMES[fmt] if scheme is None else scheme
+    if fmt == "modelopt":
+        return _quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress,
+                                  input_amax)
+    if input_amax is not None:
+        raise ValueError("input_amax applies to modelopt FP8, not to compressed-tensors")
     if scheme not in CT.SCHEMES:
         raise ValueError(f"scheme {scheme!r}: expected one of {list(CT.SCHEMES)}")
     strategy = CT.SCHEMES[scheme][3]
@@ -118,6 +138,11 @@ def quantize_model(src, dst, scheme="FP8_DYNAMIC", *, group_size=None,
             "seconds": time.perf_counter() - t0}
 
 
+def _quantize_modelopt(*args):
+    from .modelopt_dir import quantize_modelopt
+    return quantize_modelopt(*args)
+
+
 def _global_scales(model, chosen):
     """{weight: NVFP4 global scale}: from the absmax over its fused set
     (q/k/v, gate/up: one scale, as llm-compressor's fused observers and
@@ -140,15 +165,16 @@ def _nb(dt, shape):
 
 
 def load_dequantized(path):
-    """The weights of a compressed-tensors model directory as compressed-
-    tensors' decompressors give them back: ``{name: (dtype, float32
-    array)}`` with every quantized module's ``X.weight`` (values of the
-    scale's dtype, exactly those transformers' ``from_pretrained`` loads)
-    and every other tensor as stored (its dtype and a read-only array of
-    its raw bytes).
+    """The weights of a compressed-tensors or ModelOpt model directory as
+    the format's own decompressor gives them back: ``{name: (dtype,
+    float32 array)}`` with every quantized module's ``X.weight``
+    (compressed-tensors: values of the scale's dtype, exactly those
+    transformers' ``from_pretrained`` loads; ModelOpt: its dequantize in
+    the model's dtype) and every other tensor as stored (its dtype and a
+    read-only array of its raw bytes).
 
-    Raises ModelDirError when the directory's config.json has no
-    compressed-tensors ``quantization_config``.
+    Raises ModelDirError when the directory's config.json has neither a
+    compressed-tensors nor a modelopt ``quantization_config``.
     """
     with HFModel(path, quantized=True) as model:
         def get(name):
@@ -156,13 +182,29 @@ def load_dequantized(path):
                 return None
             dt, shape = model.info(name)
             return dt, shape, model.reader(name).raw(name)
-        modules = [n[:-len(".weight_scale")] for n in model.names
-                   if n.endswith(".weight_scale")]
-        parts = {f"{m}.{p}": m for m in modules for p in CT.STORED}
+        if model.quant_method == "modelopt":
+            MO.scheme_of(model.config)
+            dt = MO.model_dtype(model.config)
+            modules = [n[:-len(".weight_scale")] for n in model.names
+                       if n.endswith(".weight_scale")]
+            parts = {f"{m}.{p}": m for m in modules for p in MO.STORED}
+            decode = lambda m: MO.dequantize_module(get, m, dt)  # noqa: E731
+        else:
+            modules = [n[:-len(".weight_scale")] for n in model.names
+                       if n.endswith(".weight_scale")]
+            parts = {f"{m}.{p}": m for m in modules for p in CT.STORED}
+            decode = lambda m: CT.dequantize_module(get, m)  # noqa: E731
         out = {}
         for n in model.names:
             if n not in parts:
                 out[n] = (model.info(n)[0], np.array(model.reader(n).raw(n)))
             elif f"{parts[n]}.weight" not in out:
-                out[f"{parts[n]}.weight"] = CT.dequantize_module(get, parts[n])
+                out[f"{parts[n]}.weight"] = decode(parts[n])
         return out
+
+
+def convert_model(src, dst, fmt, *, max_shard_size=DEFAULT_MAX_SHARD_SIZE, progress=None):
+    """A compressed-tensors model directory rewritten as ModelOpt's, or the
+    reverse, without requantizing (:mod:`.convert`)."""
+    from .convert import convert
+    return convert(src, dst, fmt, max_shard_size=max_shard_size, progress=progress)

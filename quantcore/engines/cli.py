@@ -11,12 +11,20 @@ __all__ = ["add_arguments", "is_model_dir", "settle", "run", "run_dequantize"]
 def add_arguments(p):
     """The options of ``quantize`` that only a model directory takes."""
     from . import compressed_tensors as CT
+    from . import modelopt as MO
     from .hf import DEFAULT_MAX_SHARD_SIZE
-    p.add_argument("--scheme", choices=tuple(CT.SCHEMES), default=None,
-                   help="a model directory only: llm-compressor's preset (default FP8_DYNAMIC: "
-                        "FP8 weights per channel, FP8 activations per token at run time; "
-                        "W4A16: int4 symmetric groups, --group-size, default 128; NVFP4A16: "
-                        "FP4 in groups of 16, FP8 scales, a global scale per fused set)")
+    p.add_argument("--scheme", choices=tuple(CT.SCHEMES) + tuple(MO.SCHEMES), default=None,
+                   help="a model directory only. compressed-tensors: llm-compressor's preset "
+                        "(default FP8_DYNAMIC: FP8 weights per channel, FP8 activations per "
+                        "token at run time; W4A16: int4 symmetric groups, --group-size, "
+                        "default 128; NVFP4A16: FP4 in groups of 16, FP8 scales, a global "
+                        "scale per fused set). modelopt: its quant_algo (default "
+                        "FP8_PER_CHANNEL_PER_TOKEN; FP8: per tensor, static activations, "
+                        "needs --input-amax; W4A16_NVFP4: FP4 weights only, weight_scale_2 "
+                        "per fused set)")
+    p.add_argument("--input-amax", default=None, metavar="JSON",
+                   help="modelopt FP8 only: a JSON file {module: amax of its input} for every "
+                        "quantized layer (written as input_scale = amax / 448)")
     p.add_argument("--max-shard-size", default=DEFAULT_MAX_SHARD_SIZE, metavar="SIZE",
                    help=f"a model directory only: bytes per output shard at most "
                         f"(default {DEFAULT_MAX_SHARD_SIZE}, transformers' default; '5GB', "
@@ -38,6 +46,7 @@ def settle(args):
     if is_model_dir(args.file) or args.format in ENGINE_FORMATS:
         return True
     for opt, v in (("--scheme", args.scheme is not None),
+                   ("--input-amax", args.input_amax is not None),
                    ("--max-shard-size", args.max_shard_size != DEFAULT_MAX_SHARD_SIZE)):
         if v:
             raise _error(f"{opt} applies to a model directory, not to a .safetensors file")
@@ -82,11 +91,13 @@ def run(args):
     if given:
         raise _error(f"{', '.join(given)} applies to a .safetensors file, not to a model "
                      "directory (the layers follow the producer; --scheme chooses the format)")
-    scheme = args.scheme or "FP8_DYNAMIC"
+    from . import DEFAULT_SCHEMES
+    scheme = args.scheme or DEFAULT_SCHEMES[args.format]
     try:
-        rep = quantize_model(args.file, args.output, scheme, group_size=args.group_size,
-                             max_shard_size=args.max_shard_size,
-                             progress=_progress(args.quiet))
+        rep = quantize_model(args.file, args.output, scheme, fmt=args.format,
+                             group_size=args.group_size, max_shard_size=args.max_shard_size,
+                             progress=_progress(args.quiet),
+                             input_amax=_input_amax(args.input_amax))
     except (ModelDirError, ValueError, FileExistsError) as exc:
         raise _error(str(exc)) from None
     except OSError as exc:
@@ -101,10 +112,28 @@ def run(args):
     return 0
 
 
+def _input_amax(path):
+    """{module: float} of --input-amax's JSON file (None without it)."""
+    import json
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise _error(f"--input-amax {path}: cannot read: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise _error(f"--input-amax {path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(data, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in data.values()):
+        raise _error(f"--input-amax {path}: expected a JSON object {{module: number}}")
+    return {str(k): float(v) for k, v in data.items()}
+
+
 def run_dequantize(args):
-    """``dequantize`` of a compressed-tensors model directory into one
-    .safetensors file: the quantized weights as the decompressor gives
-    them (in the scale's dtype), the rest as stored."""
+    """``dequantize`` of a compressed-tensors or ModelOpt model directory
+    into one .safetensors file: the quantized weights as the format's
+    decompressor gives them, the rest as stored."""
     from . import ModelDirError, load_dequantized
     from . import compressed_tensors as CT
     from ..checkpoints import SafetensorsWriter

@@ -26,6 +26,8 @@ __all__ = ["HFModel", "plan_shards", "write_model_dir", "parse_size", "DEFAULT_M
 DEFAULT_MAX_SHARD_SIZE = "50GB"
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
+#: ModelOpt's quantization file: never copied (written anew, or dropped)
+HF_QUANT_CONFIG = "hf_quant_config.json"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -77,9 +79,10 @@ class HFModel:
             raise ModelDirError(f"{cfg_path}: config.json must hold a JSON object")
         qcfg = self.config.get("quantization_config")
         qm = qcfg.get("quant_method") if isinstance(qcfg, dict) else qcfg
-        if quantized and qm != "compressed-tensors":
+        self.quant_method = qm
+        if quantized and qm not in ("compressed-tensors", "modelopt"):
             raise ModelDirError(f"{cfg_path}: quantization_config.quant_method is {qm!r}, "
-                                "not 'compressed-tensors'")
+                                "not 'compressed-tensors' nor 'modelopt'")
         if not quantized and qcfg is not None:
             raise ModelDirError(f"{cfg_path}: quantization_config is already set "
                                 f"(quant_method {qm!r}): the model is quantized")
@@ -128,7 +131,7 @@ class HFModel:
         self.names = list(self._where)
         first = self._readers[shards[0]]
         self.shard_metadata = dict(first.metadata)
-        skip = set(shards) | self._index_files | {"config.json"}
+        skip = set(shards) | self._index_files | {"config.json", HF_QUANT_CONFIG}
         self.other_files = sorted(f for f in os.listdir(self.path)
                                   if f not in skip and not f.startswith(".")
                                   and os.path.isfile(os.path.join(self.path, f)))
@@ -199,7 +202,8 @@ def _refuse_same(src, dst):
         raise ValueError(f"--output {dst} lies inside the input directory")
 
 
-def write_model_dir(model, dst, config, shards, write_tensor, metadata=None, progress=None):
+def write_model_dir(model, dst, config, shards, write_tensor, metadata=None, progress=None,
+                    extra_files=None):
     """Write a model directory at ``dst`` (which must not exist, or be an
     empty directory): the other files of ``model`` copied, ``config`` as
     config.json, each shard of ``shards`` (:func:`plan_shards`) with
@@ -209,7 +213,8 @@ def write_model_dir(model, dst, config, shards, write_tensor, metadata=None, pro
     error, or by the next run when this process died):
     :func:`quantcore._files.atomic_dir`.
     ``progress(shard file, entries)`` wraps each shard's entries (a
-    progress bar) when given."""
+    progress bar) when given; ``extra_files`` ({file name: dict}) are
+    written as JSON beside config.json (ModelOpt's hf_quant_config.json)."""
     dst = os.path.abspath(os.fspath(dst))
     _refuse_same(model.path, dst)
     if os.path.exists(dst) and (not os.path.isdir(dst) or os.listdir(dst)):
@@ -222,6 +227,10 @@ def write_model_dir(model, dst, config, shards, write_tensor, metadata=None, pro
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as fh:
             json.dump(config, fh, indent=2, sort_keys=True)
             fh.write("\n")
+        for fname, data in (extra_files or {}).items():
+            with open(os.path.join(tmp, fname), "w", encoding="utf-8") as fh:
+                json.dump(data, fh, indent=4)
+                fh.write("\n")
         weight_map, total = {}, 0
         meta = {"format": "pt", **(metadata or {})}
         for fname, entries in shards:

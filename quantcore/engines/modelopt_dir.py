@@ -1,0 +1,91 @@
+"""``quantize_model(..., fmt="modelopt")``: a Hugging Face model directory
+quantized into ModelOpt's layout (:mod:`.modelopt`), streamed as the
+compressed-tensors path is (one weight's outputs in memory at a time)."""
+import time
+
+import numpy as np
+
+from . import compressed_tensors as CT
+from . import modelopt as MO
+from .hf import HFModel, nbytes, parse_size, plan_shards, write_model_dir
+
+
+def _finite(x, name):
+    if not np.isfinite(x).all():
+        raise ValueError(f"tensor {name!r} holds NaN or inf values: not quantized")
+    return x
+
+
+def _set_scales(model, chosen):
+    """{weight: NVFP4 weight_scale_2} over the fused sets (one read pass)."""
+    amax = {n: MO._absmax(_finite(model.reader(n).float32(n), n)) for n in chosen}
+    sets = CT.fused_sets(chosen)
+    return {n: MO.global_scale(max(amax[m] for m in sets.get(n, (n,))), CT.module_of(n))
+            for n in chosen}
+
+
+def quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress, input_amax):
+    """:func:`quantcore.engines.quantize_model` for ``fmt="modelopt"``."""
+    if scheme not in MO.SCHEMES:
+        raise ValueError(f"scheme {scheme!r}: modelopt takes one of {list(MO.SCHEMES)}")
+    if group_size is not None:
+        raise ValueError(f"group size does not apply to modelopt {scheme} (NVFP4's group is 16)")
+    needs_input = MO.SCHEMES[scheme][1]
+    if input_amax is not None and not needs_input:
+        raise ValueError(f"input amax applies to modelopt FP8 (static activations), not to "
+                         f"{scheme}")
+    limit = parse_size(max_shard_size)
+    t0 = time.perf_counter()
+    with HFModel(src) as model:
+        chosen, ignore, copied = CT.select(model)
+        if not chosen:
+            raise ValueError(f"{src}: no decoder-block Linear weight to quantize")
+        for n in chosen:
+            MO.check_shape(n, model.info(n)[1], scheme)
+        if needs_input:
+            amaxes = dict(input_amax or {})
+            missing = [CT.module_of(n) for n in chosen if CT.module_of(n) not in amaxes]
+            if missing:
+                raise ValueError(f"modelopt FP8 quantizes activations with a static scale per "
+                                 f"layer (vLLM's ModelOptFp8LinearMethod reads input_scale): "
+                                 f"give the input amax of {len(missing)} layer(s), e.g. "
+                                 f"{missing[:3]} (or use FP8_PER_CHANNEL_PER_TOKEN: "
+                                 "activations per token at run time)")
+        g = _set_scales(model, chosen) if scheme == "W4A16_NVFP4" else {}
+        todo = set(chosen)
+        groups, source = [], {}
+        for n in model.names:
+            entries = (MO.plan(n, *model.info(n), scheme, needs_input) if n in todo
+                       else [(n, *model.info(n))])
+            for e in entries:
+                source[e[0]] = n
+            groups.append(entries)
+        shards = plan_shards(groups, limit)
+        exclude = MO.exclude_modules(model, ignore)
+        hq = MO.hf_quant_config(scheme, exclude)
+        config = dict(model.config)
+        config["quantization_config"] = MO.quantization_config(hq)
+        cache = {}
+
+        def write_tensor(writer, name):
+            src_name = source[name]
+            if src_name not in todo:
+                writer.write_bytes(name, model.reader(src_name).raw(src_name))
+                return
+            if src_name not in cache:
+                cache.clear()
+                dt = model.info(src_name)[0]
+                x = _finite(model.reader(src_name).float32(src_name), src_name)
+                m = CT.module_of(src_name)
+                outs = MO.quantize_tensor(x, dt, scheme, src_name, g=g.get(src_name),
+                                          in_amax=amaxes[m] if needs_input else None)
+                cache[src_name] = {f"{m}.{k}": v for k, v in outs.items()}
+            writer.write(name, cache[src_name][name])
+
+        write_model_dir(model, dst, config, shards, write_tensor, progress=progress,
+                        extra_files={"hf_quant_config.json": hq})
+        bytes_in = model.total_bytes
+    bytes_out = sum(sum(nbytes(dt, s) for _, dt, s in e) for _, e in shards)
+    return {"quantized": chosen, "ignore": exclude, "copied": copied,
+            "shards": [f for f, _ in shards], "bytes_in": bytes_in, "bytes_out": bytes_out,
+            "seconds": time.perf_counter() - t0}
