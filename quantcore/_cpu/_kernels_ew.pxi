@@ -9,8 +9,9 @@ cdef void _ew_run(int family, const floating* x, floating* y, unsigned char* mas
     """Family `family` over every unit of L."""
     cdef int64_t u
     cdef Unit un
-    if L.n == 1:
-        _ew_unit(family, x, y, mask, &L, _unit(&L, 0), params, u0, u1, mode)
+    if L.n == 1 or nthreads <= 1:  # on the calling thread, no OpenMP region
+        for u in range(L.n):
+            _ew_unit(family, x, y, mask, &L, _unit(&L, u), params, u0, u1, mode)
         return
     for u in prange(L.n, schedule='static', num_threads=nthreads):
         un = _unit(&L, u)

@@ -153,7 +153,8 @@ def observe_fake_quant_f32(cnp.ndarray x, cnp.ndarray y, cnp.ndarray mask,
         status = _observe_fake_quant(xp, yp, mp, n, sp, rule, c, nan_policy, qp, zp, qmin,
                                      qmax, eps, symmetric, zp_fixed, quantize, mode, nthreads)
     if status == ST_NO_MEMORY:
-        raise MemoryError()
+        raise MemoryError(f"observe_fake_quant_f32: cannot allocate the scratch of the min / "
+                          f"max of {n} values ({_units(1, 1, n).n} work units)")
     return status
 
 
