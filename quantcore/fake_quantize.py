@@ -5,7 +5,6 @@ One forward is at most two passes over the input: the observer's one-pass
 min/max, then the fake-quant kernel, which writes the output and the
 straight-through mask in the same pass.
 """
-import threading
 
 import numpy as np
 
@@ -13,7 +12,8 @@ from . import _arrays as A
 from . import ops
 from . import qparams as Q
 from ._cpu import _kernels
-from ._cpu.threads import PARALLEL_THRESHOLD, get_num_threads
+from ._cpu.threads import effective_n_threads
+from ._locks import new_lock
 from ._switches import Switches
 from .observers import MovingAverageMinMaxObserver, ObserverBase, store_into
 
@@ -190,7 +190,7 @@ class FakeQuantize(Switches):
         self._zero_point = np.zeros(1, np.int64)
         self._mask = None
         self._mask_shape = None
-        self._lock = threading.RLock()
+        self._lock = new_lock(self)
 
     # -- host view of the state (synchronised from the GPU when needed) ---
     @property
@@ -287,7 +287,7 @@ class FakeQuantize(Switches):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._lock = threading.RLock()
+        self._lock = new_lock(self)
 
     def _host_snapshot(self):
         """The host state the device copy is built from (observer statistics,
@@ -416,7 +416,7 @@ class FakeQuantize(Switches):
                 status = _kernels.observe_fake_quant_f32(
                     xk, yk, mk, state, rule, c, _NAN_POLICY[obs.nan_policy], scale, zp,
                     self.quant_min, self.quant_max, self.eps, self.symmetric, self._sym_zp,
-                    quantize, self._mode, 1 if n < PARALLEL_THRESHOLD else get_num_threads())
+                    quantize, self._mode, effective_n_threads(n))
             finally:
                 if nan_first and status not in (_kernels.OBSERVED, _kernels.NONFINITE_SKIPPED):
                     scale[0] = kept  # nothing observed (empty x) or refused: unchanged

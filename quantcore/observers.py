@@ -46,7 +46,6 @@ methods hold a per-instance lock.  They pickle, deep-copy and cloudpickle
 (the lock is dropped and a new one made), continuing exactly where the
 original stands.
 """
-import threading
 import types
 
 import numpy as np
@@ -56,6 +55,7 @@ from . import qparams as Q
 from ._warn import warn
 from ._cpu import _kernels
 from ._cpu.threads import effective_n_threads
+from ._locks import new_lock
 from .ops import MM_NAN, _finish_minmax, _minmax_flags
 
 F32 = np.float32
@@ -108,7 +108,7 @@ class ObserverBase:
                              f"'raise', got {nan_policy!r}")
         self.axis = None if axis is None else int(axis)
         self.nan_policy = nan_policy
-        self._lock = threading.RLock()
+        self._lock = new_lock(self)
         self.reset()
 
     # -- state -------------------------------------------------------------
@@ -142,7 +142,7 @@ class ObserverBase:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._lock = threading.RLock()
+        self._lock = new_lock(self)
 
     # -- device residency (cupy batches) ------------------------------------
     # While the state is on the device, ``_dev`` holds the batch counts

@@ -6,7 +6,7 @@ to a higher one (docs/ARCHITECTURE.md, "Layers").  Imports inside functions
 The layers, bottom up::
 
     0 kernels   quantcore._cpu.*, quantcore_gpu.*, _arrays, _warn, _switches, _files,
-                _signals
+                _signals, _locks
     1 core      ops, qparams, torch_numerics
     2 stateful  observers, fake_quantize, calib, formats, state, checkpoints
     3 compat    compat.*, the interop wrappers (quantcore.torch, .jax, .dask)
@@ -27,7 +27,7 @@ PACKAGES = ("quantcore", "quantcore_gpu")
 LAYERS = (
     ("quantcore_gpu", 0), ("quantcore._cpu", 0), ("quantcore._arrays", 0),
     ("quantcore._warn", 0), ("quantcore._switches", 0), ("quantcore._files", 0),
-    ("quantcore._signals", 0),
+    ("quantcore._signals", 0), ("quantcore._locks", 0),
     ("quantcore.ops", 1), ("quantcore.qparams", 1), ("quantcore.torch_numerics", 1),
     ("quantcore.observers", 2), ("quantcore.fake_quantize", 2), ("quantcore.calib", 2),
     ("quantcore.formats", 2), ("quantcore.mx", 2), ("quantcore.formats_observers", 2),

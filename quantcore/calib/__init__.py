@@ -18,6 +18,13 @@ Python scalars only, ``load_state_dict()`` restores it exactly, and ``merge``
 combines two calibrators that saw different data (exactly, where the
 statistic allows it).
 
+Thread safety: a calibrator may be shared between threads.  ``collect``,
+``compute_amax``, ``merge`` and the state methods hold a per-instance lock
+(``quantcore._locks``), so concurrent calls run one at a time: counts over a
+fixed range and maxima are then the serial result bit for bit, whatever the
+interleaving; a histogram whose range grows is the serial result of the
+order in which the calls took the lock.
+
 The float32 models of PyTorch CPU primitives these use (histc, linspace,
 arange, the cascade sum) are in :mod:`quantcore.torch_numerics`.
 

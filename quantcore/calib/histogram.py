@@ -6,6 +6,7 @@ import numbers
 import numpy as np
 
 from .. import _arrays as A
+from .._locks import Locked, locked, locked_with_other
 from .. import torch_numerics as TN
 from .._cpu.threads import PARALLEL_THRESHOLD
 from .._warn import warn
@@ -14,7 +15,7 @@ from ._common import (_as_f32_input, _check_int, _check_keys, _check_merge_partn
 
 
 # ------------------------------------------------------ HistogramCalibrator
-class HistogramCalibrator:
+class HistogramCalibrator(Locked):
     """Histogram of ``|x|`` with percentile, entropy (KL) and MSE amax,
     bit-exact with NVIDIA ``pytorch_quantization`` (spec section 3).
 
@@ -93,6 +94,7 @@ class HistogramCalibrator:
         """The bin edges (a copy), or None before any collect."""
         return None if self._edges is None else self._edges.copy()
 
+    @locked
     def reset(self):
         """Forget everything collected."""
         self._num_bins = self._init_bins
@@ -100,6 +102,7 @@ class HistogramCalibrator:
         self._edges = None
 
     # -------------------------------------------------------------- collect
+    @locked
     def collect(self, x):
         """Add ``|x|`` to the histogram (growing its range if needed)."""
         func = "HistogramCalibrator.collect"
@@ -180,6 +183,7 @@ class HistogramCalibrator:
         self._hist, self._edges = h, edges
 
     # -------------------------------------------------------------- compute
+    @locked
     def compute_amax(self, method, *, stride=1, start_bin=128, percentile=99.99):
         """The amax chosen from the histogram.
 
@@ -321,6 +325,7 @@ class HistogramCalibrator:
         return np.asarray(centers[best], dtype=_f32)
 
     # ------------------------------------------------------ merge and state
+    @locked_with_other
     def merge(self, other):
         """Add another calibrator's histogram; the bin edges must be equal."""
         func = "HistogramCalibrator.merge"
@@ -340,6 +345,7 @@ class HistogramCalibrator:
         self._hist = (self._hist + other._hist).astype(self._hist.dtype)
         return self
 
+    @locked
     def state_dict(self):
         """``{"num_bins": int, "collected": bool, "hist": ndarray,
         "bin_edges": ndarray}`` (empty arrays before any collect)."""
@@ -348,6 +354,7 @@ class HistogramCalibrator:
                 "hist": empty if self._hist is None else self._hist.copy(),
                 "bin_edges": empty if self._edges is None else self._edges.copy()}
 
+    @locked
     def load_state_dict(self, state):
         """Restore what :meth:`state_dict` returned."""
         func = "HistogramCalibrator.load_state_dict"

@@ -3,12 +3,13 @@
 import numpy as np
 
 from .. import _arrays as A
+from .._locks import Locked, locked, locked_with_other
 from ._common import (_check_int, _check_keys, _check_merge_partner, _check_num_bits, _device_amax,
                       _f32, _keep_up, _max_into)
 
 
 # ------------------------------------------------------------ MaxCalibrator
-class MaxCalibrator:
+class MaxCalibrator(Locked):
     """Running absolute maximum, NVIDIA ``pytorch_quantization`` style.
 
     Parameters
@@ -84,6 +85,7 @@ class MaxCalibrator:
             local = local.reshape(())
         return local
 
+    @locked
     def collect(self, x):
         """Update the running amax with the abs-max of ``x``.
 
@@ -111,15 +113,18 @@ class MaxCalibrator:
         if self._track_amax:
             self.amaxs.append(local.copy())
 
+    @locked
     def compute_amax(self):
         """The collected amax (a copy), or None before any ``collect``."""
         return None if self._amax is None else self._amax.copy()
 
+    @locked
     def reset(self):
         """Forget everything collected."""
         self._amax = None
         self.amaxs = []
 
+    @locked_with_other
     def merge(self, other):
         """Fold in another calibrator's statistics: ``amax = maximum(a, b)``.
 
@@ -143,12 +148,14 @@ class MaxCalibrator:
             self.amaxs.extend(a.copy() for a in other.amaxs)
         return self
 
+    @locked
     def state_dict(self):
         """``{"collected": bool, "amax": ndarray}`` (amax is an empty float32
         array when nothing was collected)."""
         amax = np.zeros((0,), _f32) if self._amax is None else self._amax.copy()
         return {"collected": self._amax is not None, "amax": amax}
 
+    @locked
     def load_state_dict(self, state):
         """Restore what :meth:`state_dict` returned."""
         func = "MaxCalibrator.load_state_dict"

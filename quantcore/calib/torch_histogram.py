@@ -5,6 +5,7 @@ import math
 import numpy as np
 
 from .. import _arrays as A
+from .._locks import Locked, locked, locked_with_other
 from .. import qparams as Q
 from .. import torch_numerics as TN
 from .._warn import warn
@@ -13,7 +14,7 @@ from ._common import (_as_f32_input, _check_int, _check_keys, _check_merge_partn
 
 
 # ----------------------------------------------------------- TorchHistogram
-class TorchHistogram:
+class TorchHistogram(Locked):
     """The statistics of PyTorch's ``HistogramObserver`` (torch 2.13 CPU),
     bit-exact on float32.
 
@@ -59,6 +60,7 @@ class TorchHistogram:
         self.upsample_rate = _check_int(upsample_rate, "upsample_rate", func, low=1)
         self.reset()
 
+    @locked
     def reset(self):
         """Back to the empty state."""
         self._store(np.zeros(self.bins, dtype=_f32), np.inf, -np.inf)
@@ -74,6 +76,7 @@ class TorchHistogram:
     def initialized(self):
         return not (self.min_val == np.inf or self.max_val == -np.inf)
 
+    @locked
     def collect(self, x):
         """Add ``x`` to the running histogram; returns ``x``."""
         func = "TorchHistogram.collect"
@@ -170,6 +173,7 @@ class TorchHistogram:
         norm = (norm + l2(_f32(-dst_w / 2), delta_end, density)).astype(_f32)
         return float(TN.sum_f32(norm))
 
+    @locked
     def non_linear_param_search(self, dst_nbins=256):
         """Greedy L2 search for the clipping range (caffe2 NormMinimization).
 
@@ -232,6 +236,7 @@ class TorchHistogram:
             new_max = _f32(self.min_val + _f32(bw32 * _f32(end + 1)))
         return new_min, new_max
 
+    @locked
     def calculate_qparams(self, quant_min=0, quant_max=255, symmetric=False, eps=Q.F32_EPS,
                           dst_nbins=256, zero_point=None):
         """``(scale, zero_point)`` as ``HistogramObserver.calculate_qparams``.
@@ -256,6 +261,7 @@ class TorchHistogram:
         return Q.affine_qparams(lo, hi, quant_min, quant_max, eps)
 
     # ------------------------------------------------------ merge and state
+    @locked_with_other
     def merge(self, other):
         """Add another ``TorchHistogram``'s counts; the bin edges must be equal.
 
@@ -281,11 +287,13 @@ class TorchHistogram:
         self._store(self.histogram + other.histogram)
         return self
 
+    @locked
     def state_dict(self):
         """``{"histogram": float32 array, "min_val": float, "max_val": float}``."""
         return {"histogram": self.histogram.copy(), "min_val": float(self.min_val),
                 "max_val": float(self.max_val)}
 
+    @locked
     def load_state_dict(self, state):
         """Restore what :meth:`state_dict` returned."""
         func = "TorchHistogram.load_state_dict"

@@ -89,6 +89,7 @@ from .. import _arrays as A
 from .. import observers as _obs
 from .. import qparams as Q
 from .._switches import Switches
+from .._locks import Locked, locked
 from ..fake_quantize import FakeQuantize as _CoreFakeQuantize
 from ..ops import _affine, affine_mode, ste_backward
 from ._partial import _with_args
@@ -202,7 +203,7 @@ def _range(dtype, quant_min, quant_max, func):
 
 
 # ------------------------------------------------------------ observers
-class MovingAverageMinMaxObserver:
+class MovingAverageMinMaxObserver(Locked):
     """Horizon's per-tensor moving-average observer (v1)::
 
         first batch:  min, max = aminmax(x)
@@ -239,6 +240,7 @@ class MovingAverageMinMaxObserver:
     min_val = property(lambda self: self._core.min_val, doc="Running minimum (float32).")
     max_val = property(lambda self: self._core.max_val, doc="Running maximum (float32).")
 
+    @locked
     def __call__(self, x):
         return self.forward(x)
 
@@ -299,7 +301,7 @@ def _mode(rounding):
                        func="FakeQuantize.forward")
 
 
-class FakeQuantize(Switches):
+class FakeQuantize(Switches, Locked):
     """Horizon's ``FakeQuantize``: observe, scale, fake quantize::
 
         out  = clamp(round(x / scale), quant_min, quant_max) * scale
@@ -394,6 +396,7 @@ class FakeQuantize(Switches):
         return arr.astype(dtype)
 
     # ------------------------------------------------------------- forward
+    @locked
     def __call__(self, x):
         return self.forward(x)
 

@@ -98,6 +98,7 @@ import numpy as np
 
 from .. import _arrays as A
 from .. import qparams as Q
+from .._locks import Locked, locked
 from ..observers import EMAMinMaxObserver
 from ..ops import NUDGED_DIVIDE, _nudged, _nudged_fast
 from ._fast import scheme_scalars
@@ -209,7 +210,7 @@ def _as_input(x):
     return arr
 
 
-class FakeQuantWithMinMaxObserver:
+class FakeQuantWithMinMaxObserver(Locked):
     """MindSpore's ``nn.FakeQuantWithMinMaxObserver`` (mode "DEFAULT").
 
     Parameters
@@ -299,6 +300,7 @@ class FakeQuantWithMinMaxObserver:
         self.training = bool(mode)
         return self
 
+    @locked
     def __call__(self, x):
         return self.construct(x)
 

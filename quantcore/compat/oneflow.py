@@ -85,6 +85,7 @@ import numpy as np
 
 from .. import _arrays as A
 from .. import qparams as Q
+from .._locks import Locked, locked
 from ..observers import MomentumMinMaxObserver
 from ..ops import _affine, _affine_fast, affine_mode, minmax
 
@@ -117,7 +118,7 @@ def _as_input(x, cls):
     return arr
 
 
-class _Module:
+class _Module(Locked):
     """The bits of ``oneflow.nn.Module`` these classes need."""
 
     training = True
@@ -131,6 +132,7 @@ class _Module:
         """Evaluation mode; returns self."""
         return self.train(False)
 
+    @locked
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 

@@ -20,12 +20,12 @@ small copy).  ``state_dict`` / ``load_state_dict`` hold arrays and scalars
 only.  Non-finite batches: ``nan_policy`` as in :mod:`quantcore.observers`
 ("skip" with a RuntimeWarning, "propagate", "raise").
 """
-import threading
 import warnings
 
 import numpy as np
 
 from .. import _arrays as A
+from .._locks import Locked, new_lock
 from .._switches import TrainEval
 from ..ops import minmax, ste_backward
 from . import _common, fp8, groups
@@ -45,7 +45,7 @@ def _group_view(arr, group_size, func):
     return xp.ascontiguousarray(arr).reshape(-1, g), arr.shape[:-1] + (arr.shape[-1] // g,)
 
 
-class _RunningStats:
+class _RunningStats(Locked):
     """Shared state handling: running (min, max) per tensor / channel / group."""
 
     def __init__(self, axis=None, group_size=None, nan_policy="skip"):
@@ -59,7 +59,7 @@ class _RunningStats:
         self.group_size = None if group_size is None else A.as_int(group_size, "group_size",
                                                                      name)
         self.nan_policy = nan_policy
-        self._lock = threading.RLock()
+        self._lock = new_lock(self)
         self.reset()
 
     def reset(self):

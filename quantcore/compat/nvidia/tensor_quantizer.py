@@ -7,6 +7,7 @@ import numpy as np
 
 from ... import _arrays as A
 from ... import calib as _calib
+from ..._locks import Locked, locked
 from .calibrators import HistogramCalibrator, MaxCalibrator
 from .tensor_quant import QuantDescriptor, fake_tensor_quant, tensor_quant
 
@@ -58,7 +59,7 @@ class Clip:
         return f"Clip(min={self.clip_value_min}, max={self.clip_value_max})"
 
 
-class TensorQuantizer:
+class TensorQuantizer(Locked):
     """PQ's ``TensorQuantizer``: calibration, clipping and (fake) quantization
     of one tensor, configured by a :class:`QuantDescriptor`.
 
@@ -260,6 +261,7 @@ class TensorQuantizer:
         outputs, self._scale = tensor_quant(inputs, amax, self._num_bits, self._unsigned)
         return outputs
 
+    @locked
     def __call__(self, inputs):
         return self.forward(inputs)
 

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..._cpu import _kernels as K
 from ..._cpu.threads import PARALLEL_THRESHOLD
+from ..._locks import Locked, locked
 from .executor import INLINE_VALUES, _map_tensors, _threads
 from .histogram import HistogramCollector, _flat
 from .qtypes import CalibrationMethod, _require_numpy
@@ -141,7 +142,7 @@ class _CallRanges:
         return list(self.lists.items())
 
 
-class MinMaxCalibrater:
+class MinMaxCalibrater(Locked):
     """ORT's ``MinMaxCalibrater`` on batches of arrays (no model).
 
     Each batch is reduced at once to its per-tensor ``nanmin`` / ``nanmax``
@@ -227,10 +228,12 @@ class MinMaxCalibrater:
                            f"(it has {', '.join(map(repr, batch))})")
         return ((t, batch[t]) for t in self.tensors)
 
+    @locked
     def collect(self, batch):
         """One ORT ``collect_data`` call with this one batch."""
         self.collect_data([batch])
 
+    @locked
     def collect_data(self, data):
         """One ORT ``collect_data`` call over the batches of ``data`` (a
         CalibrationDataReader, an iterable of dicts or a callable)."""
@@ -315,6 +318,7 @@ class MinMaxCalibrater:
             new = merged
         self.calibrate_tensors_range = new
 
+    @locked
     def compute_data(self):
         """:class:`TensorsData`: float32 ``(C,)`` arrays ``lowest`` / ``highest``."""
         if self.calibrate_tensors_range is None:
@@ -324,7 +328,7 @@ class MinMaxCalibrater:
             self.calibrate_tensors_range.items()})
 
 
-class _HistogramCalibrater:
+class _HistogramCalibrater(Locked):
     """Streaming twin of ORT's ``HistogramCalibrater`` (module docstring:
     ``passes=1`` -- one ORT call per batch; ``passes=2`` -- one ORT call per
     ``collect_data``).  ``executor``: a :func:`tensor_executor` reducing the
@@ -370,6 +374,7 @@ class _HistogramCalibrater:
         self._note_nan(name, stats.any_nan)
         col.finish(name, stats, col.plan(name, stats).add(a))
 
+    @locked
     def collect(self, batch):
         """One ORT ``collect_data`` call with this one batch (one pass)."""
         items = self._arrays(_check_batch(batch, "collect"))
@@ -381,6 +386,7 @@ class _HistogramCalibrater:
         if nan:
             self.nan_batches[name] = self.nan_batches.get(name, 0) + 1
 
+    @locked
     def collect_data(self, data):
         """``passes=1``: :meth:`collect` for every batch.  ``passes=2``: one ORT
         call over all the batches (the data is read twice)."""
@@ -426,6 +432,7 @@ class _HistogramCalibrater:
                 self.nan_batches[name] = self.nan_batches.get(name, 0) + nans[name]
             col.finish(name, st, plans[name])
 
+    @locked
     def compute_data(self):
         return TensorsData(self.method, self.collector.compute_collection_result())
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..._cpu import _hist as H
 from ..._cpu import _kernels as K
+from ..._locks import Locked, locked
 from .executor import _threads
 from .qtypes import _F32, _F64, _require_numpy
 from .tables import TensorData
@@ -237,7 +238,7 @@ class _Plan:
         return self.counts, self.edges
 
 
-class HistogramCollector:
+class HistogramCollector(Locked):
     """ORT's ``HistogramCollector`` (Entropy, Percentile, Distribution).
 
     ``collect(name_to_arr)`` is one ``collect_data`` call: each value an
@@ -275,6 +276,7 @@ class HistogramCollector:
     def get_histogram_dict(self):
         return self.histogram_dict
 
+    @locked
     def collect(self, name_to_arr):
         """One ORT ``collect`` call."""
         for tensor, data in name_to_arr.items():
@@ -381,6 +383,7 @@ class HistogramCollector:
                                        state[2])
 
     # --------------------------------------------------------- results
+    @locked
     def compute_collection_result(self):
         if not self.histogram_dict:
             raise ValueError("Histogram has not been collected. Please run collect() first.")

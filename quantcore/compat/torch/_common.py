@@ -7,6 +7,7 @@ import numpy as np
 
 from ... import _arrays as A
 from ..._switches import TrainEval
+from ..._locks import Locked, locked
 from ...observers import store_into
 from .._errors import AssertionValueError, RuntimeValueError
 from .._partial import _with_args, _with_callable_args
@@ -198,7 +199,7 @@ def _load_into(module, name, value, shape=None, target=None):
     store_into(module if target is None else target, name, new, cur.dtype)
 
 
-class _Module(TrainEval):
+class _Module(TrainEval, Locked):
     """What the torch modules share: ``obj(x)`` is ``forward(x)``,
     ``train`` / ``eval``, ``state_dict`` / ``load_state_dict``."""
 
@@ -208,6 +209,7 @@ class _Module(TrainEval):
     with_args = classmethod(_with_args)
     with_callable_args = classmethod(_with_callable_args)
 
+    @locked
     def __call__(self, x):
         return self.forward(x)
 
@@ -230,6 +232,7 @@ class _Module(TrainEval):
     def _metadata(self, dest, prefix):
         dest[prefix[:-1]] = {"version": self._VERSION}
 
+    @locked
     def state_dict(self):
         """Buffers as numpy arrays under torch's key names, in a dict that
         carries torch's ``_metadata`` (the module versions), as torch's does."""
@@ -243,6 +246,7 @@ class _Module(TrainEval):
         """torch's ``_load_from_state_dict`` rewrites, before the keys are
         matched (the eps reset of observers without a version)."""
 
+    @locked
     def load_state_dict(self, state_dict, strict=True):
         """Load a state dict with torch's keys (numpy arrays, e.g. from
         ``numpy.load`` of an ``.npz`` or ``safetensors.numpy.load_file``),
