@@ -228,6 +228,8 @@ def build_parser():
     add_onnx(sub, formatter(argparse.HelpFormatter))
     from .cli_compare import add_parser as add_compare  # (quantcore/cli_compare.py)
     add_compare(sub, formatter(argparse.HelpFormatter))
+    from .engines.cli import add_convert_parser  # (quantcore/engines/cli.py)
+    add_convert_parser(sub, formatter(argparse.HelpFormatter))
     return parser
 
 

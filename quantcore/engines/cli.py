@@ -160,3 +160,39 @@ def run_dequantize(args):
         raise _error(f"{args.output}: cannot write: {exc.strerror or exc}") from None
     print(f"wrote {len(tensors)} tensor(s) to {args.output}")
     return 0
+
+
+def add_convert_parser(sub, formatter):
+    """``quantcore convert SRC_DIR -o DST_DIR --format F``."""
+    from .hf import DEFAULT_MAX_SHARD_SIZE
+    p = sub.add_parser(
+        "convert", formatter_class=formatter,
+        help="rewrite a quantized model directory in the other engine layout (no requantizing)",
+        description="Rewrite a compressed-tensors model directory as ModelOpt's, or the "
+                    "reverse, with the same codes: NVFP4 (NVFP4A16 <-> W4A16_NVFP4: the global "
+                    "scale inverted, refused where no float32 inverse keeps every block's "
+                    "factor) and FP8 per channel (FP8_DYNAMIC <-> FP8_PER_CHANNEL_PER_TOKEN). "
+                    "'python -m pydoc quantcore.engines.convert' has the rules.")
+    p.add_argument("file", metavar="SRC_DIR", help="a quantized model directory")
+    p.add_argument("-o", "--output", required=True, metavar="DST_DIR")
+    p.add_argument("--format", required=True, choices=("compressed-tensors", "modelopt"))
+    p.add_argument("--max-shard-size", default=DEFAULT_MAX_SHARD_SIZE, metavar="SIZE")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(run=run_convert)
+
+
+def run_convert(args):
+    from . import ModelDirError, convert_model
+    from ..cli_common import say
+    if not is_model_dir(args.file):
+        raise _error(f"{args.file}: convert reads a quantized Hugging Face model directory")
+    try:
+        rep = convert_model(args.file, args.output, args.format,
+                            max_shard_size=args.max_shard_size, progress=_progress(args.quiet))
+    except (ModelDirError, ValueError, FileExistsError) as exc:
+        raise _error(str(exc)) from None
+    except OSError as exc:
+        raise _error(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+    say(f"converted {len(rep['converted'])} {rep['kind']} layer(s) to {args.format} in "
+        f"{rep['seconds']:.1f} s -> {args.output} ({len(rep['shards'])} shard(s))")
+    return 0
