@@ -166,7 +166,7 @@ def test_quantize_vs_quantize_static(benchmark, workdir, name, size, method):
         "load": os.getloadavg()})
     md = os.environ.get("QC_ORT_E2E_MD")
     if md:
-        label = {"demo": "demo conv net (digits, 35 x 32)",
+        label = {"demo": f"demo conv net (digits, {len(feeds)} x 32)",
                  "silero_vad": f"silero-vad ({size} chunks)",
                  "ppocr_det": f"PP-OCR det ({size} x {DET_SIDE}^2)"}[name]
         with open(md, "a") as f:

@@ -20,7 +20,8 @@ batches into ``collect_data`` calls:
   batch's ``(nanmin, nanmax)`` per tensor (ORT's ReduceMin / ReduceMax, NaN
   skipped), kept as rows in batch order; the client hands the rows, in
   order, to the same :class:`~quantcore.compat.onnxruntime.MinMaxCalibrater`
-  one machine uses (each row taken as that batch's reduction), so
+  one machine uses (each row taken as that batch's reduction; the default
+  single call gets the ``(B, T)`` matrices it would stack, at once), so
   ``nanmean`` over the batches of a call (moving average), the EMA across
   calls and the grouping are one machine's.  ``B x T x 2`` values per
   partition of ``B`` batches and ``T`` tensors.
@@ -309,6 +310,17 @@ def _merge_stats(into, other):
 def _replay_minmax(cal, parts, strided):
     """One machine's MinMaxCalibrater fed the rows, in order."""
     names = list(cal.tensors)
+    if not strided and cal.max_intermediate_outputs is None and not cal.ema_per_batch:
+        # one call: its rows as the (B, T) matrices collect_data would stack
+        los = [np.stack([rows[n][0] for n in names], axis=1).astype(np.float64)
+               for rows, _, n in parts if n]
+        his = [np.stack([rows[n][1] for n in names], axis=1).astype(np.float64)
+               for rows, _, n in parts if n]
+        dtypes = tuple(next(rows[n][0].dtype for rows, _, b in parts if b) for n in names)
+        call = _CallRanges()
+        call.rows = (tuple(names), dtypes, list(np.concatenate(los)), list(np.concatenate(his)))
+        cal._finish_call(call)     # (cal is this call's own: no other thread)
+        return
 
     def reduce_batch(items, call):     # each item (name, [lo, hi]): the batch's reduction
         lo = np.array([x[0] for _, x in items], np.float64)
