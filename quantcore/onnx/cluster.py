@@ -45,8 +45,15 @@ retried by Dask (the scheduler's ``allowed-failures``), and a partition that
 kills its workers every time is a RuntimeError naming it (Dask counts a
 death against every task queued on that worker: a partition waiting there
 can be the one named).  Workers write no
-file.  ``strided`` with the histogram methods, and quantcore's own methods,
-run on one machine only (ValueError).
+file.  quantcore's own methods run on one machine only (ValueError).
+
+``strided=k`` (``CalibStridedMinMax``) with a histogram method: every ``k``
+batches of the concatenated data are one ORT call, each updating the
+histograms of the calls before it.  Round 1 returns each batch's range
+statistics; the client merges each call's and decides every call's bins in
+order (they depend on the earlier calls' bins and ranges, not on their
+counts); round 2 counts each batch in its call's bins, and the client
+finishes the calls in order with the summed counts.
 """
 import hashlib
 import os
@@ -184,6 +191,42 @@ def _range_stats(job, spec):
     return stats, nans, n
 
 
+def _batch_stats(job, spec):
+    """strided: each batch's range statistics per tensor (min |x| too, for
+    symmetric Percentile): ([{tensor: _CallStats}], batches)."""
+    cal = make_calibrator(job["method"], job["options"], passes=1, tensors=job["tensors"])
+    col, out = cal.collector, []
+    for batch in _activations(job, spec):
+        stats = {}
+        for name, a, shape in cal._arrays(batch):
+            stats[name] = col.new_stats(name)
+            stats[name].add(a, need_absmin=col.absolute, shape=shape)
+        del batch
+        out.append(stats)
+    return out, len(out)
+
+
+def _call_counts(job, spec, plans, first, batches):
+    """strided: the partition's counts per call, ``plans[j]`` the bins of
+    call ``j`` ({tensor: plan}), batch ``i`` of the partition in call
+    ``(first + i) // k``: {call: {tensor: counts}}."""
+    cal = make_calibrator(job["method"], job["options"], passes=1, tensors=job["tensors"])
+    k, out, n = job["strided"], {}, 0
+    for batch in _activations(job, spec):
+        j = (first + n) // k
+        mine = out.setdefault(j, {})
+        for name, a, _ in cal._arrays(batch):
+            p = plans[j][name]
+            c = _Plan(p.bins, p.range, p.absolute).add(a).counts
+            mine[name] = c if name not in mine else mine[name] + c
+        del batch
+        n += 1
+    if n != batches:
+        raise ValueError(f"read {n} batch(es), {batches} the first time (a partition must "
+                         "give the same batches each time it is read)")
+    return out
+
+
 def _counts(job, spec, plans, batches):
     """The partition's counts in the merged bins: {tensor: int64 counts}."""
     cal = make_calibrator(job["method"], job["options"], passes=2, tensors=job["tensors"])
@@ -215,7 +258,8 @@ def _add_counts(*parts):
 def _task(kind, job, index, spec, *args):
     """One partition's task (``kind``: minmax, ranges, counts); an error is a
     ValueError naming the partition."""
-    fn = {"minmax": _minmax_rows, "ranges": _range_stats, "counts": _counts}[kind]
+    fn = {"minmax": _minmax_rows, "ranges": _range_stats, "counts": _counts,
+          "batch_stats": _batch_stats, "call_counts": _call_counts}[kind]
     try:
         return fn(job, spec, *args)
     except (ValueError, TypeError, KeyError, OSError) as exc:
@@ -401,9 +445,6 @@ def calibrate_on(client, model, partitions, method="minmax", *, options=None, st
     if (options or {}).get("per_channel"):
         raise ValueError("per-channel activation ranges cannot be consumed by ORT's quantizer "
                          "(ORT surprise 10)")
-    if strided and method != "minmax":
-        raise ValueError("client=: CalibStridedMinMax / strided with a histogram method runs "
-                         "on one machine only")
     t0 = time.perf_counter()
     m = load_model(model)
     tensors, _ = select_tensors(m, op_types_to_calibrate)
@@ -415,7 +456,8 @@ def calibrate_on(client, model, partitions, method="minmax", *, options=None, st
     opts = dict(options or {})
     cal = make_calibrator(method, opts, passes=2, tensors=tensors)   # (the options checked)
     job = {"model": source, "model_key": key, "tensors": tensors, "providers": providers,
-           "op_types": op_types_to_calibrate, "method": method, "options": opts}
+           "op_types": op_types_to_calibrate, "method": method, "options": opts,
+           "strided": strided}
     run = uuid.uuid4().hex[:8]
     # (a task's result, not scattered data: recomputed if its holder dies)
     job_f = client.submit(_same, job, pure=False, key=f"quantcore-onnx-job-{run}")
@@ -437,6 +479,8 @@ def calibrate_on(client, model, partitions, method="minmax", *, options=None, st
             cal.collect_data([])    # ORT's error
         td = cal.compute_data()
         return CalibrationResult(td, total, nan_batches, time.perf_counter() - t0)
+    if strided:
+        return _strided_histograms(client, cal, job_f, specs, strided, submit, run, t0)
     parts = _gather(submit("ranges"), specs)
     col = cal.collector
     stats = {}
@@ -470,6 +514,58 @@ def calibrate_on(client, model, partitions, method="minmax", *, options=None, st
                            {k: O.TensorData(lowest=v.lowest, highest=v.highest)
                             for k, v in td.items()})
     return CalibrationResult(td, total, nan_batches, time.perf_counter() - t0)
+
+
+def _strided_histograms(client, cal, job_f, specs, k, submit, run, t0):
+    """``strided=k`` with a histogram method: every ``k`` batches one ORT
+    call.  Round 1: each batch's range statistics; the client merges each
+    call's, then decides every call's bins in order (a call's bins depend
+    on the earlier calls' bins and ranges only: the state is advanced with
+    zero counts).  Round 2: each partition counts its batches in their
+    call's bins; the client sums them per call and finishes the calls in
+    order with the counts, as one machine does."""
+    import time
+    parts = _gather(submit("batch_stats"), specs)
+    sizes = [n for _, n in parts]
+    batches = [st for part, _ in parts for st in part]
+    del parts
+    total = len(batches)
+    if not total:
+        raise ValueError("No data is collected.")
+    if total % k:
+        raise ValueError(f"Total data size ({total}) is not divisible by stride size ({k}).")
+    col = cal.collector
+    calls, plans, nan_batches = [], [], {}
+    for j in range(0, total, k):    # every call's bins, in ORT's order (zero counts)
+        stats, mine = {}, {}
+        for name in batches[j]:     # a tensor's batches merged, its bins, its state
+            st = stats[name] = col.new_stats(name)
+            for per_batch in batches[j:j + k]:
+                _merge_stats(st, per_batch[name])
+                if k == 1 and per_batch[name].any_nan:
+                    nan_batches[name] = nan_batches.get(name, 0) + 1
+            mine[name] = col.plan(name, st)
+            mine[name].add(np.zeros(0, st.dtype or np.float32))
+            col.finish(name, st, mine[name])
+        calls.append(stats)
+        plans.append(mine)
+    del batches
+    col.histogram_dict = {}
+    plans_f = client.submit(_same, plans, pure=False, key=f"quantcore-onnx-plans-{run}")
+    firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
+    futures = [client.submit(_task, "call_counts", job_f, i, spec, plans_f, int(firsts[i]),
+                             sizes[i], pure=False, key=f"quantcore-onnx-counts-{i}-{run}")
+               for i, spec in enumerate(specs)]
+    summed = _gather(futures, specs)
+    for j, (stats, mine) in enumerate(zip(calls, plans)):
+        for name, st in stats.items():
+            counts = [part[j][name] for part in summed if j in part and name in part[j]]
+            plan = mine[name]
+            plan.counts = sum(counts[1:], counts[0]) if counts else plan.counts
+            col.finish(name, st, plan)
+    cal.batches = total
+    cal.nan_batches = dict(nan_batches)
+    return CalibrationResult(cal.compute_data(), total, nan_batches, time.perf_counter() - t0)
 
 
 def _tree(client, futures, run):
