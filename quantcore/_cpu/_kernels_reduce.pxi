@@ -42,116 +42,89 @@ def ste(cnp.ndarray grad, cnp.ndarray mask, cnp.ndarray y, int nthreads):
 
 
 # ---------------------------------------------------------------- min / max
-#: partial results (one per work unit and channel) a min / max keeps at once
-#: when that is more than 4 per thread and channel: the scratch is at most
-#: max(MM_PARTIALS, 4 * nthreads * C) partials of 2 values and 1 flag byte
-cdef int64_t MM_PARTIALS = 1 << 16
-
-
-cdef inline int64_t _minmax_chunk(const Units* L, int nthreads) noexcept nogil:
-    """Work units per round of :func:`_minmax_run` (all of them when their
-    partials fit in MM_PARTIALS)."""
-    cdef int64_t width = 1 if L.nblk else L.C
-    cdef int64_t chunk = MM_PARTIALS // width
-    if chunk < 4 * <int64_t>nthreads:
-        chunk = 4 * <int64_t>nthreads
-    return L.n if chunk > L.n else chunk
+cdef inline int64_t _minmax_teams(const Units* L, int nthreads) noexcept nogil:
+    """Threads of a min / max over L: 1 (on the calling thread) for one
+    unit or one thread, else at most one per unit."""
+    if nthreads <= 1 or L.n <= 1:
+        return 1
+    return nthreads if nthreads < L.n else L.n
 
 
 def minmax_scratch_bytes(int64_t outer, int64_t C, int64_t inner, int nthreads, int itemsize):
-    """Bytes of scratch (the partial results of a round of work units) a
-    per-channel min / max of the (outer, C, inner) view allocates: at most
-    ``max(MM_PARTIALS, 4 * nthreads * C) * (2 * itemsize + 1)``, whatever
-    the input size; 0 for one work unit of the block layout."""
+    """Bytes of scratch a min / max of the (outer, C, inner) view allocates:
+    ``T * C * (2 * itemsize + 1)`` for its T > 1 threads (each thread's C
+    results), whatever the input size; 0 on one thread."""
     cdef Units L = _units(outer, C, inner)
-    if L.n == 0 or (L.n == 1 and L.nblk):
-        return 0
-    return _minmax_chunk(&L, max(nthreads, 1)) * (1 if L.nblk else C) * (2 * itemsize + 1)
+    cdef int64_t T = _minmax_teams(&L, nthreads)
+    return 0 if T == 1 else T * C * (2 * itemsize + 1)
 
 
-cdef inline void _minmax_unit(const floating* xp, const Units* L, int64_t u, floating* plo,
-                              floating* phi, unsigned char* pfl) noexcept nogil:
-    """The partial (lo, hi, flags) of unit u: one value (block layout) or C
-    (rowvec layout)."""
-    cdef Unit un = _unit(L, u)
-    cdef int64_t j
-    if un.channel >= 0:
-        minmax_block(xp + un.start, un.count, plo, phi, pfl)
-        return
-    for j in range(L.C):
-        plo[j] = <floating>INFINITY_F
-        phi[j] = -<floating>INFINITY_F
-        pfl[j] = 0
-    minmax_rowvec(xp + un.start, un.count, L.C, plo, phi, pfl)
+cdef inline void _minmax_share(const floating* xp, const Units* L, int64_t u0, int64_t u1,
+                               floating* lo, floating* hi, unsigned char* flags) noexcept nogil:
+    """Units u0..u1-1 of L folded, in unit order, into (lo, hi, flags)[C]."""
+    cdef int64_t u
+    cdef Unit un
+    cdef floating l1, h1
+    cdef unsigned char f1
+    for u in range(u0, u1):
+        un = _unit(L, u)
+        if un.channel >= 0:
+            minmax_block(xp + un.start, un.count, &l1, &h1, &f1)
+            qc_mm_fold(&lo[un.channel], &hi[un.channel], &flags[un.channel], l1, h1, f1)
+        else:
+            minmax_rowvec(xp + un.start, un.count, L.C, lo, hi, flags)
 
 
 cdef int64_t _minmax_run(const floating* xp, Units L, int nthreads, floating* lo, floating* hi,
                          unsigned char* flags) noexcept nogil:
-    """(lo, hi, flags)[C] of the view L, folded in unit order (the caller
-    initialises them to (+inf, -inf, 0)); 0, or the bytes of scratch it
-    could not allocate.
+    """(lo, hi, flags)[C] of the view L (the caller initialises them to
+    (+inf, -inf, 0)); 0, or the bytes of scratch it could not allocate.
 
-    The units run in rounds of :func:`_minmax_chunk` units (the partials of
-    one round: O(nthreads * C) whatever the input size), each round's
-    partials folded in unit order before the next: the same bits for any
-    thread count and round size.  One thread runs on the calling thread
-    (no OpenMP region)."""
-    cdef int64_t u, k, m, j, c, base, C = L.C
-    cdef int64_t width = 1 if L.nblk else C   # partial results per unit
-    cdef int64_t chunk
+    One thread folds every unit into the results, on the calling thread
+    (no OpenMP region).  T threads: thread t folds its contiguous share of
+    the units, in unit order, into its own C results (the scratch: T * C,
+    not one partial per unit), and the shares are folded in thread order:
+    the units' partials folded in unit order, only grouped differently (the
+    fold -- the first of equal minima / maxima, the flags or'ed -- is
+    associative), so the same bits for any thread count."""
+    cdef int64_t T = _minmax_teams(&L, nthreads), C = L.C
+    cdef int64_t t, j, share
     cdef floating* plo
     cdef floating* phi
     cdef unsigned char* pfl
-    cdef floating l1, h1
-    cdef unsigned char f1
-    if L.n == 1 and L.nblk:
-        _minmax_unit(xp, &L, 0, &l1, &h1, &f1)
-        c = _unit(&L, 0).channel
-        qc_mm_fold(&lo[c], &hi[c], &flags[c], l1, h1, f1)
+    if T == 1:
+        _minmax_share(xp, &L, 0, L.n, lo, hi, flags)
         return 0
-    chunk = _minmax_chunk(&L, nthreads)
-    plo = <floating*>malloc(chunk * width * sizeof(floating))
-    phi = <floating*>malloc(chunk * width * sizeof(floating))
-    pfl = <unsigned char*>malloc(chunk * width)
+    plo = <floating*>malloc(T * C * sizeof(floating))
+    phi = <floating*>malloc(T * C * sizeof(floating))
+    pfl = <unsigned char*>malloc(T * C)
     if plo == NULL or phi == NULL or pfl == NULL:
         free(plo)
         free(phi)
         free(pfl)
-        return chunk * width * (2 * sizeof(floating) + 1)
-    base = 0
-    while base < L.n:
-        m = L.n - base
-        if m > chunk:
-            m = chunk
-        if nthreads <= 1:
-            for k in range(m):
-                _minmax_unit(xp, &L, base + k, &plo[k * width], &phi[k * width],
-                             &pfl[k * width])
-        else:
-            for k in prange(m, schedule='static', num_threads=nthreads):
-                _minmax_unit(xp, &L, base + k, &plo[k * width], &phi[k * width],
-                             &pfl[k * width])
-        for k in range(m):
-            u = base + k
-            if L.nblk:
-                c = (u // L.nblk) % C
-                qc_mm_fold(&lo[c], &hi[c], &flags[c], plo[k], phi[k], pfl[k])
-            else:
-                for j in range(C):
-                    qc_mm_fold(&lo[j], &hi[j], &flags[j], plo[k * C + j], phi[k * C + j],
-                               pfl[k * C + j])
-        base += m
+        return T * C * (2 * sizeof(floating) + 1)
+    for j in range(T * C):
+        plo[j] = <floating>INFINITY_F
+        phi[j] = -<floating>INFINITY_F
+        pfl[j] = 0
+    share = (L.n + T - 1) // T
+    for t in prange(T, schedule='static', num_threads=T):
+        _minmax_share(xp, &L, t * share, min((t + 1) * share, L.n), &plo[t * C], &phi[t * C],
+                      &pfl[t * C])
+    for t in range(T):
+        for j in range(C):
+            qc_mm_fold(&lo[j], &hi[j], &flags[j], plo[t * C + j], phi[t * C + j], pfl[t * C + j])
     free(plo)
     free(phi)
     free(pfl)
     return 0
 
 
-cdef int _no_memory(str func, int64_t nbytes, Units L) except -1:
+cdef int _no_memory(str func, int64_t nbytes, Units L, int nthreads) except -1:
     """MemoryError saying what could not be allocated."""
     raise MemoryError(f"{func}: cannot allocate {nbytes} bytes ({nbytes / 2**20:.1f} MiB) of "
-                      f"scratch for the partial min / max of {_minmax_chunk(&L, 1)} or more "
-                      f"work units x {1 if L.nblk else L.C} channels")
+                      f"scratch for the partial min / max of {_minmax_teams(&L, nthreads)} "
+                      f"threads x {L.C} channels (fewer threads need less)")
 
 
 cdef int _minmax_flat(cnp.ndarray x, int nthreads, double* lo, double* hi,
@@ -176,7 +149,7 @@ cdef int _minmax_flat(cnp.ndarray x, int nthreads, double* lo, double* hi,
             status = _minmax_run(<const double*>cnp.PyArray_DATA(x), _units(1, 1, n), nthreads,
                                  lo, hi, flags)
     if status != 0:
-        _no_memory("minmax", status, _units(1, 1, n))
+        _no_memory("minmax", status, _units(1, 1, n), nthreads)
     return 0
 
 
@@ -249,7 +222,7 @@ def minmax_channels(const floating[::1] x, int64_t outer, int64_t C, int64_t inn
         status = _minmax_run(&x[0], _units(outer, C, inner), nthreads, &olo[0], &ohi[0],
                              &ofl[0])
     if status != 0:
-        _no_memory("minmax_channels", status, _units(outer, C, inner))
+        _no_memory("minmax_channels", status, _units(outer, C, inner), nthreads)
     return out_lo, out_hi, out_fl
 
 
