@@ -128,3 +128,32 @@ def test_named_cache_is_orts_json_in_one_encoder_call(tmp_path, monkeypatch):
             want, got = np.asarray(getattr(v, attr)), np.asarray(getattr(back[name], attr))
             assert got.dtype == want.dtype and same_bits(got, want), (name, attr)
     assert json.loads((tmp_path / "c.json").read_text())["smooth_quant"] is False
+
+
+@pytest.mark.parametrize("load,one_thread", [(64.0, True), (0.0, False)])
+def test_busy_cores_run_the_kernels_on_one_thread(load, one_thread, spec_n, monkeypatch):
+    """parallel=None: while other work holds the cores (load average >= the
+    usable cores) the calibration's kernels run on one thread (an OpenMP
+    team would wait for its threads), else quantcore's setting; the same
+    ranges either way."""
+    import contextlib
+    import os
+
+    from quantcore.onnx import calibration
+    want = qonnx.calibrate(spec_n, _feeds(), "percentile", parallel=False).tensors_range
+    seen = []
+
+    @contextlib.contextmanager
+    def spy(n):
+        seen.append(n)
+        with real(n):
+            yield
+    real = O.kernel_threads
+    monkeypatch.setattr(O, "kernel_threads", spy)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    assert calibration.cores_busy() is one_thread
+    got = qonnx.calibrate(spec_n, _feeds(), "percentile").tensors_range
+    assert seen == ([1] if one_thread else [])
+    for k, td in want.items():
+        for attr in td._attrs:
+            assert same_bits(np.asarray(getattr(td, attr)), np.asarray(getattr(got[k], attr)))

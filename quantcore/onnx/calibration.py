@@ -5,6 +5,7 @@ does; one call over the whole reader is taken in bounded memory (held, spilled
 to a temporary file, or the data read again: ``_one_call``).  The package's
 docstring describes the choices."""
 import contextlib
+import os
 import time
 import tracemalloc
 
@@ -213,7 +214,9 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
         thread and pool), and the histogram methods' single call reduces tensor
         by tensor after the model ran (silero-vad 0.067-0.070 s serial,
         0.08-0.09 s threaded), while silero-vad's MinMax took 0.055 s threaded,
-        0.066 s serial. The result is the same.
+        0.066 s serial. With None the kernels also run on one thread while
+        other work holds the cores (:func:`cores_busy`). The result is the
+        same.
     histograms : bool
         False: where the histogram method's range does not depend on the
         counts -- Entropy over one call whose KL search has one candidate
@@ -302,7 +305,8 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
                 nbytes / SPILL_BYTES_PER_SECOND < state["inference"]
 
         pool = O.tensor_executor() if parallel is True else contextlib.nullcontext()
-        threads = O.kernel_threads(1) if parallel is True else contextlib.nullcontext()
+        threads = O.kernel_threads(1) if parallel is True or \
+            parallel is None and cores_busy() else contextlib.nullcontext()
         with pool as executor, threads:
             cal = make_calibrator(method, options, passes=1 if strided else 2, tensors=tensors,
                                   executor=executor)
@@ -336,6 +340,25 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
             tracemalloc.stop()
     return CalibrationResult(td, state["batches"], getattr(cal, "nan_batches", {}), seconds, peak,
                              inference_seconds=state["inference"], replay=state["how"])
+
+
+def cores_busy():
+    """True when other work holds the cores: the 1-minute load average is at
+    least the usable cores.  ``parallel=None`` then runs the kernels on one
+    thread: an OpenMP team waits for each of its threads to be scheduled, a
+    wait that costs more than the kernel saves (measured on a 2-core VM at
+    load 2.9-3.6: the PP-OCR detector's calibration with 4 images, Percentile
+    1.58-1.81 s with one-thread kernels against 2.73-4.44 s with teams of 2,
+    MinMax 0.46-0.61 s against 0.67-1.22 s; a profile at load ~6 spent 13 s
+    in kernel calls whose work is under a second).  The result does not
+    depend on it."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:     # pragma: no cover - no load average on this system
+        return False
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    return load >= cores
 
 
 #: parallel=None: the inference thread when the first batch's calibrated
