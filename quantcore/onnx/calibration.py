@@ -343,8 +343,9 @@ def calibrate(model, data, method="minmax", *, options=None, strided=None, passe
 
 
 def cores_busy():
-    """True when other work holds the cores: the 1-minute load average is at
-    least the usable cores.  ``parallel=None`` then runs the kernels on one
+    """True when other work holds the cores: the 1-minute load average is
+    above the usable cores (a calibration alone keeps it at most about the
+    cores: the model's runs and a kernel's team).  ``parallel=None`` then runs the kernels on one
     thread: an OpenMP team waits for each of its threads to be scheduled, a
     wait that costs more than the kernel saves (measured on a 2-core VM at
     load 2.9-3.6: the PP-OCR detector's calibration with 4 images, Percentile
@@ -358,7 +359,7 @@ def cores_busy():
         return False
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 1)
-    return load >= cores
+    return load > cores
 
 
 #: parallel=None: the inference thread when the first batch's calibrated
