@@ -18,7 +18,8 @@ distributed = pytest.importorskip("distributed")
 
 from quantcore import onnx as qonnx  # noqa: E402
 from ort_vectors import same_bits  # noqa: E402
-from test_onnx import REAL_MODELS, _initializers, _wheel_model, spec_model  # noqa: E402
+from test_onnx import (REAL_MODELS, Reader, _initializers, _wheel_model,  # noqa: E402
+                       spec_model)
 
 F32 = np.float32
 
@@ -91,21 +92,6 @@ def _partitions(feeds, folder):
             functools.partial(list, feeds[5:])]
 
 
-class _Reader:
-    def __init__(self, feeds):
-        self.feeds = feeds
-        self.set_range(0, len(feeds))
-
-    def __len__(self):
-        return len(self.feeds)
-
-    def set_range(self, start_index, end_index):
-        self.it = iter(self.feeds[start_index:end_index])
-
-    def get_next(self):
-        return next(self.it, None)
-
-
 def _same_models(a, b):
     x, y = _initializers(a), _initializers(b)
     assert sorted(x) == sorted(y)
@@ -138,7 +124,7 @@ def test_cluster_model_is_quantize_statics_on_one_machine(method, extra, rows, c
     res = qonnx.quantize(model_n, ours, _partitions(feeds, tmp_path / "data"),
                          calibrate_method=method, extra_options=dict(extra), client=client, **kw)
     assert res.batches == len(feeds)
-    quantize_static(model_n, theirs, _Reader(feeds), calibrate_method=CalibrationMethod[method],
+    quantize_static(model_n, theirs, Reader(feeds), calibrate_method=CalibrationMethod[method],
                     extra_options=dict(extra), **kw)
     _same_models(ours, theirs)
     if method == "Percentile":   # the histograms themselves, with the counts
@@ -164,7 +150,7 @@ def test_cluster_real_model(cluster, tmp_path):
         ours, theirs = str(tmp_path / f"qc{method}.onnx"), str(tmp_path / f"ort{method}.onnx")
         qonnx.quantize(path, ours, parts, calibrate_method=method, extra_options=extra,
                        client=client)
-        quantize_static(path, theirs, _Reader(feeds), calibrate_method=CalibrationMethod[method],
+        quantize_static(path, theirs, Reader(feeds), calibrate_method=CalibrationMethod[method],
                         extra_options=extra)
         _same_models(ours, theirs)
 

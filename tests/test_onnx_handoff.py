@@ -14,7 +14,7 @@ ort = pytest.importorskip("onnxruntime")
 from quantcore import onnx as qonnx  # noqa: E402
 from quantcore.compat import onnxruntime as O  # noqa: E402
 from ort_vectors import same_bits  # noqa: E402
-from test_onnx import _initializers, spec_model  # noqa: E402
+from test_onnx import Reader, _initializers, spec_model  # noqa: E402
 
 F32 = np.float32
 
@@ -59,27 +59,12 @@ def test_no_cache_no_json_same_model_as_quantize_static(method, extra, spec_n, t
                        calibrate_method=method, extra_options=dict(extra), **kw)
     assert sorted(p.name for p in out_dir.iterdir()) == ["qc.onnx"]
     theirs = str(tmp_path / "ort.onnx")
-    quantize_static(spec_n, theirs, _Reader(_feeds()),
+    quantize_static(spec_n, theirs, Reader(_feeds()),
                     calibrate_method=CalibrationMethod[method], extra_options=dict(extra), **kw)
     a, b = _initializers(str(out_dir / "qc.onnx")), _initializers(theirs)
     assert sorted(a) == sorted(b)
     for k in a:
         assert same_bits(a[k], b[k]), k
-
-
-class _Reader:
-    def __init__(self, feeds):
-        self.feeds = feeds
-        self.set_range(0, len(feeds))
-
-    def __len__(self):
-        return len(self.feeds)
-
-    def set_range(self, start_index, end_index):
-        self.it = iter(self.feeds[start_index:end_index])
-
-    def get_next(self):
-        return next(self.it, None)
 
 
 def test_ort_called_directly_keeps_its_own_calibrator(spec_n, tmp_path):
@@ -93,7 +78,7 @@ def test_ort_called_directly_keeps_its_own_calibrator(spec_n, tmp_path):
 
     def theirs(path):
         try:
-            quantize_static(spec_n, path, _Reader(_feeds()))
+            quantize_static(spec_n, path, Reader(_feeds()))
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
     t = threading.Thread(target=theirs, args=(str(tmp_path / "t.onnx"),))
