@@ -127,13 +127,20 @@ def _env(tmp_path):
     return env
 
 
+def _interactive_signals():
+    """preexec_fn: SIGINT at its default action in the child, as a terminal
+    gives it (a shell starts background jobs, CI's included, with SIGINT
+    ignored, and Python then installs no KeyboardInterrupt handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _child(tmp_path, hook, args, ready=None, **kw):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     ready = ready or tmp_path / "ready.child"
     proc = subprocess.Popen([sys.executable, str(script), hook, str(ready), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env(tmp_path), **kw)
+                            env=_env(tmp_path), preexec_fn=_interactive_signals, **kw)
     return proc, ready
 
 
@@ -362,7 +369,8 @@ def test_ctrl_c_during_the_imports_is_one_line_and_130(tmp_path):
         "sys.meta_path.insert(0, Slow())\n")
     env = dict(_env(tmp_path), PYTHONPATH=str(site))
     proc = subprocess.Popen([sys.executable, "-m", "quantcore", "info"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_interactive_signals)
     _wait(proc, ready)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
