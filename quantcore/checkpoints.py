@@ -539,17 +539,38 @@ class SafetensorsWriter:
             arr = arr.astype(arr.dtype.newbyteorder("<"))  # big-endian: the values, swapped
         self.write_bytes(name, np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
 
-    def write_bytes(self, name, data):
+    def _expect(self, name):
+        """The declared byte count of ``name``, the next tensor to write."""
         if self._next >= len(self._order):
             raise ValueError(f"{self.path}: {name!r} was not declared")
         want, nbytes = self._order[self._next]
         if name != want:
             raise ValueError(f"{self.path}: expected tensor {want!r} next, got {name!r}")
+        return nbytes
+
+    def write_bytes(self, name, data):
+        nbytes = self._expect(name)
         mv = memoryview(data).cast("B")
         if mv.nbytes != nbytes:
             raise ValueError(f"{self.path}: tensor {name!r} has {mv.nbytes} bytes, declared "
                              f"{nbytes}")
         self._fh.write(mv)
+        self._next += 1
+
+    def copy_from(self, reader, name, source=None):
+        """Write tensor ``name`` as the bytes of ``reader``'s tensor
+        ``source`` (default ``name``), read with pread a bounded piece at a
+        time (``_READ_BYTES``): no memory map, so an input truncated during
+        the copy is a ValueError naming it, never SIGBUS, and the memory is
+        one piece whatever the tensor's size."""
+        source = name if source is None else source
+        nbytes = self._expect(name)
+        size = reader.nbytes(source)
+        if size != nbytes:
+            raise ValueError(f"{self.path}: tensor {name!r} is declared {nbytes} bytes, "
+                             f"{reader.path}: tensor {source!r} has {size}")
+        for start in range(0, nbytes, _READ_BYTES):
+            self._fh.write(reader.read_bytes(source, start, min(start + _READ_BYTES, nbytes)))
         self._next += 1
 
     def close(self):

@@ -427,7 +427,7 @@ def run(args):
                     as writer:
                 for n in names:
                     if n not in chosen:
-                        writer.write_bytes(n, reader.raw(n))
+                        writer.copy_from(reader, n)
                         continue
                     rows_out.append(_quantize_tensor(reader, writer, n, args))
         except OSError as exc:
@@ -677,7 +677,7 @@ def run_dequantize(args):
                     if n in quantized:
                         w.write(n, a)
                     else:
-                        w.write_bytes(n, reader.raw(n))   # copied: bytes for bytes
+                        w.copy_from(reader, n)   # copied: bytes for bytes
         except OSError as exc:
             raise _error(f"{args.output}: cannot write: {exc.strerror or exc}") from None
     print(f"wrote {len(tensors)} tensor(s) to {args.output} ({len(quantized)} dequantized to "

@@ -480,3 +480,39 @@ def test_group_fake_quantize_module():
     assert np.array_equal(m.observer.min_val, w.reshape(8, 2, 32).min(axis=2))
     grad = m.backward(np.ones_like(w))
     assert grad.shape == w.shape and set(np.unique(grad)) <= {0.0, 1.0}
+
+
+def test_copied_tensors_are_read_with_pread_and_a_truncation_is_an_error(tmp_path, monkeypatch):
+    """A tensor copied bytes for bytes (quantize's unquantized tensors, the
+    engines' ignored ones) is read a piece at a time with pread, not through
+    the memory map: the input truncated between two pieces gives an error
+    naming the file, never SIGBUS, and an intact copy is bytes for bytes."""
+    src = tmp_path / "in.safetensors"
+    t = {"a": np.arange(64, dtype=np.float32), "b": np.arange(40, dtype=np.int16)}
+    with CK.SafetensorsWriter(str(src), [(n, a.dtype, a.shape) for n, a in t.items()]) as w:
+        for n, a in t.items():
+            w.write(n, a)
+    monkeypatch.setattr(CK, "_READ_BYTES", 32)
+    with CK.SafetensorsReader(str(src)) as r:
+        with CK.SafetensorsWriter(str(tmp_path / "out.safetensors"),
+                                  [("a", "F32", (64,)), ("b2", "I16", (40,))]) as w:
+            w.copy_from(r, "a")
+            w.copy_from(r, "b2", "b")
+    with CK.SafetensorsReader(str(tmp_path / "out.safetensors")) as back:
+        assert np.array_equal(back["a"], t["a"]) and np.array_equal(back["b2"], t["b"])
+    reads = []
+    with CK.SafetensorsReader(str(src)) as r:
+        real = r.read_bytes
+
+        def cut_after_first(name, start=0, stop=None):
+            reads.append(start)
+            if len(reads) == 2:
+                with open(src, "r+b") as fh:
+                    fh.truncate(src.stat().st_size - 100)
+            return real(name, start, stop)
+        monkeypatch.setattr(r, "read_bytes", cut_after_first)
+        w = CK.SafetensorsWriter(str(tmp_path / "cut.safetensors"), [("a", "F32", (64,))])
+        with pytest.raises((ValueError, OSError), match="in.safetensors"):
+            w.copy_from(r, "a")
+        w.abort()
+    assert not (tmp_path / "cut.safetensors").exists()

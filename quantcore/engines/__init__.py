@@ -116,7 +116,7 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
         def write_tensor(writer, name):
             src_name = source[name]
             if src_name not in todo:
-                writer.write_bytes(name, model.reader(src_name).raw(src_name))
+                writer.copy_from(model.reader(src_name), name, src_name)
                 return
             if src_name not in cache:
                 cache.clear()  # (one weight's outputs at a time)

@@ -70,7 +70,7 @@ def quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress, in
         def write_tensor(writer, name):
             src_name = source[name]
             if src_name not in todo:
-                writer.write_bytes(name, model.reader(src_name).raw(src_name))
+                writer.copy_from(model.reader(src_name), name, src_name)
                 return
             if src_name not in cache:
                 cache.clear()
