@@ -138,9 +138,9 @@ def _run(args):
     if args.file.endswith(".onnx"):
         _print_accuracy(args)
     if args.plot:
-        from .cli_files import write_or_fail
-        write_or_fail(args.plot, lambda: plot_mismatch(
-            [(n, c) for n, c, _ in done], args.plot, _details(done, args)))
+        from .cli_files import write_path_or_fail
+        write_path_or_fail(args.plot, lambda temporary: plot_mismatch(
+            [(n, c) for n, c, _ in done], temporary, _details(done, args)))
         print(f"wrote {args.plot}")
     return 0
 

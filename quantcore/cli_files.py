@@ -22,7 +22,7 @@ import numpy as np
 from ._files import atomic_write, refuse_same_file
 
 __all__ = ["CliError", "TensorEntry", "list_tensors", "save_tensors", "check_writable",
-           "write_or_fail", "one_line"]
+           "write_or_fail", "write_path_or_fail", "one_line"]
 
 #: safetensors dtype names numpy reads directly
 _SAFETENSORS_DTYPES = {
@@ -287,6 +287,20 @@ def write_or_fail(path, writer):
         writer()
     except OSError as exc:
         raise CliError(f"{path}: cannot write: {exc.strerror or one_line(exc)}") from None
+
+
+def write_path_or_fail(path, writer):
+    """``writer(p)`` for a library that writes a file at a path it is given
+    (matplotlib's images and PDFs): ``p`` is a temporary beside ``path``,
+    renamed onto it once ``writer`` returns (``_files.atomic_path``), so a
+    failed or killed run leaves any previous ``path`` as it was; OSError as
+    :func:`write_or_fail`."""
+    from ._files import atomic_path
+
+    def atomic():
+        with atomic_path(path) as temporary:
+            writer(temporary)
+    write_or_fail(path, atomic)
 
 
 def check_writable(path, option, inputs=()):

@@ -20,7 +20,7 @@ One file per path: a ``.pdf`` path gets one document with a page each, a
 """
 import numpy as np
 
-from .cli_files import CliError, write_or_fail
+from .cli_files import CliError, write_path_or_fail
 
 #: summary rows and tensor panels per page; tensors with a page of their own
 SUMMARY_ROWS = 40
@@ -294,13 +294,13 @@ def plot_calibration(plots, path, chosen, scheme_text):
     if path.lower().endswith(".pdf"):
         from matplotlib.backends.backend_pdf import PdfPages
 
-        def write_pdf():
-            with PdfPages(path) as pdf:
+        def write_pdf(temporary):
+            with PdfPages(temporary) as pdf:
                 for make in pages:
                     fig = make()
                     pdf.savefig(fig)
                     plt.close(fig)
-        write_or_fail(path, write_pdf)
+        write_path_or_fail(path, write_pdf)
         return [path]
     images = []
     for make in pages:   # each page rendered, then stacked into the one image
@@ -312,5 +312,5 @@ def plot_calibration(plots, path, chosen, scheme_text):
     rule = np.full((3, width, 3), 160, np.uint8)
     stacked = np.concatenate([part for im in images for part in (
         np.pad(im, ((0, 0), (0, width - im.shape[1]), (0, 0)), constant_values=255), rule)][:-1])
-    write_or_fail(path, lambda: plt.imsave(path, stacked, format="png"))
+    write_path_or_fail(path, lambda temporary: plt.imsave(temporary, stacked, format="png"))
     return [path]

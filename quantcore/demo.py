@@ -344,9 +344,12 @@ def save_convnet(directory, seed=0, epochs=20):
     net.fit(x_tr, y_tr, epochs, 1e-2, rng)
     model_path = os.path.join(directory, "convnet.onnx")
     data_path = os.path.join(directory, "convnet_data.npz")
-    onnx.save(net.to_onnx(), model_path)
-    np.savez(data_path, x=x_te.reshape(-1, 1, 8, 8).astype(F32),
-             labels=np.asarray(y_te, np.int64))
+    from ._files import atomic_path
+    with atomic_path(model_path) as temporary:      # (a previous file survives a failure)
+        onnx.save(net.to_onnx(), temporary)
+    with atomic_path(data_path) as temporary:
+        np.savez(temporary, x=x_te.reshape(-1, 1, 8, 8).astype(F32),
+                 labels=np.asarray(y_te, np.int64))
     return model_path, data_path
 
 
@@ -550,5 +553,7 @@ def _plot(float_curve, qat_curve, path):
     ax2.legend()
     fig.suptitle("quantcore demo: digits MLP, float training then int4 QAT")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    from ._files import atomic_path
+    with atomic_path(path) as temporary:
+        fig.savefig(temporary, dpi=90)
     print(f"training curves saved to {path}")
