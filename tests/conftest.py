@@ -102,9 +102,13 @@ def pytest_sessionfinish(session, exitstatus):
     """Fail the run when quantcore left a temporary file of its own (a spill
     or spool file, a ``quantcore_*`` folder) in the run's temporary folder;
     then remove the folder."""
+    # (quantcore-kernels-*: this process's kernel cache with
+    # QUANTCORE_KERNEL_CACHE=off, removed at exit by quantcore_gpu.cache's
+    # atexit handler, which runs after this hook)
     left = sorted(name for name in os.listdir(TEST_TMPDIR)
-                  if name.startswith(("quantcore", ".quantcore")) or name.endswith(
+                  if (name.startswith(("quantcore", ".quantcore")) or name.endswith(
                       (".spill", ".partial", ".tmp")))
+                  and not name.startswith("quantcore-kernels-"))
     shutil.rmtree(TEST_TMPDIR, ignore_errors=True)
     if left:
         print(f"\nquantcore left temporary files behind: {', '.join(left)}")
