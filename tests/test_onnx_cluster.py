@@ -18,8 +18,8 @@ distributed = pytest.importorskip("distributed")
 
 from quantcore import onnx as qonnx  # noqa: E402
 from ort_vectors import same_bits  # noqa: E402
-from test_onnx import (REAL_MODELS, Reader, _initializers, _wheel_model,  # noqa: E402
-                       spec_model)
+from test_onnx import (REAL_MODELS, Reader, _initializers, _wheel_model,  # noqa: E402, F401
+                       batch_model_path, spec_model)
 
 F32 = np.float32
 
@@ -60,13 +60,9 @@ FOREIGN = {".ses", "dask-scratch-space"}
 
 
 @pytest.fixture(scope="module")
-def model_n(tmp_path_factory):
-    m = spec_model()
-    for vi in (m.graph.input[0], m.graph.output[0]):
-        vi.type.tensor_type.shape.dim[0].dim_param = "N"
-    path = str(tmp_path_factory.mktemp("m") / "spec_n.onnx")
-    onnx.save(m, path)
-    return path
+def model_n(batch_model_path):  # noqa: F811 (the fixture imported above)
+    """test_onnx's spec model with a free batch dimension."""
+    return batch_model_path
 
 
 def _feeds(rows=(2, 2, 2, 2, 2, 2, 2), seed=3):

@@ -14,19 +14,15 @@ ort = pytest.importorskip("onnxruntime")
 from quantcore import onnx as qonnx  # noqa: E402
 from quantcore.compat import onnxruntime as O  # noqa: E402
 from ort_vectors import same_bits  # noqa: E402
-from test_onnx import Reader, _initializers, spec_model  # noqa: E402
+from test_onnx import Reader, _initializers, batch_model_path, spec_model  # noqa: E402, F401
 
 F32 = np.float32
 
 
 @pytest.fixture(scope="module")
-def spec_n(tmp_path_factory):
-    m = spec_model()
-    for vi in (m.graph.input[0], m.graph.output[0]):
-        vi.type.tensor_type.shape.dim[0].dim_param = "N"
-    path = str(tmp_path_factory.mktemp("m") / "spec_n.onnx")
-    onnx.save(m, path)
-    return path
+def spec_n(batch_model_path):  # noqa: F811 (the fixture imported above)
+    """test_onnx's spec model with a free batch dimension."""
+    return batch_model_path
 
 
 def _feeds(n=3):
