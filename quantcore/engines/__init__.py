@@ -20,8 +20,8 @@ import numpy as np
 
 from . import compressed_tensors as CT
 from . import modelopt as MO
-from .hf import DEFAULT_MAX_SHARD_SIZE, HFModel, ModelDirError, parse_size, plan_shards, \
-    write_model_dir
+from .hf import DEFAULT_MAX_SHARD_SIZE, HFModel, ModelDirError, parse_size, \
+    write_quantized_dir
 
 __all__ = ["quantize_model", "load_dequantized", "convert_model", "ENGINE_FORMATS",
            "ModelDirError"]
@@ -96,45 +96,17 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
         for n in chosen:
             CT.check_shape(n, model.info(n)[1], scheme, group)
         global_scales = _global_scales(model, chosen) if scheme == "NVFP4A16" else {}
-        todo = set(chosen)
-        groups, source = [], {}
-        for n in model.names:
-            if n in todo:
-                dt, shape = model.info(n)
-                entries = CT.plan(n, dt, shape, scheme, group)
-                for e in entries:
-                    source[e[0]] = n
-            else:
-                entries = [(n, *model.info(n))]
-                source[n] = n
-            groups.append(entries)
-        shards = plan_shards(groups, limit)
         config = dict(model.config)
         config["quantization_config"] = CT.quantization_config(scheme, ignore, group)
-        cache = {}
 
-        def write_tensor(writer, name):
-            src_name = source[name]
-            if src_name not in todo:
-                writer.copy_from(model.reader(src_name), name, src_name)
-                return
-            if src_name not in cache:
-                cache.clear()  # (one weight's outputs at a time)
-                dt = model.info(src_name)[0]
-                x = model.reader(src_name).float32(src_name)
-                if not np.isfinite(x).all():
-                    raise ValueError(f"tensor {src_name!r} holds NaN or inf values: not "
-                                     "quantized")
-                outs = CT.quantize_tensor(x, dt, scheme, group, global_scales.get(src_name))
-                prefix = CT.module_of(src_name)
-                cache[src_name] = {f"{prefix}.{k}": v for k, v in outs.items()}
-            writer.write(name, cache[src_name][name])
+        def quantize(x, dt, name):
+            outs = CT.quantize_tensor(x, dt, scheme, group, global_scales.get(name))
+            return {f"{CT.module_of(name)}.{k}": v for k, v in outs.items()}
 
-        write_model_dir(model, dst, config, shards, write_tensor, progress=progress)
-        bytes_in = model.total_bytes
-    bytes_out = sum(sum(_nb(dt, s) for _, dt, s in e) for _, e in shards)
-    return {"quantized": chosen, "ignore": ignore, "copied": copied,
-            "shards": [f for f, _ in shards], "bytes_in": bytes_in, "bytes_out": bytes_out,
+        written = write_quantized_dir(model, dst, config, set(chosen),
+                                      lambda n, dt, shape: CT.plan(n, dt, shape, scheme, group),
+                                      quantize, limit, progress=progress)
+    return {"quantized": chosen, "ignore": ignore, "copied": copied, **written,
             "seconds": time.perf_counter() - t0}
 
 
@@ -157,11 +129,6 @@ def _global_scales(model, chosen):
     sets = CT.fused_sets(chosen)
     return {n: CT.nvfp4_global_scale(max(amax[m] for m in sets.get(n, (n,))),
                                      model.info(n)[0]) for n in chosen}
-
-
-def _nb(dt, shape):
-    from .hf import nbytes
-    return nbytes(dt, shape)
 
 
 def load_dequantized(path):

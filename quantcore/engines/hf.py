@@ -18,9 +18,12 @@ import os
 import re
 import shutil
 
+import numpy as np
+
 from ..checkpoints import DTYPES, SUBBYTE, SafetensorsReader, SafetensorsWriter
 
-__all__ = ["HFModel", "plan_shards", "write_model_dir", "parse_size", "DEFAULT_MAX_SHARD_SIZE"]
+__all__ = ["HFModel", "plan_shards", "write_model_dir", "write_quantized_dir", "parse_size",
+           "DEFAULT_MAX_SHARD_SIZE"]
 
 #: transformers 5's ``save_pretrained(max_shard_size=...)`` default
 DEFAULT_MAX_SHARD_SIZE = "50GB"
@@ -245,3 +248,44 @@ def write_model_dir(model, dst, config, shards, write_tensor, metadata=None, pro
                           indent=2, sort_keys=True)
                 fh.write("\n")
     return dst
+
+
+def write_quantized_dir(model, dst, config, todo, plan, quantize, max_shard_size,
+                        progress=None, extra_files=None):
+    """Stream ``model`` into a model directory at ``dst``
+    (:func:`write_model_dir`) with the weights ``todo`` quantized and every
+    other tensor copied as stored.  ``plan(name, dtype, shape)`` lists a
+    weight's output entries ``(name, dtype, shape)``;
+    ``quantize(x, dtype, name)`` gives them ``{output name: array}`` from
+    the weight's float32 values ``x``: one weight's outputs in memory at a
+    time.  Shards of at most ``max_shard_size`` bytes (:func:`plan_shards`).
+
+    Returns ``{"shards": file names, "bytes_in", "bytes_out"}``; raises
+    ValueError naming a weight that holds NaN or inf values."""
+    groups, source = [], {}
+    for n in model.names:
+        entries = plan(n, *model.info(n)) if n in todo else [(n, *model.info(n))]
+        for e in entries:
+            source[e[0]] = n
+        groups.append(entries)
+    shards = plan_shards(groups, max_shard_size)
+    cache = {}
+
+    def write_tensor(writer, name):
+        src_name = source[name]
+        if src_name not in todo:
+            writer.copy_from(model.reader(src_name), name, src_name)
+            return
+        if src_name not in cache:
+            cache.clear()  # (one weight's outputs at a time)
+            dt = model.info(src_name)[0]
+            x = model.reader(src_name).float32(src_name)
+            if not np.isfinite(x).all():
+                raise ValueError(f"tensor {src_name!r} holds NaN or inf values: not quantized")
+            cache[src_name] = quantize(x, dt, src_name)
+        writer.write(name, cache[src_name][name])
+
+    write_model_dir(model, dst, config, shards, write_tensor, progress=progress,
+                    extra_files=extra_files)
+    return {"shards": [f for f, _ in shards], "bytes_in": model.total_bytes,
+            "bytes_out": sum(sum(nbytes(dt, s) for _, dt, s in e) for _, e in shards)}

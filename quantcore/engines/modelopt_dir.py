@@ -7,7 +7,7 @@ import numpy as np
 
 from . import compressed_tensors as CT
 from . import modelopt as MO
-from .hf import HFModel, nbytes, parse_size, plan_shards, write_model_dir
+from .hf import HFModel, parse_size, write_quantized_dir
 
 
 def _finite(x, name):
@@ -52,40 +52,20 @@ def quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress, in
                                  f"{missing[:3]} (or use FP8_PER_CHANNEL_PER_TOKEN: "
                                  "activations per token at run time)")
         g = _set_scales(model, chosen) if scheme == "W4A16_NVFP4" else {}
-        todo = set(chosen)
-        groups, source = [], {}
-        for n in model.names:
-            entries = (MO.plan(n, *model.info(n), scheme, needs_input) if n in todo
-                       else [(n, *model.info(n))])
-            for e in entries:
-                source[e[0]] = n
-            groups.append(entries)
-        shards = plan_shards(groups, limit)
         exclude = MO.exclude_modules(model, ignore)
         hq = MO.hf_quant_config(scheme, exclude)
         config = dict(model.config)
         config["quantization_config"] = MO.quantization_config(hq)
-        cache = {}
 
-        def write_tensor(writer, name):
-            src_name = source[name]
-            if src_name not in todo:
-                writer.copy_from(model.reader(src_name), name, src_name)
-                return
-            if src_name not in cache:
-                cache.clear()
-                dt = model.info(src_name)[0]
-                x = _finite(model.reader(src_name).float32(src_name), src_name)
-                m = CT.module_of(src_name)
-                outs = MO.quantize_tensor(x, dt, scheme, src_name, g=g.get(src_name),
-                                          in_amax=amaxes[m] if needs_input else None)
-                cache[src_name] = {f"{m}.{k}": v for k, v in outs.items()}
-            writer.write(name, cache[src_name][name])
+        def quantize(x, dt, name):
+            m = CT.module_of(name)
+            outs = MO.quantize_tensor(x, dt, scheme, name, g=g.get(name),
+                                      in_amax=amaxes[m] if needs_input else None)
+            return {f"{m}.{k}": v for k, v in outs.items()}
 
-        write_model_dir(model, dst, config, shards, write_tensor, progress=progress,
-                        extra_files={"hf_quant_config.json": hq})
-        bytes_in = model.total_bytes
-    bytes_out = sum(sum(nbytes(dt, s) for _, dt, s in e) for _, e in shards)
-    return {"quantized": chosen, "ignore": exclude, "copied": copied,
-            "shards": [f for f, _ in shards], "bytes_in": bytes_in, "bytes_out": bytes_out,
+        written = write_quantized_dir(
+            model, dst, config, set(chosen),
+            lambda n, dt, shape: MO.plan(n, dt, shape, scheme, needs_input), quantize, limit,
+            progress=progress, extra_files={"hf_quant_config.json": hq})
+    return {"quantized": chosen, "ignore": exclude, "copied": copied, **written,
             "seconds": time.perf_counter() - t0}
