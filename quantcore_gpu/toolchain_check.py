@@ -146,20 +146,25 @@ class _Spy:
         return got
 
 
-def _explicit_fma(source):
-    """True when the source or a header it includes writes an fma call."""
-    files = cache.closure(source, _runtime.read_source(source),
-                          (_runtime.cuda_dir(), _runtime.include_dir()))
-    for name in files:
-        for folder in (_runtime.cuda_dir(), _runtime.include_dir()):
+def device_texts(source):
+    """{file name: text without comments} of the device source ``source``
+    and every header it includes (:func:`cache.closure`, searched in
+    ``_runtime.cuda_dir()`` then ``_runtime.include_dir()``)."""
+    dirs = (_runtime.cuda_dir(), _runtime.include_dir())
+    out = {}
+    for name in cache.closure(source, _runtime.read_source(source), dirs):
+        for folder in dirs:
             path = os.path.join(folder, name)
             if os.path.isfile(path):
                 with open(path, encoding="utf-8") as fh:
-                    text = re.sub(r"/\*.*?\*/|//[^\n]*", "", fh.read(), flags=re.S)
-                if _EXPLICIT_FMA.search(text):
-                    return True
+                    out[name] = re.sub(r"/\*.*?\*/|//[^\n]*", "", fh.read(), flags=re.S)
                 break
-    return False
+    return out
+
+
+def _explicit_fma(source):
+    """True when the source or a header it includes writes an fma call."""
+    return any(_EXPLICIT_FMA.search(text) for text in device_texts(source).values())
 
 
 def _tool(cmd):

@@ -10,14 +10,14 @@
 
 ``make gpu-toolchain-check`` reads the real PTX / SASS of every module.
 """
-import os
 import re
 
 import numpy as np
 import pytest
 
 from quantcore import qparams as Q
-from quantcore_gpu import _runtime, cache
+from quantcore_gpu import _runtime
+from quantcore_gpu.toolchain_check import device_texts
 
 #: libm calls that NVRTC may lower to an approximate instruction (ex2 / lg2 /
 #: sin / cos .approx) or whose float32 form is not correctly rounded
@@ -33,15 +33,7 @@ def _device_files():
     headers it includes."""
     out = {}
     for source in _runtime.SOURCES:
-        files = cache.closure(source, _runtime.read_source(source),
-                              (_runtime.cuda_dir(), _runtime.include_dir()))
-        for name in files:
-            for folder in (_runtime.cuda_dir(), _runtime.include_dir()):
-                path = os.path.join(folder, name)
-                if os.path.isfile(path):
-                    with open(path, encoding="utf-8") as fh:
-                        out[name] = re.sub(r"/\*.*?\*/|//[^\n]*", "", fh.read(), flags=re.S)
-                    break
+        out.update(device_texts(source))
     return out
 
 
