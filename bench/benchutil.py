@@ -7,6 +7,7 @@ through several copies when one copy would fit in the last-level cache, so
 small sizes are not timed on cache-hot data only.
 """
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -50,3 +51,31 @@ def annotate(benchmark, op, n, impl, nbytes):
 
 def torch_or_skip():
     return pytest.importorskip("torch")
+
+
+class FeedReader:
+    """ORT's reader protocol over a list of feeds, with ``rewind()``."""
+
+    def __init__(self, feeds):
+        self.feeds = feeds
+        self.rewind()
+
+    def rewind(self):
+        self.it = iter(self.feeds)
+
+    def get_next(self):
+        return next(self.it, None)
+
+
+def wheel_model(name, batches, size):
+    """(path, feeds) of a real ONNX model from its PyPI wheel
+    (``tests/test_onnx.py``'s ``REAL_MODELS``), or a skip when the wheel is
+    not installed: silero_vad with ``batches`` chunks of ``size`` rows,
+    ppocr_det with ``batches`` images of ``size`` x ``size``."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    import test_onnx as T
+    (package, relative), _ = T.REAL_MODELS[name]
+    path = T._wheel_model(package, relative)
+    feeds = (T.vad_feeds(path, batches, size) if name == "silero_vad"
+             else T.ocr_feeds(batches, size, size))
+    return path, feeds

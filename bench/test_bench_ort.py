@@ -35,6 +35,8 @@ import time
 import numpy as np
 import pytest
 
+from benchutil import FeedReader, wheel_model
+
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
@@ -265,29 +267,9 @@ REAL_SIZES = {"silero_vad": (256, 1) if FULL else (16, 1),       # batches, rows
 def real_model(name):
     """(path, feeds, op types) of a real model, or a skip when its wheel is
     not installed (the `test` extra installs both)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-    import test_onnx as T
     from quantcore import onnx as qonnx
-    (package, relative), _ = T.REAL_MODELS[name]
-    path = T._wheel_model(package, relative)
-    batches, size = REAL_SIZES[name]
-    feeds = (T.vad_feeds(path, batches, size) if name == "silero_vad"
-             else T.ocr_feeds(batches, size, size))
+    path, feeds = wheel_model(name, *REAL_SIZES[name])
     return path, feeds, qonnx.quantizable_op_types()
-
-
-class FeedReader:
-    """ORT's reader protocol over a list of feeds, with ``rewind()``."""
-
-    def __init__(self, feeds):
-        self.feeds = feeds
-        self.rewind()
-
-    def rewind(self):
-        self.it = iter(self.feeds)
-
-    def get_next(self):
-        return next(self.it, None)
 
 
 def run_ort_real(path, feeds, ops, method):

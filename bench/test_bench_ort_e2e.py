@@ -20,12 +20,13 @@ same process, ``REPEATS`` rounds; the report takes the median of each.
 """
 import os
 import statistics
-import sys
 import tempfile
 import time
 
 import numpy as np
 import pytest
+
+from benchutil import FeedReader, wheel_model
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -37,20 +38,6 @@ DET_SIDE = 320 if FULL else 64
 # (CI runs each case once as a test: one detector size there, ~5 s a method)
 CASES = ((("demo", None), ("silero_vad", 256), ("ppocr_det", 1), ("ppocr_det", 4),
           ("ppocr_det", 16)) if FULL else (("demo", None), ("silero_vad", 8), ("ppocr_det", 1)))
-
-
-class FeedReader:
-    """ORT's reader protocol over a list of feeds, with ``rewind()``."""
-
-    def __init__(self, feeds):
-        self.feeds = feeds
-        self.rewind()
-
-    def rewind(self):
-        self.it = iter(self.feeds)
-
-    def get_next(self):
-        return next(self.it, None)
 
 
 _MODELS = {}
@@ -69,13 +56,7 @@ def case_model(name, size, folder):
         x = x_tr[:n].reshape(-1, 1, 8, 8).astype(np.float32)
         feeds = [{"x": x[i:i + 32]} for i in range(0, n, 32)]
     else:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                                        "tests"))
-        import test_onnx as T
-        (package, relative), _ = T.REAL_MODELS[name]
-        path = T._wheel_model(package, relative)
-        feeds = (T.vad_feeds(path, size, 1) if name == "silero_vad"
-                 else T.ocr_feeds(size, DET_SIDE, DET_SIDE))
+        path, feeds = wheel_model(name, size, 1 if name == "silero_vad" else DET_SIDE)
     _MODELS[key] = path, feeds
     return path, feeds
 
