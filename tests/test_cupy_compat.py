@@ -14,8 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-import quantcore_gpu
-from reference import bits_equal
+from reference import bits_equal, gpu_cupy
 
 pytestmark = pytest.mark.gpu
 
@@ -28,11 +27,7 @@ G = RNG.normal(size=X.shape).astype(np.float32)
 @pytest.fixture
 def cp():
     """cupy on a usable device (a GPU, or the CUDA emulator)."""
-    cupy = pytest.importorskip("cupy")
-    ok, reason = quantcore_gpu.can_use()
-    if not ok:
-        pytest.skip(reason)
-    return cupy
+    return gpu_cupy()
 
 
 class State:

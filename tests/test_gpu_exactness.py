@@ -18,6 +18,7 @@ import pytest
 from quantcore import qparams as Q
 from quantcore_gpu import _runtime
 from quantcore_gpu.toolchain_check import device_texts
+from reference import gpu_cupy
 
 #: libm calls that NVRTC may lower to an approximate instruction (ex2 / lg2 /
 #: sin / cos .approx) or whose float32 form is not correctly rounded
@@ -107,12 +108,8 @@ def test_num_bits_range_ends_are_accepted():
 
 @pytest.fixture
 def cp():
-    cp = pytest.importorskip("cupy")
-    import quantcore_gpu
-    ok, reason = quantcore_gpu.can_use()
-    if not ok:
-        pytest.skip(reason)
-    return cp
+    """cupy on a usable device (a GPU, or the CUDA emulator)."""
+    return gpu_cupy()
 
 
 @pytest.mark.gpu
