@@ -5,7 +5,9 @@ printing, the one-line argparse errors, and the optional packages' extras.
 import argparse
 import contextlib
 import fnmatch
+import functools
 import os
+import sys
 import textwrap
 
 from .cli_files import CliError, list_tensors, one_line
@@ -176,6 +178,19 @@ def add_quiet(parser):
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no per-tensor table and no progress bar: the summary lines, "
                              "notes, warnings and errors only")
+
+
+def progress_bars(quiet):
+    """``make(iterable=None, **tqdm options)``: tqdm bars on stderr, not
+    left behind, when stderr is a terminal and ``quiet`` is false (``-q``);
+    None otherwise, or when tqdm is not installed."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return functools.partial(tqdm, file=sys.stderr, leave=False)
 
 
 @contextlib.contextmanager

@@ -168,13 +168,9 @@ def _calibration_arguments(p, output_help):
 
 def _progress(quiet):
     """A tqdm bar over model runs, only on a terminal."""
-    if quiet or not sys.stderr.isatty():
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(desc="calibrating", unit="batch", file=sys.stderr, leave=False)
+    from .cli_common import progress_bars
+    make = progress_bars(quiet)
+    return None if make is None else make(desc="calibrating", unit="batch")
 
 
 def error(message):

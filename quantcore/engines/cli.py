@@ -3,7 +3,6 @@
 ``quantcore dequantize MODEL_DIR -o OUT.safetensors``; cli_quantize.py
 routes a directory input or an engine ``--format`` here."""
 import os
-import sys
 
 __all__ = ["add_arguments", "is_model_dir", "settle", "run", "run_dequantize"]
 
@@ -61,16 +60,11 @@ def _error(msg):
 
 def _progress(quiet):
     """A tqdm bar per shard on a terminal (None otherwise)."""
-    if quiet or not sys.stderr.isatty():
+    from ..cli_common import progress_bars
+    make = progress_bars(quiet)
+    if make is None:
         return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-
-    def bar(fname, entries):
-        return tqdm(entries, desc=fname, unit="tensor", file=sys.stderr, leave=False)
-    return bar
+    return lambda fname, entries: make(entries, desc=fname, unit="tensor")
 
 
 def run(args):
