@@ -90,11 +90,8 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
     limit = parse_size(max_shard_size)
     t0 = time.perf_counter()
     with HFModel(src) as model:
-        chosen, ignore, copied = CT.select(model)
-        if not chosen:
-            raise ValueError(f"{src}: no decoder-block Linear weight to quantize")
-        for n in chosen:
-            CT.check_shape(n, model.info(n)[1], scheme, group)
+        chosen, ignore, copied = CT.select_checked(
+            model, src, lambda n, shape: CT.check_shape(n, shape, scheme, group))
         global_scales = _global_scales(model, chosen) if scheme == "NVFP4A16" else {}
         config = dict(model.config)
         config["quantization_config"] = CT.quantization_config(scheme, ignore, group)

@@ -53,7 +53,7 @@ import numpy as np
 
 from .. import formats as F
 
-__all__ = ["SCHEMES", "select", "plan", "quantize_tensor", "dequantize_module",
+__all__ = ["SCHEMES", "select", "select_checked", "plan", "quantize_tensor", "dequantize_module",
            "quantization_config", "LAYOUT_VERSION", "round_to"]
 
 #: the compressed-tensors release whose layout and numerics this module
@@ -258,6 +258,18 @@ def select(model):
         copied.setdefault(why, []).append(n)
         if why != "embeddings" and module_of(n) not in ignore:
             ignore.append(module_of(n))
+    return chosen, ignore, copied
+
+
+def select_checked(model, src, check_shape):
+    """:func:`select`, refusing a model with no weight to quantize (naming
+    ``src``) and running ``check_shape(name, shape)`` (which raises naming
+    the layer) on every chosen weight."""
+    chosen, ignore, copied = select(model)
+    if not chosen:
+        raise ValueError(f"{src}: no decoder-block Linear weight to quantize")
+    for n in chosen:
+        check_shape(n, model.info(n)[1])
     return chosen, ignore, copied
 
 

@@ -37,11 +37,8 @@ def quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress, in
     limit = parse_size(max_shard_size)
     t0 = time.perf_counter()
     with HFModel(src) as model:
-        chosen, ignore, copied = CT.select(model)
-        if not chosen:
-            raise ValueError(f"{src}: no decoder-block Linear weight to quantize")
-        for n in chosen:
-            MO.check_shape(n, model.info(n)[1], scheme)
+        chosen, ignore, copied = CT.select_checked(
+            model, src, lambda n, shape: MO.check_shape(n, shape, scheme))
         if needs_input:
             amaxes = dict(input_amax or {})
             missing = [CT.module_of(n) for n in chosen if CT.module_of(n) not in amaxes]
