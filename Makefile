@@ -41,6 +41,7 @@ $(VENV)/.installed: $(VENV)/.created $(SOURCES)
 	  "ORT, transformers, the test models: ~3 GB) into $(VENV): 7 min here with a cold pip" \
 	  "cache (mostly downloads), 2-4 min warm (compiling ~3 CPU-min); pip is quiet meanwhile"
 	DISABLE_CUDA=1 $(PIP) install --no-build-isolation -e ".[test,torch,demo,cli,tensorflow,engines]"
+	$(PY) tests/ggml_oracle.py  # llama.cpp's quantizers, the GGUF tests' oracle (~15 s)
 	touch $@ $(VENV)/.installed-demo
 
 install: $(VENV)/.installed
