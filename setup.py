@@ -356,6 +356,15 @@ extensions = [
         language="c++",
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
     ),
+    # _gguf: llama.cpp's GGUF block types (qc_gguf*.h), same flags
+    Extension(
+        "quantcore._cpu._gguf",
+        [os.path.join(CPU, "_gguf.pyx")],
+        include_dirs=[INCLUDE, numpy.get_include()],
+        depends=sorted(glob.glob(os.path.join(INCLUDE, "qc_gguf*.h"))),
+        language="c++",
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
+    ),
 ]
 
 setup(ext_modules=extensions, cmdclass={"build_ext": BuildExt})

@@ -23,6 +23,7 @@ from .formats.observers import (AmaxObserver, FP8FakeQuantize, GroupFakeQuantize
 from .formats.mx import (mx_dequantize, mx_fake_quant, mx_quantize, nvfp4_dequantize,
                          nvfp4_fake_quant, nvfp4_quantize)
 from . import formats, mx  # (quantcore.mx is quantcore.formats.mx)
+from .gguf import gguf_dequantize, gguf_quantize
 
 __version__ = "0.1.0"
 
@@ -40,6 +41,8 @@ __all__ = [
     # block-scaled formats (quantcore.mx, also in quantcore.formats)
     "mx", "mx_quantize", "mx_dequantize", "mx_fake_quant", "nvfp4_quantize", "nvfp4_dequantize",
     "nvfp4_fake_quant",
+    # llama.cpp's GGUF block types (quantcore.gguf)
+    "gguf_quantize", "gguf_dequantize",
 ]
 
 

@@ -8,7 +8,7 @@ The layers, bottom up::
     0 kernels   quantcore._cpu.*, quantcore_gpu.*, _arrays, _warn, _switches, _files,
                 _signals, _locks
     1 core      ops, qparams, torch_numerics
-    2 stateful  observers, fake_quantize, calib, formats, state, checkpoints
+    2 stateful  observers, fake_quantize, calib, formats, state, checkpoints, gguf
     3 compat    compat.*, the interop wrappers (quantcore.torch, .jax, .dask)
     4 api       quantcore (the package's __init__: the public names)
     5 app       cli*, compare, demo, onnx and engines (the packages), __main__
@@ -31,7 +31,7 @@ LAYERS = (
     ("quantcore.ops", 1), ("quantcore.qparams", 1), ("quantcore.torch_numerics", 1),
     ("quantcore.observers", 2), ("quantcore.fake_quantize", 2), ("quantcore.calib", 2),
     ("quantcore.formats", 2), ("quantcore.mx", 2), ("quantcore.formats_observers", 2),
-    ("quantcore.state", 2), ("quantcore.checkpoints", 2),
+    ("quantcore.state", 2), ("quantcore.checkpoints", 2), ("quantcore.gguf", 2),
     ("quantcore.compat", 3), ("quantcore.torch", 3), ("quantcore.jax", 3),
     ("quantcore.dask", 3),
     ("quantcore", 4),

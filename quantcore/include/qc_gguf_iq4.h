@@ -1,0 +1,136 @@
+// GGUF non-linear 4-bit types: IQ4_NL (blocks of 32) and IQ4_XS
+// (super-blocks of 256, 8 groups of 32 with 6-bit scales), codes indexing
+// ggml's table kvalues_iq4nl.  Included by qc_gguf.h (its helpers); one
+// row of n values per call; as ggml's quantize_iq4_nl / quantize_iq4_xs
+// (ntry 7, with or without an imatrix).
+#ifndef QC_GGUF_IQ4_H
+#define QC_GGUF_IQ4_H
+
+static const int8_t qc_gg_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+// the index of the table value nearest to x (the lower of a tie), by
+// bisection as ggml's best_index_int8 (a NaN goes to the last index)
+static inline int qc_gg_iq4_index(float x) {
+    const int8_t *v = qc_gg_iq4_values;
+    if (x <= (float)v[0]) return 0;
+    if (x >= (float)v[15]) return 15;
+    int ml = 0, mu = 15;
+    while (mu - ml > 1) {
+        int mav = (ml + mu) / 2;
+        if (x < (float)v[mav]) mu = mav; else ml = mav;
+    }
+    return x - (float)v[mu - 1] < (float)v[mu] - x ? mu - 1 : mu;
+}
+
+// one super-block of `sbs` values in groups of 32 (sbs == 32: IQ4_NL)
+static inline void qc_gg_iq4_super(int sbs, const float *x, const float *qw, uint8_t *dh,
+                                   uint8_t *q4, uint8_t *scales_h, uint8_t *scales_l) {
+    const int8_t *values = qc_gg_iq4_values;
+    const int ntry = 7, nb = sbs / 32;
+    float scales[8], w[32];
+    uint8_t L[QC_GG_QK_K];
+    float sigma2 = 0;
+    for (int j = 0; j < sbs; ++j) sigma2 += x[j] * x[j];
+    sigma2 *= 2.f / (float)sbs;
+    memset(q4, 0, sbs / 2);
+    float max_scale = 0, amax_scale = 0;
+    for (int ib = 0; ib < nb; ++ib) {
+        const float *xb = x + 32 * ib;
+        uint8_t *Lb = L + 32 * ib;
+        for (int j = 0; j < 32; ++j)
+            w[j] = qw ? qw[32 * ib + j] * sqrtf(sigma2 + xb[j] * xb[j]) : xb[j] * xb[j];
+        float amax = 0, max = 0;
+        for (int j = 0; j < 32; ++j) {
+            float ax = fabsf(xb[j]);
+            if (ax > amax) { amax = ax; max = xb[j]; }
+        }
+        if (amax < QC_GG_EPS) { scales[ib] = 0; continue; }
+        float d = -max / (float)values[0];
+        float id = 1 / d;
+        float sumqx = 0, sumq2 = 0;
+        for (int j = 0; j < 32; ++j) {
+            int l = qc_gg_iq4_index(id * xb[j]);
+            Lb[j] = (uint8_t)l;
+            float q = (float)values[l];
+            sumqx += w[j] * q * xb[j];
+            sumq2 += w[j] * q * q;
+        }
+        d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+        float best = d * sumqx;
+        for (int itry = -ntry; itry <= ntry; ++itry) {
+            id = (float)(itry + values[0]) / max;
+            sumqx = sumq2 = 0;
+            for (int j = 0; j < 32; ++j) {
+                float q = (float)values[qc_gg_iq4_index(id * xb[j])];
+                sumqx += w[j] * q * xb[j];
+                sumq2 += w[j] * q * q;
+            }
+            if (sumq2 > 0 && sumqx * sumqx > best * sumq2) { d = sumqx / sumq2; best = d * sumqx; }
+        }
+        scales[ib] = d;
+        if (fabsf(d) > amax_scale) { amax_scale = fabsf(d); max_scale = d; }
+    }
+    if (nb > 1) {
+        uint16_t sh = 0;
+        const float d = -max_scale / 32;
+        qc_gg_wr16(dh, qc_gg_fp16(d));
+        const float id = d ? 1 / d : 0.f;
+        for (int ib = 0; ib < nb; ++ib) {
+            int l = qc_gg_max(-32, qc_gg_min(31, qc_gg_nearest(id * scales[ib])));
+            const float dl = d * (float)l;
+            const float idl = dl ? 1 / dl : 0.f;
+            for (int j = 0; j < 32; ++j) L[32 * ib + j] = (uint8_t)qc_gg_iq4_index(idl * x[32 * ib + j]);
+            l += 32;
+            if (ib % 2 == 0) scales_l[ib / 2] = (uint8_t)(l & 0xF);
+            else scales_l[ib / 2] = (uint8_t)(scales_l[ib / 2] | ((l & 0xF) << 4));
+            sh = (uint16_t)(sh | ((l >> 4) << (2 * (ib % 8))));
+        }
+        qc_gg_wr16(scales_h, sh);
+    } else {
+        qc_gg_wr16(dh, qc_gg_fp16(scales[0]));
+        const float id = scales[0] ? 1 / scales[0] : 0;
+        for (int j = 0; j < sbs; ++j) L[j] = (uint8_t)qc_gg_iq4_index(id * x[j]);
+    }
+    for (int i = 0; i < sbs / 32; ++i)
+        for (int j = 0; j < 16; ++j) q4[16 * i + j] = (uint8_t)(L[32 * i + j] | (L[32 * i + 16 + j] << 4));
+}
+
+// IQ4_NL (18 bytes: d, qs[16]); x = d * kvalues[q]
+static inline void qc_gg_iq4_nl(const float *x, const float *qw, uint8_t *y, int64_t n) {
+    for (int64_t b = 0; b < n / 32; ++b)
+        qc_gg_iq4_super(32, x + 32 * b, qw ? qw + 32 * b : nullptr, y + 18 * b, y + 18 * b + 2,
+                        nullptr, nullptr);
+}
+
+// IQ4_XS (136 bytes: d, scales_h u16, scales_l[4], qs[128]);
+// x = d * (sc - 32) * kvalues[q]
+static inline void qc_gg_iq4_xs(const float *x, const float *qw, uint8_t *y, int64_t n) {
+    for (int64_t b = 0; b < n / QC_GG_QK_K; ++b, y += 136)
+        qc_gg_iq4_super(QC_GG_QK_K, x + QC_GG_QK_K * b, qw ? qw + QC_GG_QK_K * b : nullptr, y,
+                        y + 8, y + 2, y + 4);
+}
+
+static inline void qc_gg_dq_iq4(int type, const uint8_t *y, float *x, int64_t n) {
+    const bool xs = type == 23;
+    const int sbs = xs ? QC_GG_QK_K : 32;
+    for (int64_t b = 0; b < n / sbs; ++b, x += sbs) {
+        const float d = qc_gg_half(qc_gg_rd16(y));
+        const uint8_t *qs = y + (xs ? 8 : 2);
+        const uint16_t sh = xs ? qc_gg_rd16(y + 2) : 0;
+        for (int ib = 0; ib < sbs / 32; ++ib, qs += 16) {
+            float dl = d;
+            if (xs) {
+                const int ls = ((y[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
+                dl = d * (float)(ls - 32);
+            }
+            for (int j = 0; j < 16; ++j) {
+                x[32 * ib + j] = dl * (float)qc_gg_iq4_values[qs[j] & 0xF];
+                x[32 * ib + j + 16] = dl * (float)qc_gg_iq4_values[qs[j] >> 4];
+            }
+        }
+        y += xs ? 136 : 18;
+    }
+}
+
+#endif
