@@ -91,8 +91,14 @@ FUNCS = {"Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_1": "q4_1", "Q5_0": "q5_0", "Q5_1":
          "IQ4_NL": "iq4_nl", "IQ4_XS": "iq4_xs", "MXFP4": "mxfp4"}
 
 
-def build_dir():
-    key = hashlib.sha256(json.dumps([SDIST_VERSION, CFLAGS, STUBS]).encode()).hexdigest()[:12]
+#: a default native build of ggml (contraction on: GCC's -ffp-contract=fast
+#: for GNU C, FMA from -march=native), to count the blocks that differ
+NATIVE_CFLAGS = ["-O2", "-fPIC", "-shared", "-march=native", "-DNDEBUG", "-std=gnu11"]
+
+
+def build_dir(cflags=None):
+    cflags = CFLAGS if cflags is None else cflags
+    key = hashlib.sha256(json.dumps([SDIST_VERSION, cflags, STUBS]).encode()).hexdigest()[:12]
     return os.path.join(ROOT, "build", "ggml-oracle", f"{SDIST_VERSION}-{key}")
 
 
@@ -136,9 +142,11 @@ def _sdist_bytes():
     return data
 
 
-def build():
-    """Download, extract and compile the oracle if missing; its .so path."""
-    out = build_dir()
+def build(cflags=None):
+    """Download, extract and compile the oracle if missing; its .so path
+    (``cflags``: another build's flags, e.g. NATIVE_CFLAGS)."""
+    cflags = CFLAGS if cflags is None else cflags
+    out = build_dir(cflags)
     lib = os.path.join(out, "libggmlq.so")
     if os.path.exists(lib):
         return lib
@@ -164,7 +172,7 @@ def build():
     with open(os.path.join(tmp, "llama_cpp_commit"), "w") as fh:
         fh.write(commit + "\n")
     cc = os.environ.get("CC", "cc")
-    cmd = [cc] + CFLAGS + ["-Iggml/include", "-Iggml/src", "ggml/src/ggml-quants.c",
+    cmd = [cc] + cflags + ["-Iggml/include", "-Iggml/src", "ggml/src/ggml-quants.c",
                            "stubs.c", "-o", "libggmlq.so", "-lm"]
     res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
     if res.returncode:
