@@ -6,11 +6,12 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 SOURCES := setup.py pyproject.toml $(wildcard quantcore/_cpu/*.pyx quantcore/_cpu/*.pxd quantcore/_cpu/*.pxi quantcore/_cpu/qc_*.cpp quantcore/include/*.h)
 PYTEST_ARGS ?=
+CUDA_VENV ?= .venv-cuda
 
 .PHONY: all venv install demo wheel test test-lint test-cpu test-numpy-levels \
   gpu-emu-kernels gpu-emu-mirror bench bench-summary bench-check bench-reference \
   bench-history asan-test gpu-test gpu-check gpu-emu-test gpu-toolchain-check clean \
-  fault-test
+  fault-test test-lane-1 test-lane-2
 
 all: test
 
@@ -67,12 +68,35 @@ wheel: $(VENV)/.created
 # 100 columns); the unit tests, then every benchmark once as a test (no
 # timing); the numpy-dependent tests again with numpy's SIMD dispatch capped
 # at two lower levels and another thread count; the tests that take cupy
-# arrays on the CUDA emulator (the real .cu kernels run on the CPU).
-TEST_PHASES := test-lint test-cpu test-numpy-levels gpu-emu-kernels gpu-emu-mirror \
-  gpu-toolchain-check
+# arrays on the CUDA emulator (the real .cu kernels run on the CPU); the real
+# CUDA toolchain's check.  Each phase keeps about one core busy (a whole
+# sequential make test: 37 CPU-min in 39 min on 2 cores), so make test runs
+# them in two lanes at once, ~16 CPU-min each, phases in order within a lane
+# (TEST_LANES=1: one lane after the other).  A phase's output goes to
+# build/test-logs/PHASE.log and is printed whole when the phase ends, a line
+# saying it started when it starts; the phase names and exit statuses last.
+TEST_LANE_1 := test-cpu gpu-toolchain-check
+TEST_LANE_2 := test-lint test-numpy-levels gpu-emu-kernels gpu-emu-mirror
+TEST_PHASES := $(TEST_LANE_1) $(TEST_LANE_2)
+TEST_LANES ?= 2
+TEST_LOGS := build/test-logs
 test: install
-	@$(MAKE) --no-print-directory -k $(TEST_PHASES) || \
-	  { echo "make test: a phase failed (its output is above)"; exit 1; }
+	@mkdir -p $(TEST_LOGS) && rm -f $(TEST_LOGS)/*.log $(TEST_LOGS)/*.status
+	@$(MAKE) --no-print-directory -j$(TEST_LANES) test-lane-1 test-lane-2; failed=0; \
+	for phase in $(TEST_PHASES); do \
+	  cat $(TEST_LOGS)/$$phase.status 2>/dev/null || echo "$$phase: did not run"; \
+	  grep -q 'exit status 0$$' $(TEST_LOGS)/$$phase.status 2>/dev/null || failed=1; \
+	done; \
+	[ $$failed = 0 ] || { echo "make test: a phase failed (its output is above)"; exit 1; }
+
+test-lane-1 test-lane-2:
+	@for phase in $(TEST_LANE_$(@:test-lane-%=%)); do \
+	  echo "make test: $$phase started ($$(date -u +%H:%M:%S))"; start=$$(date +%s); \
+	  $(MAKE) --no-print-directory $$phase > $(TEST_LOGS)/$$phase.log 2>&1; rc=$$?; \
+	  echo "$$phase: $$(( $$(date +%s) - start )) s, exit status $$rc" > $(TEST_LOGS)/$$phase.status; \
+	  flock $(TEST_LOGS)/.print sh -c 'echo "===== $$0 ====="; cat "$$1"; cat "$$2"' \
+	    $$phase $(TEST_LOGS)/$$phase.log $(TEST_LOGS)/$$phase.status; \
+	done
 
 test-lint: install
 	$(PY) -m ruff check .
@@ -128,7 +152,6 @@ gpu-emu-mirror: install
 # no approximate instruction, no .ftz, no contraction the source did not
 # write (python -m quantcore_gpu.toolchain_check; ~50 s per architecture
 # on 2 cores).
-CUDA_VENV ?= .venv-cuda
 $(CUDA_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(CUDA_VENV)
 	$(CUDA_VENV)/bin/python -m pip --disable-pip-version-check -q install numpy \
