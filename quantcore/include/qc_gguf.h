@@ -62,8 +62,9 @@ static inline int qc_gg_nearest(float f) {
 
 // x86-64's float -> int32 truncation (cvttss2si): NaN / out of range -> INT32_MIN
 static inline int32_t qc_gg_trunc32(float f) {
-    if (!(f > -2147483904.0f && f < 2147483648.0f)) return INT32_MIN;
-    return (int32_t)f;
+    const bool ok = f > -2147483904.0f && f < 2147483648.0f;  // (false for NaN)
+    const int32_t v = (int32_t)(ok ? f : 0.0f);               // branch-free: vectorises
+    return ok ? v : INT32_MIN;
 }
 static inline int8_t qc_gg_to_i8(float f) { return (int8_t)(uint8_t)(uint32_t)qc_gg_trunc32(f); }
 

@@ -3,11 +3,32 @@
 #ifndef QC_GGUF_LEGACY_H
 #define QC_GGUF_LEGACY_H
 
+// ggml's `amax = MAX(amax, fabsf(x[j]))` over 32 values, in order.  Without
+// a NaN every order gives the same maximum (the values are >= +0), so 8
+// lanes (vectorised) and their fold; with one, ggml's order (a NaN is taken
+// by the ternary and dropped at the next value), one value at a time.
+static inline float qc_gg_amax32(const float *x) {
+    float m[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int nan = 0;
+    for (int j = 0; j < 32; j += 8)
+        for (int k = 0; k < 8; ++k) {
+            const float v = fabsf(x[j + k]);
+            nan |= v != v;
+            m[k] = m[k] > v ? m[k] : v;
+        }
+    float amax = 0;
+    if (nan) {
+        for (int j = 0; j < 32; ++j) amax = qc_gg_maxf(amax, fabsf(x[j]));
+        return amax;
+    }
+    for (int k = 0; k < 8; ++k) amax = qc_gg_maxf(amax, m[k]);
+    return amax;
+}
+
 // Q8_0: d = amax / 127 (fp16), q = round(x / d) in int8.  34 bytes: d, qs[32]
 static inline void qc_gg_q8_0(const float *x, const float *, uint8_t *y, int64_t n) {
     for (int64_t b = 0; b < n / 32; ++b, x += 32, y += 34) {
-        float amax = 0;
-        for (int j = 0; j < 32; ++j) amax = qc_gg_maxf(amax, fabsf(x[j]));
+        const float amax = qc_gg_amax32(x);
         const float d = amax / 127;
         const float id = d ? 1.0f / d : 0.0f;
         qc_gg_wr16(y, qc_gg_fp16(d));
@@ -15,7 +36,8 @@ static inline void qc_gg_q8_0(const float *x, const float *, uint8_t *y, int64_t
     }
 }
 
-// the value of largest magnitude (the first of equal magnitudes)
+// the value of largest magnitude, the first of equal magnitudes (a NaN is
+// never taken; 0 when every |x| is 0)
 static inline float qc_gg_signed_max(const float *x, int n) {
     float amax = 0, max = 0;
     for (int j = 0; j < n; ++j)
@@ -33,10 +55,11 @@ static inline void qc_gg_q_0_ref(const float *x, uint8_t *y, int64_t n) {
         const float d = qc_gg_signed_max(x, 32) / (BITS == 4 ? -8 : -16);
         const float id = d ? 1.0f / d : 0.0f;
         qc_gg_wr16(y, qc_gg_fp16(d));
+        uint8_t q[32];
+        for (int j = 0; j < 32; ++j) q[j] = (uint8_t)qc_gg_min(qmax, qc_gg_to_i8(x[j] * id + half));
         uint32_t qh = 0;
         for (int j = 0; j < 16; ++j) {
-            const uint8_t q0 = (uint8_t)qc_gg_min(qmax, qc_gg_to_i8(x[j] * id + half));
-            const uint8_t q1 = (uint8_t)qc_gg_min(qmax, qc_gg_to_i8(x[16 + j] * id + half));
+            const uint8_t q0 = q[j], q1 = q[16 + j];
             y[off + j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
             qh |= ((q0 & 0x10u) >> 4) << j;
             qh |= ((q1 & 0x10u) >> 4) << (j + 16);
