@@ -41,6 +41,10 @@ ggml's ``nearest_int``: round half to even via ``x + 1.5 * 2**23``):
   32 in super-blocks of 256, 6-bit sc); scales by weighted least squares
   over 16 candidates (ggml's ntry 7).
 
+* MXFP4: ``e = floor(log2(amax)) - 2 + 127`` (E8M0), ``q`` the nearest of
+  the 16 doubled E2M1 values ``K2`` times ``2**(e - 128)`` (the first of a
+  tie); ``x' = 2**(e - 128) * K2[q]``.
+
 NaN / Inf: ggml propagates them through its comparisons as C does; the
 codes of a NaN come from x86's float -> int conversion (``INT32_MIN``'s low
 byte, 0), which the headers write out, so the bytes match ggml's x86-64
@@ -67,6 +71,7 @@ TYPES = (
     ("Q2_K", 10, 256, 84),
     ("IQ4_NL", 20, 32, 18),
     ("IQ4_XS", 23, 256, 136),
+    ("MXFP4", 39, 32, 17),
 )
 _BY_NAME = {t[0]: t for t in TYPES}
 #: the GGUF type names gguf_quantize / gguf_dequantize take
@@ -108,7 +113,8 @@ def gguf_quantize(w, type, imatrix=None):
         One of ``GGUF_TYPES``.
     imatrix : array_like of float32, optional
         The importance matrix of this tensor: one non-negative weight per
-        column (the row length).  Where ggml takes one (every type but Q8_0)
+        column (the row length).  Where ggml takes one (every type but Q8_0
+        and MXFP4)
         it changes the search (``quantize_<type>(..., quant_weights)``).
 
     Returns
@@ -161,7 +167,8 @@ def gguf_dequantize(data, type, shape):
         ``x' = d * q`` (Q8_0), ``d * (q - 8 | 16)`` (Q4_0 / Q5_0),
         ``d * q + m`` (Q4_1 / Q5_1), ``d * sc * q - dmin * m`` (Q2_K, Q4_K,
         Q5_K), ``d * sc * q`` (Q3_K, Q6_K), ``d * K[q]`` (IQ4_NL),
-        ``d * (sc - 32) * K[q]`` (IQ4_XS), in ggml's float32 order.
+        ``d * (sc - 32) * K[q]`` (IQ4_XS), ``2**(e - 128) * K2[q]`` (MXFP4),
+        in ggml's float32 order.
     """
     name, tid, bs, bb = _type(type)
     if isinstance(shape, numbers.Integral):

@@ -313,7 +313,8 @@ static inline float qc_gg_sumsq(const float *x, int64_t n) {
     X(11, qc_gg_q3_k, qc_gg_dq_k)         \
     X(10, qc_gg_q2_k, qc_gg_dq_k)         \
     X(20, qc_gg_iq4_nl, qc_gg_dq_iq4)     \
-    X(23, qc_gg_iq4_xs, qc_gg_dq_iq4)
+    X(23, qc_gg_iq4_xs, qc_gg_dq_iq4)     \
+    X(39, qc_gg_mxfp4, qc_gg_dq_mxfp4)
 
 typedef void (*qc_gg_row_fn)(const float *x, const float *qw, uint8_t *y, int64_t n);
 

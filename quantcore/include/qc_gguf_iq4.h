@@ -1,8 +1,8 @@
-// GGUF non-linear 4-bit types: IQ4_NL (blocks of 32) and IQ4_XS
+// GGUF 4-bit table types: IQ4_NL (blocks of 32) and IQ4_XS
 // (super-blocks of 256, 8 groups of 32 with 6-bit scales), codes indexing
 // ggml's table kvalues_iq4nl.  Included by qc_gguf.h (its helpers); one
 // row of n values per call; as ggml's quantize_iq4_nl / quantize_iq4_xs
-// (ntry 7, with or without an imatrix).
+// (ntry 7, with or without an imatrix); and MXFP4 (E2M1 codes, E8M0 scales).
 #ifndef QC_GGUF_IQ4_H
 #define QC_GGUF_IQ4_H
 
@@ -130,6 +130,52 @@ static inline void qc_gg_dq_iq4(int type, const uint8_t *y, float *x, int64_t n)
             }
         }
         y += xs ? 136 : 18;
+    }
+}
+
+// ------------------------------------------------------------------ MXFP4
+// MXFP4 (17 bytes: e (E8M0), qs[16]); codes index the doubled E2M1 values
+// K2 = {0, 1, 2, 3, 4, 6, 8, 12, -0, -1, ...}; x = 2^(e - 128) * K2[q].
+// e = floor(log2(amax)) - 2 + 127 (0 for amax 0; float -> uint8 as x86),
+// q = the first index of least |K2[q] * 2^(e - 128) - x|.  The imatrix is
+// ignored (as ggml's quantize_mxfp4).
+static const int8_t qc_gg_fp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+
+// ggml's E8M0 -> float halved: 2^(e - 128) (e < 2: the subnormals)
+static inline float qc_gg_e8m0_half(uint8_t e) {
+    return qc_gg_float(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+
+static inline void qc_gg_mxfp4(const float *x, const float *, uint8_t *y, int64_t n) {
+    for (int64_t b = 0; b < n / 32; ++b, x += 32, y += 17) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; ++j)
+            if (amax < fabsf(x[j])) amax = fabsf(x[j]);
+        const uint8_t e = amax > 0.0f ? (uint8_t)qc_gg_to_i8(floorf(log2f(amax)) - 2 + 127) : 0;
+        const float d = qc_gg_e8m0_half(e);
+        y[0] = e;
+        uint8_t q[32];
+        for (int j = 0; j < 32; ++j) {
+            int best = 0;
+            float best_err = fabsf((float)qc_gg_fp4_values[0] * d - x[j]);
+            for (int i = 1; i < 16; ++i) {
+                const float err = fabsf((float)qc_gg_fp4_values[i] * d - x[j]);
+                if (err < best_err) { best = i; best_err = err; }
+            }
+            q[j] = (uint8_t)best;
+        }
+        for (int j = 0; j < 16; ++j) y[1 + j] = (uint8_t)(q[j] | (q[16 + j] << 4));
+    }
+}
+
+static inline void qc_gg_dq_mxfp4(int, const uint8_t *y, float *x, int64_t n) {
+    for (int64_t b = 0; b < n / 32; ++b, x += 32, y += 17) {
+        const float d = qc_gg_e8m0_half(y[0]);
+        for (int j = 0; j < 16; ++j) {
+            x[j] = (float)qc_gg_fp4_values[y[1 + j] & 0x0F] * d;
+            x[16 + j] = (float)qc_gg_fp4_values[y[1 + j] >> 4] * d;
+        }
     }
 }
 
