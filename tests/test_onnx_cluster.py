@@ -220,3 +220,17 @@ def test_cli_dask_is_one_machines_model(layout, cluster, model_n, tmp_path, caps
     assert main(["onnx", "calibrate", model_n, "--data", str(data), "--dask", "local:0",
                  "-o", str(tmp_path / "c.json")]) == 2
     assert "local:N takes a number of worker processes" in capsys.readouterr().err
+
+
+def test_no_worker_left_is_an_error_not_a_hang(model_n, monkeypatch):
+    """A cluster with no worker (every one gone, none joining): Dask waits
+    forever; the run fails after NO_WORKERS_S naming the partition and the
+    scheduler."""
+    from quantcore.onnx import cluster as qcluster
+    monkeypatch.setattr(qcluster, "NO_WORKERS_S", 1.0)
+    monkeypatch.setattr(qcluster, "_POLL_S", 0.2)
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as c, \
+            distributed.Client(c) as client:
+        with pytest.raises(RuntimeError, match=r"partition 0: the Dask cluster at .* has had "
+                                               r"no worker for 1 s"):
+            qonnx.calibrate(model_n, [_feeds()[:3]], "minmax", client=client)

@@ -73,6 +73,10 @@ from .session import FeedChecker, _one_line, _session, load_model, select_tensor
 
 #: counts of this many partitions are summed by one task
 SPLIT_EVERY = 8
+#: seconds a run waits while the cluster has no worker at all before it
+#: fails (Dask itself waits forever for a worker to join)
+NO_WORKERS_S = 120.0
+_POLL_S = 2.0
 
 
 # ------------------------------------------------------------------ worker side
@@ -412,15 +416,41 @@ def _died(index, spec):
                         "allowed-failures); nothing was calibrated")
 
 
+def _result(future, index, spec):
+    """``future.result()``, polled: a cluster left with no worker at all
+    for :data:`NO_WORKERS_S` seconds (every worker gone and none joining) is
+    a RuntimeError naming the partition and the scheduler, not a wait that
+    never ends."""
+    import time
+    idle_since = None
+    while True:
+        try:
+            return future.result(timeout=_POLL_S)
+        except TimeoutError:
+            pass
+        if future.client.nthreads():
+            idle_since = None
+            continue
+        now = time.monotonic()
+        idle_since = now if idle_since is None else idle_since
+        if now - idle_since >= NO_WORKERS_S:
+            raise RuntimeError(
+                f"{_label(index, spec)}: the Dask cluster at "
+                f"{future.client.scheduler.address} has had no worker for "
+                f"{NO_WORKERS_S:g} s (every worker gone, none joining); nothing was "
+                "calibrated")
+
+
 def _gather(futures, specs):
     """The futures' results in order; a task whose workers all died is a
-    RuntimeError naming its partition (the others are cancelled)."""
+    RuntimeError naming its partition (the others are cancelled), and so is
+    a cluster left with no worker (:func:`_result`)."""
     from distributed import KilledWorker
     out = []
     try:
         for i, f in enumerate(futures):
             try:
-                out.append(f.result())
+                out.append(_result(f, i, specs[i]))
             except KilledWorker:
                 raise _died(i, specs[i]) from None
     finally:
