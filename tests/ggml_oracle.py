@@ -177,7 +177,12 @@ def build(cflags=None):
     res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
     if res.returncode:
         raise RuntimeError(f"ggml oracle: compile failed: {' '.join(cmd)}\n{res.stderr}")
-    os.replace(tmp, out) if not os.path.exists(out) else shutil.rmtree(tmp)
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another process built it meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not os.path.exists(lib):
+            raise
     return lib
 
 

@@ -114,8 +114,8 @@ def gguf_quantize(w, type, imatrix=None):
     imatrix : array_like of float32, optional
         The importance matrix of this tensor: one non-negative weight per
         column (the row length).  Where ggml takes one (every type but Q8_0
-        and MXFP4)
-        it changes the search (``quantize_<type>(..., quant_weights)``).
+        and MXFP4) it changes the search (``quantize_<type>(...,
+        quant_weights)``).
 
     Returns
     -------
