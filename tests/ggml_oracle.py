@@ -153,6 +153,22 @@ def build(cflags=None):
     tmp = out + f".tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
+    try:
+        _build_in(tmp, cflags)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another process built it meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not os.path.exists(lib):
+            raise
+    return lib
+
+
+def _build_in(tmp, cflags):
+    """Extract the sources into ``tmp`` and compile libggmlq.so there."""
     commit = "unknown"
     wanted = {PREFIX + rel: rel for rel in SOURCES}
     head = f"llama_cpp_python-{SDIST_VERSION}/.git/modules/vendor/llama.cpp/HEAD"
@@ -177,13 +193,6 @@ def build(cflags=None):
     res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
     if res.returncode:
         raise RuntimeError(f"ggml oracle: compile failed: {' '.join(cmd)}\n{res.stderr}")
-    try:
-        os.replace(tmp, out)
-    except OSError:  # another process built it meanwhile
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not os.path.exists(lib):
-            raise
-    return lib
 
 
 class Oracle:
