@@ -1,5 +1,7 @@
 """quantcore.engines: a Hugging Face model directory quantized into the
-compressed-tensors layout, checked against the live producer and loaders:
+compressed-tensors layout (every scheme of CT.SCHEMES: FP8_DYNAMIC,
+W4A16, W8A16, W4A16_ASYM, NVFP4A16, MXFP4A16), checked against the live
+producer and loaders:
 compressed-tensors 0.20.0's own qparams / compressors on the same weights
 (the bytes), transformers' ``from_pretrained`` (its decompressed weights,
 bit for bit, and ``generate``), and the directory rules (shards, index,
@@ -25,6 +27,18 @@ from quantcore import engines  # noqa: E402
 from quantcore.engines import compressed_tensors as CT  # noqa: E402
 
 TORCH_DT = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+SCHEMES = list(CT.SCHEMES)
+#: the schemes transformers 5.24 loads (W4A16_ASYM: see
+#: test_transformers_refuses_packed_zero_points)
+LOADED = [s for s in SCHEMES if s != "W4A16_ASYM"]
+#: the schemes added after the first three (the numerics test below)
+NEW = ("W8A16", "W4A16_ASYM", "MXFP4A16")
+
+
+def _group(scheme):
+    """The group size the tests ask for: 32 for the integer group schemes
+    (the small models' widths), else the scheme's own (None)."""
+    return 32 if CT.is_int_group(scheme) else None
 
 
 def _tiny_llama(path, dtype=torch.bfloat16, tie=False, seed=0):
@@ -60,7 +74,7 @@ def _expected(w, scheme, group=128, absmax=None):
     args = sch.weights
     state = {"weight": w}
     if args.strategy in ("group", "tensor_group"):
-        if args.strategy == "group":
+        if args.strategy == "group" and args.type == "int":
             args.group_size = group
         g = w.unflatten(-1, (w.shape[-1] // args.group_size, args.group_size))
         lo, hi = torch.amin(g, dim=-1), torch.amax(g, dim=-1)
@@ -77,8 +91,10 @@ def _expected(w, scheme, group=128, absmax=None):
 
 
 def _bytes(t):
-    return t.contiguous().view(torch.uint8).numpy().tobytes() if t.dtype.itemsize == 1 \
-        else t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+    """The bytes of a tensor in C order (any strides: compressed-tensors'
+    packed zero points of a one-word column are [1, G] with stride 1)."""
+    same = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.dtype.itemsize]
+    return t.view(same).numpy().tobytes()
 
 
 # ------------------------------------------------------------ the numerics
@@ -112,6 +128,61 @@ def test_recipes_match_compressed_tensors(dt, rows, groups, log_spread, seed, ze
         assert _bytes(exp[k]) == outs[k].tobytes(), k
 
 
+_STORED_DT = {torch.int32: "I32", torch.uint8: "U8", torch.int64: "I64", torch.bfloat16: "BF16",
+              torch.float16: "F16", torch.float32: "F32"}
+
+
+@settings(max_examples=30, deadline=None)
+@given(dt=st.sampled_from(sorted(TORCH_DT)), rows=st.integers(9, 20),
+       groups=st.integers(1, 3), log_spread=st.floats(-24, 12), seed=st.integers(0, 2**31),
+       zero_row=st.booleans(), one_signed=st.booleans())
+def test_new_schemes_match_compressed_tensors(dt, rows, groups, log_spread, seed, zero_row,
+                                              one_signed):
+    """W8A16, W4A16_ASYM and MXFP4A16 of random weights (any spread: F16
+    subnormals included; a zero row: the eps scale, asymmetric's NaN zero
+    point; a group of one sign: the zero point at an end) give
+    compressed-tensors' compressor's bytes, and its decompressor's weights
+    equal dequantize_module's bit for bit (rows >= 9: 0.20.0's
+    decompressor cannot read a packed zero point one word long)."""
+    w = torch.from_numpy(np.random.default_rng(seed).standard_normal((rows, groups * 32))
+                         .astype(np.float32) * np.float32(2.0 ** log_spread)).to(TORCH_DT[dt])
+    if zero_row:
+        w[0] = 0
+    if one_signed:
+        w[-1, :32] = w[-1, :32].abs()
+    x = w.float().numpy()
+    for scheme in NEW:
+        outs = CT.quantize_tensor(x, dt, scheme, _group(scheme))
+        exp = _expected(w, scheme, 32)
+        assert sorted(exp) == sorted(outs), scheme
+        for k, v in exp.items():
+            assert tuple(v.shape) == outs[k].shape and _bytes(v) == outs[k].tobytes(), (scheme, k)
+        sch = QuantizationScheme(targets=["Linear"], **PRESET_SCHEMES[scheme])
+        sch.weights.group_size = 32
+        dense = BaseCompressor.get_value_from_registry(CT.SCHEMES[scheme][0]) \
+            .decompress(exp, sch)["weight"]
+        stored = {f"m.{k}": (_STORED_DT[v.dtype], tuple(v.shape),
+                             np.frombuffer(_bytes(v), np.uint8)) for k, v in exp.items()}
+        ydt, y = CT.dequantize_module(stored.get, "m")
+        assert dense.dtype == TORCH_DT[ydt], scheme
+        assert np.array_equal(dense.float().numpy(), y), scheme
+
+
+def test_mxfp4_f16_scale_underflow_stores_exponent_127():
+    """MXFP4A16 in F16: a group whose power-of-two scale 2^(e - 127)
+    underflows F16 (amax < 2^-22), like an all-zero group, gets
+    compressed-tensors' uint8 "eps" scale 1 (exponent 127), not e; in BF16
+    the same group keeps e (2^-127 is a BF16 subnormal)."""
+    w = torch.zeros(16, 64)
+    w[1] = torch.linspace(-2.0 ** -23, 2.0 ** -23, 64)
+    w[2] = torch.linspace(-1, 1, 64)
+    for dt, want in (("F16", [127, 127, 125]), ("BF16", [0, 102, 125])):
+        t = w.to(TORCH_DT[dt])
+        outs = CT.quantize_tensor(t.float().numpy(), dt, "MXFP4A16", None)
+        assert outs["weight_scale"][:3, 0].tolist() == want
+        assert _bytes(_expected(t, "MXFP4A16")["weight_scale"]) == outs["weight_scale"].tobytes()
+
+
 def test_bf16_division_is_rounded_before_the_fp8_cast():
     """compressed-tensors divides in the weight's dtype: a BF16 x / s is
     rounded to BF16 before the FP8 cast (a double rounding that changes
@@ -134,12 +205,11 @@ def llama(tmp_path_factory):
     return root, model
 
 
-@pytest.mark.parametrize("scheme", ["FP8_DYNAMIC", "W4A16", "NVFP4A16"])
+@pytest.mark.parametrize("scheme", SCHEMES)
 def test_directory_bytes_equal_the_producers(llama, scheme, tmp_path):
     root, model = llama
     out = tmp_path / "out"
-    rep = engines.quantize_model(root / "src", out, scheme, group_size=32 if
-                                 scheme == "W4A16" else None)
+    rep = engines.quantize_model(root / "src", out, scheme, group_size=_group(scheme))
     assert rep["ignore"] == ["lm_head"]
     assert sorted(os.listdir(out)) == ["config.json", "generation_config.json",
                                        "model.safetensors"]
@@ -166,7 +236,7 @@ def test_directory_bytes_equal_the_producers(llama, scheme, tmp_path):
     want = QuantizationConfig(config_groups={"group_0": QuantizationScheme(
         targets=["Linear"], **PRESET_SCHEMES[scheme])}, ignore=["lm_head"],
         format=CT.SCHEMES[scheme][0], quantization_status="compressed")
-    if scheme == "W4A16":
+    if CT.is_int_group(scheme):
         want.config_groups["group_0"].weights.group_size = 32
     want.config_groups["group_0"].format = want.format
     dump = want.model_dump(mode="json", exclude=["quant_method"])
@@ -175,15 +245,14 @@ def test_directory_bytes_equal_the_producers(llama, scheme, tmp_path):
     assert QuantizationConfig.model_validate(qc).model_dump() == want.model_dump()
 
 
-@pytest.mark.parametrize("scheme", ["FP8_DYNAMIC", "W4A16", "NVFP4A16"])
+@pytest.mark.parametrize("scheme", LOADED)
 def test_transformers_loads_it_bit_for_bit(llama, scheme, tmp_path):
     """from_pretrained: the weights compressed-tensors decompresses equal
     load_dequantized's bit for bit (dequantize at load, and the compressed
     load decompressed by its first forward), and generate runs."""
     root, _ = llama
     out = tmp_path / "out"
-    engines.quantize_model(root / "src", out, scheme, group_size=32 if scheme == "W4A16"
-                           else None)
+    engines.quantize_model(root / "src", out, scheme, group_size=_group(scheme))
     ours = engines.load_dequantized(out)
     cfg = transformers.CompressedTensorsConfig(dequantize=True)
     dense = transformers.AutoModelForCausalLM.from_pretrained(out, quantization_config=cfg)
@@ -202,7 +271,7 @@ def test_transformers_loads_it_bit_for_bit(llama, scheme, tmp_path):
             assert np.array_equal(lazy.state_dict()[n].float().numpy(), y), n
 
 
-@pytest.mark.parametrize("scheme", ["FP8_DYNAMIC", "W4A16", "NVFP4A16"])
+@pytest.mark.parametrize("scheme", LOADED)
 def test_forward_against_a_plain_model_of_the_same_weights(llama, scheme, tmp_path):
     """The loaded model's logits against those of the plain model with the
     decompressed weights (loaded the same way): identical for the
@@ -212,8 +281,7 @@ def test_forward_against_a_plain_model_of_the_same_weights(llama, scheme, tmp_pa
     magnitude ~1.6 for these N(0, 0.5) weights)."""
     root, _ = llama
     out = tmp_path / "out"
-    engines.quantize_model(root / "src", out, scheme, group_size=32 if scheme == "W4A16"
-                           else None)
+    engines.quantize_model(root / "src", out, scheme, group_size=_group(scheme))
     plain = transformers.AutoModelForCausalLM.from_pretrained(root / "src")
     sd = plain.state_dict()
     for n, (dt, y) in engines.load_dequantized(out).items():
@@ -233,3 +301,30 @@ def test_forward_against_a_plain_model_of_the_same_weights(llama, scheme, tmp_pa
         assert float((got.float() - want.float()).abs().max()) < 4
     else:
         assert torch.equal(got, want)
+
+
+def test_transformers_refuses_packed_zero_points(llama, tmp_path):
+    """W4A16_ASYM: transformers 5.24 with compressed-tensors 0.20.0 cannot
+    load the layout compressed-tensors' own compressor writes (and vLLM's
+    CompressedTensorsWNA16 reads): it builds the compressed model by
+    ``compress_model`` on meta weights, whose pack-quantized branch keeps
+    ``weight_zero_point`` unpacked ``[O, I / g]`` int8 (no
+    ``pack_to_int32(zp, packed_dim=0)`` as on real weights), so the
+    checkpoint's packed ``[O / 8, I / g]`` int32 is a size mismatch.  The
+    bytes equal the producer's (test_directory_bytes_equal_the_producers)
+    and its decompressor reads them (test_new_schemes_match_compressed_
+    tensors); this test fails when transformers starts loading them."""
+    root, _ = llama
+    out = tmp_path / "out"
+    engines.quantize_model(root / "src", out, "W4A16_ASYM", group_size=32)
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+        transformers.AutoModelForCausalLM.from_pretrained(out)
+    # the cause: the meta compression's zero point against the real one's
+    sch = QuantizationScheme(targets=["Linear"], **PRESET_SCHEMES["W4A16_ASYM"])
+    comp = BaseCompressor.get_value_from_registry("pack-quantized")
+    meta = {"weight": torch.empty(64, 64, device="meta"),
+            "weight_scale": torch.empty(64, 1, device="meta"),
+            "weight_zero_point": torch.empty(64, 1, dtype=torch.int8, device="meta")}
+    assert tuple(comp.compress(meta, sch)["weight_zero_point"].shape) == (64, 1)
+    w = torch.randn(64, 128)
+    assert tuple(_expected(w, "W4A16_ASYM")["weight_zero_point"].shape) == (8, 1)

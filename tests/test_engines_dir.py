@@ -122,8 +122,10 @@ def test_command_line_quantize_and_dequantize(tmp_path, capsys):
 @pytest.mark.parametrize("argv, msg", [
     (["--recipe", "awq"], "--recipe applies to a .safetensors file"),
     (["--format", "int4"], "--format must be one of"),
-    (["--scheme", "W4A16", "--group-size", "48"], "group size 48 is not one vLLM's W4A16 "
+    (["--scheme", "W4A16", "--group-size", "48"], "group size 48 is not one vLLM's WNA16 "
                                                   "kernels take (32, 64, 128"),
+    (["--scheme", "MXFP4A16", "--group-size", "32"], "group size applies to the integer group "
+                                                     "schemes, not MXFP4A16"),
     (["--max-shard-size", "lots"], "max shard size 'lots'"),
 ])
 def test_command_line_refusals(tmp_path, capsys, argv, msg):
@@ -134,11 +136,36 @@ def test_command_line_refusals(tmp_path, capsys, argv, msg):
     assert os.listdir(tmp_path) == ["src"]
 
 
-def test_a_layer_the_groups_do_not_fit_is_refused_by_name(tmp_path):
-    src = _model_dir(tmp_path / "src", hidden=96)
+@pytest.mark.parametrize("scheme, group, msg", [
+    ("W4A16", 64, "96 is not a multiple of the group size 64"),
+    ("W8A16", 64, "96 is not a multiple of the group size 64"),
+    ("W4A16_ASYM", 64, "96 is not a multiple of the group size 64"),
+    ("MXFP4A16", None, "96 is not a multiple of 32 .MXFP4's group."),
+])
+def test_a_layer_the_groups_do_not_fit_is_refused_by_name(tmp_path, scheme, group, msg):
+    src = _model_dir(tmp_path / "src", hidden=96 if scheme != "MXFP4A16" else 48)
+    msg = msg.replace("96", "48") if scheme == "MXFP4A16" else msg
     with pytest.raises(ValueError, match="layer 'model.layers.0.self_attn.q_proj': input width "
-                                         "96 is not a multiple of the group size 64"):
-        engines.quantize_model(src, tmp_path / "out", "W4A16", group_size=64)
+                                         + msg):
+        engines.quantize_model(src, tmp_path / "out", scheme, group_size=group)
+    assert os.listdir(tmp_path) == ["src"]
+
+
+@pytest.mark.parametrize("scheme", ["W8A16", "W4A16_ASYM", "MXFP4A16"])
+def test_nan_or_inf_weights_are_refused_by_name(tmp_path, scheme):
+    src = _model_dir(tmp_path / "src")
+    path = src / "model.safetensors"
+    with SafetensorsReader(path) as r:
+        tensors = {n: (r.info(n), bytearray(r.raw(n))) for n in r}
+    bad = "model.layers.1.mlp.up_proj.weight"
+    tensors[bad][1][6:8] = bytes([0x80, 0x7F])  # element 3: BF16 +inf
+    os.unlink(path)
+    with SafetensorsWriter(path, [(n, dt, sh) for n, ((dt, sh), _) in tensors.items()]) as w:
+        for n, (_, b) in tensors.items():
+            w.write_bytes(n, bytes(b))
+    with pytest.raises(ValueError, match=f"tensor {bad!r} holds NaN or inf"):
+        engines.quantize_model(src, tmp_path / "out", scheme,
+                               group_size=32 if scheme != "MXFP4A16" else None)
     assert os.listdir(tmp_path) == ["src"]
 
 
@@ -228,19 +255,20 @@ def test_parse_size():
 
 
 def test_dequantize_refuses_what_it_cannot_read(tmp_path):
-    """An asymmetric (zero point) pack-quantized weight is refused, not
-    decoded as symmetric."""
+    """A pack-quantized weight of a bit width other than 4 and 8 (here 2:
+    4 words a row for 64 inputs) is refused, not decoded as int4."""
     src = _model_dir(tmp_path / "src")
     engines.quantize_model(src, tmp_path / "out", "W4A16", group_size=32)
     m = "model.layers.0.self_attn.q_proj"
     path = tmp_path / "out" / "model.safetensors"
     with SafetensorsReader(path) as r:
         tensors = {n: (r.info(n), bytes(r.raw(n))) for n in r}
-    tensors[f"{m}.weight_zero_point"] = (("I32", (8, 2)), bytes(64))
+    tensors[f"{m}.weight_packed"] = (("I32", (64, 4)), bytes(64 * 4 * 4))
     os.unlink(path)
     with SafetensorsWriter(path, [(n, dt, sh) for n, ((dt, sh), _) in tensors.items()]) as w:
         for n, (_, b) in tensors.items():
             w.write_bytes(n, b)
-    with pytest.raises(ValueError, match=f"{m}: only symmetric int4"):
+    with pytest.raises(ValueError, match=f"{m}.weight_packed: 4 words a row for 64 inputs: "
+                                         "only int4 and int8"):
         engines.load_dequantized(tmp_path / "out")
 

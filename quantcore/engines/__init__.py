@@ -43,12 +43,14 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
         The model directory, and the output directory (new, or empty).
     scheme : str, optional
         compressed-tensors: llm-compressor's preset (:data:`compressed_tensors.
-        SCHEMES`: FP8_DYNAMIC, the default, W4A16, NVFP4A16); modelopt: its
+        SCHEMES`: FP8_DYNAMIC, the default, W4A16, W8A16, W4A16_ASYM, NVFP4A16,
+        MXFP4A16); modelopt: its
         quant_algo (:data:`modelopt.SCHEMES`: FP8_PER_CHANNEL_PER_TOKEN, the
         default, FP8, W4A16_NVFP4).
     fmt : {"compressed-tensors", "modelopt"}
     group_size : int, optional
-        W4A16's group along the input dimension (default 128).
+        W4A16 / W8A16 / W4A16_ASYM's group along the input dimension
+        (default 128).
     max_shard_size : int or str
         Bytes per output shard at most ("50GB", transformers' default).
     progress : callable, optional
@@ -80,11 +82,11 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
         raise ValueError("input_amax applies to modelopt FP8, not to compressed-tensors")
     if scheme not in CT.SCHEMES:
         raise ValueError(f"scheme {scheme!r}: expected one of {list(CT.SCHEMES)}")
-    strategy = CT.SCHEMES[scheme][3]
-    if strategy != "group" and group_size is not None:
-        raise ValueError(f"group size applies to the group schemes, not {scheme}")
+    int_group = CT.is_int_group(scheme)
+    if not int_group and group_size is not None:
+        raise ValueError(f"group size applies to the integer group schemes, not {scheme}")
     group = (CT.DEFAULT_GROUP_SIZE if group_size is None else int(group_size)) \
-        if strategy == "group" else None
+        if int_group else None
     if group is not None and group < 1:
         raise ValueError(f"group size must be >= 1, got {group}")
     limit = parse_size(max_shard_size)

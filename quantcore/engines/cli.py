@@ -15,9 +15,11 @@ def add_arguments(p):
     p.add_argument("--scheme", choices=tuple(CT.SCHEMES) + tuple(MO.SCHEMES), default=None,
                    help="a model directory only. compressed-tensors: llm-compressor's preset "
                         "(default FP8_DYNAMIC: FP8 weights per channel, FP8 activations per "
-                        "token at run time; W4A16: int4 symmetric groups, --group-size, "
-                        "default 128; NVFP4A16: FP4 in groups of 16, FP8 scales, a global "
-                        "scale per fused set). modelopt: its quant_algo (default "
+                        "token at run time; W4A16 / W8A16: int4 / int8 symmetric groups, "
+                        "--group-size, default 128; W4A16_ASYM: int4 groups with zero "
+                        "points; NVFP4A16: FP4 in groups of 16, FP8 scales, a global "
+                        "scale per fused set; MXFP4A16: FP4 in groups of 32, power-of-two "
+                        "E8M0 scales). modelopt: its quant_algo (default "
                         "FP8_PER_CHANNEL_PER_TOKEN; FP8: per tensor, static activations, "
                         "needs --input-amax; W4A16_NVFP4: FP4 weights only, weight_scale_2 "
                         "per fused set)")

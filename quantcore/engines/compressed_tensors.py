@@ -17,22 +17,48 @@ Schemes (llm-compressor's preset names, :data:`SCHEMES`):
   global scale per fused set (q/k/v, gate/up): ``X.weight_packed`` U8
   ``[O, I / 2]`` (element 2i in the low nibble), ``X.weight_scale``
   F8_E4M3 ``[O, I / 16]``, ``X.weight_global_scale`` F32 ``[1]``.
-- ``W4A16`` (format ``pack-quantized``): int4 symmetric groups of
-  ``group_size`` (128) along I: ``X.weight_packed`` I32 ``[O, I / 8]``
-  (code + 8 as eight nibbles per little-endian word, element 8j + i in
-  bits 4i..4i+3), ``X.weight_scale`` ``[O, I / g]`` in the weight's
-  dtype, ``X.weight_shape`` I64 ``[2]``.
+- ``W4A16`` / ``W8A16`` (format ``pack-quantized``): int4 / int8
+  symmetric groups of ``group_size`` (128) along I: ``X.weight_packed``
+  I32 ``[O, I * b / 32]`` (code + 2^(b-1) densely packed, low bits first:
+  element n in bits b*n.. of the little-endian bit stream of the words;
+  int4: eight nibbles per word, int8: four bytes), ``X.weight_scale``
+  ``[O, I / g]`` in the weight's dtype, ``X.weight_shape`` I64 ``[2]``.
+- ``W4A16_ASYM`` (``pack-quantized``): W4A16 with zero points:
+  ``X.weight_zero_point`` I32 ``[O * 4 / 32, I / g]`` (the int8 zero
+  points packed like the codes, but along O: ``pack_to_int32(zp,
+  packed_dim=0)``).
+- ``MXFP4A16`` (format ``mxfp4-pack-quantized``): FP4 e2m1 codes in
+  groups of 32 along I with a power-of-two E8M0 scale each:
+  ``X.weight_packed`` U8 ``[O, I / 2]`` (as NVFP4), ``X.weight_scale``
+  U8 ``[O, I / 32]`` (the biased exponent, 2^(e - 127)).
 
 The arithmetic is torch's in the weight's dtype ``D`` (F32, F16 or BF16;
 ``r_D``: round to nearest even to ``D``; every torch F16 / BF16 operation
 is the float32 operation rounded once to D, and a float32 result of two D
 operands rounded to D is the correctly rounded D result)::
 
-    amax = max(|min(x, 0)|, max(x, 0))           per row (FP8) or group (int4)
-    s    = r_D(amax / 448)  FP8_DYNAMIC          s = r_D(amax / 7.5)  W4A16
+    amax = max(|min(x, 0)|, max(x, 0))           per row (FP8) or group (int)
+    s    = r_D(amax / 448)  FP8_DYNAMIC          s = r_D(amax / (2^b - 1) * 2)  W4A16, W8A16
     s    = eps_D where s == 0                    (torch.finfo(D).eps)
-    q    = e4m3fn(r_D(x / s))   (RNE, +-448)     q = clip(rint(r_D(x / s)), -8, 7)
+    q    = e4m3fn(r_D(x / s))   (RNE, +-448)     q = clip(rint(r_D(x / s)), -2^(b-1), 2^(b-1) - 1)
     y    = r_D(decode(q) * s)                    y = r_D(q * s)
+
+W4A16_ASYM (``lo = min(x, 0)``, ``hi = max(x, 0)`` per group; b = 4)::
+
+    s  = r_D(r_D(hi - lo) / 15)
+    zp = rint(clip(r_D(-8 - r_D(lo / s)), -8, 7))   (0 where s == 0: torch's NaN -> int8)
+    s  = eps_D where s == 0
+    q  = clip(rint(r_D(r_D(x / s) + zp)), -8, 7)
+    y  = r_D(r_D(q - zp) * s)
+
+MXFP4A16 (``p``: amax rounded to a power of two on D's bits, ``round_to_power_2``;
+``e`` the biased exponent, ``generate_mx_scales``)::
+
+    p = bits_D(amax) + 2^(mantissa_D - 2), mantissa bits cleared
+    e = clip(127 + floor(log2 p) - 2, 0, 255)
+    s = r_D(2^(e - 127)), 1 where 0 (then e = 127: F16's underflow)
+    q = e2m1(r_D(x / s))
+    y = r_BF16(q * s)                                (the decompressor's dtype)
 
 NVFP4A16 (``a`` the absmax over the fused set, ``e4m3`` RNE with
 clamp +-448, ``e2m1`` the thresholds of compressed-tensors'
@@ -67,8 +93,15 @@ WEIGHT_DTYPES = tuple(EPS)
 SCHEMES = {
     "FP8_DYNAMIC": ("float-quantized", 8, "float", "channel", True),
     "W4A16": ("pack-quantized", 4, "int", "group", False),
+    "W8A16": ("pack-quantized", 8, "int", "group", False),
+    "W4A16_ASYM": ("pack-quantized", 4, "int", "group", False),
     "NVFP4A16": ("nvfp4-pack-quantized", 4, "float", "tensor_group", False),
+    "MXFP4A16": ("mxfp4-pack-quantized", 4, "float", "group", False),
 }
+#: the schemes with zero points (compressed-tensors' ``symmetric: false``)
+ASYMMETRIC = ("W4A16_ASYM",)
+#: MXFP4's group (fixed by the MX format; compressed-tensors' preset)
+MX_GROUP = 32
 #: NVFP4's group (compressed-tensors' preset; vLLM's kernels take only it)
 NVFP4_GROUP = 16
 #: torch.finfo(D).tiny: the least amax of a global scale
@@ -78,6 +111,12 @@ TINY = {"F32": F32(2.0 ** -126), "F16": F32(2.0 ** -14), "BF16": F32(2.0 ** -126
 FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"),
          ("q_a_proj", "kv_a_proj_with_mqa"), ("w1", "w3"))
 DEFAULT_GROUP_SIZE = 128
+def is_int_group(scheme):
+    """Whether ``scheme`` is an integer group scheme (``pack-quantized``:
+    its group size is a choice)."""
+    return SCHEMES[scheme][2:4] == ("int", "group")
+
+
 #: the group sizes vLLM's Marlin kernels take (utils/marlin_utils.py
 #: MARLIN_SUPPORTED_GROUP_SIZES, but -1: one group per row)
 GROUP_SIZES = (32, 64, 128)
@@ -146,17 +185,69 @@ def fp8_channel(x, dt):
     return F.cast_fp8(v, "e4m3fn", overflow="satfinite"), s
 
 
-def int_group(x, dt, bits, group):
-    """W4A16 / W8A16 symmetric groups: (int8 codes [O, I], scales float32
-    [O, I / group]) of float32 rows ``x`` holding ``dt`` values."""
+def int_group(x, dt, bits, group, symmetric=True):
+    """W4A16 / W8A16 (symmetric) and W4A16_ASYM groups: (int8 codes [O, I],
+    scales float32 [O, I / group], int8 zero points [O, I / group]: zeros
+    when symmetric) of float32 rows ``x`` holding ``dt`` values
+    (compressed-tensors' ``calculate_qparams`` then ``quantize``; the
+    formulas in the module docstring)."""
     rows, k = x.shape
     xg = x.reshape(rows, k // group, group)
-    qmax = (1 << (bits - 1)) - 1
-    s = _scale(_amax(xg), (2 * qmax + 1) / 2, dt)
+    qmin, qmax = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if symmetric:
+        s = _scale(_amax(xg), (qmax - qmin) / 2, dt)
+        zp = np.zeros(s.shape, np.int8)
+    else:
+        lo = np.minimum(xg.min(axis=-1), F32(0))
+        hi = np.maximum(xg.max(axis=-1), F32(0))
+        with np.errstate(over="ignore"):
+            s = round_to((round_to((hi - lo).astype(F32), dt) / F32(qmax - qmin)).astype(F32), dt)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = round_to((F32(qmin) - round_to((lo / s).astype(F32), dt)).astype(F32), dt)
+        zp = np.rint(np.clip(np.where(s == 0, F32(0), z), qmin, qmax)).astype(np.int8)
+        s = np.where(s == 0, EPS[dt], s).astype(F32)
     with np.errstate(over="ignore"):
         v = round_to((xg / s[..., None]).astype(F32), dt)
-    q = np.clip(np.rint(v), -qmax - 1, qmax).astype(np.int8)
-    return q.reshape(rows, k), s
+        if not symmetric:
+            v = round_to((v + zp[..., None]).astype(F32), dt)
+    q = np.clip(np.rint(v), qmin, qmax).astype(np.int8)
+    return q.reshape(rows, k), s, zp
+
+
+def mx_exponents(amax, dt):
+    """MXFP4's biased E8M0 exponents (uint8) and float32 scales of the
+    per-group ``amax`` (``dt`` values): compressed-tensors'
+    ``generate_mx_scales`` (``round_to_power_2`` on ``dt``'s bits, then
+    ``127 + floor(log2 p) - 2``, clipped to 0..255), the scale ``2^(e -
+    127)`` in ``dt`` (1 where that is 0, as ``calculate_qparams`` replaces
+    a zero scale by its uint8 "eps"), and the exponent the compressor
+    stores for that scale (``compress_mx_scale``)."""
+    a = np.asarray(amax, F32)
+    if dt == "F16":  # F16's own bits: 10 mantissa bits, 5 exponent bits
+        b = a.astype(np.float16).view(np.uint16).astype(np.uint32)
+        p = ((b + np.uint32(1 << 8)) & np.uint32(0xFC00)).astype(np.uint16).view(np.float16)
+        p = p.astype(F32)
+    else:  # F32 and BF16 (a BF16 value's float32 bits end in 16 zeros)
+        p = ((a.view(np.uint32) + np.uint32(1 << 21)) & np.uint32(0xFF800000)).view(F32)
+    with np.errstate(divide="ignore"):
+        e = np.clip(F32(125) + np.floor(np.log2(p)), 0, 255).astype(np.int32)
+    s = round_to(np.ldexp(F32(1), e - 127).astype(F32), dt)
+    if not np.isfinite(s).all():
+        raise ValueError(f"MXFP4: a group's absmax {float(a.max())} rounds to a power of two "
+                         f"beyond {dt}'s range (an infinite scale)")
+    e = np.where(s == 0, 127, e).astype(np.uint8)
+    return e, np.where(s == 0, F32(1), s).astype(F32)
+
+
+def mxfp4(x, dt):
+    """MXFP4A16's weight: (packed uint8 [O, I / 2], E8M0 exponents uint8
+    [O, I / 32]) of float32 rows ``x`` holding ``dt`` values."""
+    rows, k = x.shape
+    xg = x.reshape(rows, k // MX_GROUP, MX_GROUP)
+    e, s = mx_exponents(_amax(xg), dt)
+    with np.errstate(over="ignore"):
+        v = round_to((xg / s[..., None]).astype(F32), dt)
+    return F.pack_int4(e2m1_codes(v).reshape(rows, k)), e
 
 
 def nvfp4_global_scale(amax, dt):
@@ -187,12 +278,24 @@ def nvfp4(x, dt, g):
     t = (s / g).astype(F32)
     with np.errstate(over="ignore"):
         v = (xg / t[..., None]).astype(F32)
+    return F.pack_int4(e2m1_codes(v).reshape(rows, k)), F.cast_fp8(s, "e4m3fn"), t
+
+
+def e2m1_codes(v):
+    """compressed-tensors' ``cast_to_fp4`` of float32 ``v`` as 4-bit codes
+    (uint8, sign in bit 3; saturating at 6)."""
     a = np.abs(v)
     code = np.zeros(v.shape, np.uint8)
     for edge, inclusive in _E2M1_UP:
         code += (a >= edge) if inclusive else (a > edge)
-    code |= (v < 0).astype(np.uint8) << 3
-    return F.pack_int4(code.reshape(rows, k)), F.cast_fp8(s, "e4m3fn"), t
+    return code | ((v < 0).astype(np.uint8) << 3)
+
+
+def e2m1_values(packed):
+    """float32 values [O, 2 * cols] of packed e2m1 codes (element 2i in
+    the low nibble)."""
+    codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
+    return E2M1_VALUES[codes & 7] * np.where(codes & 8, F32(-1), F32(1))
 
 
 def fused_sets(names):
@@ -211,22 +314,27 @@ def fused_sets(names):
 
 
 def pack_int32(q, bits):
-    """compressed-tensors' ``pack_to_int32`` of int4 codes along the last
-    axis (q + 8 as nibbles, low first, little-endian words)."""
-    if bits != 4:
-        raise ValueError(f"packing of {bits}-bit codes is not written yet")
-    nib = F.pack_int4((q.astype(np.int16) + 8).astype(np.uint8))
-    pad = -nib.shape[-1] % 4
+    """compressed-tensors' ``pack_to_int32`` of int4 / int8 codes ``q`` [R,
+    C] along the last axis: ``q + 2^(bits-1)`` densely in the bit stream of
+    little-endian words (element n at bit bits * n: int4 nibbles low
+    first, int8 bytes), zero-padded to ``ceil(C * bits / 32)`` words."""
+    if bits not in (4, 8):
+        raise ValueError(f"packing of {bits}-bit codes is not written (4 or 8)")
+    u = (q.astype(np.int16) + (1 << (bits - 1))).astype(np.uint8)
+    b = F.pack_int4(u) if bits == 4 else u
+    pad = -b.shape[-1] % 4
     if pad:
-        nib = np.concatenate([nib, np.zeros(nib.shape[:-1] + (pad,), np.uint8)], axis=-1)
-    return np.ascontiguousarray(nib).view("<i4")
+        b = np.concatenate([b, np.zeros(b.shape[:-1] + (pad,), np.uint8)], axis=-1)
+    return np.ascontiguousarray(b).view("<i4")
 
 
 def unpack_int32(packed, bits, k):
-    if bits != 4:
-        raise ValueError(f"packing of {bits}-bit codes is not written yet")
+    """int8 codes [R, k] of :func:`pack_int32`'s words."""
+    if bits not in (4, 8):
+        raise ValueError(f"packing of {bits}-bit codes is not written (4 or 8)")
     b = np.ascontiguousarray(packed).view(np.uint8)
-    return (F.unpack_int4(b, k).astype(np.int16) - 8).astype(np.int8)
+    u = F.unpack_int4(b, k) if bits == 4 else b[:, :k]
+    return (u.astype(np.int16) - (1 << (bits - 1))).astype(np.int8)
 
 
 # ----------------------------------------------------------------- selection
@@ -280,10 +388,13 @@ def check_shape(name, shape, scheme, group):
         raise ValueError(f"layer {module_of(name)!r}: input width {shape[1]} is not a multiple "
                          f"of 16 (NVFP4's group, the only one vLLM takes); not padded: leave "
                          "the layer out")
-    if SCHEMES[scheme][3] != "group":
+    if SCHEMES[scheme][0] == "mxfp4-pack-quantized" and shape[1] % MX_GROUP:
+        raise ValueError(f"layer {module_of(name)!r}: input width {shape[1]} is not a multiple "
+                         f"of 32 (MXFP4's group); not padded: leave the layer out")
+    if not is_int_group(scheme):
         return
     if group not in GROUP_SIZES:
-        raise ValueError(f"{scheme}: group size {group} is not one vLLM's W4A16 kernels take "
+        raise ValueError(f"{scheme}: group size {group} is not one vLLM's WNA16 kernels take "
                          f"({', '.join(map(str, GROUP_SIZES))}: MARLIN_SUPPORTED_GROUP_SIZES)")
     if shape[1] % group:
         raise ValueError(f"layer {module_of(name)!r}: input width {shape[1]} is not a multiple "
@@ -302,8 +413,15 @@ def plan(name, dt, shape, scheme, group):
         return [(f"{m}.weight_packed", "U8", (o, i // 2)),
                 (f"{m}.weight_scale", "F8_E4M3", (o, i // NVFP4_GROUP)),
                 (f"{m}.weight_global_scale", "F32", (1,))]
-    return [(f"{m}.weight_packed", "I32", (o, -(-i * 4 // 32))),
-            (f"{m}.weight_scale", dt, (o, i // group)), (f"{m}.weight_shape", "I64", (2,))]
+    if scheme == "MXFP4A16":
+        return [(f"{m}.weight_packed", "U8", (o, i // 2)),
+                (f"{m}.weight_scale", "U8", (o, i // MX_GROUP))]
+    bits = SCHEMES[scheme][1]
+    out = [(f"{m}.weight_packed", "I32", (o, -(-i * bits // 32))),
+           (f"{m}.weight_scale", dt, (o, i // group)), (f"{m}.weight_shape", "I64", (2,))]
+    if scheme in ASYMMETRIC:
+        out.append((f"{m}.weight_zero_point", "I32", (-(-o * bits // 32), i // group)))
+    return out
 
 
 def quantize_tensor(x, dt, scheme, group, global_scale=None):
@@ -317,16 +435,25 @@ def quantize_tensor(x, dt, scheme, group, global_scale=None):
     if scheme == "FP8_DYNAMIC":
         q, s = fp8_channel(x, dt)
         return {"weight": q, "weight_scale": as_dtype_bytes(s.reshape(-1, 1), dt)}
-    q, s = int_group(x, dt, 4, group)
-    return {"weight_packed": pack_int32(q, 4), "weight_scale": as_dtype_bytes(s, dt),
-            "weight_shape": np.array(x.shape, np.int64)}
+    if scheme == "MXFP4A16":
+        packed, e = mxfp4(x, dt)
+        return {"weight_packed": packed, "weight_scale": e}
+    bits, sym = SCHEMES[scheme][1], scheme not in ASYMMETRIC
+    q, s, zp = int_group(x, dt, bits, group, sym)
+    out = {"weight_packed": pack_int32(q, bits), "weight_scale": as_dtype_bytes(s, dt),
+           "weight_shape": np.array(x.shape, np.int64)}
+    if not sym:  # packed along O (compressed-tensors' packed_dim=0)
+        out["weight_zero_point"] = np.ascontiguousarray(pack_int32(zp.T, bits).T)
+    return out
 
 
-def _args(bits, typ, strategy, group, dynamic):
-    out = {"num_bits": bits, "type": typ, "symmetric": True, "group_size": group,
+def _args(bits, typ, strategy, group, dynamic, symmetric=True):
+    out = {"num_bits": bits, "type": typ, "symmetric": symmetric, "group_size": group,
            "strategy": strategy, "dynamic": dynamic}
     if strategy == "tensor_group":
         out["scale_dtype"] = "torch.float8_e4m3fn"
+    elif typ == "float" and strategy == "group":  # MX: E8M0 exponents
+        out["scale_dtype"] = "torch.uint8"
     return out
 
 
@@ -338,7 +465,8 @@ def quantization_config(scheme, ignore, group=None):
     ``quant_method`` and the empty sparsity / transform configs)."""
     fmt, bits, typ, strategy, fp8_act = SCHEMES[scheme]
     weights = _args(bits, typ, strategy, NVFP4_GROUP if strategy == "tensor_group" else
-                    group if strategy == "group" else None, False)
+                    group if is_int_group(scheme) else MX_GROUP if strategy == "group" else None,
+                    False, scheme not in ASYMMETRIC)
     acts = _args(8, "float", "token", None, True) if fp8_act else None
     return {
         "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
@@ -359,16 +487,18 @@ def dequantize_module(get, module):
     sdt, sshape, raw_scale = get(f"{module}.weight_scale")
     packed = get(f"{module}.weight_packed")
     gs = get(f"{module}.weight_global_scale")
-    if gs is not None:  # nvfp4-pack-quantized
-        g = _read_float(gs[2], "F32").reshape(1)
-        if sdt != "F8_E4M3":
-            raise ValueError(f"{module}.weight_scale: dtype {sdt}, expected F8_E4M3 (NVFP4)")
-        t = (F.fp8_decode(raw_scale.reshape(sshape), "e4m3fn") / g).astype(F32)
-        b = packed[2].reshape(packed[1])
-        codes = np.stack([b & 0xF, b >> 4], axis=-1).reshape(b.shape[0], -1)
-        q = E2M1_VALUES[codes & 7] * np.where(codes & 8, F32(-1), F32(1))
+    if gs is not None or sdt == "U8":  # nvfp4- / mxfp4-pack-quantized
+        if gs is not None:
+            g = _read_float(gs[2], "F32").reshape(1)
+            if sdt != "F8_E4M3":
+                raise ValueError(f"{module}.weight_scale: dtype {sdt}, expected F8_E4M3 (NVFP4)")
+            t = (F.fp8_decode(raw_scale.reshape(sshape), "e4m3fn") / g).astype(F32)
+        else:  # decompress_mx_scale: 2^(e - 127) in BF16
+            e = raw_scale.reshape(sshape).astype(np.int32) - 127
+            t = round_to(np.ldexp(F32(1), e).astype(F32), "BF16")
+        q = e2m1_values(packed[2].reshape(packed[1]))
         rows, k = q.shape
-        y = q.reshape(rows, -1, NVFP4_GROUP) * t[..., None]
+        y = q.reshape(rows, t.shape[-1], -1) * t[..., None]
         return "BF16", round_to(y.reshape(rows, k).astype(F32), "BF16")
     if packed is None:  # float-quantized
         dt, shape, raw = get(f"{module}.weight")
@@ -383,12 +513,18 @@ def dequantize_module(get, module):
     s = _read_float(raw_scale, sdt).reshape(sshape)
     _, _, raw_shape = get(f"{module}.weight_shape")
     shape = tuple(int(v) for v in raw_shape.view("<i8"))
-    if get(f"{module}.weight_zero_point") is not None or packed[1][-1] * 8 != shape[1]:
-        raise ValueError(f"{module}: only symmetric int4 pack-quantized weights are read "
-                         "(a zero point or another bit width is not written yet)")
-    q = unpack_int32(packed[2].view("<i4").reshape(packed[1]), 4, shape[1])
+    bits = {-(-shape[1] * b // 32): b for b in (8, 4)}.get(packed[1][-1])
+    if bits is None or shape[1] < 32:
+        raise ValueError(f"{module}.weight_packed: {packed[1][-1]} words a row for "
+                         f"{shape[1]} inputs: only int4 and int8 pack-quantized weights are read")
+    q = unpack_int32(packed[2].view("<i4").reshape(packed[1]), bits, shape[1])
+    zp = get(f"{module}.weight_zero_point")
     g = shape[1] // s.shape[-1]
-    y = q.reshape(shape[0], -1, g).astype(F32) * s[..., None]
+    v = q.reshape(shape[0], -1, g).astype(F32)
+    if zp is not None:  # packed along O
+        z = unpack_int32(zp[2].view("<i4").reshape(zp[1]).T, bits, shape[0]).T
+        v = round_to(v - z[..., None].astype(F32), sdt)
+    y = v * s[..., None]
     return sdt, round_to(y.reshape(shape).astype(F32), sdt)
 
 
