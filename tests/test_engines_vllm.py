@@ -13,9 +13,13 @@ v0.11 line; paths under vllm/model_executor/layers/quantization/):
   per-token activations -> ``CompressedTensorsW8A8Fp8``;
   ``_is_wNa16_group_channel``: no input activations, static weights per
   channel or group -> ``CompressedTensorsWNA16`` for format
-  ``pack-quantized`` with ``num_bits`` in ``WNA16_SUPPORTED_BITS`` (4, 8);
+  ``pack-quantized`` with ``num_bits`` in ``WNA16_SUPPORTED_BITS`` (4, 8),
+  passing ``symmetric``;
   ``_is_fp4a16_nvfp4``: no input activations, float 4-bit symmetric
-  weights, strategy TENSOR_GROUP, group_size 16 -> ``CompressedTensorsW4A16Fp4``.
+  weights, strategy TENSOR_GROUP, group_size 16 -> ``CompressedTensorsW4A16Fp4``;
+  ``_is_mxfp4`` (vLLM 0.11+, tested in ``_get_scheme_from_parts`` before
+  the WNA16 branch): float 4-bit symmetric weights, strategy GROUP,
+  group_size 32 -> ``CompressedTensorsW4A16Mxfp4``.
 - compressed_tensors/utils.py, ``should_ignore_layer``: a layer is skipped
   when its name (or a ``re:`` pattern) is in ``ignore``; the shards of a
   fused layer (q/k/v -> qkv_proj, gate/up -> gate_up_proj) must all be
@@ -32,6 +36,17 @@ v0.11 line; paths under vllm/model_executor/layers/quantization/):
   ``weight_shape`` int64 ``[2]``; ``weight_zero_point`` only when
   asymmetric; utils/marlin_utils.py ``MARLIN_SUPPORTED_GROUP_SIZES``
   (-1, 32, 64, 128) and ``check_marlin_supports_shape`` (in % group == 0).
+  Asymmetric (vLLM 0.11+): ``num_bits`` in ``WNA16_ZP_SUPPORTED_TYPES_MAP``
+  (4: uint4, 8: uint8), ``weight_packed`` int32 ``[out, ceil(in *
+  num_bits / 32)]``, ``weight_zero_point`` int32 ``[ceil(out * num_bits /
+  32), in / group_size]`` (PackedvLLMParameter, packed_dim 0): a fused
+  layer's shards are placed at ``shard offset / pack_factor`` along it, so
+  each shard's ``out`` is a multiple of ``32 / num_bits``.
+- compressed_tensors/schemes/compressed_tensors_w4a16_mxfp4.py,
+  ``create_weights``: ``weight_packed`` uint8 ``[out, in / 2]``
+  (ModelWeightParameter), ``weight_scale`` uint8 ``[out, in / 32]`` (the
+  E8M0 exponents, GroupQuantScaleParameter); no global scale, no
+  ``weight_shape``.
 - compressed_tensors/schemes/compressed_tensors_w4a16_nvfp4.py,
   ``create_weights``: ``weight_packed`` uint8 ``[out, in / 2]``,
   ``weight_global_scale`` float32, one per fused shard
@@ -88,13 +103,17 @@ def _vllm_scheme(group):
         assert a.type == "float" and a.num_bits == 8 and a.symmetric and a.dynamic is True
         assert a.strategy in ("tensor", "token")
         return "W8A8Fp8", w
-    if a is None and w.type == "float" and w.num_bits == 4:
-        assert w.strategy == "tensor_group" and w.symmetric and w.group_size == 16
+    if a is None and w.type == "float" and w.num_bits == 4 and w.strategy == "tensor_group":
+        assert w.symmetric and w.group_size == 16
         assert group.get("format") == "nvfp4-pack-quantized"
         return "W4A16Fp4", w
+    if w.type == "float" and w.num_bits == 4 and w.strategy == "group":
+        assert w.symmetric and w.group_size == 32 and a is None
+        assert group.get("format") == "mxfp4-pack-quantized"
+        return "W4A16Mxfp4", w
     if a is None and not w.dynamic and w.strategy in ("channel", "group"):
         assert group.get("format") == "pack-quantized" and w.type == "int"
-        assert w.num_bits in (4, 8)
+        assert w.num_bits in (4, 8)   # WNA16_SUPPORTED_BITS and WNA16_ZP_SUPPORTED_TYPES_MAP
         assert w.strategy == "channel" or w.group_size in (32, 64, 128)
         return "WNA16", w
     raise AssertionError(f"no vLLM scheme for {group}")
@@ -107,7 +126,8 @@ def _check_directory(d, weights_in):
     q = cfg["quantization_config"]
     assert q["quant_method"] == "compressed-tensors"
     assert isinstance(q["ignore"], list) and q["sparsity_config"] == {}
-    assert q["format"] in ("float-quantized", "pack-quantized", "nvfp4-pack-quantized")
+    assert q["format"] in ("float-quantized", "pack-quantized", "nvfp4-pack-quantized",
+                           "mxfp4-pack-quantized")
     (group,) = q["config_groups"].values()
     assert group["targets"] == ["Linear"]
     kind, w = _vllm_scheme(group)
@@ -131,11 +151,20 @@ def _check_directory(d, weights_in):
                               "weight_scale": ("F8_E4M3", (o, i // 16)),
                               "weight_global_scale": ("F32", (1,))}
             continue
+        elif kind == "W4A16Mxfp4":
+            assert i % 32 == 0
+            assert params == {"weight_packed": ("U8", (o, i // 2)),
+                              "weight_scale": ("U8", (o, i // 32))}
+            continue
         else:
             assert i % w.group_size == 0
-            assert params == {"weight_packed": ("I32", (o, i // (32 // w.num_bits))),
-                              "weight_scale": (params["weight_scale"][0], (o, i // w.group_size)),
-                              "weight_shape": ("I64", (2,))}
+            want = {"weight_packed": ("I32", (o, -(-i * w.num_bits // 32))),
+                    "weight_scale": (params["weight_scale"][0], (o, i // w.group_size)),
+                    "weight_shape": ("I64", (2,))}
+            if not w.symmetric:
+                assert o % (32 // w.num_bits) == 0   # the packed_dim-0 shard offsets
+                want["weight_zero_point"] = ("I32", (o * w.num_bits // 32, i // w.group_size))
+            assert params == want
         assert params["weight_scale"][0] in MODEL_DTYPES
     for n in [n for n in weights_in if n.endswith("q_proj.weight")]:  # fused siblings agree
         base = n[:-len("q_proj.weight")]
@@ -149,7 +178,9 @@ def _check_directory(d, weights_in):
 
 
 @pytest.mark.parametrize("scheme, group", [("FP8_DYNAMIC", None), ("W4A16", 32),
-                                           ("W4A16", 128), ("NVFP4A16", None)])
+                                           ("W4A16", 128), ("NVFP4A16", None),
+                                           ("W8A16", 64), ("W4A16_ASYM", 128),
+                                           ("MXFP4A16", None)])
 def test_output_follows_vllms_loader_rules(tmp_path, scheme, group):
     src = _model_dir(tmp_path / "src", hidden=128)
     with SafetensorsReader(src / "model.safetensors") as r:
@@ -159,12 +190,15 @@ def test_output_follows_vllms_loader_rules(tmp_path, scheme, group):
     _check_directory(tmp_path / "out", weights)
 
 
-def test_the_checker_catches_a_broken_layout(tmp_path):
-    """The checker is not vacuous: a scale of the wrong shape fails it."""
+@pytest.mark.parametrize("scheme, group", [("FP8_DYNAMIC", None), ("W4A16_ASYM", 32),
+                                           ("MXFP4A16", None)])
+def test_the_checker_catches_a_broken_layout(tmp_path, scheme, group):
+    """The checker is not vacuous: a layer whose stored tensors do not
+    have the shapes its weight demands fails it, in each layout family."""
     src = _model_dir(tmp_path / "src")
     with SafetensorsReader(src / "model.safetensors") as r:
         weights = {n: r.info(n)[1] for n in r if len(r.info(n)[1]) == 2}
-    engines.quantize_model(src, tmp_path / "out")
+    engines.quantize_model(src, tmp_path / "out", scheme, group_size=group)
     weights["model.layers.0.self_attn.q_proj.weight"] = (64, 32)
     with pytest.raises(AssertionError):
         _check_directory(tmp_path / "out", weights)
