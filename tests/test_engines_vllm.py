@@ -19,7 +19,10 @@ v0.11 line; paths under vllm/model_executor/layers/quantization/):
   weights, strategy TENSOR_GROUP, group_size 16 -> ``CompressedTensorsW4A16Fp4``;
   ``_is_mxfp4`` (vLLM 0.11+, tested in ``_get_scheme_from_parts`` before
   the WNA16 branch): float 4-bit symmetric weights, strategy GROUP,
-  group_size 32 -> ``CompressedTensorsW4A16Mxfp4``.
+  group_size 32 -> ``CompressedTensorsW4A16Mxfp4`` (whatever the
+  activations; later versions serve MXFP4's dynamic FP4 activations with
+  schemes/compressed_tensors_w4a4_mxfp4.py ``CompressedTensorsW4A4MxFp4``,
+  whose ``create_weights`` registers the same two tensors).
 - compressed_tensors/utils.py, ``should_ignore_layer``: a layer is skipped
   when its name (or a ``re:`` pattern) is in ``ignore``; the shards of a
   fused layer (q/k/v -> qkv_proj, gate/up -> gate_up_proj) must all be
@@ -108,8 +111,11 @@ def _vllm_scheme(group):
         assert group.get("format") == "nvfp4-pack-quantized"
         return "W4A16Fp4", w
     if w.type == "float" and w.num_bits == 4 and w.strategy == "group":
-        assert w.symmetric and w.group_size == 32 and a is None
+        assert w.symmetric and w.group_size == 32
         assert group.get("format") == "mxfp4-pack-quantized"
+        if a is not None:   # MXFP4: FP4 activations, quantized at run time
+            assert a.type == "float" and a.num_bits == 4 and a.strategy == "group"
+            assert a.group_size == 32 and a.dynamic is True and a.symmetric
         return "W4A16Mxfp4", w
     if a is None and not w.dynamic and w.strategy in ("channel", "group"):
         assert group.get("format") == "pack-quantized" and w.type == "int"
@@ -180,7 +186,7 @@ def _check_directory(d, weights_in):
 @pytest.mark.parametrize("scheme, group", [("FP8_DYNAMIC", None), ("W4A16", 32),
                                            ("W4A16", 128), ("NVFP4A16", None),
                                            ("W8A16", 64), ("W4A16_ASYM", 128),
-                                           ("MXFP4A16", None)])
+                                           ("MXFP4A16", None), ("MXFP4", None)])
 def test_output_follows_vllms_loader_rules(tmp_path, scheme, group):
     src = _model_dir(tmp_path / "src", hidden=128)
     with SafetensorsReader(src / "model.safetensors") as r:

@@ -44,7 +44,7 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
     scheme : str, optional
         compressed-tensors: llm-compressor's preset (:data:`compressed_tensors.
         SCHEMES`: FP8_DYNAMIC, the default, W4A16, W8A16, W4A16_ASYM, NVFP4A16,
-        MXFP4A16); modelopt: its
+        MXFP4A16, MXFP4); modelopt: its
         quant_algo (:data:`modelopt.SCHEMES`: FP8_PER_CHANNEL_PER_TOKEN, the
         default, FP8, W4A16_NVFP4).
     fmt : {"compressed-tensors", "modelopt"}

@@ -19,7 +19,8 @@ def add_arguments(p):
                         "--group-size, default 128; W4A16_ASYM: int4 groups with zero "
                         "points; NVFP4A16: FP4 in groups of 16, FP8 scales, a global "
                         "scale per fused set; MXFP4A16: FP4 in groups of 32, power-of-two "
-                        "E8M0 scales). modelopt: its quant_algo (default "
+                        "E8M0 scales; MXFP4: the same, FP4 activations at run time). "
+                        "modelopt: its quant_algo (default "
                         "FP8_PER_CHANNEL_PER_TOKEN; FP8: per tensor, static activations, "
                         "needs --input-amax; W4A16_NVFP4: FP4 weights only, weight_scale_2 "
                         "per fused set)")

@@ -30,7 +30,9 @@ Schemes (llm-compressor's preset names, :data:`SCHEMES`):
 - ``MXFP4A16`` (format ``mxfp4-pack-quantized``): FP4 e2m1 codes in
   groups of 32 along I with a power-of-two E8M0 scale each:
   ``X.weight_packed`` U8 ``[O, I / 2]`` (as NVFP4), ``X.weight_scale``
-  U8 ``[O, I / 32]`` (the biased exponent, 2^(e - 127)).
+  U8 ``[O, I / 32]`` (the biased exponent, 2^(e - 127)).  ``MXFP4``: the
+  same weights, and activations quantized to FP4 in groups of 32 at run
+  time (configuration only: no tensor stored for them).
 
 The arithmetic is torch's in the weight's dtype ``D`` (F32, F16 or BF16;
 ``r_D``: round to nearest even to ``D``; every torch F16 / BF16 operation
@@ -89,14 +91,16 @@ F32 = np.float32
 #: torch.finfo(D).eps: the scale that replaces a zero scale
 EPS = {"F32": F32(2.0 ** -23), "F16": F32(2.0 ** -10), "BF16": F32(2.0 ** -7)}
 WEIGHT_DTYPES = tuple(EPS)
-#: scheme -> (format, weight bits, weight type, strategy, per-token FP8 activations)
+#: scheme -> (format, weight bits, weight type, strategy, activations quantized at run
+#: time: None, "fp8_token" (FP8 per token) or "mxfp4" (FP4 groups of 32, E8M0 scales))
 SCHEMES = {
-    "FP8_DYNAMIC": ("float-quantized", 8, "float", "channel", True),
-    "W4A16": ("pack-quantized", 4, "int", "group", False),
-    "W8A16": ("pack-quantized", 8, "int", "group", False),
-    "W4A16_ASYM": ("pack-quantized", 4, "int", "group", False),
-    "NVFP4A16": ("nvfp4-pack-quantized", 4, "float", "tensor_group", False),
-    "MXFP4A16": ("mxfp4-pack-quantized", 4, "float", "group", False),
+    "FP8_DYNAMIC": ("float-quantized", 8, "float", "channel", "fp8_token"),
+    "W4A16": ("pack-quantized", 4, "int", "group", None),
+    "W8A16": ("pack-quantized", 8, "int", "group", None),
+    "W4A16_ASYM": ("pack-quantized", 4, "int", "group", None),
+    "NVFP4A16": ("nvfp4-pack-quantized", 4, "float", "tensor_group", None),
+    "MXFP4A16": ("mxfp4-pack-quantized", 4, "float", "group", None),
+    "MXFP4": ("mxfp4-pack-quantized", 4, "float", "group", "mxfp4"),
 }
 #: the schemes with zero points (compressed-tensors' ``symmetric: false``)
 ASYMMETRIC = ("W4A16_ASYM",)
@@ -111,6 +115,11 @@ TINY = {"F32": F32(2.0 ** -126), "F16": F32(2.0 ** -14), "BF16": F32(2.0 ** -126
 FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"),
          ("q_a_proj", "kv_a_proj_with_mqa"), ("w1", "w3"))
 DEFAULT_GROUP_SIZE = 128
+def fmt_of(scheme):
+    """A scheme's compressed-tensors format."""
+    return SCHEMES[scheme][0]
+
+
 def is_int_group(scheme):
     """Whether ``scheme`` is an integer group scheme (``pack-quantized``:
     its group size is a choice)."""
@@ -388,7 +397,7 @@ def check_shape(name, shape, scheme, group):
         raise ValueError(f"layer {module_of(name)!r}: input width {shape[1]} is not a multiple "
                          f"of 16 (NVFP4's group, the only one vLLM takes); not padded: leave "
                          "the layer out")
-    if SCHEMES[scheme][0] == "mxfp4-pack-quantized" and shape[1] % MX_GROUP:
+    if fmt_of(scheme) == "mxfp4-pack-quantized" and shape[1] % MX_GROUP:
         raise ValueError(f"layer {module_of(name)!r}: input width {shape[1]} is not a multiple "
                          f"of 32 (MXFP4's group); not padded: leave the layer out")
     if not is_int_group(scheme):
@@ -413,7 +422,7 @@ def plan(name, dt, shape, scheme, group):
         return [(f"{m}.weight_packed", "U8", (o, i // 2)),
                 (f"{m}.weight_scale", "F8_E4M3", (o, i // NVFP4_GROUP)),
                 (f"{m}.weight_global_scale", "F32", (1,))]
-    if scheme == "MXFP4A16":
+    if fmt_of(scheme) == "mxfp4-pack-quantized":
         return [(f"{m}.weight_packed", "U8", (o, i // 2)),
                 (f"{m}.weight_scale", "U8", (o, i // MX_GROUP))]
     bits = SCHEMES[scheme][1]
@@ -435,7 +444,7 @@ def quantize_tensor(x, dt, scheme, group, global_scale=None):
     if scheme == "FP8_DYNAMIC":
         q, s = fp8_channel(x, dt)
         return {"weight": q, "weight_scale": as_dtype_bytes(s.reshape(-1, 1), dt)}
-    if scheme == "MXFP4A16":
+    if fmt_of(scheme) == "mxfp4-pack-quantized":
         packed, e = mxfp4(x, dt)
         return {"weight_packed": packed, "weight_scale": e}
     bits, sym = SCHEMES[scheme][1], scheme not in ASYMMETRIC
@@ -463,11 +472,12 @@ def quantization_config(scheme, ignore, group=None):
     llm-compressor's preset (its ``QuantizationConfig.model_dump()``, which
     leaves out the arguments at their defaults, plus the version,
     ``quant_method`` and the empty sparsity / transform configs)."""
-    fmt, bits, typ, strategy, fp8_act = SCHEMES[scheme]
+    fmt, bits, typ, strategy, act = SCHEMES[scheme]
     weights = _args(bits, typ, strategy, NVFP4_GROUP if strategy == "tensor_group" else
                     group if is_int_group(scheme) else MX_GROUP if strategy == "group" else None,
                     False, scheme not in ASYMMETRIC)
-    acts = _args(8, "float", "token", None, True) if fp8_act else None
+    acts = _args(8, "float", "token", None, True) if act == "fp8_token" else \
+        _args(4, "float", "group", MX_GROUP, True) if act == "mxfp4" else None
     return {
         "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
                                       "input_activations": acts, "output_activations": None,
