@@ -217,6 +217,9 @@ CPU = os.path.join("quantcore", "_cpu")
 #: the units of the loops, each compiled once per SIMD build (qc_kernels.h)
 LOOP_UNITS = sorted(glob.glob(os.path.join(CPU, "qc_loops_*.cpp")))
 OBJ_DIR = os.path.join("build", "qc_obj")
+#: the versions of each object kept in OBJ_DIR/store, by key (a branch switch
+#: or an edit undone finds its object there instead of compiling it again)
+STORE_KEEP = 3
 
 
 class BuildExt(build_ext):
@@ -300,6 +303,52 @@ def _key(cmd, depfile):
     return h.hexdigest()
 
 
+def _stored(obj):
+    """The stored versions of ``obj``: (key, object path), newest first."""
+    store = os.path.join(os.path.dirname(obj), "store")
+    name = os.path.basename(obj)[:-2]
+    found = glob.glob(os.path.join(store, glob.escape(name) + ".*.o"))
+    found.sort(key=os.path.getmtime, reverse=True)
+    return [(path[len(os.path.join(store, name)) + 1:-2], path) for path in found]
+
+
+def _store(obj, key):
+    """Keep a copy of ``obj`` and its dependency list under its key, the
+    :data:`STORE_KEEP` newest versions of each object."""
+    store = os.path.join(os.path.dirname(obj), "store")
+    os.makedirs(store, exist_ok=True)
+    base = os.path.join(store, os.path.basename(obj)[:-2] + "." + key)
+    for src, dst in ((obj + ".d", base + ".d"), (obj, base + ".o")):
+        shutil.copyfile(src, dst + ".tmp")
+        os.replace(dst + ".tmp", dst)
+    for _, old in _stored(obj)[STORE_KEEP:]:
+        for path in (old, old[:-2] + ".d"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def _restore(cmd, obj):
+    """Put back a stored version of ``obj`` whose key, worked out again from
+    its own dependency list and the files' contents now, is the one it was
+    stored under (same command, same inputs): True when one was."""
+    for key, path in _stored(obj):
+        try:
+            if _key(cmd, path[:-2] + ".d") != key:
+                continue
+            for src, dst in ((path[:-2] + ".d", obj + ".d"), (path, obj)):
+                shutil.copyfile(src, dst + ".tmp")
+                os.replace(dst + ".tmp", dst)
+        except OSError:
+            continue
+        os.utime(path)
+        with open(obj + ".key", "w") as fh:
+            fh.write(key)
+        return True
+    return False
+
+
 def _compile_all(compiler, jobs):
     """Compile the objects of `jobs` that are not up to date, one job per
     core (setuptools compiles one source after another, one extension after
@@ -319,12 +368,17 @@ def _compile_all(compiler, jobs):
                     return obj
         except OSError:
             pass
+        if _restore(cmd, obj):
+            print(f"quantcore: {obj} as built before (build/qc_obj/store)", file=sys.stderr)
+            return obj
         print(f"quantcore: compiling {obj}", file=sys.stderr)
         res = subprocess.run(([ccache] if ccache else []) + cmd + ["-MMD", "-MF", obj + ".d"])
         if res.returncode:
             raise RuntimeError(f"quantcore: compiling {src} failed: {shlex.join(cmd)}")
+        key = _key(cmd, obj + ".d")
         with open(stamp, "w") as fh:
-            fh.write(_key(cmd, obj + ".d"))
+            fh.write(key)
+        _store(obj, key)
         return obj
 
     # the longest first (the loop units), so that the cores stay busy

@@ -241,3 +241,50 @@ def test_build_cache_tracks_the_inputs(tmp_path):
     assert mod._key(["cc", "-O2"], str(dep)) != k0
     a.write_text("3")
     assert mod._key(["cc", "-O3"], str(dep)) != k0
+
+
+def test_build_cache_keeps_the_versions_a_branch_switch_needs(tmp_path, monkeypatch):
+    """setup.py's object store: an edit undone (or a branch switched back)
+    finds its object built before instead of compiling it again; a source
+    never built is compiled; at most STORE_KEEP versions are kept."""
+    import importlib.util
+    import shutil
+    import types
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    spec = importlib.util.spec_from_file_location("qc_setup_under_test", ROOT / "setup.py")
+    src = (ROOT / "setup.py").read_text().split("\nsetup(")[0]
+    mod = importlib.util.module_from_spec(spec)
+    mod.__file__ = str(ROOT / "setup.py")
+    exec(compile(src, str(ROOT / "setup.py"), "exec"), mod.__dict__)
+    log = tmp_path / "calls"
+    wrapper = tmp_path / "cc.sh"
+    wrapper.write_text(f'#!/bin/sh\necho x >> "{log}"\nexec {cc} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("QUANTCORE_CCACHE", "0")
+    monkeypatch.setattr(mod, "OBJ_DIR", str(tmp_path / "obj"))
+    compiler = types.SimpleNamespace(compiler_so=[str(wrapper), "-fPIC"], include_dirs=[])
+    ext = types.SimpleNamespace(include_dirs=[str(tmp_path)], extra_compile_args=["-O1"])
+    source, header = tmp_path / "u.c", tmp_path / "h.h"
+    source.write_text('#include "h.h"\nint f(void) { return V; }\n')
+    obj = str(tmp_path / "obj" / "u.o")
+    job = (ext, str(source), obj, [], [])
+
+    def build(value):
+        header.write_text(f"#define V {value}\n")
+        before = log.read_text().count("x") if log.exists() else 0
+        mod._compile_all(compiler, [job])
+        return log.read_text().count("x") - before
+
+    assert build(1) == 1
+    assert build(1) == 0                  # up to date
+    first = (tmp_path / "obj" / "u.o").read_bytes()
+    assert build(2) == 1                  # an edit
+    assert build(1) == 0                  # undone: the stored object, not a compile
+    assert (tmp_path / "obj" / "u.o").read_bytes() == first
+    assert build(2) == 0
+    for value in (3, 4, 5):
+        assert build(value) == 1
+    assert len(list((tmp_path / "obj" / "store").glob("u.*.o"))) == mod.STORE_KEEP
+    assert build(1) == 1                  # the oldest version dropped
