@@ -51,6 +51,13 @@ ONNX_FP8_FORMATS = formats_for("onnx")
 ONNX_FP4_FORMATS = formats_for("onnx_fp4")
 #: the largest finite value of each FP8 format
 FP8_MAX = {name: MINIFLOATS[name][1] for name in FP8_FORMATS}
+#: the cast formats whose NaN encoding option (NAN_ENCODING) changes their
+#: codes: the one list.  ``_cast_mode`` keeps the NaN bit for these only and
+#: drops it for the others, so that their kernels run the loops specialised
+#: without it; qc_format_families.h's QC_FP8_CASTS (the cast modes with their
+#: own CPU loop) must hold each cast format under each overflow policy and
+#: these under the ml_dtypes NaN too (tests/test_registry_drift.py)
+NAN_ENCODED_FORMATS = ("e5m2",)
 
 # Mode bits, mirrored from qc_formats.h / qc_families.h (one definition
 # there; tests/test_formats.py checks these against the header).
@@ -82,11 +89,12 @@ def _fp8_name(fmt, func):
 
 def _cast_mode(name, overflow, nan, func):
     """The mode word of a cast / fake cast: format | overflow policy | NaN
-    encoding (which matters for e5m2 only: dropped for the other formats,
-    so that their kernels run the loops specialised without it)."""
+    encoding (which matters for NAN_ENCODED_FORMATS only: dropped for the
+    other formats, so that their kernels run the loops specialised without
+    it)."""
     nan_bit = _choice(NAN_ENCODING, nan, "nan", func)
     return FP8_FORMATS[name] | _choice(OVERFLOW, overflow, "overflow", func) | \
-        (nan_bit if name == "e5m2" else 0)
+        (nan_bit if name in NAN_ENCODED_FORMATS else 0)
 
 
 def _choice(table, value, name, func):
