@@ -110,3 +110,31 @@ def test_schemes_on_the_gpu_equal_the_cpu():
         for j, (gg, ww) in enumerate(zip(g, w)):
             assert isinstance(gg, cp.ndarray), (i, j)
             assert_bits_equal(gg, ww, f"call {i} output {j}")
+
+
+def test_every_registered_scheme_is_tested(monkeypatch):
+    """CASES and this file's other tests reach every scheme of the header's
+    QC_QP_SCHEMES (the extension's QP_SCHEMES): the schemes each public
+    function runs are recorded, not listed by hand, so a new scheme without
+    its case here fails."""
+    from quantcore._cpu import _kernels
+    reached, run = set(), Q._scheme
+
+    def spy(name, *args, **kwargs):
+        reached.add(name)
+        return run(name, *args, **kwargs)
+
+    monkeypatch.setattr(Q, "_scheme", spy)
+    lo, hi = _stats(0, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for cases in CASES.values():
+            fn, _, extra = cases[0]
+            fn(lo, hi, *extra)
+        # test_amax_multiplier_matches, test_cambricon_step_matches and the
+        # GPU test's affine / symmetric qparams
+        Q.amax_multiplier(np.abs(hi), 8, False)
+        Q.cambricon_step(np.arange(-3.0, 3.0), np.float32)
+        Q.affine_qparams(lo, hi, -128, 127)
+        Q.symmetric_qparams(lo, hi, 0, 255)
+    assert reached == set(_kernels.QP_SCHEMES)

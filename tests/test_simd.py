@@ -92,7 +92,7 @@ def test_affine_every_mode(both, dtype, shape):
     C = shape[-1]
     s_c = np.linspace(0.05, 0.5, C)
     for rounding, zpa, sop, nf in itertools.product(
-            ["half_even", "half_up", "half_away"], ["after_rounding", "before_rounding", "none"],
+            list(ops.ROUNDING), ["after_rounding", "before_rounding", "none"],
             ["mul_inverse", "div"], ["propagate", "nan_to_qmin", "int64"]):
         kw = dict(rounding=rounding, zero_point_add=zpa, scale_op=sop, nonfinite=nf)
         zp = 0 if zpa == "none" else (3 if zpa == "after_rounding" else 2.5)
