@@ -419,6 +419,15 @@ extensions = [
         language="c++",
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
     ),
+    # _engines: the engine checkpoint writers' FP8 loops (qc_engines.h), same flags
+    Extension(
+        "quantcore._cpu._engines",
+        [os.path.join(CPU, "_engines.pyx")],
+        include_dirs=[INCLUDE, numpy.get_include()],
+        depends=sorted(glob.glob(os.path.join(INCLUDE, "*.h"))),
+        language="c++",
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
+    ),
 ]
 
 setup(ext_modules=extensions, cmdclass={"build_ext": BuildExt})

@@ -99,12 +99,13 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
         config["quantization_config"] = CT.quantization_config(scheme, ignore, group)
 
         def quantize(x, dt, name):
-            outs = CT.quantize_tensor(x, dt, scheme, group, global_scales.get(name))
+            outs = CT.quantize_tensor(x, dt, scheme, group, global_scales.get(name), name)
             return {f"{CT.module_of(name)}.{k}": v for k, v in outs.items()}
 
         written = write_quantized_dir(model, dst, config, set(chosen),
                                       lambda n, dt, shape: CT.plan(n, dt, shape, scheme, group),
-                                      quantize, limit, progress=progress)
+                                      quantize, limit, progress=progress,
+                                      bits=scheme == "FP8_DYNAMIC")  # (BF16 bits as stored)
     return {"quantized": chosen, "ignore": ignore, "copied": copied, **written,
             "seconds": time.perf_counter() - t0}
 
@@ -121,9 +122,10 @@ def _global_scales(model, chosen):
     amax = {}
     for n in chosen:
         x = model.reader(n).float32(n)
-        if not np.isfinite(x).all():
+        hi, lo = float(x.max(initial=0)), float(x.min(initial=0))  # (NaN propagates)
+        if not (np.isfinite(hi) and np.isfinite(lo)):
             raise ValueError(f"tensor {n!r} holds NaN or inf values: not quantized")
-        amax[n] = np.float32(max(float(x.max(initial=0)), -float(x.min(initial=0))))
+        amax[n] = np.float32(max(hi, -lo))
         del x
     sets = CT.fused_sets(chosen)
     return {n: CT.nvfp4_global_scale(max(amax[m] for m in sets.get(n, (n,))),

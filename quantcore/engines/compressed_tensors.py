@@ -151,9 +151,26 @@ def round_to(x, dt):
     if dt == "F16":
         with np.errstate(over="ignore"):
             return x.astype(np.float16).astype(F32)
-    b = x.view(np.uint32)
-    b = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
-    return b.view(F32)
+    return _round_bf16(x.copy())
+
+
+def _round_bf16(x):
+    """:func:`round_to` BF16 of a float32 array of the caller's own, in
+    place (``x`` is returned): ``b + 0x7FFF + bit 16 of b``, the low 16
+    bits cleared."""
+    b = np.asarray(x).view(np.uint32)
+    t = b >> np.uint32(16)
+    t &= np.uint32(1)
+    t += np.uint32(0x7FFF)
+    b += t
+    b &= np.uint32(0xFFFF0000)
+    return x
+
+
+def _round_own(x, dt):
+    """:func:`round_to` of a float32 temporary the caller owns (BF16: in
+    place, no copy)."""
+    return _round_bf16(x) if dt == "BF16" and x.dtype == F32 and x.ndim else round_to(x, dt)
 
 
 def as_dtype_bytes(x, dt):
@@ -185,13 +202,41 @@ def _amax(x):
     return a[..., 0]
 
 
-def fp8_channel(x, dt):
+def row_absmax(w, name="weight"):
+    """max |x| of each row of a 2-D weight given as float32 values or as
+    its stored BF16 bits (uint16), in one pass (``_engines.absmax_rows``);
+    ValueError naming ``name`` (:func:`hf.nonfinite_error`) when it holds a
+    NaN or an inf."""
+    from .._cpu import _engines, threads
+    w = np.ascontiguousarray(w)
+    a = _engines.absmax_rows(w, threads.effective_n_threads(w.size))
+    if not np.isfinite(a).all():
+        from .hf import nonfinite_error
+        raise nonfinite_error(name)
+    return a
+
+
+def fp8_rows(w, s, dt_round):
+    """e4m3fn codes (satfinite) of ``w / s`` (``s``: float32, one per row or
+    one) rounded to ``dt_round`` first ("BF16", "F32", "F16" or None): the
+    loop of ``qc_engines.h`` over float32 values or stored BF16 bits (uint16)
+    for BF16 / F32 / None, else numpy (F16: :func:`round_to`)."""
+    from .._cpu import _engines, threads
+    s = np.ascontiguousarray(s, F32).reshape(-1)
+    if dt_round == "F16":
+        with np.errstate(over="ignore"):
+            v = _round_own(np.divide(w, s[:, None] if s.size > 1 else s[0], dtype=F32), "F16")
+        return F.cast_fp8(v, "e4m3fn", overflow="satfinite")
+    w = np.ascontiguousarray(w)
+    return _engines.fp8_rows(w, s, dt_round == "BF16", threads.effective_n_threads(w.size))
+
+
+def fp8_channel(x, dt, name="weight"):
     """FP8_DYNAMIC's weight: (uint8 e4m3fn codes [O, I], scales float32 [O])
-    of float32 rows ``x`` holding ``dt`` values."""
-    s = _scale(_amax(x), 448, dt)
-    with np.errstate(over="ignore"):
-        v = round_to((x / s[:, None]).astype(F32), dt)
-    return F.cast_fp8(v, "e4m3fn", overflow="satfinite"), s
+    of rows ``x`` holding ``dt`` values (float32, or a BF16 weight's stored
+    uint16 bits)."""
+    s = _scale(row_absmax(x, name), 448, dt)
+    return fp8_rows(x, s, dt), s
 
 
 def int_group(x, dt, bits, group, symmetric=True):
@@ -216,11 +261,13 @@ def int_group(x, dt, bits, group, symmetric=True):
         zp = np.rint(np.clip(np.where(s == 0, F32(0), z), qmin, qmax)).astype(np.int8)
         s = np.where(s == 0, EPS[dt], s).astype(F32)
     with np.errstate(over="ignore"):
-        v = round_to((xg / s[..., None]).astype(F32), dt)
+        v = _round_own(np.divide(xg, s[..., None], dtype=F32), dt)
         if not symmetric:
-            v = round_to((v + zp[..., None]).astype(F32), dt)
-    q = np.clip(np.rint(v), qmin, qmax).astype(np.int8)
-    return q.reshape(rows, k), s, zp
+            v += zp[..., None]  # (float32: the sum of int8 and a D value, then r_D)
+            v = _round_own(v, dt)
+    np.rint(v, out=v)
+    np.clip(v, qmin, qmax, out=v)
+    return v.astype(np.int8).reshape(rows, k), s, zp
 
 
 def mx_exponents(amax, dt):
@@ -255,7 +302,7 @@ def mxfp4(x, dt):
     xg = x.reshape(rows, k // MX_GROUP, MX_GROUP)
     e, s = mx_exponents(_amax(xg), dt)
     with np.errstate(over="ignore"):
-        v = round_to((xg / s[..., None]).astype(F32), dt)
+        v = _round_own(np.divide(xg, s[..., None], dtype=F32), dt)
     return F.pack_int4(e2m1_codes(v).reshape(rows, k)), e
 
 
@@ -286,7 +333,7 @@ def nvfp4(x, dt, g):
     s = np.where(s == 0, F32(0.125), s).astype(F32)
     t = (s / g).astype(F32)
     with np.errstate(over="ignore"):
-        v = (xg / t[..., None]).astype(F32)
+        v = np.divide(xg, t[..., None], dtype=F32)
     return F.pack_int4(e2m1_codes(v).reshape(rows, k)), F.cast_fp8(s, "e4m3fn"), t
 
 
@@ -295,9 +342,14 @@ def e2m1_codes(v):
     (uint8, sign in bit 3; saturating at 6)."""
     a = np.abs(v)
     code = np.zeros(v.shape, np.uint8)
+    hit = np.empty(v.shape, np.bool_)  # (one mask buffer for every threshold)
     for edge, inclusive in _E2M1_UP:
-        code += (a >= edge) if inclusive else (a > edge)
-    return code | ((v < 0).astype(np.uint8) << 3)
+        (np.greater_equal if inclusive else np.greater)(a, F32(edge), out=hit)
+        code += hit.view(np.uint8)
+    del a
+    np.less(v, F32(0), out=hit)
+    code |= hit.view(np.uint8) << np.uint8(3)
+    return code
 
 
 def e2m1_values(packed):
@@ -433,16 +485,17 @@ def plan(name, dt, shape, scheme, group):
     return out
 
 
-def quantize_tensor(x, dt, scheme, group, global_scale=None):
+def quantize_tensor(x, dt, scheme, group, global_scale=None, name="weight"):
     """{stored name suffix: array} of one weight (float32 ``x`` holding its
-    ``dt`` values; NVFP4A16: with its fused set's ``global_scale``), in
-    :func:`plan`'s order."""
+    ``dt`` values, FP8_DYNAMIC: or a BF16 weight's stored uint16 bits;
+    NVFP4A16: with its fused set's ``global_scale``), in :func:`plan`'s
+    order (``name`` in errors)."""
     if scheme == "NVFP4A16":
         packed, scodes, _ = nvfp4(x, dt, global_scale)
         return {"weight_packed": packed, "weight_scale": scodes,
                 "weight_global_scale": np.asarray(global_scale, F32).reshape(1)}
     if scheme == "FP8_DYNAMIC":
-        q, s = fp8_channel(x, dt)
+        q, s = fp8_channel(x, dt, name)
         return {"weight": q, "weight_scale": as_dtype_bytes(s.reshape(-1, 1), dt)}
     if fmt_of(scheme) == "mxfp4-pack-quantized":
         packed, e = mxfp4(x, dt)

@@ -250,8 +250,18 @@ def write_model_dir(model, dst, config, shards, write_tensor, metadata=None, pro
     return dst
 
 
+#: safetensors dtype -> the numpy dtype of its stored bits that a
+#: ``bits=True`` quantize receives as they are (uint16 BF16 bits, F32 values)
+STORED_BITS = {"BF16": "<u2", "F32": "<f4"}
+
+
+def nonfinite_error(name):
+    """The ValueError for a weight that holds NaN or inf values."""
+    return ValueError(f"tensor {name!r} holds NaN or inf values: not quantized")
+
+
 def write_quantized_dir(model, dst, config, todo, plan, quantize, max_shard_size,
-                        progress=None, extra_files=None):
+                        progress=None, extra_files=None, bits=False):
     """Stream ``model`` into a model directory at ``dst``
     (:func:`write_model_dir`) with the weights ``todo`` quantized and every
     other tensor copied as stored.  ``plan(name, dtype, shape)`` lists a
@@ -259,6 +269,10 @@ def write_quantized_dir(model, dst, config, todo, plan, quantize, max_shard_size
     ``quantize(x, dtype, name)`` gives them ``{output name: array}`` from
     the weight's float32 values ``x``: one weight's outputs in memory at a
     time.  Shards of at most ``max_shard_size`` bytes (:func:`plan_shards`).
+    ``bits=True``: ``x`` is the weight as stored when its dtype is in
+    :data:`STORED_BITS` (BF16: its uint16 bits, read once, no float32
+    copy), else its float32 values, and ``quantize`` refuses NaN / inf
+    itself (:func:`nonfinite_error`).
 
     Returns ``{"shards": file names, "bytes_in", "bytes_out"}``; raises
     ValueError naming a weight that holds NaN or inf values."""
@@ -278,10 +292,15 @@ def write_quantized_dir(model, dst, config, todo, plan, quantize, max_shard_size
             return
         if src_name not in cache:
             cache.clear()  # (one weight's outputs at a time)
-            dt = model.info(src_name)[0]
-            x = model.reader(src_name).float32(src_name)
-            if not np.isfinite(x).all():
-                raise ValueError(f"tensor {src_name!r} holds NaN or inf values: not quantized")
+            dt, shape = model.info(src_name)
+            reader = model.reader(src_name)
+            if bits and dt in STORED_BITS:
+                x = reader.read_bytes(src_name).view(STORED_BITS[dt]).reshape(shape)
+            else:
+                x = reader.float32(src_name)
+                if not bits and x.size and not (np.isfinite(x.max()) and
+                                                np.isfinite(x.min())):  # (NaN: NaN)
+                    raise nonfinite_error(src_name)
             cache[src_name] = quantize(x, dt, src_name)
         writer.write(name, cache[src_name][name])
 

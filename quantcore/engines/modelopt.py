@@ -81,29 +81,27 @@ def _absmax(x):
     return F32(max(float(x.max(initial=0)), -float(x.min(initial=0))))
 
 
-def fp8_tensor(x, dt, name="weight"):
-    """FP8's weight: (uint8 e4m3fn codes, float32 scale) of float32 ``x``
-    holding ``dt`` values."""
-    a = _absmax(x)
+def fp8_tensor(x, dt, name="weight", tensor=None):
+    """FP8's weight: (uint8 e4m3fn codes, float32 scale) of 2-D ``x``
+    holding ``dt`` values (float32, or a BF16 weight's stored uint16 bits);
+    ``name`` (the module) and ``tensor`` in errors."""
+    rows = CT.row_absmax(x, tensor or name)
+    a = F32(rows.max()) if rows.size else F32(0)
     if a == 0:
         raise ValueError(f"{name}: all zero; ModelOpt's FP8 export divides by its amax (scale "
                          "0, NaN codes): not quantized")
     s = F32(a / F32(448))
-    with np.errstate(over="ignore"):
-        v = CT.round_to((x / s).astype(F32), dt)
-    return F.cast_fp8(v, "e4m3fn", overflow="satfinite"), s
+    return CT.fp8_rows(x, s, dt), s
 
 
-def fp8_channel(x, dt):
+def fp8_channel(x, dt, name="weight"):
     """FP8_PER_CHANNEL_PER_TOKEN's weight: (uint8 e4m3fn codes [O, I],
-    float32 scales [O])."""
-    a = CT._amax(x)
+    float32 scales [O]) of ``x`` as :func:`fp8_tensor`'s."""
+    a = CT.row_absmax(x, name)
     a = np.where(a == 0, F32(448), a)  # TensorQuantizer._sanitize_export_amax
     a = np.maximum(a, CT.TINY[dt]).astype(F32)  # export_amax's clamp(min=finfo(D).tiny)
     s = (a / F32(448)).astype(F32)
-    with np.errstate(over="ignore"):
-        v = (x / s[:, None]).astype(F32)
-    return F.cast_fp8(v, "e4m3fn", overflow="satfinite"), s
+    return CT.fp8_rows(x, s, None), s
 
 
 def input_scale(amax, module):
@@ -158,9 +156,9 @@ def quantize_tensor(x, dt, scheme, name, *, g=None, in_amax=None):
         return {"weight": packed, "weight_scale": scodes,
                 "weight_scale_2": np.asarray(g, F32).reshape(())}
     if scheme == "FP8_PER_CHANNEL_PER_TOKEN":
-        q, s = fp8_channel(x, dt)
+        q, s = fp8_channel(x, dt, name)
         return {"weight": q, "weight_scale": s}
-    q, s = fp8_tensor(x, dt, m)
+    q, s = fp8_tensor(x, dt, m, name)
     out = {"weight": q, "weight_scale": np.asarray(s, F32).reshape(())}
     if in_amax is not None:
         out["input_scale"] = np.asarray(input_scale(in_amax, m), F32).reshape(())

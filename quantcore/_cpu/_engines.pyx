@@ -1,0 +1,108 @@
+# cython: language_level=3
+"""The engine checkpoint writers' FP8 weight loops (quantcore.engines).
+
+The per-element rules are in ``quantcore/include/qc_engines.h``; this module
+runs them over the rows of a C-contiguous weight given as its stored bits
+(BF16 as uint16, F32 as float32), one row per iteration of a static
+``prange`` (rows are independent: the bytes do not depend on the thread
+count):
+
+* :func:`absmax_rows` -- max |x| of each row (NaN when the row holds a NaN,
+  else inf when it holds an inf), in one pass over the stored bits;
+* :func:`fp8_rows` -- e4m3fn codes (satfinite) of ``x / s`` per row,
+  rounded to BF16 first when asked (compressed-tensors' ``r_D(x / s)``).
+"""
+import numpy as np
+
+cimport numpy as cnp
+from cython.parallel cimport prange
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t
+
+cdef extern from "qc_engines.h":
+    float qc_eng_absmax_bf16(const uint16_t *x, int64_t n) noexcept nogil
+    float qc_eng_absmax_f32(const uint32_t *x, int64_t n) noexcept nogil
+    uint8_t qc_eng_fp8(float x, float s, int round_bf16) noexcept nogil
+    void qc_eng_fp8_table(uint8_t *t) noexcept nogil
+    void qc_eng_fp8_row(const uint8_t *t, const void *x, int bf16, uint8_t *q, int64_t n,
+                        float s, int r) noexcept nogil
+
+cnp.import_array()
+
+cdef uint8_t _FP8_TABLE[65536]
+qc_eng_fp8_table(_FP8_TABLE)
+
+
+def fp8_scalar(float x, float s, bint round_bf16):
+    """``qc_eng_fp8``: the rule the table loop of :func:`fp8_rows` follows, one
+    value (for the tests)."""
+    return qc_eng_fp8(x, s, round_bf16)
+
+
+def absmax_rows(x, int nthreads):
+    """float32 [rows]: max |x| of each row of the C-contiguous 2-D ``x``
+    (uint16 BF16 bits or float32); NaN for a row with a NaN."""
+    cdef int64_t rows = x.shape[0], n = x.shape[1], r
+    out = np.zeros(rows, np.float32)
+    cdef float[::1] o = out
+    cdef const uint16_t[:, ::1] xb
+    cdef const float[:, ::1] xf
+    if rows == 0 or n == 0:
+        return out
+    cdef const void *p
+    cdef int bf16 = x.dtype == np.uint16
+    if bf16:
+        xb = x
+        p = &xb[0, 0]
+    else:
+        xf = x
+        p = &xf[0, 0]
+    if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
+        with nogil:
+            for r in range(rows):
+                o[r] = _absmax_row(p, bf16, r, n)
+    else:
+        for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
+            o[r] = _absmax_row(p, bf16, r, n)
+    return out
+
+
+cdef inline float _absmax_row(const void *p, int bf16, int64_t r, int64_t n) noexcept nogil:
+    if bf16:
+        return qc_eng_absmax_bf16(<const uint16_t *>p + r * n, n)
+    return qc_eng_absmax_f32(<const uint32_t *>p + r * n, n)
+
+
+def fp8_rows(x, const float[::1] scales, bint round_bf16, int nthreads):
+    """uint8 [rows, n]: e4m3fn codes (satfinite) of ``x / scales[row]``
+    (one scale for every row when ``scales`` has one value), rounded to
+    BF16 before the cast when ``round_bf16``; ``x`` C-contiguous 2-D uint16
+    BF16 bits or float32."""
+    cdef int64_t rows = x.shape[0], n = x.shape[1], r
+    cdef int64_t ss = 0 if scales.shape[0] == 1 else 1
+    if ss and scales.shape[0] != rows:
+        raise ValueError(f"{scales.shape[0]} scales for {rows} rows")
+    out = np.empty((rows, n), np.uint8)
+    cdef uint8_t[:, ::1] o = out
+    cdef const uint16_t[:, ::1] xb
+    cdef const float[:, ::1] xf
+    cdef int rnd = round_bf16
+    if rows == 0 or n == 0:
+        return out
+    cdef const char *p
+    cdef int64_t item = 2 if x.dtype == np.uint16 else 4
+    cdef const float *sp = &scales[0]
+    cdef uint8_t *op = &o[0, 0]
+    if item == 2:
+        xb = x
+        p = <const char *>&xb[0, 0]
+    else:
+        xf = x
+        p = <const char *>&xf[0, 0]
+    if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
+        with nogil:
+            for r in range(rows):
+                qc_eng_fp8_row(_FP8_TABLE, p + r * n * item, item == 2, op + r * n, n, sp[r * ss], rnd)
+    else:
+        for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
+            qc_eng_fp8_row(_FP8_TABLE, p + r * n * item, item == 2, op + r * n, n, sp[r * ss], rnd)
+    return out

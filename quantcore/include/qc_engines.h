@@ -1,0 +1,130 @@
+/*
+ * qc_engines.h -- the per-element rules of the engine checkpoint writers
+ * (quantcore/engines: compressed-tensors' and ModelOpt's FP8 weights), for
+ * the CPU module quantcore/_cpu/_engines.pyx.  The scales are formed in
+ * Python (quantcore/engines/compressed_tensors.py, modelopt.py); these are
+ * the loops over the elements, reading the stored BF16 / F32 bits as they
+ * are (no float32 copy of the weight):
+ *
+ *   qc_bf16_value(b)   the float32 value of BF16 bits b (b << 16)
+ *   qc_round_bf16(v)   v rounded to nearest even to BF16, as float32
+ *                      (bits + 0x7FFF + bit 16, the low 16 bits cleared:
+ *                      compressed_tensors._round_bf16, the same rule; v
+ *                      finite or +-inf)
+ *   qc_eng_fp8(x, s, r)  e4m3fn code, satfinite, of f32(x / s), rounded to
+ *                      BF16 first when r (compressed-tensors' r_D(x / s) of
+ *                      a BF16 weight; ModelOpt's FP8 per tensor)
+ *   qc_eng_absmax_*    max |x| of a row, on the bits (NaN when one is there)
+ *   qc_eng_fp8_row     qc_eng_fp8 over a row, by a table of the encode of
+ *                      every BF16 value (qc_eng_fp8_table, qc_eng_fp8_index)
+ *
+ * Numerical contract of qc_core.h: one rounding per operation, in the order
+ * written, no contraction.
+ */
+#ifndef QC_ENGINES_H
+#define QC_ENGINES_H
+
+#include "qc_formats.h"
+
+QC_HD float qc_bf16_value(uint16_t b) { return qc_from_bits((unsigned)b << 16); }
+
+QC_HD float qc_round_bf16(float v) {
+  unsigned b = qc_bits(v);
+  b = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
+  return qc_from_bits(b);
+}
+
+QC_HD unsigned char qc_eng_fp8(float x, float s, int round_bf16) {
+  float v = x / s;
+  if (round_bf16) v = qc_round_bf16(v);
+  return (unsigned char)qc_mf_encode(v, QC_FMT_E4M3FN, QC_F8_SATFINITE);
+}
+
+#ifndef __CUDACC__
+#if defined(_OPENMP) || defined(QC_HAVE_OMP_SIMD)
+#define QC_ENG_SIMD _Pragma("omp simd")
+#define QC_ENG_SIMD_MAX _Pragma("omp simd reduction(max : m)")
+#else
+#define QC_ENG_SIMD
+#define QC_ENG_SIMD_MAX
+#endif
+
+/* max |x| of n values as the largest of their bits with the sign cleared
+ * (non-negative floats order as their bits); a NaN's bits exceed inf's:
+ * NaN when one is there (else inf when one is there).  BF16: uint16 bits;
+ * float32: uint32 bits. */
+static inline float qc_eng_absmax_bf16(const uint16_t *x, int64_t n) {
+  unsigned m = 0;
+  QC_ENG_SIMD_MAX for (int64_t j = 0; j < n; j++) {
+    const unsigned a = x[j] & 0x7FFFu;
+    m = a > m ? a : m;
+  }
+  return qc_bf16_value((uint16_t)(m > 0x7F80u ? 0x7FC0u : m));
+}
+
+static inline float qc_eng_absmax_f32(const uint32_t *x, int64_t n) {
+  unsigned m = 0;
+  QC_ENG_SIMD_MAX for (int64_t j = 0; j < n; j++) {
+    const unsigned a = x[j] & 0x7FFFFFFFu;
+    m = a > m ? a : m;
+  }
+  return qc_from_bits(m > 0x7F800000u ? 0x7FC00000u : m);
+}
+
+/* The e4m3fn code (satfinite) of every BF16 value: t[b] = qc_mf_encode of
+ * qc_bf16_value(b), the table of the one encode rule. */
+static inline void qc_eng_fp8_table(uint8_t *t) {
+  for (unsigned b = 0; b < 65536u; b++)
+    t[b] = (uint8_t)qc_mf_encode(qc_bf16_value((uint16_t)b), QC_FMT_E4M3FN, QC_F8_SATFINITE);
+}
+
+/* The BF16 bits whose table entry is qc_eng_fp8(x, s, r):
+ *   r  the bits of qc_round_bf16(v): the entry is the code of that value;
+ *   !r v rounded to odd to BF16 (truncated, the last bit set when a dropped
+ *      bit is set): BF16's 8 significant bits are at least e4m3's 4 + 2, so
+ *      rounding that to nearest even on e4m3's grid (normal or subnormal)
+ *      gives v rounded to it (round-to-odd, Boldo & Melquiond 2008); the
+ *      saturation sees the same side of 448 (exact in BF16). */
+static inline unsigned qc_eng_fp8_index(float x, float s, int r) {
+  const unsigned b = qc_bits(x / s);
+  return r ? (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16
+           : (b >> 16) | (unsigned)((b & 0xFFFFu) != 0u);
+}
+
+/* qc_eng_fp8 over a row by the table, BF16 bits or float32 values */
+/* (in pieces of 256: the indices in a vectorised loop, then the lookups) */
+template <int R> static inline void qc_eng_fp8_row_bf16(const uint8_t *t, const uint16_t *x,
+                                                        uint8_t *q, int64_t n, float s) {
+  uint16_t idx[256];
+  for (int64_t j0 = 0; j0 < n; j0 += 256) {
+    const int64_t m = n - j0 < 256 ? n - j0 : 256;
+    QC_ENG_SIMD for (int64_t j = 0; j < m; j++)
+      idx[j] = (uint16_t)qc_eng_fp8_index(qc_bf16_value(x[j0 + j]), s, R);
+    for (int64_t j = 0; j < m; j++) q[j0 + j] = t[idx[j]];
+  }
+}
+
+template <int R> static inline void qc_eng_fp8_row_f32(const uint8_t *t, const float *x,
+                                                       uint8_t *q, int64_t n, float s) {
+  uint16_t idx[256];
+  for (int64_t j0 = 0; j0 < n; j0 += 256) {
+    const int64_t m = n - j0 < 256 ? n - j0 : 256;
+    QC_ENG_SIMD for (int64_t j = 0; j < m; j++)
+      idx[j] = (uint16_t)qc_eng_fp8_index(x[j0 + j], s, R);
+    for (int64_t j = 0; j < m; j++) q[j0 + j] = t[idx[j]];
+  }
+}
+
+static inline void qc_eng_fp8_row(const uint8_t *t, const void *x, int bf16, uint8_t *q,
+                                  int64_t n, float s, int r) {
+  if (bf16) {
+    if (r) qc_eng_fp8_row_bf16<1>(t, (const uint16_t *)x, q, n, s);
+    else qc_eng_fp8_row_bf16<0>(t, (const uint16_t *)x, q, n, s);
+  } else {
+    if (r) qc_eng_fp8_row_f32<1>(t, (const float *)x, q, n, s);
+    else qc_eng_fp8_row_f32<0>(t, (const float *)x, q, n, s);
+  }
+}
+#endif
+
+#endif /* QC_ENGINES_H */

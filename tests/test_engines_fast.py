@@ -1,0 +1,150 @@
+"""The engine writers' fast FP8 loops (quantcore/_cpu/_engines.pyx,
+include/qc_engines.h) against the formulas they replace, bit for bit:
+``cast_fp8(round_to(x / s, BF16))`` (compressed-tensors FP8_DYNAMIC,
+ModelOpt FP8 per tensor) and ``cast_fp8(x / s)`` (ModelOpt FP8 per
+channel), on float32 values and on stored BF16 bits; every BF16 value;
+values on and beside e4m3's ties, its subnormals and its saturation; the
+row amax with NaN / inf; the directory writer's refusal of NaN / inf in
+the bits path, by name."""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quantcore import formats as F
+from quantcore._cpu import _engines as E
+from quantcore.checkpoints import SafetensorsReader, SafetensorsWriter
+from quantcore.engines import compressed_tensors as CT
+from quantcore.engines import modelopt as MO
+
+F32 = np.float32
+
+
+def _reference(x, s, rnd):
+    """The numpy formulas (quantcore.formats' cast; compressed_tensors.round_to)."""
+    with np.errstate(over="ignore"):
+        v = (x / (s[:, None] if s.size > 1 else s[0])).astype(F32)
+    if rnd:
+        v = CT.round_to(v, "BF16")
+    return F.cast_fp8(v, "e4m3fn", overflow="satfinite")
+
+
+def _bits(x):
+    """The BF16 bits of float32 values exact in BF16."""
+    return (np.ascontiguousarray(x, F32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _tricky():
+    """e4m3fn's grid points, their midpoints and a float32 ulp either side,
+    both signs, over the subnormals, the normals and past 448 / 464."""
+    grid = np.unique(np.abs(F.fp8_decode(np.arange(256, dtype=np.uint8), "e4m3fn")))
+    grid = grid[np.isfinite(grid)].astype(F32)
+    mids = ((grid[1:] + grid[:-1]) / 2).astype(F32)
+    pts = np.concatenate([grid, mids, [F32(464), F32(480), F32(1e6), F32(2.0 ** -10),
+                                       F32(2.0 ** -11), F32(1e-30), F32(1e-40)]]).astype(F32)
+    near = np.concatenate([pts, np.nextafter(pts, F32(np.inf)), np.nextafter(pts, F32(0))])
+    return np.concatenate([near, -near]).astype(F32)
+
+
+@pytest.mark.parametrize("rnd", [True, False])
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_ties_subnormals_and_saturation(rnd, nthreads):
+    v = _tricky()
+    v = v[: v.size // 8 * 8].reshape(8, -1)
+    s = np.ones(1, F32)
+    assert np.array_equal(E.fp8_rows(v, s, rnd, nthreads), _reference(v, s, rnd))
+
+
+@pytest.mark.parametrize("rnd", [True, False])
+def test_every_bf16_value(rnd):
+    b = np.arange(65536, dtype=np.uint32)
+    rows = b[(b & 0x7F80) != 0x7F80].astype(np.uint16).reshape(-1, 256)  # the finite ones
+    xr = (rows.astype(np.uint32) << 16).view(F32)
+    for s in (F32(1), F32(0.0078125), F32(3.1e-5), F32(1.7e3), F32(0.3)):
+        sv = np.full(1, s, F32)
+        ref = _reference(xr, sv, rnd)
+        assert np.array_equal(E.fp8_rows(rows, sv, rnd, 1), ref)
+        assert np.array_equal(E.fp8_rows(xr, sv, rnd, 2), ref)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 9), cols=st.integers(1, 700), log_spread=st.integers(-30, 30),
+       seed=st.integers(0, 2**32 - 1), bf16=st.booleans(), rnd=st.booleans(),
+       per_row=st.booleans())
+def test_rows_match_the_numpy_formulas(rows, cols, log_spread, seed, bf16, rnd, per_row):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, cols)) * 2.0 ** log_spread).astype(F32)
+    if bf16:
+        x = CT.round_to(x, "BF16")
+    a = np.abs(x).max(axis=1)
+    s = (np.maximum(a, F32(1e-30)) / F32(rng.choice([448, 400, 1]))).astype(F32)
+    s = s if per_row else s[:1]
+    ref = _reference(x, s, rnd)
+    assert np.array_equal(E.fp8_rows(x, s, rnd, 1), ref)
+    assert np.array_equal(E.fp8_rows(x, s, rnd, 2), ref)
+    if bf16:
+        assert np.array_equal(E.fp8_rows(_bits(x), s, rnd, 2), ref)
+
+
+def test_the_scalar_rule_is_the_table_loop():
+    v = _tricky()
+    for rnd in (True, False):
+        want = _reference(v.reshape(1, -1), np.ones(1, F32), rnd).reshape(-1)
+        assert [E.fp8_scalar(float(t), 1.0, rnd) for t in v] == want.tolist()
+
+
+def test_row_amax_on_bits_and_values():
+    x = np.array([[0.5, -3.0, 2.0], [-0.0, 0.0, -0.0], [1.0, np.inf, 2.0], [np.nan, 1.0, -np.inf],
+                  [-np.inf, 1.0, 2.0]], F32)
+    for w, nt in ((x, 1), (x, 2), (_bits(x), 1), (_bits(x), 2)):
+        a = E.absmax_rows(np.ascontiguousarray(w), nt)
+        assert a[:2].tolist() == [3.0, 0.0] and np.signbit(a[1]) == False  # noqa: E712
+        assert a[2] == np.inf and np.isnan(a[3]) and a[4] == np.inf
+    with pytest.raises(ValueError, match="tensor 'w' holds NaN or inf"):
+        CT.row_absmax(x, "w")
+
+
+@pytest.mark.parametrize("dt", ["BF16", "F16", "F32"])
+def test_fp8_weights_equal_the_numpy_path(dt):
+    """compressed-tensors' and ModelOpt's FP8 weights (the fast loops) equal
+    the numpy formulas they replaced, per dtype."""
+    x = CT.round_to((np.random.default_rng(3).standard_normal((40, 96)) * 0.05).astype(F32), dt)
+    x[3] = 0
+    s = CT._scale(np.abs(x).max(axis=1), 448, dt)
+    with np.errstate(over="ignore"):
+        v = CT.round_to((x / s[:, None]).astype(F32), dt)
+    q, s2 = CT.fp8_channel(x, dt)
+    assert np.array_equal(q, F.cast_fp8(v, "e4m3fn", overflow="satfinite"))
+    assert np.array_equal(s, s2)
+    if dt == "BF16":
+        assert np.array_equal(CT.fp8_channel(_bits(x), dt)[0], q)
+    q, s = MO.fp8_channel(x, dt)
+    assert np.array_equal(q, F.cast_fp8((x / s[:, None]).astype(F32), "e4m3fn",
+                                        overflow="satfinite"))
+    q, s = MO.fp8_tensor(x, dt)
+    assert np.array_equal(q, F.cast_fp8(CT.round_to((x / s).astype(F32), dt), "e4m3fn",
+                                        overflow="satfinite"))
+
+
+@pytest.mark.parametrize("fmt,scheme", [("compressed-tensors", "FP8_DYNAMIC"),
+                                        ("modelopt", "FP8_PER_CHANNEL_PER_TOKEN")])
+def test_nan_or_inf_weights_are_refused_by_name_on_the_bits_path(tmp_path, fmt, scheme):
+    from quantcore import engines
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "config.json").write_text('{"model_type": "llama"}')
+    bad = "model.layers.0.mlp.up_proj.weight"
+    names = ["model.layers.0.self_attn.o_proj.weight", bad]
+    x = np.ones((16, 32), F32)
+    with SafetensorsWriter(src / "model.safetensors", [(n, "BF16", (16, 32)) for n in names]) as w:
+        w.write(names[0], _bits(x))
+        y = _bits(x)
+        y[2, 5] = 0x7FC0  # NaN
+        w.write(bad, y)
+    with SafetensorsReader(src / "model.safetensors") as r:
+        assert r.info(bad) == ("BF16", (16, 32))
+    with pytest.raises(ValueError, match=f"tensor {bad!r} holds NaN or inf"):
+        engines.quantize_model(src, tmp_path / "out", scheme, fmt=fmt)
+    assert sorted(os.listdir(tmp_path)) == ["src"]
