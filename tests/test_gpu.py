@@ -128,7 +128,7 @@ def layout(shape, axis):
 
 def all_affine_modes():
     modes = []
-    for rnd in (0, 1, 2):
+    for rnd in ops.ROUNDING.values():  # every mode of the extension's table
         for zpb in (0, ops.ZP_BEFORE):
             for div in (0, ops.DIVIDE):
                 for nf in (ops.NF_PROPAGATE, ops.NF_NAN_TO_QMIN, ops.NF_INT64):

@@ -161,6 +161,10 @@ CASES.update({
                                                                recipe="hqq"),
     "nvfp4_fake_quant_modelopt": lambda xp, x: qc.nvfp4_fake_quant(xp.nan_to_num(x)),
 })
+# every FP8 format of the table (formats.FP8_FORMATS): a new format gets its
+# encode / decode parity case with no edit here
+CASES.update({f"fp8_cast_decode_{f}": (lambda f: lambda xp, x: qc.fp8_decode(
+    qc.cast_fp8(x, f, overflow="nonsat", nan="ml_dtypes"), f))(f) for f in qc.formats.FP8_FORMATS})
 
 
 def _nan_inf_block(xp, x):

@@ -15,8 +15,8 @@ import quantcore as qc
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
-_FORMATS = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
-            "e4m3fnuz": ml_dtypes.float8_e4m3fnuz, "e5m2fnuz": ml_dtypes.float8_e5m2fnuz}
+#: ml_dtypes' dtype of every FP8 format of the table (formats._common.MINIFLOATS)
+_FORMATS = {name: getattr(ml_dtypes, "float8_" + name) for name in qc.formats.FP8_FORMATS}
 
 
 def _near_ties(fmt):

@@ -3,8 +3,8 @@
 template of ``include/qc_formats.h``; this module validates arguments and
 computes the per-tensor / per-channel scales (a few values).
 
-FP8 formats: :data:`FP8_FORMATS` (``"e4m3fn"``, ``"e5m2"``, ``"e4m3fnuz"``,
-``"e5m2fnuz"``, also with a ``"float8_"`` prefix).  Codes are uint8 (the raw
+FP8 formats: the names of :data:`FP8_FORMATS` (the ``"cast"`` rows of
+``formats._common.MINIFLOATS``), also with a ``"float8_"`` prefix.  Codes are uint8 (the raw
 bits; view them as an ``ml_dtypes`` float8 dtype on the CPU if wanted).
 """
 import numpy as np
