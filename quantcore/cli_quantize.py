@@ -132,8 +132,9 @@ def add_parser(sub, formatter=None):
     p.add_argument("file", metavar="FILE", help="input .safetensors, or a model directory")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="output .safetensors "
                                                                         "(or directory)")
-    p.add_argument("--format", choices=FORMATS + ENGINE_FORMATS, default=None,
-                   help="default int4 (a model directory: compressed-tensors)")
+    p.add_argument("--format", choices=FORMATS + ENGINE_FORMATS + ("gguf",), default=None,
+                   help="default int4 (a model directory: compressed-tensors; gguf: a "
+                        "llama.cpp GGUF file of a model directory, --type)")
     p.add_argument("--group-size", type=int, default=None, metavar="G",
                    help=f"int4 / int8 only: values per group along the input dimension "
                         f"(default {DEFAULT_GROUP_SIZE}; MX blocks are 32, NVFP4 16, FP8 one "
@@ -150,6 +151,8 @@ def add_parser(sub, formatter=None):
                    "their kind (default: the 2-D weight matrices but embeddings)")
     add_quiet(p)
     engine_cli.add_arguments(p)
+    from .engines import gguf_cli
+    gguf_cli.add_arguments(p)
     p.set_defaults(run=run)
     d = sub.add_parser(
         "dequantize", help="read a 'quantcore quantize' output back to float32",
@@ -402,7 +405,11 @@ def open_checkpoint(path):
 def run(args):
     """The ``quantize`` command; returns the exit status."""
     from .cli_files import check_writable as _check_writable
-    from .engines import cli as engine_cli
+    from .engines import cli as engine_cli, gguf_cli
+    if args.format == "gguf":  # a model directory to a GGUF file
+        return gguf_cli.run(args)
+    if args.gguf_type is not None or args.tokenizer_pre is not None:
+        raise _error("--type / --tokenizer-pre apply to --format gguf only")
     if engine_cli.settle(args):  # a model directory: quantcore.engines
         return engine_cli.run(args)
     _settle_options(args)
@@ -653,7 +660,9 @@ def _dequantize_one(reader, name, shape, fmt, recipe, sym, group):
 def run_dequantize(args):
     """The ``dequantize`` command."""
     from .cli_files import check_writable as _check_writable
-    from .engines import cli as engine_cli
+    from .engines import cli as engine_cli, gguf_cli
+    if args.file.endswith(".gguf"):  # a GGUF file
+        return gguf_cli.run_dequantize(args)
     if engine_cli.is_model_dir(args.file):  # quantcore.engines
         return engine_cli.run_dequantize(args)
     if not args.output.endswith(".safetensors"):

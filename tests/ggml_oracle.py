@@ -253,5 +253,89 @@ def get():
     return _ORACLE[0]
 
 
+# -- llama.cpp's converter (convert_hf_to_gguf.py) as the oracle of GGUF files --
+#: what of the sdist the converter needs (its vendored gguf-py first on sys.path)
+CONVERTER_PARTS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/gguf/")
+#: run in a subprocess: two patches, each what the converter does where the
+#: test's tiny model differs from a released one: a tokenizer.model missing is
+#: FileNotFoundError before sentencepiece is imported (it is not installed
+#: here; with it the converter raises the same), and the tiny BPE tokenizer's
+#: probe hash, which no released model has, is named (QC_TOKENIZER_PRE)
+_CONVERTER_MAIN = r"""
+import os, runpy, sys
+root = sys.argv.pop(1)
+sys.path[:0] = [os.path.join(root, "gguf-py"), root]
+import conversion.base as B
+pre = os.environ.get("QC_TOKENIZER_PRE")
+if pre:
+    B.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
+_spm = B.TextModel._create_vocab_sentencepiece
+def _create_vocab_sentencepiece(self):
+    if not (self.dir_model / "tokenizer.model").is_file():
+        raise FileNotFoundError(f"File not found: {self.dir_model / 'tokenizer.model'}")
+    return _spm(self)
+B.TextModel._create_vocab_sentencepiece = _create_vocab_sentencepiece
+jobs = sys.argv[1:]
+for model, outtype, outfile in zip(jobs[::3], jobs[1::3], jobs[2::3]):  # torch imported once
+    sys.argv = [os.path.join(root, "convert_hf_to_gguf.py"), model, "--outtype", outtype,
+                "--outfile", outfile]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def converter_dir():
+    """The sdist's converter, extracted once into build/ggml-oracle/converter-<version>/."""
+    out = os.path.join(ROOT, "build", "ggml-oracle", f"converter-{SDIST_VERSION}")
+    if os.path.exists(os.path.join(out, "convert_hf_to_gguf.py")):
+        main = os.path.join(out, "qc_main.py")
+        with open(main) as fh:
+            if fh.read() != _CONVERTER_MAIN:  # the wrapper of an older checkout
+                with open(main + f".tmp{os.getpid()}", "w") as fo:
+                    fo.write(_CONVERTER_MAIN)
+                os.replace(main + f".tmp{os.getpid()}", main)
+        return out
+    tmp = out + f".tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(_sdist_bytes()), mode="r:gz") as tar:
+            for member in tar:
+                rel = member.name[len(PREFIX):] if member.name.startswith(PREFIX) else None
+                if rel and member.isfile() and rel.startswith(CONVERTER_PARTS):
+                    dest = os.path.join(tmp, rel)
+                    os.makedirs(os.path.dirname(dest), exist_ok=True)
+                    with open(dest, "wb") as fh:
+                        fh.write(tar.extractfile(member).read())
+        with open(os.path.join(tmp, "qc_main.py"), "w") as fh:
+            fh.write(_CONVERTER_MAIN)
+        if not os.path.exists(os.path.join(tmp, "convert_hf_to_gguf.py")):
+            raise RuntimeError("ggml oracle: the sdist lacks convert_hf_to_gguf.py")
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process extracted it meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def convert_hf(jobs, tokenizer_pre=None):
+    """Run the sdist's ``convert_hf_to_gguf.py MODEL_DIR --outtype T --outfile
+    F`` for each ``(MODEL_DIR, T, F)`` of ``jobs`` (one subprocess of this
+    Python); raise with its output on failure."""
+    root = converter_dir()
+    env = dict(os.environ)
+    if tokenizer_pre:
+        env["QC_TOKENIZER_PRE"] = tokenizer_pre
+    args = [os.fspath(a) for job in jobs for a in job]
+    res = subprocess.run([sys.executable, os.path.join(root, "qc_main.py"), root] + args,
+                         capture_output=True, text=True, env=env)
+    if res.returncode:
+        raise RuntimeError(f"convert_hf_to_gguf.py failed:\n{res.stdout[-2000:]}"
+                           f"{res.stderr[-4000:]}")
+    return [f for _, _, f in jobs]
+
+
 if __name__ == "__main__":
     print(build())

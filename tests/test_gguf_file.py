@@ -1,0 +1,308 @@
+"""GGUF files from a Hugging Face directory (issue 39, files part):
+quantcore.engines.gguf_file against llama.cpp's own converter
+(convert_hf_to_gguf.py of the llama-cpp-python 0.3.36 sdist, run by
+tests/ggml_oracle.convert_hf: the whole files' bytes), the mixes' type
+tables against llama-quant.cpp's rules (written out below from the source),
+each quantized tensor against gguf_quantize of the converter's F32 tensor,
+dequantize, and bad input."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+torch = pytest.importorskip("torch")
+
+from quantcore.checkpoints import SafetensorsReader  # noqa: E402
+from quantcore.cli import main  # noqa: E402
+from quantcore.engines import gguf_file as GF  # noqa: E402
+from quantcore.gguf import gguf_dequantize, gguf_quantize, mixes  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+import ggml_oracle  # noqa: E402
+
+#: the tiny tokenizer's probe hash is no released model's: named for both sides
+PRE = "qwen2"
+
+
+def _tiny(kind, path, hidden=256, layers=2, tie=False):
+    """A random transformers model saved with a byte-level BPE tokenizer."""
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=290, special_tokens=["<|endoftext|>", "<|im_start|>",
+                                                             "<|im_end|>"],
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                             show_progress=False)
+    tok.train_from_iterator(["hello world the quick brown fox jumps over the lazy dog"] * 50, tr)
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>",
+                                         eos_token="<|im_end|>").save_pretrained(path)
+    torch.manual_seed(0)
+    common = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=300,
+                  max_position_embeddings=64, tie_word_embeddings=tie)
+    if kind == "qwen3":
+        cfg, cls = (transformers.Qwen3Config(head_dim=hidden // 4, **common),
+                    transformers.Qwen3ForCausalLM)
+    else:
+        cfg, cls = transformers.LlamaConfig(**common), transformers.LlamaForCausalLM
+    cfg.architectures = [cls.__name__]
+    model = cls(cfg).to(torch.bfloat16)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    model.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gguf_models")
+    return {k: _tiny(k, root / k) for k in ("llama", "qwen3")}
+
+
+@pytest.fixture(scope="module")
+def converted(models, tmp_path_factory):
+    """{(model, outtype): path} of the converter's files (skip without the sdist)."""
+    root = tmp_path_factory.mktemp("gguf_converted")
+    try:
+        ggml_oracle.converter_dir()
+    except Exception:
+        if os.environ.get("QC_REQUIRE_ORACLES") == "1":
+            raise
+        pytest.skip("llama.cpp's converter (llama-cpp-python sdist) not available")
+    out = {(kind, t): str(root / f"{kind}_{t}.gguf") for kind in models
+           for t in ("f32", "f16", "q8_0")}
+    ggml_oracle.convert_hf([(models[k], t, f) for (k, t), f in out.items()], tokenizer_pre=PRE)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+@pytest.mark.parametrize("outtype", ["f32", "f16", "q8_0"])
+def test_file_equals_converter(models, converted, kind, outtype, tmp_path):
+    """The whole file, bytes for bytes: key/values and their order, tensor
+    names, order, shapes, types, data (Llama's q / k permuted)."""
+    ours = tmp_path / "ours.gguf"
+    rep = GF.write_gguf(models[kind], ours, outtype.upper(), tokenizer_pre=PRE)
+    ref = open(converted[(kind, outtype)], "rb").read()
+    got = ours.read_bytes()
+    if got != ref:  # say where
+        a, b = gguf.GGUFReader(converted[(kind, outtype)]), gguf.GGUFReader(ours)
+        assert list(a.fields) == list(b.fields)
+        assert [(t.name, t.tensor_type.name) for t in a.tensors] == \
+            [(t.name, t.tensor_type.name) for t in b.tensors]
+    assert got == ref
+    assert rep["bytes_out"] == len(ref)
+
+
+# llama-quant.cpp's rules written out for an 8-layer model (use_more_bits(i, 8):
+# i < 1 or i >= 7 or (i - 1) % 3 == 2 -> layers 0, 3, 6, 7; llama_tensor_get_type_impl
+# lines 490-505 (output), 589-593 (attn_v), 630-647 (ffn_down); Q4_K_S: attn_v < 4,
+# ffn_down < n/8)
+_MORE = {0, 3, 6, 7}
+_TABLE = {
+    "Q4_K_M": lambda cat, i: "Q6_K" if cat in ("attn_v", "ffn_down") and i in _MORE else "Q4_K",
+    "Q5_K_M": lambda cat, i: "Q6_K" if cat in ("attn_v", "ffn_down") and i in _MORE else "Q5_K",
+    "Q4_K_S": lambda cat, i: ("Q5_K" if (cat == "attn_v" and i < 4) or
+                              (cat == "ffn_down" and i < 1) else "Q4_K"),
+    "Q6_K": lambda cat, i: "Q6_K",
+    "Q8_0": lambda cat, i: "Q8_0",
+}
+_BLOCK = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+
+
+def _tensors(n_layer, row=256, tied=False):
+    t = [("token_embd.weight", (300, row)), ("output_norm.weight", (row,))]
+    if not tied:
+        t.append(("output.weight", (300, row)))
+    for i in range(n_layer):
+        t += [(f"blk.{i}.{k}.weight", (row, row)) for k in _BLOCK]
+        t += [(f"blk.{i}.attn_norm.weight", (row,)), (f"blk.{i}.ffn_norm.weight", (row,))]
+    return t
+
+
+@pytest.mark.parametrize("mix", list(_TABLE))
+def test_mix_types_table(mix):
+    cfg = {"num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2}
+    got = mixes.tensor_types("llama", _tensors(8), mix, cfg)
+    want = {"token_embd.weight": mixes.DEFAULT_TYPES[mix], "output_norm.weight": "F32",
+            "output.weight": "Q8_0" if mix == "Q8_0" else "Q6_K"}
+    for i in range(8):
+        want.update({f"blk.{i}.{k}.weight": _TABLE[mix](k, i) for k in _BLOCK})
+        want.update({f"blk.{i}.attn_norm.weight": "F32", f"blk.{i}.ffn_norm.weight": "F32"})
+    assert got == want
+    # tied embeddings: token_embd takes output's rule (line 490)
+    tied = mixes.tensor_types("llama", _tensors(8, tied=True), mix, cfg)
+    assert tied["token_embd.weight"] == want["output.weight"]
+
+
+def test_mix_fallbacks_and_70b():
+    """tensor_type_fallback (lines 390-444): a row of 64 is no multiple of
+    256: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, output Q8_0 (line 496);
+    a row of 48 neither of 32: F16.  LLM_TYPE_70B (line 1456: llama, 80
+    layers, GQA): attn_v left at Q4_K becomes Q5_K (line 593)."""
+    cfg = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
+    for mix, fb in (("Q4_K_S", "Q5_0"), ("Q5_K_M", "Q5_1"), ("Q6_K", "Q8_0")):
+        got = mixes.tensor_types("llama", _tensors(2, row=64), mix, cfg)
+        assert got["blk.0.attn_q.weight"] == fb
+        assert got["output.weight"] == "Q8_0"
+        assert mixes.tensor_types("llama", _tensors(2, row=48), mix,
+                                  cfg)["blk.0.attn_q.weight"] == "F16"
+    cfg80 = {"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8}
+    t = _tensors(80, row=256)
+    got = mixes.tensor_types("llama", t, "Q4_K_M", cfg80)
+    # (use_more_bits(20, 80) is false: 20 >= 10, 20 < 70, (20 - 10) % 3 == 1)
+    assert got["blk.20.attn_v.weight"] == "Q5_K" and got["blk.20.attn_q.weight"] == "Q4_K"
+    assert got["blk.1.attn_v.weight"] == "Q6_K"
+    assert mixes.tensor_types("qwen2", t, "Q4_K_M", cfg80)["blk.20.attn_v.weight"] == "Q4_K"
+    assert mixes.quantize_order(["blk.10.a", "output.weight", "blk.2.b", "blk.2.a"]) == \
+        ["output.weight", "blk.2.a", "blk.2.b", "blk.10.a"]
+
+
+def _f32_tensors(path):
+    r = gguf.GGUFReader(path)
+    return {t.name: np.array(t.data, np.float32).reshape(
+        [int(n) for n in reversed([int(x) for x in t.shape])]) for t in r.tensors}
+
+
+@pytest.mark.parametrize("kind,mix", [("llama", "Q4_K_M"), ("qwen3", "Q4_K_S"),
+                                      ("llama", "Q5_K_M"), ("qwen3", "Q6_K")])
+def test_mix_bytes(models, converted, kind, mix, tmp_path):
+    """Each tensor's bytes == gguf_quantize of the converter's F32 tensor
+    with the type of the table; the key/values are the F32 file's with
+    general.quantization_version and general.file_type moved last
+    (llama-quant.cpp 1024-1026), the tensors in weights_map order."""
+    ours = tmp_path / "mix.gguf"
+    rep = GF.write_gguf(models[kind], ours, mix, tokenizer_pre=PRE)
+    src = _f32_tensors(converted[(kind, "f32")])
+    f32 = gguf.GGUFReader(converted[(kind, "f32")])
+    r = gguf.GGUFReader(ours)
+    assert [t.name for t in r.tensors] == mixes.quantize_order(list(src))
+    cfg = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
+    table = mixes.tensor_types(kind, [(n, a.shape) for n, a in src.items()], mix, cfg)
+    assert rep["tensors"] == table
+    for t in r.tensors:
+        assert t.tensor_type.name == table[t.name]
+        if table[t.name] == "F32":
+            assert np.array_equal(np.array(t.data), src[t.name].reshape(t.data.shape))
+        else:
+            assert bytes(t.data) == gguf_quantize(src[t.name], table[t.name]), t.name
+    keys = [k for k in f32.fields if not k.startswith("GGUF.")]
+    moved = ["general.quantization_version", "general.file_type"]
+    assert [k for k in r.fields if not k.startswith("GGUF.")] == \
+        [k for k in keys if k not in moved] + moved
+    assert r.fields["general.file_type"].contents() == GF.FILE_TYPES[mix]
+    for k in keys:
+        if k not in moved:
+            assert r.fields[k].contents() == f32.fields[k].contents(), k
+
+
+def test_small_rows_fall_back(tmp_path):
+    """hidden 64: every K-quant falls back as llama-quantize does; the file
+    reads back (dequantize) to the fallback types' values."""
+    d = _tiny("qwen3", tmp_path / "small", hidden=64)
+    out = tmp_path / "small.gguf"
+    rep = GF.write_gguf(d, out, "Q4_K_M", tokenizer_pre=PRE)
+    assert rep["tensors"]["blk.0.attn_q.weight"] == "Q5_0"
+    assert rep["tensors"]["output.weight"] == "Q8_0"
+    tensors, kv = GF.read_gguf(out)
+    assert kv["general.architecture"] == "qwen3"
+    with SafetensorsReader(os.path.join(d, "model.safetensors")) as r:
+        w = r.float32("model.layers.0.self_attn.q_proj.weight")
+    q = gguf_quantize(w, "Q5_0")
+    assert np.array_equal(tensors["blk.0.attn_q.weight"], gguf_dequantize(q, "Q5_0", w.shape))
+
+
+def _cli(capsys, *args):
+    """(exit status, stderr) of ``quantcore ARGS`` run in this process."""
+    code = main([str(a) for a in args])
+    return code, capsys.readouterr().err
+
+
+def test_cli_quantize_and_dequantize(models, tmp_path, capsys):
+    out = tmp_path / "m.gguf"
+    code, err = _cli(capsys, "quantize", models["llama"], "--format", "gguf", "--type",
+                     "Q8_0", "--tokenizer-pre", PRE, "-o", out)
+    assert code == 0, err
+    ref = tmp_path / "ref.gguf"
+    GF.write_gguf(models["llama"], ref, "Q8_0", tokenizer_pre=PRE)
+    assert out.read_bytes() == ref.read_bytes()
+    back = tmp_path / "back.safetensors"
+    code, err = _cli(capsys, "dequantize", out, "-o", back)
+    assert code == 0, err
+    r = gguf.GGUFReader(out)
+    with SafetensorsReader(back) as sr:
+        for t in r.tensors:
+            a = sr.float32(t.name)
+            if t.tensor_type.name == "Q8_0":
+                assert np.array_equal(a.reshape(-1, a.shape[-1]), gguf_dequantize(
+                    bytes(t.data), "Q8_0", (a.size // a.shape[-1], a.shape[-1])))
+            else:
+                assert np.array_equal(a.ravel(), np.array(t.data, np.float32).ravel())
+    # bad input on the command line: type not in the table, --type without gguf
+    code, err = _cli(capsys, "quantize", models["llama"], "--format", "gguf", "--type",
+                     "Q3_K_L", "-o", out)
+    assert code == 2 and "Q3_K_L" in err
+    code, err = _cli(capsys, "quantize", models["llama"], "--type", "Q8_0", "-o",
+                     tmp_path / "x")
+    assert code == 2 and "--format gguf only" in err
+    code, err = _cli(capsys, "quantize", models["llama"], "--format", "gguf", "-o",
+                     tmp_path / "x.safetensors")
+    assert code == 2 and ".gguf" in err
+
+
+def test_bad_input(models, tmp_path):
+    d = models["llama"]
+    with pytest.raises(GF.GGUFFileError, match="Q3_K_L"):
+        GF.write_gguf(d, tmp_path / "a.gguf", "Q3_K_L")
+    with pytest.raises(GF.GGUFFileError, match="BPE pre-tokenizer"):
+        GF.write_gguf(d, tmp_path / "a.gguf", "F16")
+    with pytest.raises(ValueError, match="is the input file"):
+        GF.write_gguf(d, os.path.join(d, "model.safetensors"), "F16", tokenizer_pre=PRE)
+    # an architecture not supported, named
+    import json
+    import shutil
+    other = tmp_path / "gpt2"
+    shutil.copytree(d, other)
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["architectures"] = ["GPT2LMHeadModel"]
+    (other / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(GF.GGUFFileError, match="GPT2LMHeadModel"):
+        GF.write_gguf(other, tmp_path / "a.gguf", "F16", tokenizer_pre=PRE)
+    assert sorted(os.listdir(tmp_path)) == ["gpt2"]
+    # a failure while writing leaves nothing behind (nor a previous file changed)
+    (tmp_path / "b.gguf").write_bytes(b"old")
+    orig = GF._tensor
+
+    def boom(*a):
+        raise OSError(28, "No space left on device")
+    GF._tensor = boom
+    try:
+        with pytest.raises(OSError):
+            GF.write_gguf(d, tmp_path / "b.gguf", "Q4_K_M", tokenizer_pre=PRE)
+    finally:
+        GF._tensor = orig
+    assert sorted(os.listdir(tmp_path)) == ["b.gguf", "gpt2"]
+    assert (tmp_path / "b.gguf").read_bytes() == b"old"
+
+
+def test_malformed_gguf(models, tmp_path, capsys):
+    good = tmp_path / "good.gguf"
+    GF.write_gguf(models["qwen3"], good, "Q8_0", tokenizer_pre=PRE)
+    data = good.read_bytes()
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUX" + data[4:])
+    with pytest.raises(GF.GGUFFileError, match="magic"):
+        GF.read_gguf(bad)
+    bad.write_bytes(data[:len(data) // 2])
+    with pytest.raises(GF.GGUFFileError):
+        GF.read_gguf(bad)
+    bad.write_bytes(data[:100])
+    with pytest.raises(GF.GGUFFileError):
+        GF.read_gguf(bad)
+    code, err = _cli(capsys, "dequantize", bad, "-o", tmp_path / "x.safetensors")
+    assert code == 2 and "bad.gguf" in err
