@@ -48,6 +48,8 @@ def _tiny(kind, path, hidden=256, layers=2, tie=False):
     if kind == "qwen3":
         cfg, cls = (transformers.Qwen3Config(head_dim=hidden // 4, **common),
                     transformers.Qwen3ForCausalLM)
+    elif kind == "qwen2":  # (q / k / v biases)
+        cfg, cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
     else:
         cfg, cls = transformers.LlamaConfig(**common), transformers.LlamaForCausalLM
     cfg.architectures = [cls.__name__]
@@ -62,7 +64,7 @@ def _tiny(kind, path, hidden=256, layers=2, tie=False):
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("gguf_models")
-    return {k: _tiny(k, root / k) for k in ("llama", "qwen3")}
+    return {k: _tiny(k, root / k) for k in ("llama", "qwen3", "qwen2")}
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +78,14 @@ def converted(models, tmp_path_factory):
             raise
         pytest.skip("llama.cpp's converter (llama-cpp-python sdist) not available")
     out = {(kind, t): str(root / f"{kind}_{t}.gguf") for kind in models
-           for t in ("f32", "f16", "q8_0")}
+           for t in (("f32", "f16", "q8_0") if kind != "qwen2" else ("q8_0",))}
     ggml_oracle.convert_hf([(models[k], t, f) for (k, t), f in out.items()], tokenizer_pre=PRE)
     return out
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen3"])
-@pytest.mark.parametrize("outtype", ["f32", "f16", "q8_0"])
+@pytest.mark.parametrize("kind,outtype", [(k, t) for k in ("llama", "qwen3")
+                                           for t in ("f32", "f16", "q8_0")] +
+                         [("qwen2", "q8_0")])
 def test_file_equals_converter(models, converted, kind, outtype, tmp_path):
     """The whole file, bytes for bytes: key/values and their order, tensor
     names, order, shapes, types, data (Llama's q / k permuted)."""
