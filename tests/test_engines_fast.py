@@ -148,3 +148,64 @@ def test_nan_or_inf_weights_are_refused_by_name_on_the_bits_path(tmp_path, fmt, 
     with pytest.raises(ValueError, match=f"tensor {bad!r} holds NaN or inf"):
         engines.quantize_model(src, tmp_path / "out", scheme, fmt=fmt)
     assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def _fp4_reference(x, d, group, rnd):
+    rows, k = x.shape
+    with np.errstate(over="ignore"):
+        v = (x.reshape(rows, k // group, group) / d[..., None]).astype(F32)
+    if rnd:
+        v = CT.round_to(v, "BF16")
+    return F.pack_int4(CT.e2m1_codes(v).reshape(rows, k))
+
+
+def _e2m1_tricky():
+    """compressed-tensors' e2m1 thresholds and grid, a float32 ulp either
+    side, both signs, zeros, tiny and huge values (a multiple of 32)."""
+    pts = np.array([e for e, _ in CT._E2M1_UP] + list(CT.E2M1_VALUES) + [7, 1e-30, 1e30],
+                   F32)
+    near = np.concatenate([pts, np.nextafter(pts, F32(np.inf)), np.nextafter(pts, F32(0))])
+    v = np.concatenate([near, -near, [F32(-0.0)]]).astype(F32)
+    return np.resize(v, (v.size + 31) // 32 * 32)
+
+
+@pytest.mark.parametrize("rnd", [True, False])
+@pytest.mark.parametrize("group", [16, 32])
+def test_fp4_rows_ties_and_every_bf16_value(rnd, group):
+    table = CT.e2m1_codes((np.arange(65536, dtype=np.uint32) << 16).view(F32))
+    v = _e2m1_tricky().reshape(1, -1)
+    d = np.ones((1, v.shape[1] // group), F32)
+    for nt in (1, 2):
+        assert np.array_equal(E.fp4_rows(v, d, group, table, rnd, nt),
+                              _fp4_reference(v, d, group, rnd))
+    b = np.arange(65536, dtype=np.uint32)
+    rows = b[(b & 0x7F80) != 0x7F80].astype(np.uint16).reshape(-1, 256)
+    xr = (rows.astype(np.uint32) << 16).view(F32)
+    d = np.random.default_rng(1).choice(np.array([1, 0.5, 3e-3, 7.25, 1e-20, 3e20], F32),
+                                        (rows.shape[0], 256 // group)).astype(F32)
+    ref = _fp4_reference(xr, d, group, rnd)
+    assert np.array_equal(E.fp4_rows(rows, d, group, table, rnd, 1), ref)
+    assert np.array_equal(E.fp4_rows(xr, d, group, table, rnd, 2), ref)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dt=st.sampled_from(["BF16", "F16", "F32"]), rows=st.integers(1, 7),
+       groups=st.integers(1, 9), log_spread=st.integers(-12, 10), seed=st.integers(0, 2**32 - 1))
+def test_fp4_weights_equal_the_numpy_path(dt, rows, groups, log_spread, seed):
+    """NVFP4A16's and MXFP4's weights (the table loop) equal the numpy
+    formulas they replaced."""
+    rng = np.random.default_rng(seed)
+    x = CT.round_to((rng.standard_normal((rows, 32 * groups)) * 2.0 ** log_spread).astype(F32),
+                    dt)
+    g = CT.nvfp4_global_scale(np.abs(x).max(), dt)
+    packed, scodes, t = CT.nvfp4(x, dt, g)
+    assert np.array_equal(packed, _fp4_reference(x, t, 16, False))
+    if dt == "BF16":
+        assert np.array_equal(CT.nvfp4(_bits(x), dt, g)[0], packed)
+    packed, e = CT.mxfp4(x, dt)
+    _, s = CT.mx_exponents(np.abs(x.reshape(rows, groups, 32)).max(axis=-1), dt)
+    with np.errstate(over="ignore"):
+        v = CT.round_to((x.reshape(rows, groups, 32) / s[..., None]).astype(F32), dt)
+    assert np.array_equal(packed, F.pack_int4(CT.e2m1_codes(v).reshape(x.shape)))
+    if dt == "BF16":
+        assert np.array_equal(CT.mxfp4(_bits(x), dt)[0], packed)

@@ -25,6 +25,8 @@ cdef extern from "qc_engines.h":
     void qc_eng_fp8_table(uint8_t *t) noexcept nogil
     void qc_eng_fp8_row(const uint8_t *t, const void *x, int bf16, uint8_t *q, int64_t n,
                         float s, int r) noexcept nogil
+    void qc_eng_fp4_rows(const uint8_t *t, const void *x, int bf16, uint8_t *q, int64_t n,
+                         const float *d, int gshift, int r) noexcept nogil
 
 cnp.import_array()
 
@@ -105,4 +107,48 @@ def fp8_rows(x, const float[::1] scales, bint round_bf16, int nthreads):
     else:
         for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
             qc_eng_fp8_row(_FP8_TABLE, p + r * n * item, item == 2, op + r * n, n, sp[r * ss], rnd)
+    return out
+
+
+def fp4_rows(x, const float[:, ::1] divisors, int group, const uint8_t[::1] table,
+             bint round_bf16, int nthreads):
+    """uint8 [rows, n / 2]: the 4-bit codes ``table[index]`` of ``x /
+    divisors[row, j // group]`` packed two a byte (element 2i in the low
+    nibble); the index is the BF16 bits of the quotient rounded to nearest
+    even when ``round_bf16``, else rounded to odd (qc_eng_index); ``x``
+    C-contiguous 2-D uint16 BF16 bits or float32, ``n`` a multiple of the
+    power-of-two ``group``; ``table`` 65536 codes."""
+    cdef int64_t rows = x.shape[0], n = x.shape[1], r
+    cdef int gshift = group.bit_length() - 1
+    if group < 2 or group & (group - 1) or n % group or table.shape[0] != 65536 or \
+            divisors.shape[0] != rows or divisors.shape[1] != n // group:
+        raise ValueError(f"fp4_rows: x {x.shape}, group {group}, divisors "
+                         f"{divisors.shape[0]}x{divisors.shape[1]}, table {table.shape[0]}")
+    out = np.empty((rows, n // 2), np.uint8)
+    cdef uint8_t[:, ::1] o = out
+    cdef const uint16_t[:, ::1] xb
+    cdef const float[:, ::1] xf
+    cdef int rnd = round_bf16
+    if rows == 0 or n == 0:
+        return out
+    cdef const char *p
+    cdef int64_t item = 2 if x.dtype == np.uint16 else 4
+    cdef const float *dp = &divisors[0, 0]
+    cdef const uint8_t *tp = &table[0]
+    cdef uint8_t *op = &o[0, 0]
+    if item == 2:
+        xb = x
+        p = <const char *>&xb[0, 0]
+    else:
+        xf = x
+        p = <const char *>&xf[0, 0]
+    if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
+        with nogil:
+            for r in range(rows):
+                qc_eng_fp4_rows(tp, p + r * n * item, item == 2, op + r * (n // 2), n,
+                                dp + r * (n // group), gshift, rnd)
+    else:
+        for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
+            qc_eng_fp4_rows(tp, p + r * n * item, item == 2, op + r * (n // 2), n,
+                            dp + r * (n // group), gshift, rnd)
     return out

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import compressed_tensors as CT
 from . import modelopt as MO
-from .hf import DEFAULT_MAX_SHARD_SIZE, HFModel, ModelDirError, parse_size, \
+from .hf import DEFAULT_MAX_SHARD_SIZE, HFModel, ModelDirError, parse_size, read_weight, \
     write_quantized_dir
 
 __all__ = ["quantize_model", "load_dequantized", "convert_model", "ENGINE_FORMATS",
@@ -105,7 +105,7 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
         written = write_quantized_dir(model, dst, config, set(chosen),
                                       lambda n, dt, shape: CT.plan(n, dt, shape, scheme, group),
                                       quantize, limit, progress=progress,
-                                      bits=scheme == "FP8_DYNAMIC")  # (BF16 bits as stored)
+                                      bits=not int_group)  # (FP8 / FP4: BF16 bits as stored)
     return {"quantized": chosen, "ignore": ignore, "copied": copied, **written,
             "seconds": time.perf_counter() - t0}
 
@@ -120,12 +120,10 @@ def _global_scales(model, chosen):
     (q/k/v, gate/up: one scale, as llm-compressor's fused observers and
     vLLM's fused layers), else over the weight alone; one read pass."""
     amax = {}
-    for n in chosen:
-        x = model.reader(n).float32(n)
-        hi, lo = float(x.max(initial=0)), float(x.min(initial=0))  # (NaN propagates)
-        if not (np.isfinite(hi) and np.isfinite(lo)):
-            raise ValueError(f"tensor {n!r} holds NaN or inf values: not quantized")
-        amax[n] = np.float32(max(hi, -lo))
+    for n in chosen:  # (row_absmax refuses NaN / inf by name)
+        x = read_weight(model, n, True)
+        amax[n] = np.float32(CT.row_absmax(x.reshape(1, -1) if x.ndim != 2 else x, n).max(
+            initial=0))
         del x
     sets = CT.fused_sets(chosen)
     return {n: CT.nvfp4_global_scale(max(amax[m] for m in sets.get(n, (n,))),

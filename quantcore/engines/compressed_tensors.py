@@ -295,15 +295,45 @@ def mx_exponents(amax, dt):
     return e, np.where(s == 0, F32(1), s).astype(F32)
 
 
-def mxfp4(x, dt):
-    """MXFP4A16's weight: (packed uint8 [O, I / 2], E8M0 exponents uint8
-    [O, I / 32]) of float32 rows ``x`` holding ``dt`` values."""
+def group_absmax(x, group, name="weight"):
+    """max |x| [O, I / group] of each group of ``group`` values along the rows
+    of ``x`` (float32 values or a BF16 weight's stored uint16 bits):
+    :func:`row_absmax` of the groups (NaN / inf refused naming ``name``)."""
     rows, k = x.shape
-    xg = x.reshape(rows, k // MX_GROUP, MX_GROUP)
-    e, s = mx_exponents(_amax(xg), dt)
-    with np.errstate(over="ignore"):
-        v = _round_own(np.divide(xg, s[..., None], dtype=F32), dt)
-    return F.pack_int4(e2m1_codes(v).reshape(rows, k)), e
+    return row_absmax(np.ascontiguousarray(x).reshape(-1, group), name).reshape(rows, k // group)
+
+
+def fp4_codes(x, divisors, group, dt_round):
+    """:func:`e2m1_codes` of ``r(x / divisors[:, j // group])`` packed two a
+    byte (F.pack_int4's order), ``r`` rounding to ``dt_round`` ("BF16",
+    "F32", "F16" or None: none): the table loop of ``qc_engines.h``
+    (``_engines.fp4_rows``) over float32 values or stored BF16 bits, with the
+    table of :func:`e2m1_codes` over every BF16 value (F16: numpy)."""
+    rows, k = x.shape
+    d = np.ascontiguousarray(divisors, F32)
+    if dt_round == "F16":
+        with np.errstate(over="ignore"):
+            v = _round_own(np.divide(x.reshape(rows, k // group, group), d[..., None],
+                                     dtype=F32), "F16")
+        return F.pack_int4(e2m1_codes(v).reshape(rows, k))
+    from .._cpu import _engines, threads
+    global _E2M1_TABLE
+    if _E2M1_TABLE is None:
+        _E2M1_TABLE = e2m1_codes((np.arange(65536, dtype=np.uint32) << 16).view(F32))
+    x = np.ascontiguousarray(x)
+    return _engines.fp4_rows(x, d, group, _E2M1_TABLE, dt_round == "BF16",
+                             threads.effective_n_threads(x.size))
+
+
+_E2M1_TABLE = None
+
+
+def mxfp4(x, dt, name="weight"):
+    """MXFP4A16's weight: (packed uint8 [O, I / 2], E8M0 exponents uint8
+    [O, I / 32]) of rows ``x`` holding ``dt`` values (float32, or a BF16
+    weight's stored uint16 bits)."""
+    e, s = mx_exponents(group_absmax(x, MX_GROUP, name), dt)
+    return fp4_codes(x, s, MX_GROUP, dt), e
 
 
 def nvfp4_global_scale(amax, dt):
@@ -322,19 +352,16 @@ _E2M1_UP = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, Fals
 E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], F32)
 
 
-def nvfp4(x, dt, g):
+def nvfp4(x, dt, g, name="weight"):
     """NVFP4A16's weight: (packed uint8 [O, I / 2], FP8 scale codes uint8
-    [O, I / 16], the float32 per-group divisors f32(s / g)) of float32 rows
-    ``x`` holding ``dt`` values, with the global scale ``g``."""
-    rows, k = x.shape
-    xg = x.reshape(rows, k // NVFP4_GROUP, NVFP4_GROUP)
-    s = round_to((_amax(xg) / F32(6)).astype(F32), dt)
+    [O, I / 16], the float32 per-group divisors f32(s / g)) of rows ``x``
+    holding ``dt`` values (float32, or a BF16 weight's stored uint16 bits),
+    with the global scale ``g``."""
+    s = round_to((group_absmax(x, NVFP4_GROUP, name) / F32(6)).astype(F32), dt)
     s = F.fp8_decode(F.cast_fp8((g * s).astype(F32), "e4m3fn"), "e4m3fn")
     s = np.where(s == 0, F32(0.125), s).astype(F32)
     t = (s / g).astype(F32)
-    with np.errstate(over="ignore"):
-        v = np.divide(xg, t[..., None], dtype=F32)
-    return F.pack_int4(e2m1_codes(v).reshape(rows, k)), F.cast_fp8(s, "e4m3fn"), t
+    return fp4_codes(x, t, NVFP4_GROUP, None), F.cast_fp8(s, "e4m3fn"), t
 
 
 def e2m1_codes(v):
@@ -487,18 +514,18 @@ def plan(name, dt, shape, scheme, group):
 
 def quantize_tensor(x, dt, scheme, group, global_scale=None, name="weight"):
     """{stored name suffix: array} of one weight (float32 ``x`` holding its
-    ``dt`` values, FP8_DYNAMIC: or a BF16 weight's stored uint16 bits;
+    ``dt`` values, FP8 / FP4 schemes: or a BF16 weight's stored uint16 bits;
     NVFP4A16: with its fused set's ``global_scale``), in :func:`plan`'s
     order (``name`` in errors)."""
     if scheme == "NVFP4A16":
-        packed, scodes, _ = nvfp4(x, dt, global_scale)
+        packed, scodes, _ = nvfp4(x, dt, global_scale, name)
         return {"weight_packed": packed, "weight_scale": scodes,
                 "weight_global_scale": np.asarray(global_scale, F32).reshape(1)}
     if scheme == "FP8_DYNAMIC":
         q, s = fp8_channel(x, dt, name)
         return {"weight": q, "weight_scale": as_dtype_bytes(s.reshape(-1, 1), dt)}
     if fmt_of(scheme) == "mxfp4-pack-quantized":
-        packed, e = mxfp4(x, dt)
+        packed, e = mxfp4(x, dt, name)
         return {"weight_packed": packed, "weight_scale": e}
     bits, sym = SCHEMES[scheme][1], scheme not in ASYMMETRIC
     q, s, zp = int_group(x, dt, bits, group, sym)

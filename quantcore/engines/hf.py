@@ -255,6 +255,17 @@ def write_model_dir(model, dst, config, shards, write_tensor, metadata=None, pro
 STORED_BITS = {"BF16": "<u2", "F32": "<f4"}
 
 
+def read_weight(model, name, bits):
+    """A weight of ``model`` read once: with ``bits``, as stored when its
+    dtype is in :data:`STORED_BITS` (no float32 copy), else its float32
+    values."""
+    dt, shape = model.info(name)
+    reader = model.reader(name)
+    if bits and dt in STORED_BITS:
+        return reader.read_bytes(name).view(STORED_BITS[dt]).reshape(shape)
+    return reader.float32(name)
+
+
 def nonfinite_error(name):
     """The ValueError for a weight that holds NaN or inf values."""
     return ValueError(f"tensor {name!r} holds NaN or inf values: not quantized")
@@ -292,15 +303,11 @@ def write_quantized_dir(model, dst, config, todo, plan, quantize, max_shard_size
             return
         if src_name not in cache:
             cache.clear()  # (one weight's outputs at a time)
-            dt, shape = model.info(src_name)
-            reader = model.reader(src_name)
-            if bits and dt in STORED_BITS:
-                x = reader.read_bytes(src_name).view(STORED_BITS[dt]).reshape(shape)
-            else:
-                x = reader.float32(src_name)
-                if not bits and x.size and not (np.isfinite(x.max()) and
-                                                np.isfinite(x.min())):  # (NaN: NaN)
-                    raise nonfinite_error(src_name)
+            dt = model.info(src_name)[0]
+            x = read_weight(model, src_name, bits)
+            if not bits and x.size and not (np.isfinite(x.max()) and
+                                            np.isfinite(x.min())):  # (NaN: NaN)
+                raise nonfinite_error(src_name)
             cache[src_name] = quantize(x, dt, src_name)
         writer.write(name, cache[src_name][name])
 

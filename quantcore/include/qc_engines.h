@@ -17,6 +17,8 @@
  *   qc_eng_absmax_*    max |x| of a row, on the bits (NaN when one is there)
  *   qc_eng_fp8_row     qc_eng_fp8 over a row, by a table of the encode of
  *                      every BF16 value (qc_eng_fp8_table, qc_eng_fp8_index)
+ *   qc_eng_fp4_rows    4-bit codes of x / d (d per group) by a caller's table
+ *                      over BF16 (compressed_tensors.e2m1_codes), packed
  *
  * Numerical contract of qc_core.h: one rounding per operation, in the order
  * written, no contraction.
@@ -27,6 +29,8 @@
 #include "qc_formats.h"
 
 QC_HD float qc_bf16_value(uint16_t b) { return qc_from_bits((unsigned)b << 16); }
+QC_HD float qc_eng_value(uint16_t b) { return qc_bf16_value(b); }
+QC_HD float qc_eng_value(float x) { return x; }
 
 QC_HD float qc_round_bf16(float v) {
   unsigned b = qc_bits(v);
@@ -78,18 +82,23 @@ static inline void qc_eng_fp8_table(uint8_t *t) {
     t[b] = (uint8_t)qc_mf_encode(qc_bf16_value((uint16_t)b), QC_FMT_E4M3FN, QC_F8_SATFINITE);
 }
 
-/* The BF16 bits whose table entry is qc_eng_fp8(x, s, r):
+/* The BF16 bits whose table entry is qc_eng_fp8(x, s, r) (qc_eng_index of
+ * v = x / s; the same index serves any code whose rule rounds to nearest on
+ * a grid of at most 6 significant bits or compares with thresholds exact in
+ * BF16 with an even last bit: e2m1's):
  *   r  the bits of qc_round_bf16(v): the entry is the code of that value;
  *   !r v rounded to odd to BF16 (truncated, the last bit set when a dropped
  *      bit is set): BF16's 8 significant bits are at least e4m3's 4 + 2, so
  *      rounding that to nearest even on e4m3's grid (normal or subnormal)
  *      gives v rounded to it (round-to-odd, Boldo & Melquiond 2008); the
  *      saturation sees the same side of 448 (exact in BF16). */
-static inline unsigned qc_eng_fp8_index(float x, float s, int r) {
-  const unsigned b = qc_bits(x / s);
+static inline unsigned qc_eng_index(float v, int r) {
+  const unsigned b = qc_bits(v);
   return r ? (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16
            : (b >> 16) | (unsigned)((b & 0xFFFFu) != 0u);
 }
+
+static inline unsigned qc_eng_fp8_index(float x, float s, int r) { return qc_eng_index(x / s, r); }
 
 /* qc_eng_fp8 over a row by the table, BF16 bits or float32 values */
 /* (in pieces of 256: the indices in a vectorised loop, then the lookups) */
@@ -112,6 +121,35 @@ template <int R> static inline void qc_eng_fp8_row_f32(const uint8_t *t, const f
     QC_ENG_SIMD for (int64_t j = 0; j < m; j++)
       idx[j] = (uint16_t)qc_eng_fp8_index(x[j0 + j], s, R);
     for (int64_t j = 0; j < m; j++) q[j0 + j] = t[idx[j]];
+  }
+}
+
+/* 4-bit codes t[qc_eng_index(x / d, R)] of a row in groups of 2^gshift
+ * values sharing the divisor d[group], packed two a byte (element 2i in the
+ * low nibble); n even */
+template <int R, class X> static inline void qc_eng_fp4_row(const uint8_t *t, const X *x,
+                                                            uint8_t *q, int64_t n,
+                                                            const float *d, int gshift) {
+  uint16_t idx[256];
+  for (int64_t j0 = 0; j0 < n; j0 += 256) {
+    const int64_t m = n - j0 < 256 ? n - j0 : 256;
+    for (int64_t j = 0; j < m; j++) {
+      const float v = qc_eng_value(x[j0 + j]) / d[(j0 + j) >> gshift];
+      idx[j] = (uint16_t)qc_eng_index(v, R);
+    }
+    for (int64_t j = 0; j + 1 < m; j += 2)
+      q[(j0 + j) >> 1] = (uint8_t)(t[idx[j]] | (t[idx[j + 1]] << 4));
+  }
+}
+
+static inline void qc_eng_fp4_rows(const uint8_t *t, const void *x, int bf16, uint8_t *q,
+                                   int64_t n, const float *d, int gshift, int r) {
+  if (bf16) {
+    if (r) qc_eng_fp4_row<1>(t, (const uint16_t *)x, q, n, d, gshift);
+    else qc_eng_fp4_row<0>(t, (const uint16_t *)x, q, n, d, gshift);
+  } else {
+    if (r) qc_eng_fp4_row<1>(t, (const float *)x, q, n, d, gshift);
+    else qc_eng_fp4_row<0>(t, (const float *)x, q, n, d, gshift);
   }
 }
 
