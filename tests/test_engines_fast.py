@@ -209,3 +209,30 @@ def test_fp4_weights_equal_the_numpy_path(dt, rows, groups, log_spread, seed):
     assert np.array_equal(packed, F.pack_int4(CT.e2m1_codes(v).reshape(x.shape)))
     if dt == "BF16":
         assert np.array_equal(CT.mxfp4(_bits(x), dt)[0], packed)
+
+
+@pytest.mark.parametrize("dt", ["BF16", "F32", "F16"])
+def test_w4a16_words_equal_the_numpy_path(dt):
+    """W4A16's packed words (the table loop) equal pack_int32 of int_group's
+    codes: on every BF16 / F16 value (BF16: and its stored bits), and on the
+    rounding ties k + 0.5 and a float32 ulp either side (F32)."""
+    b = np.arange(65536, dtype=np.uint32)
+    x = (b[(b & 0x7F80) != 0x7F80] << 16).view(F32).reshape(-1, 256)
+    if dt == "F16":  # every finite F16 value
+        h = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+        x = h[(h & 0x7C00) != 0x7C00].view(np.float16).astype(F32).reshape(-1, 256)
+    if dt == "F32":
+        ties = np.arange(-7, 7, dtype=F32) + F32(0.5)
+        near = np.concatenate([ties, np.nextafter(ties, F32(np.inf)),
+                               np.nextafter(ties, F32(-np.inf))])
+        x = np.resize(near, (4, 64)).astype(F32)
+        x[:, 0] = F32(7.5)  # amax 7.5: s = 1, so x / s = x, on and beside the ties
+    x = CT.round_to(x, dt)
+    for group in (32, 64, 128):
+        if x.shape[1] % group:
+            continue
+        want_q, want_s, _ = CT.int_group(np.array(x), dt, 4, group)
+        packed, s = CT.int4_packed(x, dt, group)
+        assert np.array_equal(packed, CT.pack_int32(want_q, 4)) and np.array_equal(s, want_s)
+        if dt == "BF16":
+            assert np.array_equal(CT.int4_packed(_bits(x), dt, group)[0], packed)

@@ -265,9 +265,37 @@ def int_group(x, dt, bits, group, symmetric=True):
         if not symmetric:
             v += zp[..., None]  # (float32: the sum of int8 and a D value, then r_D)
             v = _round_own(v, dt)
+    return _int_codes(v, bits).reshape(rows, k), s, zp
+
+
+def _int_codes(v, bits):
+    """int8 ``clip(rint(v), -2^(bits-1), 2^(bits-1) - 1)`` of float32 ``v``
+    (its own: rounded in place)."""
     np.rint(v, out=v)
-    np.clip(v, qmin, qmax, out=v)
-    return v.astype(np.int8).reshape(rows, k), s, zp
+    np.clip(v, -(1 << (bits - 1)), (1 << (bits - 1)) - 1, out=v)
+    return v.astype(np.int8)
+
+
+_INT4_TABLE = None
+
+
+def int4_packed(x, dt, group, name="weight"):
+    """W4A16's weight (symmetric int4 groups) as compressed-tensors stores
+    it: (int32 words [O, I / 8]: :func:`pack_int32` of :func:`int_group`'s
+    codes, scales float32 [O, I / group]) of rows ``x`` holding ``dt``
+    values (float32, or a BF16 weight's stored uint16 bits), by the table
+    loop of :func:`fp4_codes` over ``_int_codes(value) + 8`` of every BF16
+    value (F16: :func:`int_group`)."""
+    s = _scale(group_absmax(x, group, name), 7.5, dt)
+    if dt == "F16":
+        return pack_int32(int_group(x, dt, 4, group)[0], 4), s
+    global _INT4_TABLE
+    if _INT4_TABLE is None:
+        with np.errstate(invalid="ignore"):  # (NaN entries: never looked up)
+            v = (np.arange(65536, dtype=np.uint32) << 16).view(F32)
+            _INT4_TABLE = (_int_codes(v, 4).astype(np.int16) + 8).astype(np.uint8)
+    packed = fp4_codes(x, s, group, dt, _INT4_TABLE)
+    return np.ascontiguousarray(packed).view("<i4"), s
 
 
 def mx_exponents(amax, dt):
@@ -303,12 +331,13 @@ def group_absmax(x, group, name="weight"):
     return row_absmax(np.ascontiguousarray(x).reshape(-1, group), name).reshape(rows, k // group)
 
 
-def fp4_codes(x, divisors, group, dt_round):
+def fp4_codes(x, divisors, group, dt_round, table=None):
     """:func:`e2m1_codes` of ``r(x / divisors[:, j // group])`` packed two a
     byte (F.pack_int4's order), ``r`` rounding to ``dt_round`` ("BF16",
     "F32", "F16" or None: none): the table loop of ``qc_engines.h``
     (``_engines.fp4_rows``) over float32 values or stored BF16 bits, with the
-    table of :func:`e2m1_codes` over every BF16 value (F16: numpy)."""
+    table of :func:`e2m1_codes` over every BF16 value (F16: numpy), or
+    ``table`` (65536 4-bit codes of the BF16 values; not for F16)."""
     rows, k = x.shape
     d = np.ascontiguousarray(divisors, F32)
     if dt_round == "F16":
@@ -321,8 +350,8 @@ def fp4_codes(x, divisors, group, dt_round):
     if _E2M1_TABLE is None:
         _E2M1_TABLE = e2m1_codes((np.arange(65536, dtype=np.uint32) << 16).view(F32))
     x = np.ascontiguousarray(x)
-    return _engines.fp4_rows(x, d, group, _E2M1_TABLE, dt_round == "BF16",
-                             threads.effective_n_threads(x.size))
+    return _engines.fp4_rows(x, d, group, _E2M1_TABLE if table is None else table,
+                             dt_round == "BF16", threads.effective_n_threads(x.size))
 
 
 _E2M1_TABLE = None
@@ -514,7 +543,7 @@ def plan(name, dt, shape, scheme, group):
 
 def quantize_tensor(x, dt, scheme, group, global_scale=None, name="weight"):
     """{stored name suffix: array} of one weight (float32 ``x`` holding its
-    ``dt`` values, FP8 / FP4 schemes: or a BF16 weight's stored uint16 bits;
+    ``dt`` values, FP8 / FP4 / W4A16: or a BF16 weight's stored uint16 bits;
     NVFP4A16: with its fused set's ``global_scale``), in :func:`plan`'s
     order (``name`` in errors)."""
     if scheme == "NVFP4A16":
@@ -528,8 +557,12 @@ def quantize_tensor(x, dt, scheme, group, global_scale=None, name="weight"):
         packed, e = mxfp4(x, dt, name)
         return {"weight_packed": packed, "weight_scale": e}
     bits, sym = SCHEMES[scheme][1], scheme not in ASYMMETRIC
-    q, s, zp = int_group(x, dt, bits, group, sym)
-    out = {"weight_packed": pack_int32(q, bits), "weight_scale": as_dtype_bytes(s, dt),
+    if scheme == "W4A16":
+        packed, s = int4_packed(x, dt, group, name)
+    else:
+        q, s, zp = int_group(x, dt, bits, group, sym)
+        packed = pack_int32(q, bits)
+    out = {"weight_packed": packed, "weight_scale": as_dtype_bytes(s, dt),
            "weight_shape": np.array(x.shape, np.int64)}
     if not sym:  # packed along O (compressed-tensors' packed_dim=0)
         out["weight_zero_point"] = np.ascontiguousarray(pack_int32(zp.T, bits).T)
