@@ -131,11 +131,14 @@ template <int R, class X> static inline void qc_eng_fp4_row(const uint8_t *t, co
                                                             uint8_t *q, int64_t n,
                                                             const float *d, int gshift) {
   uint16_t idx[256];
-  for (int64_t j0 = 0; j0 < n; j0 += 256) {
+  const int64_t g = (int64_t)1 << gshift;
+  for (int64_t j0 = 0; j0 < n; j0 += 256) { /* (256: a multiple of the group, or less) */
     const int64_t m = n - j0 < 256 ? n - j0 : 256;
-    for (int64_t j = 0; j < m; j++) {
-      const float v = qc_eng_value(x[j0 + j]) / d[(j0 + j) >> gshift];
-      idx[j] = (uint16_t)qc_eng_index(v, R);
+    for (int64_t k0 = 0; k0 < m; k0 += g) {
+      const float dk = d[(j0 + k0) >> gshift];
+      const int64_t e = k0 + g < m ? k0 + g : m;
+      QC_ENG_SIMD for (int64_t j = k0; j < e; j++)
+        idx[j] = (uint16_t)qc_eng_index(qc_eng_value(x[j0 + j]) / dk, R);
     }
     for (int64_t j = 0; j + 1 < m; j += 2)
       q[(j0 + j) >> 1] = (uint8_t)(t[idx[j]] | (t[idx[j + 1]] << 4));
