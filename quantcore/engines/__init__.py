@@ -6,9 +6,13 @@ bit, so that vLLM and transformers load it as is.
     quantcore quantize MODEL_DIR --format compressed-tensors --scheme FP8_DYNAMIC -o OUT_DIR
 
 Streamed: each input shard is memory-mapped, each weight quantized alone
-(float32 copy of it and a few temporaries at most), each output shard
-written tensor by tensor; the output directory appears at its path only
-when complete (:func:`quantcore.engines.hf.write_model_dir`).
+(FP8, NVFP4, MXFP4, W4A16: read once as stored, its BF16 bits going
+straight into the C table loops of ``quantcore/_cpu/_engines.pyx``, the
+output beside it; W8A16 / W4A16_ASYM / ModelOpt NVFP4: a float32 copy and a
+few temporaries), each output shard written tensor by tensor; the output
+directory appears at its path only when complete
+(:func:`quantcore.engines.hf.write_model_dir`).  Peak memory about 1.3x the
+largest weight (bench/test_bench_engines.py's tracemalloc peak).
 
 Modules: :mod:`.hf` (the directory: reading, sharding, writing),
 :mod:`.compressed_tensors` (that layout and its producer's numerics),
