@@ -309,3 +309,24 @@ def test_malformed_gguf(models, tmp_path, capsys):
         GF.read_gguf(bad)
     code, err = _cli(capsys, "dequantize", bad, "-o", tmp_path / "x.safetensors")
     assert code == 2 and "bad.gguf" in err
+
+
+def test_mix_types_recorded():
+    """quantcore.gguf.mixes == llama.cpp's own llama_quant_compute_types
+    (llama-quant.cpp compiled from the sdist by tests/llama_quant_types.py,
+    recorded in tests/data/gguf_mix_types.json): 3 architectures x 10
+    shapes (fallback rows, tied embeddings, the 70B rule, 2-80 layers) x 5
+    mixes, every tensor."""
+    import json
+    import llama_quant_types as LQ
+    with open(LQ.OUT, encoding="utf-8") as fh:
+        table = json.load(fh)["table"]
+    assert len(table) == len(LQ.ARCHS) * len(LQ.CONFIGS) * len(LQ.FTYPES)
+    for row in table:
+        nl, _, _, nh, nkv, _ = row["config"]
+        t = LQ.tensors(*row["config"])
+        got = mixes.tensor_types(row["arch"], t, row["mix"], {
+            "num_hidden_layers": nl, "num_attention_heads": nh, "num_key_value_heads": nkv})
+        order = mixes.quantize_order([n for n, _ in t])
+        assert " ".join(got[n] for n in order) == row["types"], (row["arch"], row["config"],
+                                                                  row["mix"])
