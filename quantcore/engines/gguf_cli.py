@@ -4,8 +4,10 @@ model.gguf -o out.safetensors`` (cli_quantize.py routes ``--format gguf``
 and a ``.gguf`` input here)."""
 __all__ = ["add_arguments", "run", "run_dequantize", "TYPES"]
 
-#: --type values (gguf_file.FILE_TYPES)
-TYPES = ("F32", "F16", "Q8_0", "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K")
+from .gguf_file import FILE_TYPES
+
+#: --type values
+TYPES = tuple(FILE_TYPES)
 
 
 def add_arguments(p):

@@ -52,7 +52,7 @@ FILE_TYPES = {"F32": 0, "F16": 1, "Q8_0": 7, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_M
               "Q6_K": 18}
 
 #: --type values that are llama-quantize mixes (the rest: the converter's --outtype)
-MIXES = ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K")
+MIXES = tuple(m for m in _mixes.MIXES if m != "Q8_0")  # (Q8_0: the converter's, same types)
 
 #: the converter's pre-tokenizer probe (conversion/base.py get_vocab_base_pre, line 1635)
 CHKTXT = '\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫️ (multiple emojis concatenated) ✅ 🦙🦙 3 33 333 3333 33333 333333 3333333 33333333 3.3 3..3 3...3 កាន់តែពិសេសអាច😁 ?我想在apple工作1314151天～ ------======= нещо на Български \'\'\'\'\'\'```````""""......!!!!!!?????? I\'ve been \'told he\'s there, \'RE you sure? \'M not sure I\'ll make it, \'D you like some tea? We\'Ve a\'lL'  # noqa: E501
