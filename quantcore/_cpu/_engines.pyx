@@ -34,6 +34,20 @@ cdef uint8_t _FP8_TABLE[65536]
 qc_eng_fp8_table(_FP8_TABLE)
 
 
+cdef const char *_rows_data(x, int64_t *item) except NULL:
+    """The first byte of ``x`` (C-contiguous 2-D uint16 BF16 bits or float32,
+    not empty) and, in ``item[0]``, its item size; valid while ``x`` lives."""
+    cdef const uint16_t[:, ::1] xb
+    cdef const float[:, ::1] xf
+    if x.dtype == np.uint16:
+        xb = x
+        item[0] = 2
+        return <const char *>&xb[0, 0]
+    xf = x
+    item[0] = 4
+    return <const char *>&xf[0, 0]
+
+
 def fp8_scalar(float x, float s, bint round_bf16):
     """``qc_eng_fp8``: the rule the table loop of :func:`fp8_rows` follows, one
     value (for the tests)."""
@@ -85,21 +99,13 @@ def fp8_rows(x, const float[::1] scales, bint round_bf16, int nthreads):
         raise ValueError(f"{scales.shape[0]} scales for {rows} rows")
     out = np.empty((rows, n), np.uint8)
     cdef uint8_t[:, ::1] o = out
-    cdef const uint16_t[:, ::1] xb
-    cdef const float[:, ::1] xf
     cdef int rnd = round_bf16
     if rows == 0 or n == 0:
         return out
-    cdef const char *p
-    cdef int64_t item = 2 if x.dtype == np.uint16 else 4
+    cdef int64_t item
+    cdef const char *p = _rows_data(x, &item)
     cdef const float *sp = &scales[0]
     cdef uint8_t *op = &o[0, 0]
-    if item == 2:
-        xb = x
-        p = <const char *>&xb[0, 0]
-    else:
-        xf = x
-        p = <const char *>&xf[0, 0]
     if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
         with nogil:
             for r in range(rows):
@@ -126,22 +132,14 @@ def fp4_rows(x, const float[:, ::1] divisors, int group, const uint8_t[::1] tabl
                          f"{divisors.shape[0]}x{divisors.shape[1]}, table {table.shape[0]}")
     out = np.empty((rows, n // 2), np.uint8)
     cdef uint8_t[:, ::1] o = out
-    cdef const uint16_t[:, ::1] xb
-    cdef const float[:, ::1] xf
     cdef int rnd = round_bf16
     if rows == 0 or n == 0:
         return out
-    cdef const char *p
-    cdef int64_t item = 2 if x.dtype == np.uint16 else 4
+    cdef int64_t item
+    cdef const char *p = _rows_data(x, &item)
     cdef const float *dp = &divisors[0, 0]
     cdef const uint8_t *tp = &table[0]
     cdef uint8_t *op = &o[0, 0]
-    if item == 2:
-        xb = x
-        p = <const char *>&xb[0, 0]
-    else:
-        xf = x
-        p = <const char *>&xf[0, 0]
     if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
         with nogil:
             for r in range(rows):

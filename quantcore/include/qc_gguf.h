@@ -73,15 +73,20 @@ static inline int qc_gg_max(int a, int b) { return a > b ? a : b; }
 static inline float qc_gg_maxf(float a, float b) { return a > b ? a : b; }  // ggml's MAX
 
 // ------------------------------------------------------ per-group searches
+// the value of largest magnitude, the first of equal magnitudes (a NaN is
+// never taken; 0 when every |x| is 0)
+static inline float qc_gg_signed_max(const float *x, int n) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < n; ++j)
+        if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+    return max;
+}
+
 // make_qx_quants: symmetric codes L in [0, 2 nmax), scale by weighted least
 // squares over 19 candidate inverse scales (rmse_type 1; qw: weights or x^2)
 static inline float qc_gg_qx(int n, int nmax, const float *x, int8_t *L, const float *qw) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) { amax = ax; max = x[i]; }
-    }
-    if (amax < QC_GG_EPS) { for (int i = 0; i < n; ++i) L[i] = 0; return 0.f; }
+    const float max = qc_gg_signed_max(x, n);
+    if (fabsf(max) < QC_GG_EPS) { for (int i = 0; i < n; ++i) L[i] = 0; return 0.f; }
     float iscale = (float)(-nmax) / max;
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; ++i) {
@@ -120,12 +125,8 @@ static inline float qc_gg_qx(int n, int nmax, const float *x, int8_t *L, const f
 // make_q3_quants (do_rmse): codes in [-nmax, nmax), then up to 5 rounds of
 // one-code moves that raise sumlx^2 / suml2 (weights x^2); L stored + nmax
 static inline float qc_gg_q3(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) { amax = ax; max = x[i]; }
-    }
-    if (amax < QC_GG_EPS) { for (int i = 0; i < n; ++i) L[i] = 0; return 0.f; }
+    const float max = qc_gg_signed_max(x, n);
+    if (fabsf(max) < QC_GG_EPS) { for (int i = 0; i < n; ++i) L[i] = 0; return 0.f; }
     float iscale = (float)(-nmax) / max;
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; ++i) {

@@ -36,15 +36,6 @@ static inline void qc_gg_q8_0(const float *x, const float *, uint8_t *y, int64_t
     }
 }
 
-// the value of largest magnitude, the first of equal magnitudes (a NaN is
-// never taken; 0 when every |x| is 0)
-static inline float qc_gg_signed_max(const float *x, int n) {
-    float amax = 0, max = 0;
-    for (int j = 0; j < n; ++j)
-        if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
-    return max;
-}
-
 // Q4_0 / Q5_0 without imatrix: d = max / -8 (-16), q = min(15 (31), trunc(x / d + 8.5 (16.5)))
 template <int BITS>
 static inline void qc_gg_q_0_ref(const float *x, uint8_t *y, int64_t n) {
