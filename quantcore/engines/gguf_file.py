@@ -74,7 +74,8 @@ def _gguf():
     try:
         import gguf
     except ImportError:
-        raise GGUFFileError("--format gguf needs gguf-py: pip install gguf") from None
+        raise GGUFFileError("--format gguf needs gguf-py: pip install gguf (or the extra "
+                            "[gguf])") from None
     return gguf
 
 
