@@ -142,6 +142,27 @@ def _sdist_bytes():
     return data
 
 
+def extract(root, keep):
+    """Write under ``root`` the sdist's llama.cpp files whose path relative to
+    ``vendor/llama.cpp/`` ``keep(path)`` accepts, in one pass over the
+    stream: (the set of those paths, llama.cpp's commit or "unknown")."""
+    written, commit = set(), "unknown"
+    head = f"llama_cpp_python-{SDIST_VERSION}/.git/modules/vendor/llama.cpp/HEAD"
+    with tarfile.open(fileobj=io.BytesIO(_sdist_bytes()), mode="r:gz") as tar:
+        for member in tar:
+            if member.name == head:
+                commit = tar.extractfile(member).read().decode().strip()
+                continue
+            rel = member.name[len(PREFIX):] if member.name.startswith(PREFIX) else None
+            if rel and member.isfile() and keep(rel):
+                dest = os.path.join(root, rel)
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                with open(dest, "wb") as fh:
+                    fh.write(tar.extractfile(member).read())
+                written.add(rel)
+    return written, commit
+
+
 def build(cflags=None):
     """Download, extract and compile the oracle if missing; its .so path
     (``cflags``: another build's flags, e.g. NATIVE_CFLAGS)."""
@@ -169,20 +190,9 @@ def build(cflags=None):
 
 def _build_in(tmp, cflags):
     """Extract the sources into ``tmp`` and compile libggmlq.so there."""
-    commit = "unknown"
-    wanted = {PREFIX + rel: rel for rel in SOURCES}
-    head = f"llama_cpp_python-{SDIST_VERSION}/.git/modules/vendor/llama.cpp/HEAD"
-    with tarfile.open(fileobj=io.BytesIO(_sdist_bytes()), mode="r:gz") as tar:
-        for member in tar:  # one pass over the stream
-            if member.name == head:
-                commit = tar.extractfile(member).read().decode().strip()
-            elif member.name in wanted:
-                dest = os.path.join(tmp, wanted.pop(member.name))
-                os.makedirs(os.path.dirname(dest), exist_ok=True)
-                with open(dest, "wb") as fh:
-                    fh.write(tar.extractfile(member).read())
-    if wanted:
-        raise RuntimeError(f"ggml oracle: the sdist lacks {sorted(wanted)}")
+    written, commit = extract(tmp, set(SOURCES).__contains__)
+    if written != set(SOURCES):
+        raise RuntimeError(f"ggml oracle: the sdist lacks {sorted(set(SOURCES) - written)}")
     with open(os.path.join(tmp, "stubs.c"), "w") as fh:
         fh.write(STUBS)
     with open(os.path.join(tmp, "llama_cpp_commit"), "w") as fh:
@@ -298,14 +308,7 @@ def converter_dir():
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:
-        with tarfile.open(fileobj=io.BytesIO(_sdist_bytes()), mode="r:gz") as tar:
-            for member in tar:
-                rel = member.name[len(PREFIX):] if member.name.startswith(PREFIX) else None
-                if rel and member.isfile() and rel.startswith(CONVERTER_PARTS):
-                    dest = os.path.join(tmp, rel)
-                    os.makedirs(os.path.dirname(dest), exist_ok=True)
-                    with open(dest, "wb") as fh:
-                        fh.write(tar.extractfile(member).read())
+        extract(tmp, lambda rel: rel.startswith(CONVERTER_PARTS))
         with open(os.path.join(tmp, "qc_main.py"), "w") as fh:
             fh.write(_CONVERTER_MAIN)
         if not os.path.exists(os.path.join(tmp, "convert_hf_to_gguf.py")):

@@ -21,8 +21,6 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
-import io
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ggml_oracle  # noqa: E402
@@ -100,15 +98,7 @@ def _sh(cmd, cwd):
 
 def build(root):
     """Extract and compile the driver under ``root``; its path."""
-    with tarfile.open(fileobj=io.BytesIO(ggml_oracle._sdist_bytes()), mode="r:gz") as tar:
-        for m in tar:
-            rel = m.name[len(ggml_oracle.PREFIX):] if m.name.startswith(ggml_oracle.PREFIX) \
-                else None
-            if rel and m.isfile() and rel.startswith(SRC):
-                dest = os.path.join(root, rel)
-                os.makedirs(os.path.dirname(dest), exist_ok=True)
-                with open(dest, "wb") as fh:
-                    fh.write(tar.extractfile(m).read())
+    ggml_oracle.extract(root, lambda rel: rel.startswith(SRC))
     with open(os.path.join(root, "ggml/src/ggml-version.h"), "w") as fh:
         fh.write('#pragma once\n#define GGML_VERSION "0"\n#define GGML_COMMIT "sdist"\n')
     with open(os.path.join(root, "drv.cpp"), "w") as fh:
