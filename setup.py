@@ -36,6 +36,10 @@ Environment:
                           build the baseline loops only (a faster first
                           build: ``make demo``); a comma list of
                           baseline, x86-64-v3, x86-64-v4 picks the builds
+  QUANTCORE_BUILD=demo    ``make demo``'s build: the units the demo does not
+                          run (DEMO_QUICK_UNITS) at -O1, a quarter of their
+                          compile time, same bits, slower; a later build
+                          without it compiles them again at -O3
   QUANTCORE_CFLAGS="..."  extra compiler flags, appended last
   QUANTCORE_LDFLAGS="..." extra linker flags (e.g. -fsanitize=address)
   QUANTCORE_CCACHE=0      do not use ccache even when it is present
@@ -163,6 +167,15 @@ def simd_levels():
             if (not names or name in names) and _try_compile(CPU_PROBE, [march])]
 
 
+def quick_units():
+    """The units compiled at -O1: DEMO_QUICK_UNITS when QUANTCORE_BUILD is
+    ``demo``, none when it is unset or ``full``."""
+    build = os.environ.get("QUANTCORE_BUILD", "").strip().lower()
+    if build not in ("", "full", "demo"):
+        sys.exit(f"quantcore: QUANTCORE_BUILD={build!r}: expected 'demo' or 'full'")
+    return DEMO_QUICK_UNITS if build == "demo" else ()
+
+
 def build_flags():
     omp = openmp_flags()
     simd, baseline = simd_flags()
@@ -187,7 +200,7 @@ def build_flags():
     return cflags, ldflags, bool(omp), baseline
 
 
-def write_build_config(cflags, ldflags, openmp, baseline, levels):
+def write_build_config(cflags, ldflags, openmp, baseline, levels, quick):
     import Cython
 
     cc = _compiler()
@@ -204,6 +217,7 @@ def write_build_config(cflags, ldflags, openmp, baseline, levels):
         "ldflags": ldflags,
         "simd_baseline": baseline,
         "simd_runtime_variants": [SIMD_LEVELS[level][2] for level in levels],
+        "quick_units": list(quick),
         "cython_version": Cython.__version__,
         "numpy_build_version": numpy.__version__,
     }
@@ -217,6 +231,13 @@ CPU = os.path.join("quantcore", "_cpu")
 #: the units of the loops, each compiled once per SIMD build (qc_kernels.h)
 LOOP_UNITS = sorted(glob.glob(os.path.join(CPU, "qc_loops_*.cpp")))
 OBJ_DIR = os.path.join("build", "qc_obj")
+#: the units that ``make demo`` does not run (the MX / NVFP4, code, FP8 and
+#: group loops; the GGUF and engine-checkpoint modules): QUANTCORE_BUILD=demo
+#: compiles them at -O1 (qc_loops_mx.cpp: 18 CPU-s instead of 66 here).  The
+#: flags add no reassociation or contraction at any level (-ffp-contract=off,
+#: no -ffast-math), so -O1 gives the same bits: only the speed differs.
+DEMO_QUICK_UNITS = ("qc_loops_mx", "qc_loops_codes", "qc_loops_fp8", "qc_loops_groups",
+                    "_gguf", "_engines")
 #: the versions of each object kept in OBJ_DIR/store, by key (a branch switch
 #: or an edit undone finds its object there instead of compiling it again)
 STORE_KEEP = 3
@@ -247,7 +268,8 @@ class BuildExt(build_ext):
     def build_extensions(self):
         cflags, ldflags, openmp, baseline = build_flags()
         levels = simd_levels()
-        write_build_config(cflags, ldflags, openmp, baseline, levels)
+        quick = quick_units()
+        write_build_config(cflags, ldflags, openmp, baseline, levels, quick)
         jobs = []  # (extension, source, object, macros, extra flags)
         for ext in self.extensions:
             ext.extra_compile_args = cflags
@@ -266,7 +288,7 @@ class BuildExt(build_ext):
             for src in ext.sources:
                 obj = os.path.join(OBJ_DIR, os.path.basename(os.path.splitext(src)[0]) + ".o")
                 jobs.append((ext, src, obj, macros, []))
-        _compile_all(self.compiler, jobs)
+        _compile_all(self.compiler, _quick_jobs(jobs, quick))
         for ext in self.extensions:
             ext.extra_objects = [job[2] for job in jobs if job[0] is ext]
         # setuptools links them (its own compile step has nothing left to do);
@@ -274,6 +296,17 @@ class BuildExt(build_ext):
         self.compiler.compile = lambda sources, *args, **kwargs: []
         self.force = True
         super().build_extensions()
+
+
+def _unit(src):
+    """The name of a source without its folder and extension."""
+    return os.path.splitext(os.path.basename(src))[0]
+
+
+def _quick_jobs(jobs, quick):
+    """`jobs` with -O1 last (it wins over the -O3 of cflags) in the extra
+    flags of the jobs whose unit is in `quick`."""
+    return [job[:4] + (job[4] + ["-O1"],) if _unit(job[1]) in quick else job for job in jobs]
 
 
 def _command(compiler, ext, src, obj, macros, extra):
@@ -382,7 +415,8 @@ def _compile_all(compiler, jobs):
         return obj
 
     # the longest first (the loop units), so that the cores stay busy
-    order = sorted(jobs, key=lambda j: (j[1] not in LOOP_UNITS, -len(j[4])))
+    # (the -O1 units of a demo build last: they are the short ones)
+    order = sorted(jobs, key=lambda j: ("-O1" in j[4], j[1] not in LOOP_UNITS, -len(j[4])))
     with ThreadPoolExecutor(max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
         return list(pool.map(one, order))  # (re-raises the first compile error)
 

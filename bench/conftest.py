@@ -6,8 +6,12 @@ import pytest
 import quantcore as qc
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 import track  # noqa: E402  (bench/ on the path first)
+# the run's own temporary folder (TMPDIR) and its check for leftovers at the
+# end, as in tests/ (a run of bench/ alone loads only this conftest)
+from run_tmpdir import TEST_TMPDIR, pytest_sessionfinish  # noqa: E402,F401
 
 
 @pytest.fixture

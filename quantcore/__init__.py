@@ -57,7 +57,9 @@ def build_info():
     builds of the loops chosen at run time: ``["x86-64-v3 (AVX2 + FMA)",
     "x86-64-v4 (AVX-512)"]`` on x86-64), ``simd_in_use`` (``"x86-64-v4"``,
     ``"x86-64-v3"`` or ``"baseline"``: the best build the CPU has;
-    ``QUANTCORE_SIMD=baseline`` or ``x86-64-v3`` caps it), ``cython_version``,
+    ``QUANTCORE_SIMD=baseline`` or ``x86-64-v3`` caps it), ``quick_units``
+    (the units compiled at -O1 by ``make demo``'s quick build: same results,
+    slower; empty after ``make install``), ``cython_version``,
     ``numpy_build_version``, ``max_threads`` and ``parallel_threshold``.
     """
     from ._cpu import BUILD_CONFIG, _kernels

@@ -223,9 +223,13 @@ def run_demo(seed=0, plot_path="quantcore_demo.png", epochs=40, qat_epochs=15, o
     qat_curve = train(qat_net, x_tr, y_tr, x_te, y_te, qat_epochs, 1e-3, rng, quant)
     results["QAT int4"] = accuracy(qat_net, x_te, y_te, quant)
 
+    build = qc.build_info()
     print(f"quantcore {qc.__version__} demo: 64-128-10 MLP on scikit-learn digits "
           f"({len(x_tr)} train / {len(x_te)} test, seed {seed}; OpenMP "
-          f"{'on' if qc.build_info()['openmp'] else 'off'})")
+          f"{'on' if build['openmp'] else 'off'})")
+    if build.get("quick_units"):
+        print("(make demo's quick build: the loops the demo does not run are compiled at -O1, "
+              "same results, slower; make install compiles them in full)")
     print(f"{'model':<12}{'test accuracy':>15}")
     for name, acc in results.items():
         print(f"{name:<12}{100 * acc:>14.2f}%")

@@ -1,6 +1,4 @@
 import os
-import shutil
-import tempfile
 
 import numpy as np
 import pytest
@@ -8,13 +6,8 @@ from hypothesis import HealthCheck, settings
 
 import quantcore
 
-#: the whole run's temporary files (pytest's tmp_path included, and every
-#: child process through TMPDIR) go to a folder of its own, never the shared
-#: system one: another process's files there are not this run's, and what
-#: quantcore leaves behind here is found at the end (pytest_sessionfinish)
-TEST_TMPDIR = tempfile.mkdtemp(prefix="qc-")   # short: paths end up in wrapped reports
-os.environ["TMPDIR"] = TEST_TMPDIR
-tempfile.tempdir = None
+# the run's own temporary folder (TMPDIR) and its check for leftovers at the end
+from run_tmpdir import TEST_TMPDIR, pytest_sessionfinish  # noqa: E402,F401
 
 #: set by ``make gpu-emu-test``: cupy is the CUDA emulator of tests/cudaemu
 #: (first on PYTHONPATH).  Its self-tests are collected only then: they
@@ -96,20 +89,3 @@ def threads():
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
-
-
-def pytest_sessionfinish(session, exitstatus):
-    """Fail the run when quantcore left a temporary file of its own (a spill
-    or spool file, a ``quantcore_*`` folder) in the run's temporary folder;
-    then remove the folder."""
-    # (quantcore-kernels-*: this process's kernel cache with
-    # QUANTCORE_KERNEL_CACHE=off, removed at exit by quantcore_gpu.cache's
-    # atexit handler, which runs after this hook)
-    left = sorted(name for name in os.listdir(TEST_TMPDIR)
-                  if (name.startswith(("quantcore", ".quantcore")) or name.endswith(
-                      (".spill", ".partial", ".tmp")))
-                  and not name.startswith("quantcore-kernels-"))
-    shutil.rmtree(TEST_TMPDIR, ignore_errors=True)
-    if left:
-        print(f"\nquantcore left temporary files behind: {', '.join(left)}")
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -222,15 +222,21 @@ def test_each_unit_includes_only_the_headers_of_what_it_runs(tmp_path):
                           "qc_format_families.h", "qc_cpu_loops.h"}, closure
 
 
-def test_build_cache_tracks_the_inputs(tmp_path):
-    """setup.py's object cache: the key changes with the command and with the
-    content of any file the dependency list names."""
+def _setup_module():
+    """setup.py's functions, without its setup() call."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("qc_setup_under_test", ROOT / "setup.py")
     src = (ROOT / "setup.py").read_text().split("\nsetup(")[0]  # (not the setup() call)
     mod = importlib.util.module_from_spec(spec)
     mod.__file__ = str(ROOT / "setup.py")
     exec(compile(src, str(ROOT / "setup.py"), "exec"), mod.__dict__)
+    return mod
+
+
+def test_build_cache_tracks_the_inputs(tmp_path):
+    """setup.py's object cache: the key changes with the command and with the
+    content of any file the dependency list names."""
+    mod = _setup_module()
     a, b = tmp_path / "a b.h", tmp_path / "c.cpp"
     a.write_text("1")
     b.write_text("2")
@@ -247,17 +253,12 @@ def test_build_cache_keeps_the_versions_a_branch_switch_needs(tmp_path, monkeypa
     """setup.py's object store: an edit undone (or a branch switched back)
     finds its object built before instead of compiling it again; a source
     never built is compiled; at most STORE_KEEP versions are kept."""
-    import importlib.util
     import shutil
     import types
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler")
-    spec = importlib.util.spec_from_file_location("qc_setup_under_test", ROOT / "setup.py")
-    src = (ROOT / "setup.py").read_text().split("\nsetup(")[0]
-    mod = importlib.util.module_from_spec(spec)
-    mod.__file__ = str(ROOT / "setup.py")
-    exec(compile(src, str(ROOT / "setup.py"), "exec"), mod.__dict__)
+    mod = _setup_module()
     log = tmp_path / "calls"
     wrapper = tmp_path / "cc.sh"
     wrapper.write_text(f'#!/bin/sh\necho x >> "{log}"\nexec {cc} "$@"\n')
@@ -288,3 +289,31 @@ def test_build_cache_keeps_the_versions_a_branch_switch_needs(tmp_path, monkeypa
         assert build(value) == 1
     assert len(list((tmp_path / "obj" / "store").glob("u.*.o"))) == mod.STORE_KEEP
     assert build(1) == 1                  # the oldest version dropped
+
+
+def test_demo_build_compiles_only_the_units_it_does_not_run_at_O1(monkeypatch):
+    """QUANTCORE_BUILD=demo (make demo): the units of DEMO_QUICK_UNITS get
+    -O1 last (after the -O3 of the flags), the others nothing; unset or
+    "full" none; another value stops the build naming the variable; every
+    name in DEMO_QUICK_UNITS is a unit that exists (a loop unit or an
+    extension's source), none of them the units the demo runs."""
+    mod = _setup_module()
+    monkeypatch.delenv("QUANTCORE_BUILD", raising=False)
+    assert mod.quick_units() == ()
+    monkeypatch.setenv("QUANTCORE_BUILD", "full")
+    assert mod.quick_units() == ()
+    monkeypatch.setenv("QUANTCORE_BUILD", "demo")
+    assert mod.quick_units() == mod.DEMO_QUICK_UNITS
+    monkeypatch.setenv("QUANTCORE_BUILD", "fast")
+    with pytest.raises(SystemExit, match="QUANTCORE_BUILD='fast'"):
+        mod.quick_units()
+    units = {mod._unit(u) for u in mod.LOOP_UNITS}
+    units |= {mod._unit(src) for ext in mod.extensions for src in ext.sources}
+    assert set(mod.DEMO_QUICK_UNITS) <= units
+    # the demo runs the affine loops, the extension's own unit and the histograms
+    assert not {"qc_loops_affine", "_kernels", "_hist"} & set(mod.DEMO_QUICK_UNITS)
+    jobs = [(None, "quantcore/_cpu/qc_loops_mx.cpp", "mx.o", [], ["-march=x86-64-v3"]),
+            (None, "quantcore/_cpu/qc_loops_affine.cpp", "affine.o", [], [])]
+    assert [job[4] for job in mod._quick_jobs(jobs, mod.DEMO_QUICK_UNITS)] == [
+        ["-march=x86-64-v3", "-O1"], []]
+    assert mod._quick_jobs(jobs, ()) == jobs
