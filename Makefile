@@ -48,13 +48,15 @@ PINS_PY := from importlib.metadata import version as v; \
 comma := ,
 define install_quantcore
 	@mkdir -p build
-	@if $(PY) -c 'import tomllib' 2>/dev/null; then \
-	  $(PY) -c '$(REQS_PY)' $(1) > build/requirements-$(firstword $(subst $(comma), ,$(1))).txt && $(PY) -c '$(PINS_PY)' > build/pins.txt && \
-	  echo "$(2) pip install -r build/requirements-$(firstword $(subst $(comma), ,$(1))).txt -c build/pins.txt (beside the next line)" && \
-	  { $(2) $(PIP) install -r build/requirements-$(firstword $(subst $(comma), ,$(1))).txt -c build/pins.txt > build/pip-$(firstword $(subst $(comma), ,$(1))).log 2>&1 & } && \
+	@tag=$(firstword $(subst $(comma), ,$(1))); req=build/requirements-$$tag.txt; \
+	log=build/pip-$$tag.log; \
+	if $(PY) -c 'import tomllib' 2>/dev/null; then \
+	  $(PY) -c '$(REQS_PY)' $(1) > $$req && $(PY) -c '$(PINS_PY)' > build/pins.txt && \
+	  echo "$(2) pip install -r $$req -c build/pins.txt (beside the next line)" && \
+	  { $(2) $(PIP) install -r $$req -c build/pins.txt > $$log 2>&1 & } && \
 	  echo "$(2) pip install --no-build-isolation --no-deps -e ." && \
 	  $(2) $(PIP) install --no-build-isolation --no-deps -e .; built=$$?; wait $$!; deps=$$?; \
-	  [ $$deps = 0 ] || { cat build/pip-$(firstword $(subst $(comma), ,$(1))).log; echo "make: installing the requirements of [$(1)] failed"; }; \
+	  [ $$deps = 0 ] || { cat $$log; echo "make: installing the requirements of [$(1)] failed"; }; \
 	  [ $$built = 0 ] && [ $$deps = 0 ]; \
 	else \
 	  echo "$(2) pip install --no-build-isolation -e .[$(1)]" && \
