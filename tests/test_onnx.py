@@ -3,6 +3,7 @@
 quantize_static through the calibration cache, against the 20 recorded
 quantize_static runs of tests/data/onnxruntime_vectors.json (end_to_end) and
 against live onnxruntime's own calibration."""
+import functools
 import os
 import tempfile
 
@@ -717,16 +718,27 @@ def test_default_call_is_quantize_statics_default_call(method, batch_model_path,
 # axis is 1, a 0-d sample rate) and RapidOCR's PP-OCRv4 text detector,
 # recognizer and direction classifier.
 
+@functools.lru_cache(maxsize=None)
 def _wheel_model(package, relative):
-    """The .onnx file a wheel ships (found without importing the package,
-    which would import torch / OpenCV); a skip when it is not installed."""
+    """A copy, in this run's own temporary folder, of the .onnx file a wheel
+    ships (found without importing the package, which would import torch /
+    OpenCV); a skip when it is not installed.
+
+    Never the installed file itself: ORT's quantize_static writes
+    ``<model>-inferred.onnx`` beside the model it is given and deletes it,
+    so two test runs at once (make test's lanes) calibrating the same
+    installed model delete each other's file (seen: FileNotFoundError in
+    test_cluster_real_model while test-bench ran)."""
     import importlib.util
+    import shutil
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.origin:
         pytest.skip(f"{package} is not installed (pip install '.[test]')")
     path = os.path.join(os.path.dirname(spec.origin), relative)
     assert os.path.isfile(path), path
-    return path
+    folder = os.path.join(tempfile.gettempdir(), "wheel-models", package)
+    os.makedirs(folder, exist_ok=True)
+    return shutil.copy(path, folder)
 
 
 def vad_feeds(path, batches=4, rows=3, seed=0):
