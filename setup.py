@@ -280,13 +280,13 @@ class BuildExt(build_ext):
                 for unit in LOOP_UNITS:
                     for level in [2] + levels:
                         march = [SIMD_LEVELS[level][1]] if level in SIMD_LEVELS else []
-                        obj = os.path.join(OBJ_DIR, f"{os.path.basename(unit)[:-4]}.v{level}.o")
+                        obj = os.path.join(OBJ_DIR, f"{_unit(unit)}.v{level}.o")
                         jobs.append((ext, unit, obj, macros + [("QC_SIMD_LEVEL", str(level))],
                                      march))
                 # the dispatcher (qc_kernels.h) calls the builds made
                 macros += [(f"QC_HAVE_V{level}", "1") for level in levels]
             for src in ext.sources:
-                obj = os.path.join(OBJ_DIR, os.path.basename(os.path.splitext(src)[0]) + ".o")
+                obj = os.path.join(OBJ_DIR, _unit(src) + ".o")
                 jobs.append((ext, src, obj, macros, []))
         _compile_all(self.compiler, _quick_jobs(jobs, quick))
         for ext in self.extensions:
