@@ -138,3 +138,77 @@ def test_busy_cores_run_the_kernels_on_one_thread(load, one_thread, spec_n, monk
     for k, td in want.items():
         for attr in td._attrs:
             assert same_bits(np.asarray(getattr(td, attr)), np.asarray(getattr(got[k], attr)))
+
+
+def _external_data_model(folder, source):
+    """``source`` saved in ``folder`` with its initializers in one external
+    data file (every tensor, whatever its size)."""
+    folder.mkdir()
+    path = str(folder / "model.onnx")
+    onnx.save(onnx.load(source), path, save_as_external_data=True,
+              all_tensors_to_one_file=True, location="model.weights", size_threshold=0)
+    return path
+
+
+@pytest.mark.parametrize("call", ["default", "cached"])
+def test_nothing_is_written_beside_the_users_model(call, spec_n, tmp_path, monkeypatch):
+    """ORT's quantize_static writes ``<model>-inferred.onnx`` beside the
+    model it is given (quant_utils.load_model_with_shape_infer): two runs on
+    one model delete each other's file, a read-only folder fails.  Through
+    quantcore (ranges handed over, a cache read by ORT; SmoothQuant, which
+    needs neural-compressor, goes through the same ort_quantize_static) the
+    model's folder sees no
+    write, its external data is read from there, and the model is ORT's own
+    call's, bit for bit."""
+    from onnxruntime.quantization import CalibrationMethod, quantize_static
+    src = tmp_path / "src"
+    path = _external_data_model(src, spec_n)
+    before = sorted(p.name for p in src.iterdir())
+    written = []
+    infer = onnx.shape_inference.infer_shapes_path
+
+    def spy(model_path, output_path="", *args, **kwargs):
+        written.append(str(output_path))
+        infer(model_path, output_path, *args, **kwargs)
+        written.append(sorted(p.name for p in src.iterdir()))
+
+    kw = {}
+    if call == "cached":
+        kw["calibration_cache_path"] = str(tmp_path / "ranges.json")
+        qonnx.quantize(path, str(tmp_path / "first.onnx"), _feeds(), **kw)
+    with monkeypatch.context() as m:
+        m.setattr(onnx.shape_inference, "infer_shapes_path", spy)
+        qonnx.quantize(path, str(tmp_path / "qc.onnx"), _feeds(), **kw)
+    assert written, "ORT's shape inference did not run"
+    assert not [w for w in written if isinstance(w, str) and w.startswith(str(src))], written
+    assert all(w == before for w in written if isinstance(w, list)), written
+    assert sorted(p.name for p in src.iterdir()) == before
+    # ORT's own call (it writes beside its copy of the model)
+    mirror = tmp_path / "ort"
+    ort_path = _external_data_model(mirror, spec_n)
+    quantize_static(ort_path, str(tmp_path / "ort.onnx"), Reader(_feeds()),
+                    calibrate_method=CalibrationMethod.MinMax, **kw)
+    a, b = _initializers(str(tmp_path / "qc.onnx")), _initializers(str(tmp_path / "ort.onnx"))
+    assert sorted(a) == sorted(b) and len(a) > 2
+    for k in a:
+        assert same_bits(a[k], b[k]), k
+
+
+def test_ort_called_directly_still_infers_beside_the_model(spec_n, tmp_path, monkeypatch):
+    """The private inference is quantcore's calls' only: ORT's own
+    quantize_static, after quantcore installed its names, behaves as ORT
+    ships it."""
+    from onnxruntime.quantization import quantize_static
+    qonnx.quantize(spec_n, str(tmp_path / "qc.onnx"), _feeds())     # installs the names
+    path = _external_data_model(tmp_path / "src", spec_n)
+    written = []
+    infer = onnx.shape_inference.infer_shapes_path
+
+    def spy(model_path, output_path="", *args, **kwargs):
+        written.append(str(output_path))
+        infer(model_path, output_path, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(onnx.shape_inference, "infer_shapes_path", spy)
+        quantize_static(path, str(tmp_path / "ort.onnx"), Reader(_feeds()))
+    assert set(written) == {str(tmp_path / "src" / "model-inferred.onnx")}

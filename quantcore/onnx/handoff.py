@@ -21,13 +21,28 @@ the calling thread has ranges pending (other threads, and ORT called
 directly, get ORT's calibrators).  If a later ORT stops looking the name up
 (the ranges not taken), the call fails with a RuntimeError rather than
 writing a model from ranges that are not ours.
+
+ORT's first step, ``load_model_with_shape_infer`` (``quant_utils.py``),
+writes the shape-inferred model as ``<model>-inferred.onnx`` *beside the
+user's model*, loads it and deletes it: two runs on one model delete each
+other's file, and a model in a read-only folder cannot be quantized.  Every
+call made through :func:`ort_quantize_static` (all of quantcore's) has that
+name answer :func:`_shape_infer_privately` instead: the same
+``infer_shapes_path`` of the same file and the same load, its output in a
+private temporary folder, the external data read from the model's own
+folder (what ``onnx.load`` of ORT's file does), so the same ModelProto and
+nothing written beside the model.
 """
+import contextlib
 import importlib
+import os
+import tempfile
 import threading
 
 _STATE = threading.local()
 _INSTALL = threading.Lock()
 _ORIGINAL = []
+_ORIGINAL_INFER = []
 
 
 class _HandedCalibrator:
@@ -70,11 +85,35 @@ def _create_calibrator(*args, **kwargs):
     return _HandedCalibrator(pending)
 
 
+def _shape_infer_privately(model_path):
+    """ORT's ``load_model_with_shape_infer(model_path)`` with its temporary
+    inferred model in a private folder (module docstring); ORT's own in a
+    thread not inside :func:`ort_quantize_static`."""
+    if not getattr(_STATE, "private", False):
+        return _ORIGINAL_INFER[0](model_path)
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_model
+    from onnxruntime.quantization.quant_utils import add_infer_metadata
+
+    model_path = os.fspath(model_path)
+    with tempfile.TemporaryDirectory(prefix="quantcore-infer-") as private:
+        inferred = os.path.join(private, "inferred" + os.path.splitext(model_path)[1])
+        onnx.shape_inference.infer_shapes_path(model_path, inferred)
+        model = onnx.load(inferred, load_external_data=False)
+    load_external_data_for_model(model, os.path.dirname(model_path))
+    add_infer_metadata(model)
+    return model
+
+
 def _install():
-    """Put :func:`_create_calibrator` in quantize.py's namespace (once)."""
+    """Put :func:`_create_calibrator` and :func:`_shape_infer_privately` in
+    quantize.py's namespace (once)."""
     # (the module: the package's name "quantize" is a function)
     ort_quantize = importlib.import_module("onnxruntime.quantization.quantize")
     with _INSTALL:
+        if not _ORIGINAL_INFER and hasattr(ort_quantize, "load_model_with_shape_infer"):
+            _ORIGINAL_INFER.append(ort_quantize.load_model_with_shape_infer)
+            ort_quantize.load_model_with_shape_infer = _shape_infer_privately
         if not _ORIGINAL:
             if "create_calibrator" not in ort_quantize.quantize_static.__code__.co_names:
                 raise RuntimeError("this onnxruntime's quantize_static does not make its "
@@ -85,6 +124,24 @@ def _install():
     return ort_quantize.quantize_static
 
 
+@contextlib.contextmanager
+def _private_inference():
+    previous = getattr(_STATE, "private", False)
+    _STATE.private = True
+    try:
+        yield
+    finally:
+        _STATE.private = previous
+
+
+def ort_quantize_static(model_input, model_output, calibration_data_reader, **kwargs):
+    """ORT's ``quantize_static`` as it is, except that its shape inference
+    writes nothing beside ``model_input`` (module docstring)."""
+    quantize_static = _install()
+    with _private_inference():
+        quantize_static(model_input, model_output, calibration_data_reader, **kwargs)
+
+
 def quantize_static_with(tensors_range, model_input, model_output, *, calibrate_method,
                          extra_options=None, **kwargs):
     """ORT's ``quantize_static(model_input, model_output, reader,
@@ -92,13 +149,12 @@ def quantize_static_with(tensors_range, model_input, model_output, *, calibrate_
     ``tensors_range`` (a :class:`~quantcore.compat.onnxruntime.TensorsData`)
     as its calibrator's result: ORT writes the model; no cache is read or
     written (``calibration_cache_path`` must not be in ``kwargs``)."""
-    quantize_static = _install()
     stride = (extra_options or {}).get("CalibStridedMinMax")
     _STATE.ranges = tensors_range.to_ort()
     try:
-        quantize_static(model_input, model_output, _NoBatches(stride),
-                        calibrate_method=calibrate_method, extra_options=extra_options,
-                        calibration_cache_path=None, **kwargs)
+        ort_quantize_static(model_input, model_output, _NoBatches(stride),
+                            calibrate_method=calibrate_method, extra_options=extra_options,
+                            calibration_cache_path=None, **kwargs)
         if getattr(_STATE, "ranges", None) is not None:
             raise RuntimeError("onnxruntime's quantize_static did not take quantcore's ranges "
                                "(its create_calibrator was not called)")

@@ -11,7 +11,7 @@ from .._files import atomic_path, refuse_same_file
 from ..compat import onnxruntime as O
 from .calibration import ORT_METHODS, _method_name
 from .cluster import calibrate
-from .handoff import quantize_static_with
+from .handoff import ort_quantize_static, quantize_static_with
 from .readers import _feeds
 from .session import FeedChecker, _label, _one_line, _onnx, _ort_session
 
@@ -123,7 +123,7 @@ def quantize(model_input, model_output, calibration_data_reader=None,
         one read of the data, ranges without counts; the same model).
     """
     onnx, _ = _onnx()
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType
 
     method = _method_name(calibrate_method, "method")
     if isinstance(model_input, (str, os.PathLike)):
@@ -144,9 +144,9 @@ def quantize(model_input, model_output, calibration_data_reader=None,
         method = CalibrationMethod[_ort_method(method)]
         try:
             with _written(model_output) as out:
-                quantize_static(model_input, out, calibration_data_reader,
-                                calibrate_method=method,
-                                calibration_cache_path=calibration_cache_path, **ort_kw)
+                ort_quantize_static(model_input, out, calibration_data_reader,
+                                    calibrate_method=method,
+                                    calibration_cache_path=calibration_cache_path, **ort_kw)
         except (RuntimeError, ImportError) as exc:  # ORT's: neural-compressor is missing
             raise ValueError(f"SmoothQuant (ORT's, run by ORT): {_one_line(exc)}") from None
         return None
@@ -174,8 +174,8 @@ def quantize(model_input, model_output, calibration_data_reader=None,
     try:
         with _written(model_output) as out:
             if cached:      # ORT reads the user's cache, as ORT does
-                quantize_static(model_input, out, None, calibrate_method=method,
-                                calibration_cache_path=calibration_cache_path, **ort_kw)
+                ort_quantize_static(model_input, out, None, calibrate_method=method,
+                                    calibration_cache_path=calibration_cache_path, **ort_kw)
             else:           # the ranges handed over in memory (onnx.handoff)
                 quantize_static_with(tensors_range, model_input, out, calibrate_method=method,
                                      **ort_kw)
