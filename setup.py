@@ -36,8 +36,9 @@ Environment:
                           build the baseline loops only (a faster first
                           build: ``make demo``); a comma list of
                           baseline, x86-64-v3, x86-64-v4 picks the builds
-  QUANTCORE_BUILD=demo    ``make demo``'s build: the units the demo does not
-                          run (DEMO_QUICK_UNITS) at -O1, a quarter of their
+  QUANTCORE_BUILD=demo    ``make demo``'s build: the units whose speed the
+                          demo does not show (DEMO_QUICK_UNITS) at -O1, a
+                          tenth to a quarter of their
                           compile time, same bits, slower; a later build
                           without it compiles them again at -O3
   QUANTCORE_CFLAGS="..."  extra compiler flags, appended last
@@ -231,13 +232,17 @@ CPU = os.path.join("quantcore", "_cpu")
 #: the units of the loops, each compiled once per SIMD build (qc_kernels.h)
 LOOP_UNITS = sorted(glob.glob(os.path.join(CPU, "qc_loops_*.cpp")))
 OBJ_DIR = os.path.join("build", "qc_obj")
-#: the units that ``make demo`` does not run (the MX / NVFP4, code, FP8 and
-#: group loops; the GGUF and engine-checkpoint modules): QUANTCORE_BUILD=demo
-#: compiles them at -O1 (qc_loops_mx.cpp: 18 CPU-s instead of 66 here).  The
-#: flags add no reassociation or contraction at any level (-ffp-contract=off,
-#: no -ffast-math), so -O1 gives the same bits: only the speed differs.
-DEMO_QUICK_UNITS = ("qc_loops_mx", "qc_loops_codes", "qc_loops_fp8", "qc_loops_groups",
-                    "_gguf", "_engines")
+#: the units whose speed ``make demo`` does not show: the loops it does not
+#: run (the MX / NVFP4, code, FP8 and group loops; the GGUF and
+#: engine-checkpoint modules) and the affine loops, which it runs on a small
+#: MLP's arrays without timing them (its timed calibrations run the observer
+#: and histogram kernels of _kernels / _hist).  QUANTCORE_BUILD=demo compiles
+#: them at -O1: qc_loops_mx.cpp 18 CPU-s instead of 66 here, qc_loops_affine
+#: 3.5 instead of 32 (GCC's loop unswitching at -O3, ARCHITECTURE).  The flags
+#: add no reassociation or contraction at any level (-ffp-contract=off, no
+#: -ffast-math), so -O1 gives the same bits: only the speed differs.
+DEMO_QUICK_UNITS = ("qc_loops_affine", "qc_loops_mx", "qc_loops_codes", "qc_loops_fp8",
+                    "qc_loops_groups", "_gguf", "_engines")
 #: the versions of each object kept in OBJ_DIR/store, by key (a branch switch
 #: or an edit undone finds its object there instead of compiling it again)
 STORE_KEEP = 3

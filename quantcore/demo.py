@@ -27,6 +27,7 @@ Deterministic accuracies for a given seed; offline (the digits ship with
 scikit-learn); about ten seconds on 2 cores.
 """
 import contextlib
+import os
 import time
 
 import numpy as np
@@ -36,14 +37,29 @@ import quantcore as qc
 F32 = np.float32
 
 
+def _digits():
+    """scikit-learn's digits ``(x, y)``, as ``load_digits(return_X_y=True)``
+    gives them: read from the file it ships (``datasets/data/digits.csv.gz``,
+    64 pixel columns then the label), found without importing scikit-learn
+    (whose import, SciPy's included, is 3 s of the demo); ``load_digits``
+    itself where the file is not there."""
+    import importlib.util
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None:    # make demo installs it; the CLI: one line, exit 2
+        raise ImportError("quantcore demo needs scikit-learn: pip install "
+                          "'quantcore-fakequant[demo]'")
+    for folder in spec.submodule_search_locations or ():
+        path = os.path.join(folder, "datasets", "data", "digits.csv.gz")
+        if os.path.isfile(path):
+            table = np.loadtxt(path, delimiter=",")
+            return table[:, :-1], table[:, -1].astype(np.int64)
+    from sklearn.datasets import load_digits
+    return load_digits(return_X_y=True)
+
+
 def load_data(seed):
     """(x_train, y_train, x_test, y_test), pixels scaled to [0, 1]."""
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError as exc:  # make demo installs it; the CLI: one line, exit 2
-        raise ImportError("quantcore demo needs scikit-learn: pip install "
-                          "'quantcore-fakequant[demo]'") from exc
-    x, y = load_digits(return_X_y=True)
+    x, y = _digits()
     x = (x / 16.0).astype(F32)
     order = np.random.default_rng(seed).permutation(len(x))
     n_train = int(0.75 * len(x))
@@ -228,8 +244,8 @@ def run_demo(seed=0, plot_path="quantcore_demo.png", epochs=40, qat_epochs=15, o
           f"({len(x_tr)} train / {len(x_te)} test, seed {seed}; OpenMP "
           f"{'on' if build['openmp'] else 'off'})")
     if build.get("quick_units"):
-        print("(make demo's quick build: the loops the demo does not run are compiled at -O1, "
-              "same results, slower; make install compiles them in full)")
+        print("(make demo's quick build: the loops whose speed the demo does not show are "
+              "compiled at -O1, same results, slower; make install compiles them in full)")
     print(f"{'model':<12}{'test accuracy':>15}")
     for name, acc in results.items():
         print(f"{name:<12}{100 * acc:>14.2f}%")

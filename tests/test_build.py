@@ -291,12 +291,13 @@ def test_build_cache_keeps_the_versions_a_branch_switch_needs(tmp_path, monkeypa
     assert build(1) == 1                  # the oldest version dropped
 
 
-def test_demo_build_compiles_only_the_units_it_does_not_run_at_O1(monkeypatch):
+def test_demo_build_compiles_only_the_units_whose_speed_it_does_not_show_at_O1(monkeypatch):
     """QUANTCORE_BUILD=demo (make demo): the units of DEMO_QUICK_UNITS get
     -O1 last (after the -O3 of the flags), the others nothing; unset or
     "full" none; another value stops the build naming the variable; every
     name in DEMO_QUICK_UNITS is a unit that exists (a loop unit or an
-    extension's source), none of them the units the demo runs."""
+    extension's source), none of them the units whose speed the demo
+    shows."""
     mod = _setup_module()
     monkeypatch.delenv("QUANTCORE_BUILD", raising=False)
     assert mod.quick_units() == ()
@@ -310,10 +311,11 @@ def test_demo_build_compiles_only_the_units_it_does_not_run_at_O1(monkeypatch):
     units = {mod._unit(u) for u in mod.LOOP_UNITS}
     units |= {mod._unit(src) for ext in mod.extensions for src in ext.sources}
     assert set(mod.DEMO_QUICK_UNITS) <= units
-    # the demo runs the affine loops, the extension's own unit and the histograms
-    assert not {"qc_loops_affine", "_kernels", "_hist"} & set(mod.DEMO_QUICK_UNITS)
+    # the demo times calibrations: the observers of the extension's own unit
+    # and the histograms
+    assert not {"_kernels", "_hist"} & set(mod.DEMO_QUICK_UNITS)
     jobs = [(None, "quantcore/_cpu/qc_loops_mx.cpp", "mx.o", [], ["-march=x86-64-v3"]),
-            (None, "quantcore/_cpu/qc_loops_affine.cpp", "affine.o", [], [])]
+            (None, "quantcore/_cpu/_hist.cpp", "hist.o", [], [])]
     assert [job[4] for job in mod._quick_jobs(jobs, mod.DEMO_QUICK_UNITS)] == [
         ["-march=x86-64-v3", "-O1"], []]
     assert mod._quick_jobs(jobs, ()) == jobs

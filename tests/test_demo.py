@@ -180,3 +180,13 @@ def test_save_onto_a_file_is_one_line_exit_2(tmp_path, capsys):
     assert main(["demo", "--save", str(tmp_path / "taken")]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_digits_read_from_the_file_are_load_digits():
+    """The digits the demo reads from scikit-learn's file (without importing
+    it) are load_digits(return_X_y=True)'s, values and dtypes."""
+    from sklearn.datasets import load_digits
+    x, y = demo._digits()
+    ref_x, ref_y = load_digits(return_X_y=True)
+    assert x.dtype == ref_x.dtype and y.dtype == ref_y.dtype
+    assert np.array_equal(x, ref_x) and np.array_equal(y, ref_y)
