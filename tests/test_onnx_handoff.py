@@ -212,3 +212,38 @@ def test_ort_called_directly_still_infers_beside_the_model(spec_n, tmp_path, mon
         m.setattr(onnx.shape_inference, "infer_shapes_path", spy)
         quantize_static(path, str(tmp_path / "ort.onnx"), Reader(_feeds()))
     assert set(written) == {str(tmp_path / "src" / "model-inferred.onnx")}
+
+
+def test_quantizer_renames_inputs_as_ort_does_only_faster(spec_n, tmp_path, monkeypatch):
+    """Inside quantcore's call ORT's QDQ quantizer renames the consumers'
+    inputs with handoff._replace_input_fast (only the nodes that read the
+    name visited); each rename leaves the graph as ORT's own method does
+    (checked call by call on a copy), and ORT called directly keeps its
+    own."""
+    from onnxruntime.quantization import quantize_static
+    from onnxruntime.quantization.onnx_model import ONNXModel
+    from quantcore.onnx import handoff
+    qonnx.quantize(spec_n, str(tmp_path / "warm.onnx"), _feeds())   # installs the names
+    assert ONNXModel.replace_input_of_all_nodes is handoff._replace_input_fast
+    original = handoff._ORIGINAL_REPLACE[0]
+    renames = []
+
+    def checked(self, old, new):
+        theirs = onnx.ModelProto()
+        theirs.CopyFrom(self.model)
+        handoff._replace_input_fast(self, old, new)
+        original(ONNXModel(theirs), old, new)
+        renames.append((old, getattr(handoff._STATE, "private", False)))
+        assert self.model.SerializeToString() == theirs.SerializeToString(), old
+
+    with monkeypatch.context() as m:
+        m.setattr(ONNXModel, "replace_input_of_all_nodes", checked)
+        qonnx.quantize(spec_n, str(tmp_path / "qc.onnx"), _feeds())
+        assert renames and all(private for _, private in renames)
+        renames.clear()
+        quantize_static(spec_n, str(tmp_path / "ort.onnx"), Reader(_feeds()))
+        assert renames and not any(private for _, private in renames)
+    a, b = _initializers(str(tmp_path / "qc.onnx")), _initializers(str(tmp_path / "ort.onnx"))
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert same_bits(a[k], b[k]), k

@@ -32,6 +32,16 @@ name answer :func:`_shape_infer_privately` instead: the same
 private temporary folder, the external data read from the model's own
 folder (what ``onnx.load`` of ORT's file does), so the same ModelProto and
 nothing written beside the model.
+
+In those calls ORT's QDQ quantizer also gets a faster
+``ONNXModel.replace_input_of_all_nodes`` (:func:`_replace_input_fast`): ORT's
+visits every node for every tensor it quantizes (``onnx_model.py``: one
+Python call of ``replace_node_input`` per node; on the PP-OCR detector 491
+tensors x 1162 nodes, 570 k calls, 1.9 s of a 3 s quantizer); the same
+replacement made only in the nodes that read the name (a containment test
+in protobuf's C code first), so the same graph.  It is installed only over
+the implementation this was written against (its code's names checked);
+another ORT keeps its own.
 """
 import contextlib
 import importlib
@@ -43,6 +53,9 @@ _STATE = threading.local()
 _INSTALL = threading.Lock()
 _ORIGINAL = []
 _ORIGINAL_INFER = []
+_ORIGINAL_REPLACE = []
+#: the global names of ORT 1.32's ONNXModel.replace_input_of_all_nodes
+_REPLACE_NAMES = ("model", "graph", "node", "ONNXModel", "replace_node_input")
 
 
 class _HandedCalibrator:
@@ -105,12 +118,33 @@ def _shape_infer_privately(model_path):
     return model
 
 
+def _replace_input_fast(self, old_input_name, new_input_name):
+    """ORT's ``ONNXModel.replace_input_of_all_nodes``: every input named
+    ``old_input_name`` of every node renamed ``new_input_name``, with ORT's
+    own ``replace_node_input``, called only for the nodes that read the name
+    (module docstring); ORT's own in a thread not inside
+    :func:`ort_quantize_static`."""
+    if not getattr(_STATE, "private", False):
+        return _ORIGINAL_REPLACE[0](self, old_input_name, new_input_name)
+    from onnxruntime.quantization.onnx_model import ONNXModel
+    assert isinstance(old_input_name, str) and isinstance(new_input_name, str)
+    for node in self.model.graph.node:
+        if old_input_name in node.input:
+            ONNXModel.replace_node_input(node, old_input_name, new_input_name)
+
+
 def _install():
     """Put :func:`_create_calibrator` and :func:`_shape_infer_privately` in
-    quantize.py's namespace (once)."""
+    quantize.py's namespace and :func:`_replace_input_fast` in ONNXModel
+    (once)."""
     # (the module: the package's name "quantize" is a function)
     ort_quantize = importlib.import_module("onnxruntime.quantization.quantize")
+    from onnxruntime.quantization.onnx_model import ONNXModel
     with _INSTALL:
+        replace = ONNXModel.replace_input_of_all_nodes
+        if not _ORIGINAL_REPLACE and replace.__code__.co_names == _REPLACE_NAMES:
+            _ORIGINAL_REPLACE.append(replace)
+            ONNXModel.replace_input_of_all_nodes = _replace_input_fast
         if not _ORIGINAL_INFER and hasattr(ort_quantize, "load_model_with_shape_infer"):
             _ORIGINAL_INFER.append(ort_quantize.load_model_with_shape_infer)
             ort_quantize.load_model_with_shape_infer = _shape_infer_privately
