@@ -20,17 +20,23 @@ CUDA_VENV ?= .venv-cuda
 
 all: test
 
-# The venv: made without pip, then $(PYTHON)'s own pip (--python: pip >= 22.3)
-# installs pip and the build's packages into it: 6 s here instead of 20 (venv's
-# ensurepip spends 7 s installing and compiling pip).  Without such a pip, the
-# usual venv.
+# $(call make_venv,DIR,REQUIREMENTS): a venv made without pip, then
+# $(PYTHON)'s own pip (--python: pip >= 22.3) installs pip and REQUIREMENTS
+# into it: 6 s here instead of 20 for the build's packages (venv's ensurepip
+# spends 7 s installing and compiling pip).  Without such a pip, the usual
+# venv and its pip.
+define make_venv
+	@echo "$(PYTHON) -m venv --without-pip $(1) && $(PYTHON) -m pip --python" \
+	  "$(1)/bin/python install --no-compile pip $(2)"
+	@if $(PYTHON) -m venv --without-pip $(1) && $(PYTHON) -m pip --disable-pip-version-check \
+	    -q --python $(1)/bin/python install --no-compile pip $(2) 2>/dev/null; then :; else \
+	  echo "(no pip >= 22.3 beside $(PYTHON): the usual venv)"; rm -rf $(1) && \
+	  $(PYTHON) -m venv $(1) && \
+	  $(1)/bin/python -m pip --disable-pip-version-check -q install --no-compile $(2); fi
+endef
+
 $(VENV)/.created:
-	@echo "$(PYTHON) -m venv --without-pip $(VENV) && $(PYTHON) -m pip --python $(PY)" \
-	  "install --no-compile pip $(BUILD_REQS)"
-	@if $(PYTHON) -m venv --without-pip $(VENV) && $(PYTHON) -m pip --disable-pip-version-check \
-	    -q --python $(PY) install --no-compile pip $(BUILD_REQS) 2>/dev/null; then :; else \
-	  echo "(no pip >= 22.3 beside $(PYTHON): the usual venv)"; rm -rf $(VENV) && \
-	  $(PYTHON) -m venv $(VENV) && $(PIP_INSTALL) $(BUILD_REQS); fi
+	$(call make_venv,$(VENV),$(BUILD_REQS))
 	touch $@
 
 venv: $(VENV)/.created
@@ -211,11 +217,10 @@ gpu-emu-mirror: install
 # no approximate instruction, no .ftz, no contraction the source did not
 # write (python -m quantcore_gpu.toolchain_check; ~50 s per architecture
 # on 2 cores).
+GPU_TOOLCHAIN_REQS = numpy $$($(PY) -c "import tomllib; print(' '.join(tomllib.load(open( \
+  'pyproject.toml', 'rb'))['project']['optional-dependencies']['gpu-toolchain']))")
 $(CUDA_VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(CUDA_VENV)
-	$(CUDA_VENV)/bin/python -m pip --disable-pip-version-check -q install numpy \
-	  $$($(PY) -c "import tomllib; print(' '.join(tomllib.load(open( \
-	  'pyproject.toml', 'rb'))['project']['optional-dependencies']['gpu-toolchain']))")
+	$(call make_venv,$(CUDA_VENV),$(GPU_TOOLCHAIN_REQS))
 	touch $@
 
 gpu-toolchain-check: install $(CUDA_VENV)/.installed
