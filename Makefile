@@ -26,8 +26,8 @@ all: test
 # spends 7 s installing and compiling pip).  Without such a pip, the usual
 # venv and its pip.
 define make_venv
-	@echo "$(PYTHON) -m venv --without-pip $(1) && $(PYTHON) -m pip --python" \
-	  "$(1)/bin/python install --no-compile pip $(2)"
+	@echo "$(PYTHON) -m venv --without-pip $(1), then $(PYTHON) -m pip --python" \
+	  "$(1)/bin/python install --no-compile pip and the requirements"
 	@if $(PYTHON) -m venv --without-pip $(1) && $(PYTHON) -m pip --disable-pip-version-check \
 	    -q --python $(1)/bin/python install --no-compile pip $(2) 2>/dev/null; then :; else \
 	  echo "(no pip >= 22.3 beside $(PYTHON): the usual venv)"; rm -rf $(1) && \
