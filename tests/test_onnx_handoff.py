@@ -195,7 +195,7 @@ def test_nothing_is_written_beside_the_users_model(call, spec_n, tmp_path, monke
 
 
 def test_ort_called_directly_still_infers_beside_the_model(spec_n, tmp_path, monkeypatch):
-    """The private inference is quantcore's calls' only: ORT's own
+    """The private inference is in quantcore's calls only: ORT's own
     quantize_static, after quantcore installed its names, behaves as ORT
     ships it."""
     from onnxruntime.quantization import quantize_static
@@ -233,16 +233,16 @@ def test_quantizer_renames_inputs_as_ort_does_only_faster(spec_n, tmp_path, monk
         theirs.CopyFrom(self.model)
         handoff._replace_input_fast(self, old, new)
         original(ONNXModel(theirs), old, new)
-        renames.append((old, getattr(handoff._STATE, "private", False)))
+        renames.append((old, getattr(handoff._STATE, "inside", False)))
         assert self.model.SerializeToString() == theirs.SerializeToString(), old
 
     with monkeypatch.context() as m:
         m.setattr(ONNXModel, "replace_input_of_all_nodes", checked)
         qonnx.quantize(spec_n, str(tmp_path / "qc.onnx"), _feeds())
-        assert renames and all(private for _, private in renames)
+        assert renames and all(inside for _, inside in renames)
         renames.clear()
         quantize_static(spec_n, str(tmp_path / "ort.onnx"), Reader(_feeds()))
-        assert renames and not any(private for _, private in renames)
+        assert renames and not any(inside for _, inside in renames)
     a, b = _initializers(str(tmp_path / "qc.onnx")), _initializers(str(tmp_path / "ort.onnx"))
     assert sorted(a) == sorted(b)
     for k in a:

@@ -102,7 +102,7 @@ def _shape_infer_privately(model_path):
     """ORT's ``load_model_with_shape_infer(model_path)`` with its temporary
     inferred model in a private folder (module docstring); ORT's own in a
     thread not inside :func:`ort_quantize_static`."""
-    if not getattr(_STATE, "private", False):
+    if not getattr(_STATE, "inside", False):
         return _ORIGINAL_INFER[0](model_path)
     import onnx
     from onnx.external_data_helper import load_external_data_for_model
@@ -124,7 +124,7 @@ def _replace_input_fast(self, old_input_name, new_input_name):
     own ``replace_node_input``, called only for the nodes that read the name
     (module docstring); ORT's own in a thread not inside
     :func:`ort_quantize_static`."""
-    if not getattr(_STATE, "private", False):
+    if not getattr(_STATE, "inside", False):
         return _ORIGINAL_REPLACE[0](self, old_input_name, new_input_name)
     from onnxruntime.quantization.onnx_model import ONNXModel
     assert isinstance(old_input_name, str) and isinstance(new_input_name, str)
@@ -159,20 +159,23 @@ def _install():
 
 
 @contextlib.contextmanager
-def _private_inference():
-    previous = getattr(_STATE, "private", False)
-    _STATE.private = True
+def _inside_quantcore_call():
+    """Mark this thread as inside one of quantcore's quantize_static calls
+    (the names installed by :func:`_install` act only there)."""
+    previous = getattr(_STATE, "inside", False)
+    _STATE.inside = True
     try:
         yield
     finally:
-        _STATE.private = previous
+        _STATE.inside = previous
 
 
 def ort_quantize_static(model_input, model_output, calibration_data_reader, **kwargs):
     """ORT's ``quantize_static`` as it is, except that its shape inference
-    writes nothing beside ``model_input`` (module docstring)."""
+    writes nothing beside ``model_input`` and its quantizer renames inputs
+    faster (module docstring): the same model."""
     quantize_static = _install()
-    with _private_inference():
+    with _inside_quantcore_call():
         quantize_static(model_input, model_output, calibration_data_reader, **kwargs)
 
 
