@@ -9,8 +9,8 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # Python writes a module's bytecode when it is first imported -- unless
 # PYTHONDONTWRITEBYTECODE is set (as on this project's machines), when the
 # installed bytecode is all there will be (each process would compile every
-# module it imports: numpy's import 0.52 s instead of 0.23; make test's
-# lanes ran 25-60% longer).  So --no-compile only where Python writes it.
+# module it imports: numpy's import 0.52 s instead of 0.23, in each of the
+# test runs' processes).  So --no-compile only where Python writes it.
 # make demo installs everything with --no-compile all the same (its venv is
 # for one run: 30 s less on 2 cores here), and make install, where
 # PYTHONDONTWRITEBYTECODE is set, first compiles what is in the venv already
