@@ -34,8 +34,8 @@ all: test
 # $(call make_venv,DIR,REQUIREMENTS): a venv made without pip, then
 # $(PYTHON)'s own pip (--python: pip >= 22.3) installs pip and REQUIREMENTS
 # into it, uncompiled (venv's ensurepip spends 7 s here installing and
-# compiling pip; make install compiles them where it must: COMPILE_VENV).  Without such a pip, the usual
-# venv and its pip.
+# compiling pip; make install compiles them where it must: COMPILE_VENV).
+# Without such a pip, the usual venv and its pip.
 define make_venv
 	@echo "$(PYTHON) -m venv --without-pip $(1), then $(PYTHON) -m pip --python" \
 	  "$(1)/bin/python install --no-compile pip and the requirements"

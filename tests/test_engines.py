@@ -197,6 +197,23 @@ def test_bf16_division_is_rounded_before_the_fp8_cast():
     assert (direct != q).mean() > 0.01
 
 
+def _check_bytes(rep, src, out, scheme):
+    """Every quantized tensor's bytes are the producer's (its fused set's
+    global absmax), the rest copied."""
+    stored = load_file(out / "model.safetensors")
+    sets = CT.fused_sets(rep["quantized"])
+    for n in rep["quantized"]:
+        fused = [src[m] for m in sets.get(n, (n,))]
+        exp = _expected(src[n], scheme, 32, absmax=_absmax(*fused))
+        for k, v in exp.items():
+            key = f"{n[:-len('.weight')]}.{k}"
+            assert v.dtype == stored[key].dtype and _bytes(v) == _bytes(stored[key]), key
+    for n in src:
+        if n not in rep["quantized"]:
+            assert _bytes(src[n]) == _bytes(stored[n]), n
+
+
+
 # --------------------------------------------------------- a model directory
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
@@ -213,22 +230,11 @@ def test_directory_bytes_equal_the_producers(llama, scheme, tmp_path):
     assert rep["ignore"] == ["lm_head"]
     assert sorted(os.listdir(out)) == ["config.json", "generation_config.json",
                                        "model.safetensors"]
-    stored = load_file(out / "model.safetensors")
     src = load_file(root / "src" / "model.safetensors")
     linear = [n for n in src if n.startswith("model.layers.") and n.endswith("_proj.weight")]
     assert sorted(rep["quantized"]) == sorted(linear) and len(linear) == 14
-    sets = CT.fused_sets(linear)
-    assert len(sets) == 10   # q/k/v and gate/up of each layer
-    for n in linear:
-        fused = [src[m] for m in sets.get(n, (n,))]
-        exp = _expected(src[n], scheme, 32, absmax=_absmax(*fused))
-        m = n[:-len(".weight")]
-        for k, v in exp.items():
-            assert v.dtype == stored[f"{m}.{k}"].dtype, (n, k)
-            assert _bytes(v) == _bytes(stored[f"{m}.{k}"]), (n, k)
-    for n in src:  # the rest copied, bytes for bytes
-        if n not in linear:
-            assert _bytes(src[n]) == _bytes(stored[n])
+    assert len(CT.fused_sets(linear)) == 10   # q/k/v and gate/up of each layer
+    _check_bytes(rep, src, out, scheme)
     cfg = json.loads((out / "config.json").read_text())
     qc = cfg.pop("quantization_config")
     assert cfg == json.loads((root / "src" / "config.json").read_text())
@@ -343,22 +349,6 @@ def _arch_dir(kind, tmp_path):
     from tiny_models import tiny_model
     tiny_model(kind, tmp_path / "src")
     return tmp_path / "src", load_file(tmp_path / "src" / "model.safetensors")
-
-
-def _check_bytes(rep, src, out, scheme):
-    """Every quantized tensor's bytes are the producer's (its fused set's
-    global absmax), the rest copied."""
-    stored = load_file(out / "model.safetensors")
-    sets = CT.fused_sets(rep["quantized"])
-    for n in rep["quantized"]:
-        fused = [src[m] for m in sets.get(n, (n,))]
-        exp = _expected(src[n], scheme, 32, absmax=_absmax(*fused))
-        for k, v in exp.items():
-            key = f"{n[:-len('.weight')]}.{k}"
-            assert v.dtype == stored[key].dtype and _bytes(v) == _bytes(stored[key]), key
-    for n in src:
-        if n not in rep["quantized"]:
-            assert _bytes(src[n]) == _bytes(stored[n]), n
 
 
 def _load_dense(out):

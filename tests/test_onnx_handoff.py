@@ -150,6 +150,19 @@ def _external_data_model(folder, source):
     return path
 
 
+def _inference_spy(written, watched=None):
+    """onnx's infer_shapes_path, recording each output path in ``written``
+    (and, with ``watched``, the folder's listing after each call)."""
+    infer = onnx.shape_inference.infer_shapes_path
+
+    def spy(model_path, output_path="", *args, **kwargs):
+        written.append(str(output_path))
+        infer(model_path, output_path, *args, **kwargs)
+        if watched is not None:
+            written.append(sorted(p.name for p in watched.iterdir()))
+    return spy
+
+
 @pytest.mark.parametrize("call", ["default", "cached"])
 def test_nothing_is_written_beside_the_users_model(call, spec_n, tmp_path, monkeypatch):
     """ORT's quantize_static writes ``<model>-inferred.onnx`` beside the
@@ -165,19 +178,12 @@ def test_nothing_is_written_beside_the_users_model(call, spec_n, tmp_path, monke
     path = _external_data_model(src, spec_n)
     before = sorted(p.name for p in src.iterdir())
     written = []
-    infer = onnx.shape_inference.infer_shapes_path
-
-    def spy(model_path, output_path="", *args, **kwargs):
-        written.append(str(output_path))
-        infer(model_path, output_path, *args, **kwargs)
-        written.append(sorted(p.name for p in src.iterdir()))
-
     kw = {}
     if call == "cached":
         kw["calibration_cache_path"] = str(tmp_path / "ranges.json")
         qonnx.quantize(path, str(tmp_path / "first.onnx"), _feeds(), **kw)
     with monkeypatch.context() as m:
-        m.setattr(onnx.shape_inference, "infer_shapes_path", spy)
+        m.setattr(onnx.shape_inference, "infer_shapes_path", _inference_spy(written, src))
         qonnx.quantize(path, str(tmp_path / "qc.onnx"), _feeds(), **kw)
     assert written, "ORT's shape inference did not run"
     assert not [w for w in written if isinstance(w, str) and w.startswith(str(src))], written
@@ -202,14 +208,8 @@ def test_ort_called_directly_still_infers_beside_the_model(spec_n, tmp_path, mon
     qonnx.quantize(spec_n, str(tmp_path / "qc.onnx"), _feeds())     # installs the names
     path = _external_data_model(tmp_path / "src", spec_n)
     written = []
-    infer = onnx.shape_inference.infer_shapes_path
-
-    def spy(model_path, output_path="", *args, **kwargs):
-        written.append(str(output_path))
-        infer(model_path, output_path, *args, **kwargs)
-
     with monkeypatch.context() as m:
-        m.setattr(onnx.shape_inference, "infer_shapes_path", spy)
+        m.setattr(onnx.shape_inference, "infer_shapes_path", _inference_spy(written))
         quantize_static(path, str(tmp_path / "ort.onnx"), Reader(_feeds()))
     assert set(written) == {str(tmp_path / "src" / "model-inferred.onnx")}
 
