@@ -115,6 +115,33 @@ def test_random_rows_equal_ggml(ggml, name, data):
                                                           G.gguf_row_bytes(name, n))
 
 
+#: values whose blocks hit the SSE4.1 lanes' edges (qc_gguf_sse.h): exact
+#: .5 ties of x * id (amax 127: Q8_0's id is 1), one magnitude with both
+#: signs (Q4/5_0's first largest), zeros of both signs (Q4/5_1's min / max
+#: sign: the scalar loop), NaN and infinities (the scalar loop), subnormals
+EDGE_VALUES = [0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 2.5, -2.5, 63.5, -63.5, 126.5, 127.0, -127.0,
+               3.0, -3.0, 1e-40, -1e-40, np.inf, -np.inf, np.nan]
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1"])
+def test_legacy_edge_blocks_equal_ggml(ggml, name, data):
+    """Blocks of tie, sign and special values, most of them finite: the SSE4.1
+    lanes and the scalar fallback give ggml's bytes, block for block."""
+    blocks = data.draw(st.integers(1, 4))
+    weights = [1] * (len(EDGE_VALUES) - 3) + [data.draw(st.sampled_from([0, 0, 1]))] * 3
+    pool = [v for v, k in zip(EDGE_VALUES, weights) for _ in range(k)]
+    vals = data.draw(st.lists(st.sampled_from(pool), min_size=32 * blocks, max_size=32 * blocks))
+    scale = data.draw(st.sampled_from([1.0, 2.0 ** -20, 2.0 ** 20]))
+    x = (np.array(vals, np.float32) * np.float32(scale)).reshape(1, -1)
+    sign = data.draw(st.sampled_from(["mixed", "nonnegative", "nonpositive"]))
+    if sign != "mixed":  # zeros keep their signs: a zero min or max of both signs
+        x = np.where(x == 0, x, np.abs(x) if sign == "nonnegative" else -np.abs(x))
+    assert qc.gguf_quantize(x, name) == ggml.quantize(name, x, None,
+                                                      G.gguf_row_bytes(name, x.shape[1]))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_gguf_py(gguf_py, name):
     """gguf-py's numpy quantizer (where it has one) gives our bytes, and its

@@ -11,6 +11,7 @@ thread count).  Types are named by their ggml type id (gguf-py's
 import numpy as np
 
 cimport numpy as cnp
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t, uint8_t
 
@@ -28,14 +29,14 @@ QUANTIZE_IDS = tuple(i for i in range(256) if qc_gg_quantizer(i) != NULL)
 
 def quantize_rows(int type_id, const float[:, ::1] x, imatrix, int64_t row_bytes,
                   int nthreads):
-    """The blocks of every row of ``x`` (rows, n) as uint8 (rows * row_bytes);
+    """The blocks of every row of ``x`` (rows, n): bytes (rows * row_bytes),
+    written in place (a new bytes object: no copy of the result);
     ``imatrix``: None or a C-contiguous float32 array of n weights."""
     cdef qc_gg_row_fn fn = qc_gg_quantizer(type_id)
     if fn == NULL:
         raise ValueError(f"no quantizer for ggml type id {type_id}")
     cdef int64_t rows = x.shape[0], n = x.shape[1], r
-    out = np.empty(rows * row_bytes, np.uint8)
-    cdef uint8_t[::1] o = out
+    out = PyBytes_FromStringAndSize(NULL, rows * row_bytes)
     cdef const float[::1] w
     cdef const float *qw = NULL
     if imatrix is not None:
@@ -44,7 +45,7 @@ def quantize_rows(int type_id, const float[:, ::1] x, imatrix, int64_t row_bytes
     if rows == 0 or n == 0:
         return out
     cdef const float *xp = &x[0, 0]
-    cdef uint8_t *op = &o[0]
+    cdef uint8_t *op = <uint8_t *>PyBytes_AS_STRING(out)
     if nthreads <= 1 or rows == 1:
         with nogil:
             for r in range(rows):

@@ -144,7 +144,7 @@ def gguf_quantize(w, type, imatrix=None):
                              f"got shape {qw.shape}")
         qw = np.ascontiguousarray(qw)
     nt = threads.effective_n_threads(rows.size)
-    return _gguf.quantize_rows(tid, rows, qw, n // bs * bb, nt).tobytes()
+    return _gguf.quantize_rows(tid, rows, qw, n // bs * bb, nt)
 
 
 def gguf_dequantize(data, type, shape):

@@ -72,6 +72,8 @@ static inline int qc_gg_min(int a, int b) { return a < b ? a : b; }
 static inline int qc_gg_max(int a, int b) { return a > b ? a : b; }
 static inline float qc_gg_maxf(float a, float b) { return a > b ? a : b; }  // ggml's MAX
 
+#include "qc_gguf_sse.h"  // SSE4.1 lanes (x86-64): legacy blocks, the qkx search
+
 // ------------------------------------------------------ per-group searches
 // the value of largest magnitude, the first of equal magnitudes (a NaN is
 // never taken; 0 when every |x| is 0)
@@ -197,6 +199,10 @@ static inline float qc_gg_qkx(int n, int nmax, const float *x, const float *w, u
         best += wi * diff;
     }
     if (nstep < 1) { *the_min = -min; return scale; }
+#ifdef QC_GG_SSE
+    qc_gg_qkx_search_sse(n, nmax, x, w, L, Laux, rmin, rdelta, nstep, mad, sum_w, sum_x, max,
+                         &min, &scale, &best);
+#else
     for (int is = 0; is <= nstep; ++is) {
         iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
         float sum_l = 0, sum_l2 = 0, sum_xl = 0;
@@ -227,6 +233,7 @@ static inline float qc_gg_qkx(int n, int nmax, const float *x, const float *w, u
             }
         }
     }
+#endif
     *the_min = -min;
     return scale;
 }

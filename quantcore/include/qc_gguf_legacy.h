@@ -28,6 +28,7 @@ static inline float qc_gg_amax32(const float *x) {
 // Q8_0: d = amax / 127 (fp16), q = round(x / d) in int8.  34 bytes: d, qs[32]
 static inline void qc_gg_q8_0(const float *x, const float *, uint8_t *y, int64_t n) {
     for (int64_t b = 0; b < n / 32; ++b, x += 32, y += 34) {
+        if (QC_GG_TRY_SSE(qc_gg_q8_0_sse(x, y))) continue;
         const float amax = qc_gg_amax32(x);
         const float d = amax / 127;
         const float id = d ? 1.0f / d : 0.0f;
@@ -43,6 +44,7 @@ static inline void qc_gg_q_0_ref(const float *x, uint8_t *y, int64_t n) {
     const float half = BITS == 4 ? 8.5f : 16.5f;
     const int qmax = BITS == 4 ? 15 : 31;
     for (int64_t b = 0; b < n / 32; ++b, x += 32, y += B) {
+        if (QC_GG_TRY_SSE(qc_gg_q_0_sse<BITS>(x, y))) continue;
         const float d = qc_gg_signed_max(x, 32) / (BITS == 4 ? -8 : -16);
         const float id = d ? 1.0f / d : 0.0f;
         qc_gg_wr16(y, qc_gg_fp16(d));
@@ -65,6 +67,7 @@ template <int BITS>
 static inline void qc_gg_q_1_ref(const float *x, uint8_t *y, int64_t n) {
     const int B = BITS == 4 ? 20 : 24, off = BITS == 4 ? 4 : 8;
     for (int64_t b = 0; b < n / 32; ++b, x += 32, y += B) {
+        if (QC_GG_TRY_SSE(qc_gg_q_1_sse<BITS>(x, y))) continue;
         float min = 3.402823466e+38f, max = -3.402823466e+38f;
         for (int j = 0; j < 32; ++j) {
             if (x[j] < min) min = x[j];
