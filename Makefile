@@ -23,10 +23,11 @@ BUILD_REQS := "setuptools>=77" "Cython>=3.0" "numpy>=2.0" wheel
 SOURCES := setup.py pyproject.toml $(wildcard quantcore/_cpu/*.pyx quantcore/_cpu/*.pxd quantcore/_cpu/*.pxi quantcore/_cpu/qc_*.cpp quantcore/include/*.h)
 PYTEST_ARGS ?=
 CUDA_VENV ?= .venv-cuda
+LLMC_VENV ?= .venv-llmc
 
 .PHONY: all venv install demo wheel test test-lint test-cpu test-numpy-levels \
   gpu-emu-kernels gpu-emu-mirror bench bench-summary bench-check bench-reference \
-  bench-history asan-test gpu-test gpu-check gpu-emu-test gpu-toolchain-check clean \
+  bench-history asan-test gpu-test gpu-check gpu-emu-test gpu-toolchain-check llmc-check clean \
   fault-test test-lane-1 test-lane-2 test-bench
 
 all: test
@@ -148,7 +149,7 @@ wheel: $(VENV)/.created
 # (TEST_LANES=1: one lane after the other).  A phase's output goes to
 # build/test-logs/PHASE.log and is printed whole when the phase ends, a line
 # saying it started when it starts; the phase names and exit statuses last.
-TEST_LANE_1 := test-cpu gpu-toolchain-check
+TEST_LANE_1 := test-cpu gpu-toolchain-check llmc-check
 TEST_LANE_2 := test-lint test-numpy-levels gpu-emu-kernels gpu-emu-mirror test-bench
 TEST_PHASES := $(TEST_LANE_1) $(TEST_LANE_2)
 TEST_LANES ?= 2
@@ -237,6 +238,23 @@ $(CUDA_VENV)/.installed: pyproject.toml
 
 gpu-toolchain-check: install $(CUDA_VENV)/.installed
 	PYTHONPATH=$(CURDIR) $(CUDA_VENV)/bin/python -m quantcore_gpu.toolchain_check
+
+# llm-compressor itself, live (issue 45): a separate venv (pyproject extra
+# llmc: llmcompressor 0.14.0.1 pins transformers <= 5.17 and
+# compressed-tensors 0.19.0, which clash with the engines extra), the project
+# on PYTHONPATH with .venv's in-place extension, same Python; its data-free
+# path and quantcore quantize on the same tiny models, compared byte for byte
+# (tests/test_llmc.py; QC_REQUIRE_LLMC: a missing llmcompressor fails, not
+# skips; ~50 s install and ~60 s of tests here)
+LLMC_REQS = $$($(PY) -c "import tomllib; print(' '.join(tomllib.load(open( \
+  'pyproject.toml', 'rb'))['project']['optional-dependencies']['llmc']))")
+$(LLMC_VENV)/.installed: pyproject.toml
+	$(call make_venv,$(LLMC_VENV),$(LLMC_REQS))
+	touch $@
+
+llmc-check: install $(LLMC_VENV)/.installed
+	PYTHONPATH=$(CURDIR) QC_REQUIRE_LLMC=1 $(LLMC_VENV)/bin/python -m pytest -q \
+	  -p no:cacheprovider tests/test_llmc.py $(PYTEST_ARGS)
 
 # Full benchmark run: JSON + Markdown summary + PNG plot under bench/results/,
 # and the run saved into pytest-benchmark's storage (one file per run, named
