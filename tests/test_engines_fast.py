@@ -129,6 +129,8 @@ def test_fp8_weights_equal_the_numpy_path(dt):
 
 
 @pytest.mark.parametrize("fmt,scheme", [("compressed-tensors", "FP8_DYNAMIC"),
+                                        ("compressed-tensors", "W8A16"),
+                                        ("compressed-tensors", "W4A16_ASYM"),
                                         ("modelopt", "FP8_PER_CHANNEL_PER_TOKEN")])
 def test_nan_or_inf_weights_are_refused_by_name_on_the_bits_path(tmp_path, fmt, scheme):
     from quantcore import engines
@@ -146,7 +148,8 @@ def test_nan_or_inf_weights_are_refused_by_name_on_the_bits_path(tmp_path, fmt, 
     with SafetensorsReader(src / "model.safetensors") as r:
         assert r.info(bad) == ("BF16", (16, 32))
     with pytest.raises(ValueError, match=f"tensor {bad!r} holds NaN or inf"):
-        engines.quantize_model(src, tmp_path / "out", scheme, fmt=fmt)
+        engines.quantize_model(src, tmp_path / "out", scheme, fmt=fmt,
+                               **({"group_size": 32} if scheme in ("W8A16", "W4A16_ASYM") else {}))
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
@@ -236,3 +239,78 @@ def test_w4a16_words_equal_the_numpy_path(dt):
         assert np.array_equal(packed, CT.pack_int32(want_q, 4)) and np.array_equal(s, want_s)
         if dt == "BF16":
             assert np.array_equal(CT.int4_packed(_bits(x), dt, group)[0], packed)
+
+
+def _int_ties(bits):
+    """The rounding ties k + 0.5 of a b-bit code range (and past its ends), a
+    float32 ulp either side, zeros of both signs; amax at the top: s = 1."""
+    top = (1 << (bits - 1)) - 0.5
+    ties = np.arange(-top - 1, top + 1, dtype=F32)
+    near = np.concatenate([ties, np.nextafter(ties, F32(np.inf)), np.nextafter(ties, F32(-np.inf)),
+                           [F32(0), F32(-0.0)]])
+    x = np.resize(near, (4, 256)).astype(F32)
+    x[:, 0] = F32(top)
+    return x
+
+
+@settings(max_examples=40, deadline=None)
+@given(dt=st.sampled_from(["BF16", "F32"]), bits=st.sampled_from([4, 8]),
+       symmetric=st.booleans(), rows=st.integers(1, 7), groups=st.integers(1, 5),
+       group=st.sampled_from([32, 64, 128]), log_spread=st.integers(-30, 20),
+       seed=st.integers(0, 2**32 - 1), shift=st.floats(-3, 3), kind=st.sampled_from(
+           ["normal", "ties", "zero group", "one sign"]))
+def test_int_group_loops_equal_the_numpy_path(dt, bits, symmetric, rows, groups, group,
+                                              log_spread, seed, shift, kind):
+    """W8A16 / W4A16_ASYM (and W4A16's codes): the loops of qc_engines.h
+    (group min / max or amax, then clip(rint(r(r(x / s) + z)))) on float32
+    values and on stored BF16 bits give int_group's numpy formulas' codes,
+    scales and zero points (ties, an all-zero group: the eps scale and the
+    NaN zero point, a group of one sign: the zero point at an end)."""
+    rng = np.random.default_rng(seed)
+    x = ((rng.standard_normal((rows, group * groups)) + shift) * 2.0 ** log_spread).astype(F32)
+    if kind == "ties":
+        x = np.resize(_int_ties(bits), (rows, group * groups)).astype(F32)
+    elif kind == "zero group":
+        x[0, :group] = 0
+    elif kind == "one sign":
+        x[-1, :group] = np.abs(x[-1, :group])
+    x = CT.round_to(x, dt)
+    want = CT.int_group(x, dt, bits, group, symmetric, loops=False)
+    got = [CT.int_group(x, dt, bits, group, symmetric)]
+    if dt == "BF16":
+        got.append(CT.int_group(_bits(x), dt, bits, group, symmetric))
+    for g in got:
+        for a, b in zip(g, want):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+    words = CT.int_group(_bits(x) if dt == "BF16" else x, dt, bits, group, symmetric,
+                         packed=True)[0]
+    assert words.dtype == np.dtype("<i4") and np.array_equal(words, CT.pack_int32(want[0], bits))
+
+
+def test_int_rows_every_bf16_value():
+    """int_rows' codes of every finite BF16 value (BF16 rounding of x / s and
+    of v + z; 4- and 8-bit ranges, zero points 0 and -3) equal the numpy
+    steps; and group_minmax_rows' NaN / inf / -0 on bits and on values."""
+    b = np.arange(65536, dtype=np.uint32)
+    bits16 = b[(b & 0x7F80) != 0x7F80].astype(np.uint16).reshape(-1, 256)
+    x = (bits16.astype(np.uint32) << 16).view(F32)
+    rng = np.random.default_rng(3)
+    s = rng.choice(np.array([1, 0.5, 3e-3, 7.25, 1e-20, 3e20], F32), (x.shape[0], 8)).astype(F32)
+    for qmin, qmax in ((-8, 7), (-128, 127)):
+        for z0 in (0, -3):
+            z = np.full(s.shape, F32(z0))
+            with np.errstate(over="ignore"):
+                v = CT.round_to((x.reshape(-1, 8, 32) / s[..., None]).astype(F32), "BF16")
+                v = CT.round_to((v + z[..., None]).astype(F32), "BF16")
+            want = np.clip(np.rint(v), qmin, qmax).astype(np.int8).reshape(x.shape)
+            for src, nt in ((bits16, 1), (x, 2)):
+                assert np.array_equal(E.int_rows(src, s, z, 32, qmin, qmax, True, nt), want)
+    y = np.array([[1, -0.0, np.inf, 2, np.nan, 1, -np.inf, 0]], F32)
+    lo, hi = E.group_minmax_rows(y, 2, 1)
+    assert np.array_equal(lo, np.array([[-0.0, 2, np.nan, -np.inf]], F32), equal_nan=True)
+    assert np.array_equal(hi, np.array([[1, np.inf, np.nan, 0]], F32), equal_nan=True)
+    y = np.where(np.isfinite(y), y, F32(3))
+    assert all(np.array_equal(a, b) for a, b in zip(E.group_minmax_rows(_bits(y), 4, 2),
+                                                    E.group_minmax_rows(y, 4, 1)))
+    with pytest.raises(ValueError, match="group 3"):
+        E.int_rows(x, s, s, 3, -8, 7, True, 1)

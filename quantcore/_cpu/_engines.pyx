@@ -10,13 +10,16 @@ count):
 * :func:`absmax_rows` -- max |x| of each row (NaN when the row holds a NaN,
   else inf when it holds an inf), in one pass over the stored bits;
 * :func:`fp8_rows` -- e4m3fn codes (satfinite) of ``x / s`` per row,
-  rounded to BF16 first when asked (compressed-tensors' ``r_D(x / s)``).
+  rounded to BF16 first when asked (compressed-tensors' ``r_D(x / s)``);
+* :func:`fp4_rows` -- 4-bit codes of ``x / d`` per group by a table;
+* :func:`group_minmax_rows`, :func:`int_rows` -- the integer group schemes'
+  (W8A16, W4A16_ASYM) group minima / maxima and codes.
 """
 import numpy as np
 
 cimport numpy as cnp
 from cython.parallel cimport prange
-from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t
+from libc.stdint cimport int8_t, int64_t, uint8_t, uint16_t, uint32_t
 
 cdef extern from "qc_engines.h":
     float qc_eng_absmax_bf16(const uint16_t *x, int64_t n) noexcept nogil
@@ -27,6 +30,11 @@ cdef extern from "qc_engines.h":
                         float s, int r) noexcept nogil
     void qc_eng_fp4_rows(const uint8_t *t, const void *x, int bf16, uint8_t *q, int64_t n,
                          const float *d, int gshift, int r) noexcept nogil
+    void qc_eng_group_minmax_rows(const void *x, int bf16, int64_t n, int gshift, float *lo,
+                                  float *hi) noexcept nogil
+    void qc_eng_int_rows(const void *x, int bf16, uint8_t *q, int64_t n, const float *s,
+                         const float *z, int gshift, float qmin, float qmax, int r,
+                         int pack) noexcept nogil
 
 cnp.import_array()
 
@@ -149,4 +157,79 @@ def fp4_rows(x, const float[:, ::1] divisors, int group, const uint8_t[::1] tabl
         for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
             qc_eng_fp4_rows(tp, p + r * n * item, item == 2, op + r * (n // 2), n,
                             dp + r * (n // group), gshift, rnd)
+    return out
+
+
+cdef int _group_shift(int64_t n, int group) except -1:
+    if group < 2 or group & (group - 1) or n % group:
+        raise ValueError(f"row length {n} and group {group}: a power-of-two group dividing it")
+    return group.bit_length() - 1
+
+
+def group_minmax_rows(x, int group, int nthreads):
+    """(min, max), float32 [rows, n / group] each, of every group of ``group``
+    values along the rows of ``x`` (C-contiguous 2-D uint16 BF16 bits or
+    float32; a power-of-two group dividing n); NaN for a group with a NaN."""
+    cdef int64_t rows = x.shape[0], n = x.shape[1], r
+    cdef int gshift = _group_shift(n, group)
+    lo = np.empty((rows, n // group), np.float32)
+    hi = np.empty((rows, n // group), np.float32)
+    if rows == 0 or n == 0:
+        return lo, hi
+    cdef float[:, ::1] lv = lo, hv = hi
+    cdef int64_t item
+    cdef const char *p = _rows_data(x, &item)
+    cdef float *lp = &lv[0, 0]
+    cdef float *hp = &hv[0, 0]
+    cdef int64_t ng = n // group
+    if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
+        with nogil:
+            for r in range(rows):
+                qc_eng_group_minmax_rows(p + r * n * item, item == 2, n, gshift, lp + r * ng,
+                                         hp + r * ng)
+    else:
+        for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
+            qc_eng_group_minmax_rows(p + r * n * item, item == 2, n, gshift, lp + r * ng,
+                                     hp + r * ng)
+    return lo, hi
+
+
+def int_rows(x, const float[:, ::1] scales, const float[:, ::1] zero_points, int group,
+             int qmin, int qmax, bint round_bf16, int nthreads, int pack=0):
+    """The codes ``clip(rint(r(r(x / s) + z)), qmin, qmax)`` with the scale
+    ``s`` and zero point ``z`` (an integer as float32; 0: symmetric) of the
+    element's group, ``r`` rounding to BF16 when ``round_bf16`` (else none);
+    ``x`` C-contiguous 2-D uint16 BF16 bits or float32.  ``pack`` 0: int8
+    [rows, n]; 4 or 8: uint8 [rows, n * pack / 8], the codes + 2^(pack-1)
+    packed (4: two a byte, element 2i in the low nibble), compressed-tensors'
+    pack_to_int32 bytes."""
+    cdef int64_t rows = x.shape[0], n = x.shape[1], r
+    cdef int gshift = _group_shift(n, group)
+    cdef int64_t ng = n // group
+    if scales.shape[0] != rows or scales.shape[1] != ng or zero_points.shape[0] != rows or \
+            zero_points.shape[1] != ng or pack not in (0, 4, 8):
+        raise ValueError(f"int_rows: x {x.shape}, group {group}, scales "
+                         f"{scales.shape[0]}x{scales.shape[1]}, zero points "
+                         f"{zero_points.shape[0]}x{zero_points.shape[1]}, pack {pack}")
+    cdef int64_t width = n // 2 if pack == 4 else n
+    out = np.empty((rows, width), np.int8 if pack == 0 else np.uint8)
+    if rows == 0 or n == 0:
+        return out
+    cdef uint8_t[:, ::1] o = out.view(np.uint8)
+    cdef int rnd = round_bf16
+    cdef int64_t item
+    cdef const char *p = _rows_data(x, &item)
+    cdef const float *sp = &scales[0, 0]
+    cdef const float *zp = &zero_points[0, 0]
+    cdef uint8_t *op = &o[0, 0]
+    cdef float lo = qmin, hi = qmax
+    if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
+        with nogil:
+            for r in range(rows):
+                qc_eng_int_rows(p + r * n * item, item == 2, op + r * width, n, sp + r * ng,
+                                zp + r * ng, gshift, lo, hi, rnd, pack)
+    else:
+        for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
+            qc_eng_int_rows(p + r * n * item, item == 2, op + r * width, n, sp + r * ng,
+                            zp + r * ng, gshift, lo, hi, rnd, pack)
     return out

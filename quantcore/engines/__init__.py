@@ -109,7 +109,7 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
         written = write_quantized_dir(model, dst, config, set(chosen),
                                       lambda n, dt, shape: CT.plan(n, dt, shape, scheme, group),
                                       quantize, limit, progress=progress,
-                                      bits=scheme not in ("W8A16", "W4A16_ASYM"))  # (stored bits)
+                                      bits=True)  # (every scheme's loops read stored bits)
     return {"quantized": chosen, "ignore": ignore, "copied": copied, **written,
             "seconds": time.perf_counter() - t0}
 

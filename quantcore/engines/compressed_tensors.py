@@ -239,33 +239,56 @@ def fp8_channel(x, dt, name="weight"):
     return fp8_rows(x, s, dt), s
 
 
-def int_group(x, dt, bits, group, symmetric=True):
-    """W4A16 / W8A16 (symmetric) and W4A16_ASYM groups: (int8 codes [O, I],
+def int_group(x, dt, bits, group, symmetric=True, name="weight", loops=True, packed=False):
+    """W4A16 / W8A16 (symmetric) and W4A16_ASYM groups: (int8 codes [O, I]
+    (``packed``: :func:`pack_int32` of them, int32 words),
     scales float32 [O, I / group], int8 zero points [O, I / group]: zeros
-    when symmetric) of float32 rows ``x`` holding ``dt`` values
-    (compressed-tensors' ``calculate_qparams`` then ``quantize``; the
-    formulas in the module docstring)."""
+    when symmetric) of rows ``x`` holding ``dt`` values (float32, or a BF16
+    weight's stored uint16 bits) (compressed-tensors' ``calculate_qparams``
+    then ``quantize``; the formulas in the module docstring).  The group
+    statistics and the codes: the loops of ``qc_engines.h`` for BF16 / F32
+    and a power-of-two group, which refuse NaN / inf naming ``name``
+    (``_engines.group_minmax_rows``, ``int_rows``); else, or with
+    ``loops=False`` (float32 ``x``), numpy."""
     rows, k = x.shape
-    xg = x.reshape(rows, k // group, group)
     qmin, qmax = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    fast = loops and dt != "F16" and group >= 2 and not group & (group - 1)
+    if fast:
+        from .._cpu import _engines, threads
+        x = np.ascontiguousarray(x)
+        nt = threads.effective_n_threads(x.size)
+    else:
+        xg = x.reshape(rows, k // group, group)
     if symmetric:
-        s = _scale(_amax(xg), (qmax - qmin) / 2, dt)
+        s = _scale(group_absmax(x, group, name) if fast else _amax(xg), (qmax - qmin) / 2, dt)
         zp = np.zeros(s.shape, np.int8)
     else:
-        lo = np.minimum(xg.min(axis=-1), F32(0))
-        hi = np.maximum(xg.max(axis=-1), F32(0))
+        if fast:
+            lo, hi = _engines.group_minmax_rows(x, group, nt)
+            if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+                from .hf import nonfinite_error
+                raise nonfinite_error(name)
+        else:
+            lo, hi = xg.min(axis=-1), xg.max(axis=-1)
+        lo = np.minimum(lo, F32(0))
+        hi = np.maximum(hi, F32(0))
         with np.errstate(over="ignore"):
             s = round_to((round_to((hi - lo).astype(F32), dt) / F32(qmax - qmin)).astype(F32), dt)
         with np.errstate(divide="ignore", invalid="ignore"):
             z = round_to((F32(qmin) - round_to((lo / s).astype(F32), dt)).astype(F32), dt)
         zp = np.rint(np.clip(np.where(s == 0, F32(0), z), qmin, qmax)).astype(np.int8)
         s = np.where(s == 0, EPS[dt], s).astype(F32)
+    if fast:
+        q = _engines.int_rows(x, s, zp.astype(F32), group, qmin, qmax, dt == "BF16", nt,
+                              bits if packed else 0)
+        return (_words(q) if packed else q), s, zp
     with np.errstate(over="ignore"):
         v = _round_own(np.divide(xg, s[..., None], dtype=F32), dt)
         if not symmetric:
             v += zp[..., None]  # (float32: the sum of int8 and a D value, then r_D)
             v = _round_own(v, dt)
-    return _int_codes(v, bits).reshape(rows, k), s, zp
+    q = _int_codes(v, bits).reshape(rows, k)
+    return (pack_int32(q, bits) if packed else q), s, zp
 
 
 def _int_codes(v, bits):
@@ -438,7 +461,12 @@ def pack_int32(q, bits):
     if bits not in (4, 8):
         raise ValueError(f"packing of {bits}-bit codes is not written (4 or 8)")
     u = (q.astype(np.int16) + (1 << (bits - 1))).astype(np.uint8)
-    b = F.pack_int4(u) if bits == 4 else u
+    return _words(F.pack_int4(u) if bits == 4 else u)
+
+
+def _words(b):
+    """uint8 bytes [..., n] as little-endian int32 words, zero-padded to a
+    multiple of 4 bytes."""
     pad = -b.shape[-1] % 4
     if pad:
         b = np.concatenate([b, np.zeros(b.shape[:-1] + (pad,), np.uint8)], axis=-1)
@@ -543,7 +571,7 @@ def plan(name, dt, shape, scheme, group):
 
 def quantize_tensor(x, dt, scheme, group, global_scale=None, name="weight"):
     """{stored name suffix: array} of one weight (float32 ``x`` holding its
-    ``dt`` values, FP8 / FP4 / W4A16: or a BF16 weight's stored uint16 bits;
+    ``dt`` values, or a BF16 weight's stored uint16 bits;
     NVFP4A16: with its fused set's ``global_scale``), in :func:`plan`'s
     order (``name`` in errors)."""
     if scheme == "NVFP4A16":
@@ -560,8 +588,7 @@ def quantize_tensor(x, dt, scheme, group, global_scale=None, name="weight"):
     if scheme == "W4A16":
         packed, s = int4_packed(x, dt, group, name)
     else:
-        q, s, zp = int_group(x, dt, bits, group, sym)
-        packed = pack_int32(q, bits)
+        packed, s, zp = int_group(x, dt, bits, group, sym, name, packed=True)
     out = {"weight_packed": packed, "weight_scale": as_dtype_bytes(s, dt),
            "weight_shape": np.array(x.shape, np.int64)}
     if not sym:  # packed along O (compressed-tensors' packed_dim=0)

@@ -19,6 +19,9 @@
  *                      every BF16 value (qc_eng_fp8_table, qc_eng_fp8_index)
  *   qc_eng_fp4_rows    4-bit codes of x / d (d per group) by a caller's table
  *                      over BF16 (compressed_tensors.e2m1_codes), packed
+ *   qc_eng_group_minmax_rows  min and max of each group (NaN when one is there)
+ *   qc_eng_int_rows    integer group codes clip(rint(r(r(x / s) + z))) (W8A16,
+ *                      W4A16_ASYM: compressed_tensors.int_group's last step)
  *
  * Numerical contract of qc_core.h: one rounding per operation, in the order
  * written, no contraction.
@@ -154,6 +157,96 @@ static inline void qc_eng_fp4_rows(const uint8_t *t, const void *x, int bf16, ui
     if (r) qc_eng_fp4_row<1>(t, (const float *)x, q, n, d, gshift);
     else qc_eng_fp4_row<0>(t, (const float *)x, q, n, d, gshift);
   }
+}
+
+/* min and max of each group of 2^gshift values of a row (both NaN for a
+ * group that holds a NaN; +-inf as they are) */
+template <class X> static inline void qc_eng_group_minmax_row(const X *x, int64_t n, int gshift,
+                                                             float *lo, float *hi) {
+  const int64_t g = (int64_t)1 << gshift;
+  for (int64_t k = 0; k < n >> gshift; k++) {
+    float mn = qc_eng_value(x[k * g]), mx = mn;
+    int nan = 0;
+    QC_ENG_SIMD for (int64_t j = k * g; j < (k + 1) * g; j++) {
+      const float v = qc_eng_value(x[j]);
+      nan |= v != v;
+      mn = v < mn ? v : mn;
+      mx = v > mx ? v : mx;
+    }
+    lo[k] = nan ? NAN : mn;
+    hi[k] = nan ? NAN : mx;
+  }
+}
+
+static inline void qc_eng_group_minmax_rows(const void *x, int bf16, int64_t n, int gshift,
+                                            float *lo, float *hi) {
+  if (bf16) qc_eng_group_minmax_row((const uint16_t *)x, n, gshift, lo, hi);
+  else qc_eng_group_minmax_row((const float *)x, n, gshift, lo, hi);
+}
+
+/* The integer code of x in a group with scale s and zero point z (an
+ * integer, 0 when symmetric): v = x / s, rounded to BF16 when R; v + z,
+ * rounded to BF16 when R; then rint (nearest even) and clipped to [qmin,
+ * qmax] (inf: an end).  compressed_tensors.int_group's numpy steps, one
+ * rounding each. */
+template <int R> static inline int8_t qc_eng_int_code(float x, float s, float z, float qmin,
+                                                      float qmax) {
+  float v = x / s;
+  if (R) v = qc_round_bf16(v);
+  v = v + z;
+  if (R) v = qc_round_bf16(v);
+  v = rintf(v);
+  v = v < qmin ? qmin : v;
+  v = v > qmax ? qmax : v;
+  return (int8_t)v;
+}
+
+/* a row's codes: P = 0, int8 codes; P = 4 / 8, the codes + 2^(P-1) as
+ * compressed-tensors packs them (pack_to_int32's bit stream: 4 bits, two a
+ * byte, element 2i in the low nibble; 8 bits, one a byte); in pieces of at
+ * most 256 values of one group (the codes in a vectorised loop, then the
+ * packing) */
+template <int R, int P, class X> static inline void qc_eng_int_row(const X *x, uint8_t *q,
+                                                                  int64_t n, const float *s,
+                                                                  const float *z, int gshift,
+                                                                  float qmin, float qmax) {
+  const int64_t g = (int64_t)1 << gshift;
+  int8_t c[256];
+  for (int64_t j0 = 0; j0 < n; j0 += 256) {
+    const int64_t m = n - j0 < 256 ? n - j0 : 256;
+    for (int64_t k0 = 0; k0 < m; k0 += g) { /* (256: a multiple of the group, or less) */
+      const float sk = s[(j0 + k0) >> gshift], zk = z[(j0 + k0) >> gshift];
+      const int64_t e = k0 + g < m ? k0 + g : m;
+      QC_ENG_SIMD for (int64_t j = k0; j < e; j++)
+        c[j] = qc_eng_int_code<R>(qc_eng_value(x[j0 + j]), sk, zk, qmin, qmax);
+    }
+    if (P == 4) {
+      for (int64_t j = 0; j + 1 < m; j += 2)
+        q[(j0 + j) >> 1] = (uint8_t)((c[j] + 8) | ((c[j + 1] + 8) << 4));
+    } else {
+      for (int64_t j = 0; j < m; j++) q[j0 + j] = (uint8_t)(P == 8 ? c[j] + 128 : c[j]);
+    }
+  }
+}
+
+template <int P> static inline void qc_eng_int_rows_p(const void *x, int bf16, uint8_t *q,
+                                                      int64_t n, const float *s, const float *z,
+                                                      int gshift, float qmin, float qmax, int r) {
+  if (bf16) {
+    if (r) qc_eng_int_row<1, P>((const uint16_t *)x, q, n, s, z, gshift, qmin, qmax);
+    else qc_eng_int_row<0, P>((const uint16_t *)x, q, n, s, z, gshift, qmin, qmax);
+  } else {
+    if (r) qc_eng_int_row<1, P>((const float *)x, q, n, s, z, gshift, qmin, qmax);
+    else qc_eng_int_row<0, P>((const float *)x, q, n, s, z, gshift, qmin, qmax);
+  }
+}
+
+static inline void qc_eng_int_rows(const void *x, int bf16, uint8_t *q, int64_t n,
+                                   const float *s, const float *z, int gshift, float qmin,
+                                   float qmax, int r, int pack) {
+  if (pack == 4) qc_eng_int_rows_p<4>(x, bf16, q, n, s, z, gshift, qmin, qmax, r);
+  else if (pack == 8) qc_eng_int_rows_p<8>(x, bf16, q, n, s, z, gshift, qmin, qmax, r);
+  else qc_eng_int_rows_p<0>(x, bf16, q, n, s, z, gshift, qmin, qmax, r);
 }
 
 static inline void qc_eng_fp8_row(const uint8_t *t, const void *x, int bf16, uint8_t *q,
