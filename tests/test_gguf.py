@@ -142,6 +142,25 @@ def test_legacy_edge_blocks_equal_ggml(ggml, name, data):
                                                       G.gguf_row_bytes(name, x.shape[1]))
 
 
+def test_iq4_index_threshold_count_is_the_bisection():
+    """IQ4's table index: the row loops' threshold count (qc_gguf_iq4.h,
+    SSE4.1) equals ggml's bisection on 64 float32 ulps either side of every
+    midpoint and table value, both zeros, infinities, NaN and random floats
+    of every exponent (checked once over all 2^32 floats when written)."""
+    table = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                     np.float32)
+    pts = np.concatenate([table, (table[:-1] + table[1:]) / 2]).astype(np.float32)
+    bits = pts.view(np.int32)[:, None] + np.arange(-64, 65, dtype=np.int32)[None, :]
+    near = np.where(pts[:, None] == 0, np.float32(0), bits.view(np.float32)).ravel()
+    rng = np.random.default_rng(5)
+    rand = rng.integers(0, 2**32, 40000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x = np.concatenate([near, rand, np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45,
+                                              3e38], np.float32)]).astype(np.float32)
+    x = np.resize(x, (x.size + 3) // 4 * 4)
+    scalar, lanes = _gguf.iq4_index_pairs(x)
+    assert np.array_equal(scalar, lanes), x[scalar != lanes][:8]
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_gguf_py(gguf_py, name):
     """gguf-py's numpy quantizer (where it has one) gives our bytes, and its

@@ -20,6 +20,8 @@ cdef extern from "qc_gguf.h":
                                   int64_t n) noexcept nogil
     qc_gg_row_fn qc_gg_quantizer(int type_id) noexcept nogil
     bint qc_gg_dequantize(int type_id, const uint8_t *y, float *x, int64_t n) noexcept nogil
+    int qc_gg_iq4_index(float x) noexcept nogil
+    void qc_gg_iq4_indices(const float *x, float id, uint8_t *L, int n) noexcept nogil
 
 cnp.import_array()
 
@@ -76,3 +78,20 @@ def dequantize_rows(int type_id, const uint8_t[::1] data, int64_t rows, int64_t 
         for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
             qc_gg_dequantize(type_id, dp + r * row_bytes, op + r * n, n)
     return out
+
+
+def iq4_index_pairs(const float[::1] x):
+    """(ggml's bisection ``qc_gg_iq4_index``, the row loops'
+    ``qc_gg_iq4_indices``), uint8 each, of every value of ``x`` (length a
+    multiple of 4): the tests' check of the SSE4.1 threshold count."""
+    cdef int64_t n = x.shape[0], j
+    if n % 4:
+        raise ValueError(f"iq4_index_pairs: length {n} is not a multiple of 4")
+    scalar = np.empty(n, np.uint8)
+    lanes = np.empty(n, np.uint8)
+    cdef uint8_t[::1] s = scalar, v = lanes
+    for j in range(n):
+        s[j] = qc_gg_iq4_index(x[j])
+    for j in range(0, n, 4):
+        qc_gg_iq4_indices(&x[j], 1.0, &v[j], 4)
+    return scalar, lanes

@@ -101,6 +101,9 @@ static inline float qc_gg_qx(int n, int nmax, const float *x, int8_t *L, const f
     }
     float scale = suml2 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
+#ifdef QC_GG_SSE
+    qc_gg_qx_search_sse(n, nmax, x, L, qw, max, &scale, &best);
+#else
     for (int is = -9; is <= 9; ++is) {
         if (is == 0) continue;
         iscale = -((float)nmax + 0.1f * (float)is) / max;
@@ -121,6 +124,7 @@ static inline float qc_gg_qx(int n, int nmax, const float *x, int8_t *L, const f
             best = scale * sumlx;
         }
     }
+#endif
     return scale;
 }
 

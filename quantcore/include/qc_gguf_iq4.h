@@ -9,8 +9,9 @@
 static const int8_t qc_gg_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 
-// the index of the table value nearest to x (the lower of a tie), by
-// bisection as ggml's best_index_int8 (a NaN goes to the last index)
+// the index of the table value nearest to x (the upper of a tie: the
+// comparison is strict), by bisection as ggml's best_index_int8 (a NaN
+// goes to the last index)
 static inline int qc_gg_iq4_index(float x) {
     const int8_t *v = qc_gg_iq4_values;
     if (x <= (float)v[0]) return 0;
@@ -22,6 +23,95 @@ static inline int qc_gg_iq4_index(float x) {
     }
     return x - (float)v[mu - 1] < (float)v[mu] - x ? mu - 1 : mu;
 }
+
+// L[j] = qc_gg_iq4_index(id * x[j]), j < n (a multiple of 4)
+static inline void qc_gg_iq4_indices(const float *x, float id, uint8_t *L, int n);
+
+#ifdef QC_GG_SSE
+// qc_gg_iq4_index as a count of thresholds: t[m] (m < 15) is the least
+// float x with !(x - v[m] < v[m + 1] - x), the comparison's own float
+// rounding (x - v[m] and v[m + 1] - x are monotone in x, so the comparison
+// flips once between v[m] and v[m + 1]); the bisection's index of x is the
+// number of t[m] <= x (x <= v[0]: none, x >= v[15]: all), NaN its 15
+struct qc_gg_iq4_cuts { float t[15]; };
+
+static inline bool qc_gg_iq4_upper(float x, int m) {
+    return !(x - (float)qc_gg_iq4_values[m] < (float)qc_gg_iq4_values[m + 1] - x);
+}
+
+static inline const float *qc_gg_iq4_thresholds() {
+    static const qc_gg_iq4_cuts cuts = [] {
+        qc_gg_iq4_cuts c;
+        for (int m = 0; m < 15; ++m) {
+            float x = 0.5f * ((float)qc_gg_iq4_values[m] + (float)qc_gg_iq4_values[m + 1]);
+            while (qc_gg_iq4_upper(nextafterf(x, -INFINITY), m)) x = nextafterf(x, -INFINITY);
+            while (!qc_gg_iq4_upper(x, m)) x = nextafterf(x, INFINITY);
+            c.t[m] = x;
+        }
+        return c;
+    }();
+    return cuts.t;
+}
+
+static inline __m128i qc_gg_iq4_index_ps(__m128 x, const float *t) {
+    __m128i count = _mm_setzero_si128();
+    for (int m = 0; m < 15; ++m)
+        count = _mm_sub_epi32(count, _mm_castps_si128(_mm_cmpge_ps(x, _mm_set1_ps(t[m]))));
+    return _mm_blendv_epi8(count, _mm_set1_epi32(15), _mm_castps_si128(_mm_cmpunord_ps(x, x)));
+}
+
+// kvalues[index] per lane as float (the table's bytes by pshufb, sign-extended)
+static inline __m128 qc_gg_iq4_value_ps(__m128i index) {
+    const __m128i table = _mm_loadu_si128((const __m128i *)qc_gg_iq4_values);
+    const __m128i b = _mm_shuffle_epi8(table, _mm_or_si128(index, _mm_set1_epi32((int)0x80808000u)));
+    return _mm_cvtepi32_ps(_mm_srai_epi32(_mm_slli_epi32(b, 24), 24));
+}
+
+static inline void qc_gg_iq4_indices(const float *x, float id, uint8_t *L, int n) {
+    const float *t = qc_gg_iq4_thresholds();
+    const __m128 vid = _mm_set1_ps(id);
+    for (int j = 0; j < n; j += 4) {
+        const __m128i k = qc_gg_iq4_index_ps(_mm_mul_ps(vid, _mm_loadu_ps(x + j)), t);
+        const __m128i b = _mm_shuffle_epi8(k, _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1,
+                                                             -1, -1, -1, -1, -1, -1));
+        const int four = _mm_cvtsi128_si32(b);
+        memcpy(L + j, &four, 4);
+    }
+}
+
+// the 15 candidate scales of quantize_row_iq4_nl_impl (itry = -ntry..ntry),
+// 4 a pass, one per lane: they depend on each other only through best, so
+// the lanes are taken in the scalar loop's order; per lane the sums run
+// over j in the scalar order: the same bits
+static inline void qc_gg_iq4_search_sse(const float *xb, const float *w, float max, int ntry,
+                                        float *d_io, float *best_io) {
+    const float *t = qc_gg_iq4_thresholds();
+    float d = *d_io, best = *best_io;
+    for (int p = -ntry; p <= ntry; p += 4) {
+        const __m128 itry = _mm_cvtepi32_ps(_mm_add_epi32(_mm_set1_epi32(p + qc_gg_iq4_values[0]),
+                                                          _mm_setr_epi32(0, 1, 2, 3)));
+        const __m128 id = _mm_div_ps(itry, _mm_set1_ps(max));
+        __m128 sumqx = _mm_setzero_ps(), sumq2 = _mm_setzero_ps();
+        for (int j = 0; j < 32; ++j) {
+            const __m128 xj = _mm_set1_ps(xb[j]);
+            const __m128 q = qc_gg_iq4_value_ps(qc_gg_iq4_index_ps(_mm_mul_ps(id, xj), t));
+            const __m128 wq = _mm_mul_ps(_mm_set1_ps(w[j]), q);
+            sumqx = _mm_add_ps(sumqx, _mm_mul_ps(wq, xj));
+            sumq2 = _mm_add_ps(sumq2, _mm_mul_ps(wq, q));
+        }
+        float sx[4], s2[4];
+        _mm_storeu_ps(sx, sumqx);
+        _mm_storeu_ps(s2, sumq2);
+        for (int k = 0; k < 4 && p + k <= ntry; ++k)
+            if (s2[k] > 0 && sx[k] * sx[k] > best * s2[k]) { d = sx[k] / s2[k]; best = d * sx[k]; }
+    }
+    *d_io = d; *best_io = best;
+}
+#else
+static inline void qc_gg_iq4_indices(const float *x, float id, uint8_t *L, int n) {
+    for (int j = 0; j < n; ++j) L[j] = (uint8_t)qc_gg_iq4_index(id * x[j]);
+}
+#endif
 
 // one super-block of `sbs` values in groups of 32 (sbs == 32: IQ4_NL)
 static inline void qc_gg_iq4_super(int sbs, const float *x, const float *qw, uint8_t *dh,
@@ -49,15 +139,17 @@ static inline void qc_gg_iq4_super(int sbs, const float *x, const float *qw, uin
         float d = -max / (float)values[0];
         float id = 1 / d;
         float sumqx = 0, sumq2 = 0;
+        qc_gg_iq4_indices(xb, id, Lb, 32);
         for (int j = 0; j < 32; ++j) {
-            int l = qc_gg_iq4_index(id * xb[j]);
-            Lb[j] = (uint8_t)l;
-            float q = (float)values[l];
+            float q = (float)values[Lb[j]];
             sumqx += w[j] * q * xb[j];
             sumq2 += w[j] * q * q;
         }
         d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
         float best = d * sumqx;
+#ifdef QC_GG_SSE
+        qc_gg_iq4_search_sse(xb, w, max, ntry, &d, &best);
+#else
         for (int itry = -ntry; itry <= ntry; ++itry) {
             id = (float)(itry + values[0]) / max;
             sumqx = sumq2 = 0;
@@ -68,6 +160,7 @@ static inline void qc_gg_iq4_super(int sbs, const float *x, const float *qw, uin
             }
             if (sumq2 > 0 && sumqx * sumqx > best * sumq2) { d = sumqx / sumq2; best = d * sumqx; }
         }
+#endif
         scales[ib] = d;
         if (fabsf(d) > amax_scale) { amax_scale = fabsf(d); max_scale = d; }
     }
@@ -80,7 +173,7 @@ static inline void qc_gg_iq4_super(int sbs, const float *x, const float *qw, uin
             int l = qc_gg_max(-32, qc_gg_min(31, qc_gg_nearest(id * scales[ib])));
             const float dl = d * (float)l;
             const float idl = dl ? 1 / dl : 0.f;
-            for (int j = 0; j < 32; ++j) L[32 * ib + j] = (uint8_t)qc_gg_iq4_index(idl * x[32 * ib + j]);
+            qc_gg_iq4_indices(x + 32 * ib, idl, L + 32 * ib, 32);
             l += 32;
             if (ib % 2 == 0) scales_l[ib / 2] = (uint8_t)(l & 0xF);
             else scales_l[ib / 2] = (uint8_t)(scales_l[ib / 2] | ((l & 0xF) << 4));
@@ -90,7 +183,7 @@ static inline void qc_gg_iq4_super(int sbs, const float *x, const float *qw, uin
     } else {
         qc_gg_wr16(dh, qc_gg_fp16(scales[0]));
         const float id = scales[0] ? 1 / scales[0] : 0;
-        for (int j = 0; j < sbs; ++j) L[j] = (uint8_t)qc_gg_iq4_index(id * x[j]);
+        qc_gg_iq4_indices(x, id, L, sbs);
     }
     for (int i = 0; i < sbs / 32; ++i)
         for (int j = 0; j < 16; ++j) q4[16 * i + j] = (uint8_t)(L[32 * i + j] | (L[32 * i + 16 + j] << 4));

@@ -239,6 +239,57 @@ static inline void qc_gg_qkx_search_sse(int n, int nmax, const float *x, const f
     *min_io = min; *scale_io = scale; *best_io = best;
 }
 
+// make_qx_quants' 18 candidates (is = -9..9 but 0: qc_gg_qx after its
+// first pass), 4 a pass, one per lane: a candidate depends on the ones
+// before only through best, so every lane is computed and the lanes are
+// then taken in the scalar loop's order (suml2 > 0 and sumlx^2 > best
+// suml2).  Per lane the sums run over i in the scalar order: the same bits.
+static inline void qc_gg_qx_search_sse(int n, int nmax, const float *x, int8_t *L,
+                                       const float *qw, float max, float *scale_io,
+                                       float *best_io) {
+    float scale = *scale_io, best = *best_io;
+    const __m128i lo = _mm_set1_epi32(-nmax), hi = _mm_set1_epi32(nmax - 1);
+    const __m128 magic = _mm_set1_ps(12582912.f);
+    static const int order[20] = {-9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+                                  9, 9};  // (the last two: padding lanes, never taken)
+    __m128i lc[32];
+    for (int p = 0; p < 18; p += 4) {
+        const __m128 isf = _mm_cvtepi32_ps(_mm_loadu_si128((const __m128i *)(order + p)));
+        const __m128 iscale = _mm_div_ps(
+            _mm_xor_ps(_mm_add_ps(_mm_set1_ps((float)nmax), _mm_mul_ps(_mm_set1_ps(0.1f), isf)),
+                       _mm_set1_ps(-0.0f)),
+            _mm_set1_ps(max));
+        __m128 sumlx = _mm_setzero_ps(), suml2 = _mm_setzero_ps();
+        for (int i = 0; i < n; ++i) {
+            const __m128 f = _mm_add_ps(_mm_mul_ps(iscale, _mm_set1_ps(x[i])), magic);
+            __m128i l = _mm_sub_epi32(
+                _mm_and_si128(_mm_castps_si128(f), _mm_set1_epi32(0x007fffff)),
+                _mm_set1_epi32(0x00400000));
+            l = _mm_max_epi32(lo, _mm_min_epi32(hi, l));
+            lc[i] = l;
+            const __m128 lf = _mm_cvtepi32_ps(l);
+            const __m128 w = _mm_set1_ps(qw ? qw[i] : x[i] * x[i]);
+            sumlx = _mm_add_ps(sumlx, _mm_mul_ps(_mm_mul_ps(w, _mm_set1_ps(x[i])), lf));
+            suml2 = _mm_add_ps(suml2, _mm_mul_ps(_mm_mul_ps(w, lf), lf));
+        }
+        float slx[4], sl2[4];
+        _mm_storeu_ps(slx, sumlx);
+        _mm_storeu_ps(sl2, suml2);
+        for (int k = 0; k < 4 && p + k < 18; ++k) {
+            if (sl2[k] > 0 && slx[k] * slx[k] > best * sl2[k]) {
+                for (int i = 0; i < n; ++i) {
+                    int c[4];
+                    _mm_storeu_si128((__m128i *)c, lc[i]);
+                    L[i] = (int8_t)(nmax + c[k]);
+                }
+                scale = slx[k] / sl2[k];
+                best = scale * slx[k];
+            }
+        }
+    }
+    *scale_io = scale; *best_io = best;
+}
+
 #define QC_GG_TRY_SSE(call) (call)
 #else
 #define QC_GG_TRY_SSE(call) false
