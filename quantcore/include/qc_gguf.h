@@ -79,6 +79,9 @@ static inline float qc_gg_maxf(float a, float b) { return a > b ? a : b; }  // g
 // never taken; 0 when every |x| is 0)
 static inline float qc_gg_signed_max(const float *x, int n) {
     float amax = 0, max = 0;
+#ifdef QC_GG_SSE
+    if (n % 4 == 0 && n <= 32 && qc_gg_signed_max_n_sse(x, n, &max)) return max;
+#endif
     for (int j = 0; j < n; ++j)
         if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
     return max;
@@ -143,6 +146,9 @@ static inline float qc_gg_q3(int n, int nmax, const float *x, int8_t *L) {
         sumlx += w * x[i] * (float)l;
         suml2 += w * (float)l * (float)l;
     }
+#ifdef QC_GG_SSE
+    qc_gg_q3_moves_sse(n, nmax, x, L, &sumlx, &suml2);
+#else
     for (int itry = 0; itry < 5; ++itry) {
         int changed = 0;
         for (int i = 0; i < n; ++i) {
@@ -164,6 +170,7 @@ static inline float qc_gg_q3(int n, int nmax, const float *x, int8_t *L) {
         }
         if (!changed) break;
     }
+#endif
     for (int i = 0; i < n; ++i) L[i] = (int8_t)(L[i] + nmax);
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }

@@ -135,11 +135,12 @@ static inline void qc_gg_q3_k(const float *x, const float *qw, uint8_t *y, int64
         uint8_t *hm = y;
         memset(hm, 0, 32);
         uint8_t U[QC_GG_QK_K];
-        for (int j = 0; j < QC_GG_QK_K; ++j) {
-            int l = L[j];
-            if (l > 3) { hm[j % 32] = (uint8_t)(hm[j % 32] | (1 << (j / 32))); l -= 4; }
-            U[j] = (uint8_t)l;
-        }
+        for (int k = 0; k < 8; ++k)  // (branch-free, 32 bytes a row: vectorises)
+            for (int j = 0; j < 32; ++j) {
+                const int high = L[32 * k + j] > 3;
+                hm[j] = (uint8_t)(hm[j] | (high << k));
+                U[32 * k + j] = (uint8_t)(L[32 * k + j] - 4 * high);
+            }
         qc_gg_pack2(U, y + 32);
     }
 }

@@ -103,24 +103,43 @@ static inline bool qc_gg_q8_0_sse(const float *x, uint8_t *y) {
     return true;
 }
 
-// Q4_0 / Q5_0: qc_gg_signed_max (the first value of largest magnitude: the
-// first lane whose |x| bits equal the maximum's), then
-// q = min(qmax, (int8_t)trunc32(x * id + half))
+// qc_gg_signed_max of nv vectors v (x's 4 nv values): the first value
+// whose |x| bits equal the largest (0 when every |x| is 0); false for a
+// NaN (which ggml's `<` skips: the scalar loop)
+static inline bool qc_gg_signed_max_sse(const float *x, const __m128 *v, int nv,
+                                        uint32_t amax_bits, float *max) {
+    if (qc_gg_has_nan(amax_bits)) return false;
+    *max = 0;
+    if (!amax_bits) return true;
+    const __m128i target = _mm_set1_epi32((int)amax_bits);
+    for (int k = 0; k < nv; ++k) {
+        const int hit = _mm_movemask_ps(
+            _mm_castsi128_ps(_mm_cmpeq_epi32(qc_gg_abs_bits(v[k]), target)));
+        if (hit) { *max = x[4 * k + __builtin_ctz((unsigned)hit)]; break; }
+    }
+    return true;
+}
+
+// qc_gg_signed_max of n values, n a multiple of 4 up to 32
+static inline bool qc_gg_signed_max_n_sse(const float *x, int n, float *max) {
+    __m128 v[8];
+    __m128i m = _mm_setzero_si128();
+    for (int k = 0; k < n / 4; ++k) {
+        v[k] = _mm_loadu_ps(x + 4 * k);
+        m = _mm_max_epu32(m, qc_gg_abs_bits(v[k]));
+    }
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4E));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xB1));
+    return qc_gg_signed_max_sse(x, v, n / 4, (uint32_t)_mm_cvtsi128_si32(m), max);
+}
+
+// Q4_0 / Q5_0: qc_gg_signed_max, then q = min(qmax, (int8_t)trunc32(x * id + half))
 template <int BITS>
 static inline bool qc_gg_q_0_sse(const float *x, uint8_t *y) {
     __m128 v[8];
     qc_gg_load32(x, v);
-    const uint32_t amax_bits = qc_gg_absmax_bits(v);
-    if (qc_gg_has_nan(amax_bits)) return false;
-    float max = 0;
-    if (amax_bits) {
-        const __m128i target = _mm_set1_epi32((int)amax_bits);
-        for (int k = 0; k < 8; ++k) {
-            const int hit = _mm_movemask_ps(
-                _mm_castsi128_ps(_mm_cmpeq_epi32(qc_gg_abs_bits(v[k]), target)));
-            if (hit) { max = x[4 * k + __builtin_ctz((unsigned)hit)]; break; }
-        }
-    }
+    float max;
+    if (!qc_gg_signed_max_sse(x, v, 8, qc_gg_absmax_bits(v), &max)) return false;
     const float d = max / (BITS == 4 ? -8 : -16);
     const float id = d ? 1.0f / d : 0.0f;
     qc_gg_wr16(y, qc_gg_fp16(d));
@@ -288,6 +307,63 @@ static inline void qc_gg_qx_search_sse(int n, int nmax, const float *x, int8_t *
         }
     }
     *scale_io = scale; *best_io = best;
+}
+
+// make_q3_quants' rounds of one-code moves (qc_gg_q3 after its first
+// pass; n <= 16, codes L in [-nmax, nmax)), 4 values a pass: each lane's
+// proposal (slx > 0 and a new code nl) is computed from the sums the pass
+// starts with, the proposals are then judged in the scalar loop's order,
+// and after a move is taken the next pass starts at the value after it (a
+// proposal depends on the values before it only through the sums, which
+// change only when a move is taken).  The same operations as the scalar
+// loop, in its order: the same bits.
+static inline void qc_gg_q3_moves_sse(int n, int nmax, const float *x, int8_t *L,
+                                      float *sumlx_io, float *suml2_io) {
+    float sumlx = *sumlx_io, suml2 = *suml2_io;
+    float xs[20] = {0}, lf[20] = {0};
+    for (int i = 0; i < n; ++i) { xs[i] = x[i]; lf[i] = (float)L[i]; }
+    const __m128 magic = _mm_set1_ps(12582912.f);
+    const __m128i lo = _mm_set1_epi32(-nmax), hi = _mm_set1_epi32(nmax - 1);
+    for (int itry = 0; itry < 5; ++itry) {
+        int changed = 0, i = 0;
+        while (i < n) {
+            const __m128 xv = _mm_loadu_ps(xs + i), l = _mm_loadu_ps(lf + i);
+            const __m128 wx = _mm_mul_ps(_mm_mul_ps(xv, xv), xv);
+            const __m128 w = _mm_mul_ps(xv, xv);
+            const __m128 slx = _mm_sub_ps(_mm_set1_ps(sumlx), _mm_mul_ps(wx, l));
+            const __m128 sl2 = _mm_sub_ps(_mm_set1_ps(suml2), _mm_mul_ps(_mm_mul_ps(w, l), l));
+            const __m128 f = _mm_add_ps(_mm_div_ps(_mm_mul_ps(xv, sl2), slx), magic);
+            __m128i nl = _mm_sub_epi32(
+                _mm_and_si128(_mm_castps_si128(f), _mm_set1_epi32(0x007fffff)),
+                _mm_set1_epi32(0x00400000));
+            nl = _mm_max_epi32(lo, _mm_min_epi32(hi, nl));
+            const __m128 nlf = _mm_cvtepi32_ps(nl);
+            int todo = _mm_movemask_ps(_mm_and_ps(_mm_cmpgt_ps(slx, _mm_setzero_ps()),
+                                                  _mm_cmpneq_ps(nlf, l)));
+            if (n - i < 4) todo &= (1 << (n - i)) - 1;
+            int next = i + 4;
+            if (todo) {
+                float wk[4], xk[4], sx[4], s2[4], nk[4];
+                _mm_storeu_ps(wk, w); _mm_storeu_ps(xk, xv); _mm_storeu_ps(sx, slx);
+                _mm_storeu_ps(s2, sl2); _mm_storeu_ps(nk, nlf);
+                for (int k = 0; k < 4; ++k) {
+                    if (!(todo >> k & 1)) continue;
+                    const float nslx = sx[k] + wk[k] * xk[k] * nk[k];
+                    const float nsl2 = s2[k] + wk[k] * nk[k] * nk[k];
+                    if (nsl2 > 0 && nslx * nslx * suml2 > sumlx * sumlx * nsl2) {
+                        lf[i + k] = nk[k]; L[i + k] = (int8_t)nk[k];
+                        sumlx = nslx; suml2 = nsl2;
+                        ++changed;
+                        next = i + k + 1;
+                        break;
+                    }
+                }
+            }
+            i = next;
+        }
+        if (!changed) break;
+    }
+    *sumlx_io = sumlx; *suml2_io = suml2;
 }
 
 #define QC_GG_TRY_SSE(call) (call)
