@@ -112,11 +112,11 @@ static inline bool qc_gg_signed_max_sse(const float *x, const __m128 *v, int nv,
     *max = 0;
     if (!amax_bits) return true;
     const __m128i target = _mm_set1_epi32((int)amax_bits);
-    for (int k = 0; k < nv; ++k) {
-        const int hit = _mm_movemask_ps(
-            _mm_castsi128_ps(_mm_cmpeq_epi32(qc_gg_abs_bits(v[k]), target)));
-        if (hit) { *max = x[4 * k + __builtin_ctz((unsigned)hit)]; break; }
-    }
+    uint32_t hits = 0;  // (all the lanes' hits, then the first: no early exit to mispredict)
+    for (int k = 0; k < nv; ++k)
+        hits |= (uint32_t)_mm_movemask_ps(
+                    _mm_castsi128_ps(_mm_cmpeq_epi32(qc_gg_abs_bits(v[k]), target))) << (4 * k);
+    *max = x[__builtin_ctz(hits)];
     return true;
 }
 
