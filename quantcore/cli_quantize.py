@@ -408,8 +408,8 @@ def run(args):
     from .engines import cli as engine_cli, gguf_cli
     if args.format == "gguf":  # a model directory to a GGUF file
         return gguf_cli.run(args)
-    if args.gguf_type is not None or args.tokenizer_pre is not None:
-        raise _error("--type / --tokenizer-pre apply to --format gguf only")
+    if args.gguf_type is not None or args.tokenizer_pre is not None or args.imatrix is not None:
+        raise _error("--type / --tokenizer-pre / --imatrix apply to --format gguf only")
     if engine_cli.settle(args):  # a model directory: quantcore.engines
         return engine_cli.run(args)
     _settle_options(args)

@@ -330,3 +330,162 @@ def test_mix_types_recorded():
         order = mixes.quantize_order([n for n, _ in t])
         assert " ".join(got[n] for n in order) == row["types"], (row["arch"], row["config"],
                                                                   row["mix"])
+
+
+# ------------------------------------------------------------------ imatrix files
+def _write_legacy_imatrix(path, entries, chunks=None, dataset=None):
+    """llama-imatrix's legacy binary (common/imatrix-loader.cpp's reader):
+    entries [(name, ncall, float32 sums)], then the optional trailer."""
+    import struct
+    out = [struct.pack("<i", len(entries))]
+    for name, ncall, sums in entries:
+        b = name.encode()
+        out += [struct.pack("<i", len(b)), b, struct.pack("<ii", ncall, len(sums)),
+                np.asarray(sums, "<f4").tobytes()]
+    if chunks is not None:
+        out.append(struct.pack("<i", chunks))
+        d = (dataset or "").encode()
+        out += [struct.pack("<i", len(d)), d]
+    path.write_bytes(b"".join(out))
+
+
+def _write_gguf_imatrix(path, entries, meta=True, chunk_count=7, datasets=("wiki.train",)):
+    """The current format: W.in_sum2 (n_mat rows of ne0) and W.counts F32
+    tensors, imatrix.* keys (tools/imatrix/imatrix.cpp's layout)."""
+    w = gguf.GGUFWriter(str(path), arch="llama")
+    if meta:
+        w.add_array("imatrix.datasets", list(datasets))
+        w.add_uint32("imatrix.chunk_count", chunk_count)
+        w.add_uint32("imatrix.chunk_size", 512)
+    for name, sums, counts in entries:
+        if sums is not None:
+            w.add_tensor(name + ".in_sum2", np.asarray(sums, np.float32))
+        if counts is not None:
+            w.add_tensor(name + ".counts", np.asarray(counts, np.float32).reshape(-1, 1))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_imatrix_files_read_as_llama_quantize(tmp_path):
+    """Both formats, normalised as tools/quantize/quantize.cpp load_imatrix:
+    legacy sums / ncall (ncall 0: as stored), GGUF sums / lround(count) per
+    expert row (count 0: weights 1); the trailer's chunk count and dataset;
+    the keys written to the output; bad files refused naming the field."""
+    from quantcore.gguf.imatrix import ImatrixError, read_imatrix
+    rng = np.random.default_rng(0)
+    a, b = (rng.random(8).astype(np.float32) * 50 for _ in range(2))
+    leg = tmp_path / "im.dat"
+    _write_legacy_imatrix(leg, [("blk.0.attn_q.weight", 3, a), ("blk.0.ffn_up.weight", 0, b)],
+                          chunks=11, dataset="calib.txt")
+    im = read_imatrix(leg)
+    assert im.legacy and im.chunk_count == 11 and im.datasets == ["calib.txt"]
+    assert np.array_equal(im.entries["blk.0.attn_q.weight"], a / np.float32(3))
+    assert np.array_equal(im.entries["blk.0.ffn_up.weight"], b)
+    assert im.keys() == [("quantize.imatrix.file", str(leg), "str"),
+                         ("quantize.imatrix.dataset", "calib.txt", "str"),
+                         ("quantize.imatrix.entries_count", 2, "u32"),
+                         ("quantize.imatrix.chunks_count", 11, "u32")]
+    _write_legacy_imatrix(leg, [("x.weight", 2, a)])  # no trailer
+    assert read_imatrix(leg).chunk_count == 0 and read_imatrix(leg).keys()[-1][0] == \
+        "quantize.imatrix.entries_count"
+    g = tmp_path / "im.gguf"
+    sums = rng.random((3, 8)).astype(np.float32) * 100
+    _write_gguf_imatrix(g, [("blk.0.ffn_down.weight", sums, [2.5, 0.0, 4.0])])
+    im = read_imatrix(g)
+    assert not im.legacy and im.chunk_count == 7 and im.datasets == ["wiki.train"]
+    want = np.concatenate([sums[0] / np.float32(3), np.ones(8, np.float32),
+                           sums[2] / np.float32(4)])  # lround(2.5) = 3
+    assert np.array_equal(im.entries["blk.0.ffn_down.weight"], want)
+    assert im.for_tensor("blk.0.ffn_down.weight", 8, n_expert=3) is im.entries[
+        "blk.0.ffn_down.weight"]
+    with pytest.raises(ImatrixError, match=r"'blk.0.ffn_down.weight' has 24 values, the tensor "
+                                           r"needs 8"):
+        im.for_tensor("blk.0.ffn_down.weight", 8)
+    assert im.for_tensor("blk.9.ffn_down.weight", 8) is None
+    for entries, meta, match in (
+            ([("w", sums[0], None)], True, "'w' has sums only"),
+            ([("w", None, [1.0])], True, "'w' has counts only"),
+            ([("w", sums[0], [1.0])], False, "missing imatrix metadata imatrix.datasets"),
+            ([("w", np.array([1, np.inf] * 4, np.float32), [1.0])], True, "'w' holds a "
+             "non-finite")):
+        _write_gguf_imatrix(g, entries, meta=meta)
+        with pytest.raises(ImatrixError, match=match):
+            read_imatrix(g)
+    leg.write_bytes(leg.read_bytes()[:30])
+    with pytest.raises(ImatrixError, match="ends inside the 8 values of entry 'x.weight'"):
+        read_imatrix(leg)
+    leg.write_bytes(b"\0\0\0\0")
+    with pytest.raises(ImatrixError, match="no data"):
+        read_imatrix(leg)
+    with pytest.raises(ImatrixError, match="cannot read"):
+        read_imatrix(tmp_path / "absent.dat")
+
+
+@pytest.mark.parametrize("fmt", ["legacy", "gguf"])
+def test_mix_with_imatrix(models, converted, fmt, tmp_path, capsys):
+    """Q4_K_M with an imatrix file: each quantized weight with an entry has
+    ggml's own bytes for its imatrix weights (the oracle: quantize_<type> of
+    ggml-quants.c), one without an entry the plain bytes; the file's keys as
+    llama-quantize's overrides, after general.file_type; the command line."""
+    src = _f32_tensors(converted[("llama", "f32")])
+    rng = np.random.default_rng(1)
+    names = [n for n, a in src.items() if a.ndim == 2 and not n.startswith("token_embd")]
+    skipped = "blk.1.ffn_up.weight"
+    raw = {n: rng.random(src[n].shape[-1]).astype(np.float32) * 20 for n in names
+           if n != skipped}
+    path = tmp_path / ("im.dat" if fmt == "legacy" else "im.gguf")
+    if fmt == "legacy":
+        _write_legacy_imatrix(path, [(n, 4, s) for n, s in raw.items()], chunks=5,
+                              dataset="d.txt")
+        weights = {n: s / np.float32(4) for n, s in raw.items()}
+    else:
+        _write_gguf_imatrix(path, [(n, s, [4.0]) for n, s in raw.items()], chunk_count=5,
+                            datasets=("d.txt",))
+        weights = {n: s / np.float32(4) for n, s in raw.items()}
+    out = tmp_path / "m.gguf"
+    rep = GF.write_gguf(models["llama"], out, "Q4_K_M", tokenizer_pre=PRE, imatrix=str(path))
+    r = gguf.GGUFReader(out)
+    oracle = ggml_oracle.get()
+    checked = 0
+    for t in r.tensors:
+        typ = t.tensor_type.name
+        if typ in ("F32", "F16"):
+            continue
+        qw = weights.get(t.name)
+        assert bytes(t.data) == gguf_quantize(src[t.name], typ, imatrix=qw), t.name
+        if qw is not None and oracle is not None and checked < 4:
+            assert bytes(t.data) == oracle.quantize(typ, src[t.name], qw,
+                                                    GF.gguf_row_bytes(typ, qw.size)), t.name
+            checked += 1
+    assert skipped not in rep["imatrix"] and set(rep["imatrix"]) == {
+        n for n in weights if rep["tensors"][n] not in ("F32", "F16")}
+    assert bytes(r.get_tensor(list(rep["tensors"]).index(skipped)).data) == gguf_quantize(
+        src[skipped], rep["tensors"][skipped])
+    keys = [k for k in r.fields if not k.startswith("GGUF.")]
+    assert keys[-5:] == ["general.file_type", "quantize.imatrix.file",
+                         "quantize.imatrix.dataset", "quantize.imatrix.entries_count",
+                         "quantize.imatrix.chunks_count"]
+    assert r.fields["quantize.imatrix.file"].contents() == str(path)
+    assert r.fields["quantize.imatrix.entries_count"].contents() == len(raw)
+    assert r.fields["quantize.imatrix.chunks_count"].contents() == 5
+    # the command line: the same file; --imatrix refused where it cannot apply
+    cli_out = tmp_path / "cli.gguf"
+    code, err = _cli(capsys, "quantize", models["llama"], "--format", "gguf", "--type",
+                     "Q4_K_M", "--imatrix", path, "--tokenizer-pre", PRE, "-o", cli_out)
+    assert code == 0, err
+    assert cli_out.read_bytes() == out.read_bytes()
+    code, err = _cli(capsys, "quantize", models["llama"], "--format", "gguf", "--type",
+                     "F16", "--imatrix", path, "--tokenizer-pre", PRE, "-o", tmp_path / "f.gguf")
+    assert code == 2 and "takes no importance matrix" in err
+    code, err = _cli(capsys, "quantize", models["llama"], "--imatrix", path, "-o",
+                     tmp_path / "x.safetensors")
+    assert code == 2 and "--format gguf only" in err
+    # an entry of another length: refused naming it, nothing written
+    bad = tmp_path / "bad.dat"
+    _write_legacy_imatrix(bad, [("blk.0.attn_q.weight", 1, np.ones(5, np.float32))])
+    with pytest.raises(ValueError, match="'blk.0.attn_q.weight' has 5 values"):
+        GF.write_gguf(models["llama"], tmp_path / "n.gguf", "Q4_K_M", tokenizer_pre=PRE,
+                      imatrix=str(bad))
+    assert not (tmp_path / "n.gguf").exists()

@@ -16,6 +16,9 @@ def add_arguments(p):
                    help="--format gguf only: F32 / F16 / Q8_0 (llama.cpp's converter's "
                         "--outtype) or a llama-quantize mix Q4_K_M / Q4_K_S / Q5_K_M / Q6_K "
                         "(default Q8_0)")
+    p.add_argument("--imatrix", default=None, metavar="FILE",
+                   help="--format gguf with a mix only: llama-imatrix's importance matrix "
+                        "(GGUF or legacy .dat), as llama-quantize --imatrix")
     p.add_argument("--tokenizer-pre", default=None, metavar="NAME",
                    help="--format gguf only: tokenizer.ggml.pre for a BPE tokenizer whose "
                         "probe hash llama.cpp's converter does not know (it refuses it)")
@@ -50,7 +53,8 @@ def run(args):
                                        os.listdir(args.file)])
     type = args.gguf_type or "Q8_0"
     try:
-        rep = write_gguf(args.file, args.output, type, tokenizer_pre=args.tokenizer_pre)
+        rep = write_gguf(args.file, args.output, type, tokenizer_pre=args.tokenizer_pre,
+                         imatrix=args.imatrix)
     except (ModelDirError, GGUFFileError, ValueError) as exc:
         raise _error(str(exc)) from None
     except OSError as exc:
@@ -61,7 +65,8 @@ def run(args):
         counts[t] = counts.get(t, 0) + 1
     say(f"wrote {len(rep['tensors'])} tensor(s) as {type} in {rep['seconds']:.1f} s -> "
         f"{args.output} ({rep['bytes_in'] / mib:.2f} MiB -> {rep['bytes_out'] / mib:.2f} MiB; "
-        + ", ".join(f"{t}: {c}" for t, c in sorted(counts.items())) + ")")
+        + ", ".join(f"{t}: {c}" for t, c in sorted(counts.items())) + ")"
+        + (f"; {len(rep['imatrix'])} with the imatrix's weights" if args.imatrix else ""))
     return 0
 
 

@@ -34,6 +34,7 @@ import numpy as np
 from .. import _files
 from ..gguf import GGUF_TYPES, gguf_quantize, gguf_row_bytes
 from ..gguf import mixes as _mixes
+from ..gguf.imatrix import Imatrix, read_imatrix
 from .hf import HFModel
 
 __all__ = ["write_gguf", "read_gguf", "ARCHITECTURES", "FILE_TYPES", "GGUFFileError"]
@@ -155,10 +156,11 @@ def _plan(model, hf_arch, gg, type):
     return plan
 
 
-def _tensor(model, hf_arch, name, t):
+def _tensor(model, hf_arch, name, t, qw=None):
     """The tensor as the converter hands it on (float32, or float16 for an F16
     source as torch keeps it), permuted for Llama's q / k, then converted to
-    the GGUF type ``t``: a numpy array GGUFWriter writes as is."""
+    the GGUF type ``t`` (with the importance weights ``qw`` of its imatrix
+    entry, or None): a numpy array GGUFWriter writes as is."""
     cfg = model.config
     w = model.reader(name).float32(name)
     if hf_arch == "LlamaForCausalLM":
@@ -174,7 +176,7 @@ def _tensor(model, hf_arch, name, t):
         return np.ascontiguousarray(w.astype(np.float16))
     if w.ndim != 2:
         w = w.reshape(-1, w.shape[-1])
-    q = gguf_quantize(np.ascontiguousarray(w), t)
+    q = gguf_quantize(np.ascontiguousarray(w), t, imatrix=qw)
     return np.frombuffer(q, np.uint8).reshape(*w.shape[:-1], gguf_row_bytes(t, w.shape[-1]))
 
 
@@ -294,7 +296,8 @@ def _set_parameters(w, cfg, hf_arch, file_type):
         w.add_rope_dimension_count(rope_dim)
 
 
-def write_gguf(model_dir, out, type="F16", *, tokenizer_pre=None, progress=None):
+def write_gguf(model_dir, out, type="F16", *, tokenizer_pre=None, progress=None,
+               imatrix=None):
     """Write a Hugging Face model directory as a GGUF file.
 
     Parameters
@@ -312,15 +315,28 @@ def write_gguf(model_dir, out, type="F16", *, tokenizer_pre=None, progress=None)
         of :data:`PRE_TOKENIZERS` (the converter refuses such a tokenizer).
     progress : callable, optional
         ``progress(iterable)`` -> an iterable (a progress bar) over tensors.
+    imatrix : str or quantcore.gguf.imatrix.Imatrix, optional
+        An importance-matrix file (``llama-imatrix``'s, either format) for a
+        mix, as ``llama-quantize --imatrix``: each quantized weight with an
+        entry of its row length is quantized with those weights, one without
+        an entry without; the file is recorded in ``quantize.imatrix.*``
+        keys (:mod:`quantcore.gguf.imatrix`).
 
     Returns
     -------
     dict
-        ``tensors`` {gguf name: type}, ``bytes_in``, ``bytes_out``, ``seconds``.
+        ``tensors`` {gguf name: type}, ``bytes_in``, ``bytes_out``, ``seconds``
+        (and ``imatrix``: the weights quantized with an entry).
     """
     t0 = time.perf_counter()
     if type not in FILE_TYPES:
         raise GGUFFileError(f"--type {type!r}: expected one of {list(FILE_TYPES)}")
+    if imatrix is not None and type not in MIXES:
+        raise GGUFFileError(f"--imatrix: --type {type} is the converter's --outtype, which "
+                            f"takes no importance matrix (a llama-quantize mix does: "
+                            f"{', '.join(MIXES)})")
+    if imatrix is not None and not isinstance(imatrix, Imatrix):
+        imatrix = read_imatrix(imatrix)
     gg = _gguf()
     from pathlib import Path
     with HFModel(model_dir) as model:
@@ -330,6 +346,9 @@ def write_gguf(model_dir, out, type="F16", *, tokenizer_pre=None, progress=None)
                                       os.listdir(model.path)])
         arch = ARCHITECTURES[hf_arch][0]
         plan = _plan(model, hf_arch, gg, type)
+        weights = {} if imatrix is None else {  # (sizes checked before anything is written)
+            new: imatrix.for_tensor(new, shape[-1]) for _, new, shape, t in plan
+            if t not in ("F32", "F16")}
         w = gg.GGUFWriter(path=None, arch=arch, endianess=gg.GGUFEndian.LITTLE)
         for _, new, shape, t in plan:
             qt = getattr(gg.GGMLQuantizationType, t)
@@ -357,17 +376,21 @@ def write_gguf(model_dir, out, type="F16", *, tokenizer_pre=None, progress=None)
             kv = w.kv_data[0]  # (gguf_set_val_u32 removes the key and appends it)
             for key in (gg.Keys.General.QUANTIZATION_VERSION, gg.Keys.General.FILE_TYPE):
                 kv[key] = kv.pop(key)
+        if imatrix is not None:  # quantize.cpp's kv overrides, set after those (1033-1047)
+            for key, value, kind in imatrix.keys():
+                (w.add_string if kind == "str" else w.add_uint32)(key, value)
         it = plan if progress is None else progress(plan)
         with _files.atomic_path(out) as tmp:
             w.write_header_to_file(path=Path(tmp))
             w.write_kv_data_to_file()
             w.write_ti_data_to_file()
-            for name, _, _, t in it:
-                w.write_tensor_data(_tensor(model, hf_arch, name, t))
+            for name, new, _, t in it:
+                w.write_tensor_data(_tensor(model, hf_arch, name, t, weights.get(new)))
             w.close()
         bytes_in = model.total_bytes
     return {"tensors": {new: t for _, new, _, t in plan}, "bytes_in": bytes_in,
-            "bytes_out": os.path.getsize(out), "seconds": time.perf_counter() - t0}
+            "bytes_out": os.path.getsize(out), "seconds": time.perf_counter() - t0,
+            "imatrix": sorted(n for n, v in weights.items() if v is not None)}
 
 
 def read_gguf(path):
