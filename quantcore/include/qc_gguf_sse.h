@@ -48,6 +48,13 @@ static inline __m128i qc_gg_to_i8_epi32(__m128 f) {
     return _mm_srai_epi32(_mm_slli_epi32(_mm_cvttps_epi32(f), 24), 24);
 }
 
+// qc_gg_nearest per lane: f + 1.5 * 2^23, the low mantissa bits
+static inline __m128i qc_gg_nearest_epi32(__m128 f) {
+    const __m128 g = _mm_add_ps(f, _mm_set1_ps(12582912.f));
+    return _mm_sub_epi32(_mm_and_si128(_mm_castps_si128(g), _mm_set1_epi32(0x007fffff)),
+                         _mm_set1_epi32(0x00400000));
+}
+
 // the low byte of each of 16 int32 lanes (4 vectors), in order
 static inline __m128i qc_gg_low_bytes(const __m128i *q) {
     const __m128i lo = _mm_set1_epi32(0xFF);
@@ -199,7 +206,6 @@ static inline void qc_gg_qkx_search_sse(int n, int nmax, const float *x, const f
     for (int i = 0; i < n; ++i) wv[i] = w ? w[i] : x[i] * x[i];
     const __m128i lo = _mm_setzero_si128(), hi = _mm_set1_epi32(nmax);
     const __m128i lane = _mm_set_epi32(3, 2, 1, 0);
-    const __m128 magic = _mm_set1_ps(12582912.f);
     __m128 lf[32];  // each lane's codes as floats
     int is0 = 0;
     while (is0 <= nstep) {
@@ -210,12 +216,8 @@ static inline void qc_gg_qkx_search_sse(int n, int nmax, const float *x, const f
             _mm_set1_ps(max - min));
         __m128 sum_l = _mm_setzero_ps(), sum_l2 = _mm_setzero_ps(), sum_xl = _mm_setzero_ps();
         for (int i = 0; i < n; ++i) {
-            // qc_gg_nearest per lane, clamped to [0, nmax]
-            const __m128 f = _mm_add_ps(_mm_mul_ps(iscale, _mm_set1_ps(x[i] - min)), magic);
-            __m128i l = _mm_sub_epi32(
-                _mm_and_si128(_mm_castps_si128(f), _mm_set1_epi32(0x007fffff)),
-                _mm_set1_epi32(0x00400000));
-            l = _mm_max_epi32(lo, _mm_min_epi32(hi, l));
+            const __m128i l = _mm_max_epi32(lo, _mm_min_epi32(hi, qc_gg_nearest_epi32(
+                _mm_mul_ps(iscale, _mm_set1_ps(x[i] - min)))));
             lf[i] = _mm_cvtepi32_ps(l);
             const __m128 wl = _mm_mul_ps(_mm_set1_ps(wv[i]), lf[i]);
             sum_l = _mm_add_ps(sum_l, wl);
@@ -268,7 +270,6 @@ static inline void qc_gg_qx_search_sse(int n, int nmax, const float *x, int8_t *
                                        float *best_io) {
     float scale = *scale_io, best = *best_io;
     const __m128i lo = _mm_set1_epi32(-nmax), hi = _mm_set1_epi32(nmax - 1);
-    const __m128 magic = _mm_set1_ps(12582912.f);
     static const int order[20] = {-9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9,
                                   9, 9};  // (the last two: padding lanes, never taken)
     __m128i lc[32];
@@ -280,11 +281,8 @@ static inline void qc_gg_qx_search_sse(int n, int nmax, const float *x, int8_t *
             _mm_set1_ps(max));
         __m128 sumlx = _mm_setzero_ps(), suml2 = _mm_setzero_ps();
         for (int i = 0; i < n; ++i) {
-            const __m128 f = _mm_add_ps(_mm_mul_ps(iscale, _mm_set1_ps(x[i])), magic);
-            __m128i l = _mm_sub_epi32(
-                _mm_and_si128(_mm_castps_si128(f), _mm_set1_epi32(0x007fffff)),
-                _mm_set1_epi32(0x00400000));
-            l = _mm_max_epi32(lo, _mm_min_epi32(hi, l));
+            const __m128i l = _mm_max_epi32(lo, _mm_min_epi32(hi, qc_gg_nearest_epi32(
+                _mm_mul_ps(iscale, _mm_set1_ps(x[i])))));
             lc[i] = l;
             const __m128 lf = _mm_cvtepi32_ps(l);
             const __m128 w = _mm_set1_ps(qw ? qw[i] : x[i] * x[i]);
@@ -322,7 +320,6 @@ static inline void qc_gg_q3_moves_sse(int n, int nmax, const float *x, int8_t *L
     float sumlx = *sumlx_io, suml2 = *suml2_io;
     float xs[20] = {0}, lf[20] = {0};
     for (int i = 0; i < n; ++i) { xs[i] = x[i]; lf[i] = (float)L[i]; }
-    const __m128 magic = _mm_set1_ps(12582912.f);
     const __m128i lo = _mm_set1_epi32(-nmax), hi = _mm_set1_epi32(nmax - 1);
     for (int itry = 0; itry < 5; ++itry) {
         int changed = 0, i = 0;
@@ -332,11 +329,8 @@ static inline void qc_gg_q3_moves_sse(int n, int nmax, const float *x, int8_t *L
             const __m128 w = _mm_mul_ps(xv, xv);
             const __m128 slx = _mm_sub_ps(_mm_set1_ps(sumlx), _mm_mul_ps(wx, l));
             const __m128 sl2 = _mm_sub_ps(_mm_set1_ps(suml2), _mm_mul_ps(_mm_mul_ps(w, l), l));
-            const __m128 f = _mm_add_ps(_mm_div_ps(_mm_mul_ps(xv, sl2), slx), magic);
-            __m128i nl = _mm_sub_epi32(
-                _mm_and_si128(_mm_castps_si128(f), _mm_set1_epi32(0x007fffff)),
-                _mm_set1_epi32(0x00400000));
-            nl = _mm_max_epi32(lo, _mm_min_epi32(hi, nl));
+            const __m128i nl = _mm_max_epi32(lo, _mm_min_epi32(hi, qc_gg_nearest_epi32(
+                _mm_div_ps(_mm_mul_ps(xv, sl2), slx))));
             const __m128 nlf = _mm_cvtepi32_ps(nl);
             int todo = _mm_movemask_ps(_mm_and_ps(_mm_cmpgt_ps(slx, _mm_setzero_ps()),
                                                   _mm_cmpneq_ps(nlf, l)));
