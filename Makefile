@@ -27,7 +27,7 @@ LLMC_VENV ?= .venv-llmc
 
 .PHONY: all venv install demo wheel test test-lint test-cpu test-numpy-levels \
   gpu-emu-kernels gpu-emu-mirror bench bench-summary bench-check bench-reference \
-  bench-history asan-test gpu-test gpu-check gpu-emu-test gpu-toolchain-check llmc-check clean \
+  bench-history asan-test gpu-test gpu-check gpu-emu-test gpu-toolchain-check llmc-check llama-cpp-check clean \
   fault-test test-lane-1 test-lane-2 test-bench
 
 all: test
@@ -255,6 +255,28 @@ $(LLMC_VENV)/.installed: pyproject.toml
 llmc-check: install $(LLMC_VENV)/.installed
 	PYTHONPATH=$(CURDIR) QC_REQUIRE_LLMC=1 $(LLMC_VENV)/bin/python -m pytest -q \
 	  -p no:cacheprovider tests/test_llmc.py $(PYTEST_ARGS)
+
+# llama.cpp itself (issue 39), not in make test (the build: ~12 min on 2
+# cores): llama-cpp-python built from the oracle's sdist (GGML_NATIVE=OFF:
+# no FMA, as the oracle) in its own venv; llama_model_quantize of the
+# converter's F32 file against quantcore's GGUF for each mix, with and
+# without an imatrix: whole files and llama.cpp's logits
+# (tests/llama_cpp_check.py)
+LLAMA_CPP_VENV ?= .venv-llamacpp
+$(LLAMA_CPP_VENV)/.installed: tests/ggml_oracle.py
+	$(call make_venv,$(LLAMA_CPP_VENV),numpy gguf)
+	sdist=$$($(PY) -c "import sys; sys.path.insert(0, 'tests'); import ggml_oracle as o; \
+	  print(o.sdist_path())") && \
+	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF \
+	  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
+	  $(LLAMA_CPP_VENV)/bin/python -m pip install -q --no-compile "$$sdist"
+	touch $@
+
+llama-cpp-check: install $(LLAMA_CPP_VENV)/.installed
+	rm -rf build/llama-cpp-check
+	$(PY) tests/llama_cpp_check.py make build/llama-cpp-check
+	PYTHONPATH=$(CURDIR) $(LLAMA_CPP_VENV)/bin/python tests/llama_cpp_check.py check \
+	  build/llama-cpp-check
 
 # Full benchmark run: JSON + Markdown summary + PNG plot under bench/results/,
 # and the run saved into pytest-benchmark's storage (one file per run, named

@@ -142,6 +142,19 @@ def _sdist_bytes():
     return data
 
 
+def sdist_path():
+    """The sdist itself (its sha256 checked) under build/ggml-oracle, written
+    once: what ``make llama-cpp-check`` builds llama-cpp-python from."""
+    path = os.path.join(ROOT, "build", "ggml-oracle", f"llama_cpp_python-{SDIST_VERSION}.tar.gz")
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(_sdist_bytes())
+        os.replace(tmp, path)
+    return path
+
+
 def extract(root, keep):
     """Write under ``root`` the sdist's llama.cpp files whose path relative to
     ``vendor/llama.cpp/`` ``keep(path)`` accepts, in one pass over the
