@@ -153,9 +153,119 @@ def observe_fake_quant_f32(cnp.ndarray x, cnp.ndarray y, cnp.ndarray mask,
         status = _observe_fake_quant(xp, yp, mp, n, sp, rule, c, nan_policy, qp, zp, qmin,
                                      qmax, eps, symmetric, zp_fixed, quantize, mode, nthreads)
     if status == ST_NO_MEMORY:
-        raise MemoryError(f"observe_fake_quant_f32: cannot allocate the scratch of the min / "
-                          f"max of {n} values ({_units(1, 1, n).n} work units)")
+        _no_scratch(n)
     return status
+
+
+cdef int _no_scratch(int64_t n) except -1:
+    """The fused step's MemoryError (its min / max scratch for n values)."""
+    raise MemoryError(f"observe_fake_quant_f32: cannot allocate the scratch of the min / "
+                      f"max of {n} values ({_units(1, 1, n).n} work units)")
+
+
+cdef float NAN_F = float("nan")
+
+
+def fake_quantize_step_f32(object x, object out, object lo, object hi, bint seen, int rule,
+                           float c, int nan_policy, object scale, object zp, int64_t qmin,
+                           int64_t qmax, float eps, int symmetric, int64_t zp_fixed,
+                           bint quantize, int mode, int nthreads):
+    """FakeQuantize.forward's common case: :func:`observe_fake_quant_f32`
+    on the caller's own state arrays, with the layout checks and the
+    allocations its Python caller would make done here (they cost more
+    than the kernel at 1 Ki elements).
+
+    Returns None, having read and written nothing, unless every argument
+    has the form below; the caller then takes its general path (which
+    reports whatever is wrong).  x: a numpy array (not a subclass) of
+    native float32, aligned and C-contiguous; out: None or such an array,
+    writable, of x's shape, either x's memory or disjoint from it; lo, hi:
+    the observer's min_val / max_val, writable native float32 0-d arrays;
+    scale, zp: writable native float32[1] / int64[1] arrays (the qparams).
+
+    Otherwise ``(status, y, mask)``, as the general path's step: rule
+    (0: do not observe), c, nan_policy, qmin ... nthreads as for
+    :func:`observe_fake_quant_f32`; ``seen``: whether the observer holds a
+    batch.  An observed batch (status OBSERVED) is written into lo / hi
+    and its qparams into scale / zp, in place.  An observing step of an
+    observer that holds no batch sets the scale to NaN unless the batch is
+    observed or skipped (FakeQuantize's class Notes: NaN qparams, kept
+    when the batch is skipped as non-finite).  When ``quantize``, y is
+    ``out`` or a new C-ordered float32 array like x, and mask a new uint8
+    one, both written; else both are None.  MemoryError, as
+    :func:`observe_fake_quant_f32`'s, when the scratch of a large x cannot
+    be allocated (nothing written then).
+    """
+    if not (_plain_array(x, cnp.NPY_FLOAT32, False) and _plain_array(lo, cnp.NPY_FLOAT32, True)
+            and _plain_array(hi, cnp.NPY_FLOAT32, True)
+            and _plain_array(scale, cnp.NPY_FLOAT32, True)
+            and _plain_array(zp, cnp.NPY_INT64, True)):
+        return None
+    cdef cnp.ndarray xa = <cnp.ndarray>x
+    cdef cnp.ndarray lo_a = <cnp.ndarray>lo, hi_a = <cnp.ndarray>hi
+    cdef cnp.ndarray s_a = <cnp.ndarray>scale, z_a = <cnp.ndarray>zp
+    if cnp.PyArray_NDIM(lo_a) != 0 or cnp.PyArray_NDIM(hi_a) != 0 or \
+            cnp.PyArray_NDIM(s_a) != 1 or cnp.PyArray_DIMS(s_a)[0] != 1 or \
+            cnp.PyArray_NDIM(z_a) != 1 or cnp.PyArray_DIMS(z_a)[0] != 1:
+        return None
+    cdef int i, nd = cnp.PyArray_NDIM(xa)
+    cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(xa)
+    cdef int64_t n = cnp.PyArray_SIZE(xa)
+    cdef const char* xb = <const char*>cnp.PyArray_DATA(xa)
+    cdef const char* ob
+    cdef cnp.ndarray oa
+    if out is not None:
+        if not _plain_array(out, cnp.NPY_FLOAT32, True):
+            return None
+        oa = <cnp.ndarray>out
+        if cnp.PyArray_NDIM(oa) != nd:
+            return None
+        for i in range(nd):
+            if cnp.PyArray_DIMS(oa)[i] != dims[i]:
+                return None
+        ob = <const char*>cnp.PyArray_DATA(oa)
+        if ob != xb and ob < xb + 4 * n and xb < ob + 4 * n:  # partial overlap
+            return None
+    y = mask = None
+    cdef float* yp = NULL
+    cdef unsigned char* mp = NULL
+    if quantize:
+        y = out if out is not None else cnp.PyArray_EMPTY(nd, dims, cnp.NPY_FLOAT32, 0)
+        mask = cnp.PyArray_EMPTY(nd, dims, cnp.NPY_UINT8, 0)
+        yp = <float*>cnp.PyArray_DATA(<cnp.ndarray>y)
+        mp = <unsigned char*>cnp.PyArray_DATA(<cnp.ndarray>mask)
+    cdef float* lo_p = <float*>cnp.PyArray_DATA(lo_a)
+    cdef float* hi_p = <float*>cnp.PyArray_DATA(hi_a)
+    cdef float* qp = <float*>cnp.PyArray_DATA(s_a)
+    cdef int64_t* zpp = <int64_t*>cnp.PyArray_DATA(z_a)
+    cdef float state[3]
+    state[0], state[1], state[2] = lo_p[0], hi_p[0], (1 if seen else 0)
+    cdef bint nan_first = rule != QC_OBS_NONE and not seen
+    cdef float kept = qp[0]
+    cdef int status
+    if nan_first:
+        qp[0] = NAN_F
+    with nogil:
+        status = _observe_fake_quant(<const float*>xb, yp, mp, n, state, rule, c, nan_policy,
+                                     qp, zpp, qmin, qmax, eps, symmetric, zp_fixed, quantize,
+                                     mode, nthreads)
+    if nan_first and status != ST_OBSERVED and status != ST_NONFINITE_SKIPPED:
+        qp[0] = kept  # nothing observed (empty x), refused, or no memory: unchanged
+    if status == ST_NO_MEMORY:
+        _no_scratch(n)
+    if status == ST_OBSERVED:
+        lo_p[0], hi_p[0] = state[0], state[1]
+    return status, y, mask
+
+
+cdef inline bint _plain_array(object a, int typenum, bint writable):
+    """a is a numpy array (not a subclass) of type ``typenum``, native
+    byte order, aligned and C-contiguous (and writable if asked)."""
+    if not cnp.PyArray_CheckExact(a):
+        return False
+    cdef cnp.ndarray arr = <cnp.ndarray>a
+    return cnp.PyArray_TYPE(arr) == typenum and cnp.PyArray_ISCARRAY_RO(arr) and \
+        (not writable or cnp.PyArray_ISWRITEABLE(arr))
 
 
 cdef inline int _check_f32(cnp.ndarray a, int64_t n, bint writable) except -1:
