@@ -185,8 +185,8 @@ def _read_gguf(path):
     if missing:
         raise ImatrixError(f"{path}: missing imatrix metadata {', '.join(missing)} "
                            "(llama-quantize refuses the file)")
-    datasets = [str(v) for v in r.fields["imatrix.datasets"].contents()] \
-        if isinstance(r.fields["imatrix.datasets"].contents(), list) else []
+    names = r.fields["imatrix.datasets"].contents()
+    datasets = [str(v) for v in names] if isinstance(names, list) else []
     chunk_count = int(r.fields["imatrix.chunk_count"].contents())
     pairs = {}
     for t in r.tensors:
