@@ -211,8 +211,8 @@ static inline float qc_gg_qkx(int n, int nmax, const float *x, const float *w, u
     }
     if (nstep < 1) { *the_min = -min; return scale; }
 #ifdef QC_GG_SSE
-    qc_gg_qkx_search_sse(n, nmax, x, w, L, Laux, rmin, rdelta, nstep, mad, sum_w, sum_x, max,
-                         &min, &scale, &best);
+    qc_gg_qkx_search_sse(n, nmax, x, w, L, rmin, rdelta, nstep, mad, sum_w, sum_x, max, &min,
+                         &scale, &best);  // (Laux: the scalar loop's scratch only)
 #else
     for (int is = 0; is <= nstep; ++is) {
         iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);

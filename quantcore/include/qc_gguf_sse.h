@@ -198,8 +198,8 @@ static inline bool qc_gg_q_1_sse(const float *x, uint8_t *y) {
 // the scalar loop's order with its operations: the same bits.  About 2.7
 // of 21 candidates are taken per Q4_K group, so ~8 passes instead of 21.
 static inline void qc_gg_qkx_search_sse(int n, int nmax, const float *x, const float *w,
-                                        uint8_t *L, uint8_t *, float rmin, float rdelta,
-                                        int nstep, bool mad, float sum_w, float sum_x, float max,
+                                        uint8_t *L, float rmin, float rdelta, int nstep,
+                                        bool mad, float sum_w, float sum_x, float max,
                                         float *min_io, float *scale_io, float *best_io) {
     float min = *min_io, scale = *scale_io, best = *best_io;
     float wv[32];
