@@ -25,8 +25,8 @@ keys.)
 """
 import ctypes
 import os
-import struct
 import sys
+from pathlib import Path
 
 MIXES = ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K")
 TOKENS = [1, 5, 9, 22, 37, 40, 41, 7]
@@ -52,14 +52,9 @@ def make(root):
     d = T._tiny("llama", os.path.join(root, "llama"), hidden=256, layers=2)
     f32 = os.path.join(root, "conv_f32.gguf")
     ggml_oracle.convert_hf([(d, "f32", f32)], tokenizer_pre=T.PRE)
-    entries = _imatrix_entries(f32)
-    with open(os.path.join(root, "imatrix.dat"), "wb") as fh:
-        fh.write(struct.pack("<i", len(entries)))
-        for name, w in entries.items():
-            b = name.encode()
-            fh.write(struct.pack("<i", len(b)) + b + struct.pack("<ii", 3, w.size))
-            fh.write((w * 3).astype("<f4").tobytes())
-        fh.write(struct.pack("<ii", 9, 4) + b"wiki")
+    T._write_legacy_imatrix(Path(root, "imatrix.dat"),
+                            [(n, 3, w * 3) for n, w in _imatrix_entries(f32).items()],
+                            chunks=9, dataset="wiki")
     for mix in MIXES:
         GF.write_gguf(d, os.path.join(root, f"qc_{mix}.gguf"), mix, tokenizer_pre=T.PRE)
         GF.write_gguf(d, os.path.join(root, f"qc_{mix}_imatrix.gguf"), mix, tokenizer_pre=T.PRE,
