@@ -439,11 +439,10 @@ def test_mix_with_imatrix(models, converted, fmt, tmp_path, capsys):
     if fmt == "legacy":
         _write_legacy_imatrix(path, [(n, 4, s) for n, s in raw.items()], chunks=5,
                               dataset="d.txt")
-        weights = {n: s / np.float32(4) for n, s in raw.items()}
     else:
         _write_gguf_imatrix(path, [(n, s, [4.0]) for n, s in raw.items()], chunk_count=5,
                             datasets=("d.txt",))
-        weights = {n: s / np.float32(4) for n, s in raw.items()}
+    weights = {n: s / np.float32(4) for n, s in raw.items()}  # (ncall 4 / count 4)
     out = tmp_path / "m.gguf"
     rep = GF.write_gguf(models["llama"], out, "Q4_K_M", tokenizer_pre=PRE, imatrix=str(path))
     r = gguf.GGUFReader(out)
