@@ -164,6 +164,40 @@ def test_numerics_match_modelopt(dt, scheme, data):
     assert np.array_equal(got[1], y.float().numpy())
 
 
+_wide = st.floats(-2.0 ** 127, 2.0 ** 127, width=32) | st.sampled_from(
+    [0.0, -0.0, 1e-30, -1e-38, 6e-8, 448.0, -2.5, 0.75, 1.25])
+
+
+@settings(max_examples=60, deadline=None)
+@given(scheme=st.sampled_from(list(ORACLE)), data=st.lists(_wide, min_size=128, max_size=128),
+       g_scale=st.sampled_from([1.0, 1e-3, 1e3]), zero_block=st.integers(-1, 7))
+def test_stored_bf16_bits_give_the_float32_bytes(scheme, data, g_scale, zero_block):
+    """The loops over a BF16 weight's stored bits (the directory writer's
+    input) give the bytes of the same weight's float32 values; W4A16_NVFP4's
+    also those of ``formats.nvfp4_quantize``'s modelopt recipe (its one
+    statement), with a set scale off the weight's own (blocks clamped at
+    2**-9 and at 448; an all-zero block: its scale 1)."""
+    x = _weights("BF16", 2, 64, data)
+    if zero_block >= 0:
+        x.reshape(-1, 16)[zero_block] = 0
+    bits = (x.view(np.uint32) >> 16).astype(np.uint16)
+    a_set = float(MO._absmax(x)) * g_scale
+    if a_set == 0 or a_set > float(np.finfo(np.float32).max):
+        return
+    g = MO.global_scale(a_set, "w")
+    kw = {"g": g} if scheme == "W4A16_NVFP4" else {"in_amax": 3.0} if scheme == "FP8" else {}
+    ref = MO.quantize_tensor(x, "BF16", scheme, "m.weight", **kw)
+    got = MO.quantize_tensor(bits, "BF16", scheme, "m.weight", **kw)
+    assert ref.keys() == got.keys()
+    for k in ref:
+        assert np.array_equal(ref[k], got[k]) and ref[k].dtype == got[k].dtype, k
+    if scheme == "W4A16_NVFP4":
+        from quantcore import formats as F
+        packed, scodes, _ = F.nvfp4_quantize(x, global_scale=g, recipe="modelopt")
+        assert np.array_equal(got["weight"], packed)
+        assert np.array_equal(got["weight_scale"], scodes)
+
+
 def _u8(t):
     return t.contiguous().view(torch.uint8).numpy()
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import compressed_tensors as CT
 from . import modelopt as MO
-from .hf import DEFAULT_MAX_SHARD_SIZE, HFModel, ModelDirError, parse_size, read_weight, \
+from .hf import DEFAULT_MAX_SHARD_SIZE, HFModel, ModelDirError, parse_size, \
     write_quantized_dir
 
 __all__ = ["quantize_model", "load_dequantized", "convert_model", "ENGINE_FORMATS",
@@ -121,17 +121,9 @@ def _quantize_modelopt(*args):
 
 def _global_scales(model, chosen):
     """{weight: NVFP4 global scale}: from the absmax over its fused set
-    (q/k/v, gate/up: one scale, as llm-compressor's fused observers and
-    vLLM's fused layers), else over the weight alone; one read pass."""
-    amax = {}
-    for n in chosen:  # (row_absmax refuses NaN / inf by name)
-        x = read_weight(model, n, True)
-        amax[n] = np.float32(CT.row_absmax(x.reshape(1, -1) if x.ndim != 2 else x, n).max(
-            initial=0))
-        del x
-    sets = CT.fused_sets(chosen)
-    return {n: CT.nvfp4_global_scale(max(amax[m] for m in sets.get(n, (n,))),
-                                     model.info(n)[0]) for n in chosen}
+    (:func:`compressed_tensors.fused_absmax`)."""
+    return {n: CT.nvfp4_global_scale(a, model.info(n)[0])
+            for n, a in CT.fused_absmax(model, chosen).items()}
 
 
 def load_dequantized(path):

@@ -453,6 +453,22 @@ def fused_sets(names):
     return out
 
 
+def fused_absmax(model, chosen):
+    """{weight: max |x| over its fused set} (:func:`fused_sets`: q/k/v,
+    gate/up, experts' w1/w3 share one NVFP4 global scale, as llm-compressor's
+    fused observers, ModelOpt's ``preprocess_linear_fusion`` and vLLM's
+    fused layers expect; else the weight's own) of the 2-D weights
+    ``chosen`` of an ``hf.HFModel``, in one read pass over their stored
+    bits; NaN / inf refused naming the tensor (:func:`row_absmax`)."""
+    from .hf import read_weight
+    amax = {}
+    for n in chosen:
+        x = read_weight(model, n, True)
+        amax[n] = F32(row_absmax(x.reshape(1, -1) if x.ndim != 2 else x, n).max(initial=0))
+    sets = fused_sets(chosen)
+    return {n: max(amax[m] for m in sets.get(n, (n,))) for n in chosen}
+
+
 def pack_int32(q, bits):
     """compressed-tensors' ``pack_to_int32`` of int4 / int8 codes ``q`` [R,
     C] along the last axis: ``q + 2^(bits-1)`` densely in the bit stream of

@@ -3,25 +3,15 @@ quantized into ModelOpt's layout (:mod:`.modelopt`), streamed as the
 compressed-tensors path is (one weight's outputs in memory at a time)."""
 import time
 
-import numpy as np
-
 from . import compressed_tensors as CT
 from . import modelopt as MO
 from .hf import HFModel, parse_size, write_quantized_dir
 
 
-def _finite(x, name):
-    if x.size and not (np.isfinite(x.max()) and np.isfinite(x.min())):  # (NaN propagates)
-        raise ValueError(f"tensor {name!r} holds NaN or inf values: not quantized")
-    return x
-
-
 def _set_scales(model, chosen):
     """{weight: NVFP4 weight_scale_2} over the fused sets (one read pass)."""
-    amax = {n: MO._absmax(_finite(model.reader(n).float32(n), n)) for n in chosen}
-    sets = CT.fused_sets(chosen)
-    return {n: MO.global_scale(max(amax[m] for m in sets.get(n, (n,))), CT.module_of(n))
-            for n in chosen}
+    return {n: MO.global_scale(a, CT.module_of(n))
+            for n, a in CT.fused_absmax(model, chosen).items()}
 
 
 def quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress, input_amax):
@@ -64,6 +54,6 @@ def quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress, in
             model, dst, config, set(chosen),
             lambda n, dt, shape: MO.plan(n, dt, shape, scheme, needs_input), quantize, limit,
             progress=progress, extra_files={"hf_quant_config.json": hq},
-            bits=scheme != "W4A16_NVFP4")  # (the FP8 loops read BF16 bits as stored)
+            bits=True)  # (every scheme's loops read BF16 bits as stored)
     return {"quantized": chosen, "ignore": exclude, "copied": copied, **written,
             "seconds": time.perf_counter() - t0}
