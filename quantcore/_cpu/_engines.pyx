@@ -133,9 +133,8 @@ def fp4_rows(x, const float[:, ::1] divisors, int group, const uint8_t[::1] tabl
     C-contiguous 2-D uint16 BF16 bits or float32, ``n`` a multiple of the
     power-of-two ``group``; ``table`` 65536 codes."""
     cdef int64_t rows = x.shape[0], n = x.shape[1], r
-    cdef int gshift = group.bit_length() - 1
-    if group < 2 or group & (group - 1) or n % group or table.shape[0] != 65536 or \
-            divisors.shape[0] != rows or divisors.shape[1] != n // group:
+    cdef int gshift = _group_shift(n, group)
+    if table.shape[0] != 65536 or divisors.shape[0] != rows or divisors.shape[1] != n // group:
         raise ValueError(f"fp4_rows: x {x.shape}, group {group}, divisors "
                          f"{divisors.shape[0]}x{divisors.shape[1]}, table {table.shape[0]}")
     out = np.empty((rows, n // 2), np.uint8)

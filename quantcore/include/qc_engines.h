@@ -29,6 +29,8 @@
 #ifndef QC_ENGINES_H
 #define QC_ENGINES_H
 
+#include <type_traits>
+
 #include "qc_formats.h"
 
 QC_HD float qc_bf16_value(uint16_t b) { return qc_from_bits((unsigned)b << 16); }
@@ -105,25 +107,29 @@ static inline unsigned qc_eng_fp8_index(float x, float s, int r) { return qc_eng
 
 /* qc_eng_fp8 over a row by the table, BF16 bits or float32 values */
 /* (in pieces of 256: the indices in a vectorised loop, then the lookups) */
-template <int R> static inline void qc_eng_fp8_row_bf16(const uint8_t *t, const uint16_t *x,
-                                                        uint8_t *q, int64_t n, float s) {
+template <int R, class X> static inline void qc_eng_fp8_row_x(const uint8_t *t, const X *x,
+                                                              uint8_t *q, int64_t n, float s) {
   uint16_t idx[256];
   for (int64_t j0 = 0; j0 < n; j0 += 256) {
     const int64_t m = n - j0 < 256 ? n - j0 : 256;
     QC_ENG_SIMD for (int64_t j = 0; j < m; j++)
-      idx[j] = (uint16_t)qc_eng_fp8_index(qc_bf16_value(x[j0 + j]), s, R);
+      idx[j] = (uint16_t)qc_eng_fp8_index(qc_eng_value(x[j0 + j]), s, R);
     for (int64_t j = 0; j < m; j++) q[j0 + j] = t[idx[j]];
   }
 }
 
-template <int R> static inline void qc_eng_fp8_row_f32(const uint8_t *t, const float *x,
-                                                       uint8_t *q, int64_t n, float s) {
-  uint16_t idx[256];
-  for (int64_t j0 = 0; j0 < n; j0 += 256) {
-    const int64_t m = n - j0 < 256 ? n - j0 : 256;
-    QC_ENG_SIMD for (int64_t j = 0; j < m; j++)
-      idx[j] = (uint16_t)qc_eng_fp8_index(x[j0 + j], s, R);
-    for (int64_t j = 0; j < m; j++) q[j0 + j] = t[idx[j]];
+/* f(std::integral_constant<int, R>, const X *x) for a row stored as BF16
+ * bits (X = uint16_t) or float32 values, with the rounding flag r as R:
+ * the four instances of a row loop, chosen once */
+template <class F> static inline void qc_eng_by_input(const void *x, int bf16, int r, F f) {
+  using R0 = std::integral_constant<int, 0>;
+  using R1 = std::integral_constant<int, 1>;
+  if (bf16) {
+    if (r) f(R1(), (const uint16_t *)x);
+    else f(R0(), (const uint16_t *)x);
+  } else {
+    if (r) f(R1(), (const float *)x);
+    else f(R0(), (const float *)x);
   }
 }
 
@@ -150,13 +156,9 @@ template <int R, class X> static inline void qc_eng_fp4_row(const uint8_t *t, co
 
 static inline void qc_eng_fp4_rows(const uint8_t *t, const void *x, int bf16, uint8_t *q,
                                    int64_t n, const float *d, int gshift, int r) {
-  if (bf16) {
-    if (r) qc_eng_fp4_row<1>(t, (const uint16_t *)x, q, n, d, gshift);
-    else qc_eng_fp4_row<0>(t, (const uint16_t *)x, q, n, d, gshift);
-  } else {
-    if (r) qc_eng_fp4_row<1>(t, (const float *)x, q, n, d, gshift);
-    else qc_eng_fp4_row<0>(t, (const float *)x, q, n, d, gshift);
-  }
+  qc_eng_by_input(x, bf16, r, [&](auto R, const auto *xp) {
+    qc_eng_fp4_row<decltype(R)::value>(t, xp, q, n, d, gshift);
+  });
 }
 
 /* min and max of each group of 2^gshift values of a row (both NaN for a
@@ -232,13 +234,9 @@ template <int R, int P, class X> static inline void qc_eng_int_row(const X *x, u
 template <int P> static inline void qc_eng_int_rows_p(const void *x, int bf16, uint8_t *q,
                                                       int64_t n, const float *s, const float *z,
                                                       int gshift, float qmin, float qmax, int r) {
-  if (bf16) {
-    if (r) qc_eng_int_row<1, P>((const uint16_t *)x, q, n, s, z, gshift, qmin, qmax);
-    else qc_eng_int_row<0, P>((const uint16_t *)x, q, n, s, z, gshift, qmin, qmax);
-  } else {
-    if (r) qc_eng_int_row<1, P>((const float *)x, q, n, s, z, gshift, qmin, qmax);
-    else qc_eng_int_row<0, P>((const float *)x, q, n, s, z, gshift, qmin, qmax);
-  }
+  qc_eng_by_input(x, bf16, r, [&](auto R, const auto *xp) {
+    qc_eng_int_row<decltype(R)::value, P>(xp, q, n, s, z, gshift, qmin, qmax);
+  });
 }
 
 static inline void qc_eng_int_rows(const void *x, int bf16, uint8_t *q, int64_t n,
@@ -251,13 +249,9 @@ static inline void qc_eng_int_rows(const void *x, int bf16, uint8_t *q, int64_t 
 
 static inline void qc_eng_fp8_row(const uint8_t *t, const void *x, int bf16, uint8_t *q,
                                   int64_t n, float s, int r) {
-  if (bf16) {
-    if (r) qc_eng_fp8_row_bf16<1>(t, (const uint16_t *)x, q, n, s);
-    else qc_eng_fp8_row_bf16<0>(t, (const uint16_t *)x, q, n, s);
-  } else {
-    if (r) qc_eng_fp8_row_f32<1>(t, (const float *)x, q, n, s);
-    else qc_eng_fp8_row_f32<0>(t, (const float *)x, q, n, s);
-  }
+  qc_eng_by_input(x, bf16, r, [&](auto R, const auto *xp) {
+    qc_eng_fp8_row_x<decltype(R)::value>(t, xp, q, n, s);
+  });
 }
 #endif
 
