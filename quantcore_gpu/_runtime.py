@@ -162,6 +162,15 @@ def _block_recipes():
 _BLOCK_LIST = _block_recipes()
 SOURCES["formats.cu"] = _format_names() + tuple(
     f"qc_block_scaled<{rec}, {i}>" for _, rec in _BLOCK_LIST for i in _INDEX)
+#: the engine writers' stored types (BF16 bits, float32) and packings (engines.cu)
+ENGINE_TYPES = ("unsigned short", "float")
+ENGINE_PACKS = (0, 4, 8)
+SOURCES["engines.cu"] = tuple(
+    f"{k}<{r}, {x}, {i}>" for k in ("qc_eng_fp8_k", "qc_eng_fp4_k") for r in (0, 1)
+    for x in ENGINE_TYPES for i in _INDEX) + tuple(
+    f"qc_eng_int_k<{r}, {p}, {x}, {i}>" for r in (0, 1) for p in ENGINE_PACKS
+    for x in ENGINE_TYPES for i in _INDEX) + tuple(
+    f"qc_eng_group_minmax_k<{x}, {i}>" for x in ENGINE_TYPES for i in _INDEX)
 #: block-scaled recipe name -> id (the CPU extension's BLOCK_RECIPES)
 BLOCK_RECIPES = {name: i for i, (name, _) in enumerate(_BLOCK_LIST)}
 #: encode / decode family name -> id and group recipe name -> id (the CPU

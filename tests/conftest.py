@@ -89,3 +89,12 @@ def threads():
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture(params=[False, True], ids=["idx32", "idx64"])
+def index64(request, monkeypatch):
+    """Run a GPU test with the 32-bit and (forced) 64-bit index
+    instantiations of the kernels (``quantcore_gpu._runtime.FORCE_INDEX64``)."""
+    from quantcore_gpu import _runtime
+    monkeypatch.setattr(_runtime, "FORCE_INDEX64", request.param)
+    return request.param

@@ -189,11 +189,29 @@ def test_fused_sets():
     assert sets[names[6]] == (names[6], names[7])
 
 
+def test_device_gpu_refused_where_the_gpu_path_cannot_run(tmp_path, capsys):
+    import quantcore_gpu
+    if quantcore_gpu.can_use()[0]:
+        pytest.skip("a GPU path runs here (tests/test_gpu_engines.py covers device='gpu')")
+    src = _model_dir(tmp_path / "src")
+    assert main(["quantize", str(src), "-o", str(tmp_path / "out"), "--device", "gpu"]) != 0
+    assert "device 'gpu': the GPU path cannot run here" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == ["src"]
+    with pytest.raises(ValueError, match="device 'tpu': expected one of"):
+        engines.quantize_model(src, tmp_path / "out", device="tpu")
+    assert main(["quantize", str(src), "-o", str(tmp_path / "m.gguf"), "--format", "gguf",
+                 "--device", "gpu"]) != 0
+    assert "the GGUF quantizers run on the CPU only" in capsys.readouterr().err
+
+
 def test_file_options_refused_for_a_file(tmp_path, capsys):
     src = _model_dir(tmp_path / "src")
     assert main(["quantize", str(src / "model.safetensors"), "-o", str(tmp_path / "q.safetensors"),
                  "--scheme", "W4A16"]) != 0
     assert "--scheme applies to a model directory" in capsys.readouterr().err
+    assert main(["quantize", str(src / "model.safetensors"), "-o", str(tmp_path / "q.safetensors"),
+                 "--device", "gpu"]) != 0
+    assert "--device applies to a model directory" in capsys.readouterr().err
 
 
 def test_output_is_not_the_input_and_not_a_full_directory(tmp_path):

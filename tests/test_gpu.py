@@ -23,7 +23,6 @@ from quantcore import FakeQuantize, ops
 from quantcore import qparams as Q
 from quantcore._cpu import _kernels as K
 from quantcore.observers import MinMaxObserver, MovingAverageMinMaxObserver
-from quantcore_gpu import _runtime
 from quantcore_gpu import kernels as G
 from reference import assert_bits_equal, gpu_cupy
 
@@ -48,12 +47,6 @@ CHANNEL_CASES = [
 ]
 RANGES = [(-128, 127), (0, 255), (-2 ** 31, 2 ** 31 - 1)]
 
-
-@pytest.fixture(params=[False, True], ids=["idx32", "idx64"])
-def index64(request, monkeypatch):
-    """Run with the 32-bit and (forced) 64-bit index instantiations."""
-    monkeypatch.setattr(_runtime, "FORCE_INDEX64", request.param)
-    return request.param
 
 
 # ------------------------------------------------------------------ helpers

@@ -14,7 +14,6 @@ import pytest
 
 from quantcore import formats as F
 from quantcore._cpu import _kernels as K
-from quantcore_gpu import _runtime
 from quantcore_gpu import kernels as G
 from reference import assert_bits_equal, gpu_cupy
 
@@ -22,11 +21,6 @@ cp = gpu_cupy()
 
 pytestmark = pytest.mark.gpu
 
-
-@pytest.fixture(params=[False, True], ids=["idx32", "idx64"])
-def index64(request, monkeypatch):
-    monkeypatch.setattr(_runtime, "FORCE_INDEX64", request.param)
-    return request.param
 
 
 @pytest.fixture(params=[1, 132], ids=["1sm", "132sm"])

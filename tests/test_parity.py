@@ -200,12 +200,6 @@ def sm_count(request, monkeypatch):
     return request.param
 
 
-@pytest.fixture(params=[False, True], ids=["idx32", "idx64"])
-def index64(request, monkeypatch):
-    from quantcore_gpu import _runtime
-    monkeypatch.setattr(_runtime, "FORCE_INDEX64", request.param)
-    return request.param
-
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("name", sorted(CASES))

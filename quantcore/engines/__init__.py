@@ -6,10 +6,10 @@ bit, so that vLLM and transformers load it as is.
     quantcore quantize MODEL_DIR --format compressed-tensors --scheme FP8_DYNAMIC -o OUT_DIR
 
 Streamed: each input shard is memory-mapped, each weight quantized alone
-(FP8, NVFP4, MXFP4, W4A16: read once as stored, its BF16 bits going
-straight into the C table loops of ``quantcore/_cpu/_engines.pyx``, the
-output beside it; W8A16 / W4A16_ASYM / ModelOpt NVFP4: a float32 copy and a
-few temporaries), each output shard written tensor by tensor; the output
+(every scheme of both formats: read once as stored, its BF16 bits going
+straight into the C loops of ``quantcore/_cpu/_engines.pyx``, the output
+and per-group temporaries beside it; an F16 weight: a float32 copy), each
+output shard written tensor by tensor; the output
 directory appears at its path only when complete
 (:func:`quantcore.engines.hf.write_model_dir`).  Peak memory about 1.3x the
 largest weight (bench/test_bench_engines.py's tracemalloc peak).
@@ -24,7 +24,7 @@ import numpy as np
 
 from . import compressed_tensors as CT
 from . import modelopt as MO
-from .hf import DEFAULT_MAX_SHARD_SIZE, HFModel, ModelDirError, parse_size, \
+from .hf import DEFAULT_MAX_SHARD_SIZE, HFModel, ModelDirError, check_device, parse_size, \
     write_quantized_dir
 
 __all__ = ["quantize_model", "load_dequantized", "convert_model", "ENGINE_FORMATS",
@@ -37,7 +37,8 @@ DEFAULT_SCHEMES = {"compressed-tensors": "FP8_DYNAMIC", "modelopt": "FP8_PER_CHA
 
 
 def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_size=None,
-                   max_shard_size=DEFAULT_MAX_SHARD_SIZE, progress=None, input_amax=None):
+                   max_shard_size=DEFAULT_MAX_SHARD_SIZE, progress=None, input_amax=None,
+                   device="cpu"):
     """Quantize a Hugging Face model directory into a compressed-tensors or
     ModelOpt one.
 
@@ -63,6 +64,10 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
     input_amax : dict, optional
         modelopt FP8 (static activations): ``{module: amax of its input}``
         for every quantized module (written as ``input_scale``).
+    device : {"cpu", "gpu"}
+        Where the weights' loops run: "gpu" copies each weight to the
+        current cupy device and its outputs back (``quantcore_gpu.
+        engine_kernels``, the same bytes).
 
     Returns
     -------
@@ -79,9 +84,10 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
     if fmt not in ENGINE_FORMATS:
         raise ValueError(f"format {fmt!r}: expected one of {list(ENGINE_FORMATS)}")
     scheme = DEFAULT_SCHEMES[fmt] if scheme is None else scheme
+    check_device(device)
     if fmt == "modelopt":
         return _quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress,
-                                  input_amax)
+                                  input_amax, device)
     if input_amax is not None:
         raise ValueError("input_amax applies to modelopt FP8, not to compressed-tensors")
     if scheme not in CT.SCHEMES:
@@ -109,7 +115,8 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
         written = write_quantized_dir(model, dst, config, set(chosen),
                                       lambda n, dt, shape: CT.plan(n, dt, shape, scheme, group),
                                       quantize, limit, progress=progress,
-                                      bits=True)  # (every scheme's loops read stored bits)
+                                      bits=True,  # (every scheme's loops read stored bits)
+                                      device=device)
     return {"quantized": chosen, "ignore": ignore, "copied": copied, **written,
             "seconds": time.perf_counter() - t0}
 

@@ -11,7 +11,7 @@ def add_arguments(p):
     """The options of ``quantize`` that only a model directory takes."""
     from . import compressed_tensors as CT
     from . import modelopt as MO
-    from .hf import DEFAULT_MAX_SHARD_SIZE
+    from .hf import DEFAULT_MAX_SHARD_SIZE, DEVICES
     p.add_argument("--scheme", choices=tuple(CT.SCHEMES) + tuple(MO.SCHEMES), default=None,
                    help="a model directory only. compressed-tensors: llm-compressor's preset "
                         "(default FP8_DYNAMIC: FP8 weights per channel, FP8 activations per "
@@ -31,6 +31,9 @@ def add_arguments(p):
                    help=f"a model directory only: bytes per output shard at most "
                         f"(default {DEFAULT_MAX_SHARD_SIZE}, transformers' default; '5GB', "
                         "'500MiB' or a number)")
+    p.add_argument("--device", choices=DEVICES, default="cpu",
+                   help="a model directory only: where the weights are quantized (default "
+                        "cpu; gpu: on the current CUDA device through cupy, the same bytes)")
 
 
 def is_model_dir(path):
@@ -49,7 +52,8 @@ def settle(args):
         return True
     for opt, v in (("--scheme", args.scheme is not None),
                    ("--input-amax", args.input_amax is not None),
-                   ("--max-shard-size", args.max_shard_size != DEFAULT_MAX_SHARD_SIZE)):
+                   ("--max-shard-size", args.max_shard_size != DEFAULT_MAX_SHARD_SIZE),
+                   ("--device", args.device != "cpu")):
         if v:
             raise _error(f"{opt} applies to a model directory, not to a .safetensors file")
     args.format = args.format or "int4"
@@ -94,7 +98,7 @@ def run(args):
         rep = quantize_model(args.file, args.output, scheme, fmt=args.format,
                              group_size=args.group_size, max_shard_size=args.max_shard_size,
                              progress=_progress(args.quiet),
-                             input_amax=_input_amax(args.input_amax))
+                             input_amax=_input_amax(args.input_amax), device=args.device)
     except (ModelDirError, ValueError, FileExistsError) as exc:
         raise _error(str(exc)) from None
     except OSError as exc:

@@ -75,11 +75,12 @@ on a zero code)::
 ``y`` is what compressed-tensors' decompressors (and so transformers'
 ``from_pretrained``) give back for the stored tensors.
 """
-import re
-
 import numpy as np
 
+from .. import _arrays as A
 from .. import formats as F
+from .selection import FUSED, WEIGHT_DTYPES, fused_absmax, fused_sets, module_of, select, \
+    select_checked  # noqa: F401 (the selection rules, here by their old names)
 
 __all__ = ["SCHEMES", "select", "select_checked", "plan", "quantize_tensor", "dequantize_module",
            "quantization_config", "LAYOUT_VERSION", "round_to"]
@@ -90,7 +91,6 @@ LAYOUT_VERSION = "0.20.0"
 F32 = np.float32
 #: torch.finfo(D).eps: the scale that replaces a zero scale
 EPS = {"F32": F32(2.0 ** -23), "F16": F32(2.0 ** -10), "BF16": F32(2.0 ** -7)}
-WEIGHT_DTYPES = tuple(EPS)
 #: scheme -> (format, weight bits, weight type, strategy, activations quantized at run
 #: time: None, "fp8_token" (FP8 per token) or "mxfp4" (FP4 groups of 32, E8M0 scales))
 SCHEMES = {
@@ -110,10 +110,6 @@ MX_GROUP = 32
 NVFP4_GROUP = 16
 #: torch.finfo(D).tiny: the least amax of a global scale
 TINY = {"F32": F32(2.0 ** -126), "F16": F32(2.0 ** -14), "BF16": F32(2.0 ** -126)}
-#: fused siblings (one parent module) that share NVFP4's global scale, as
-#: llm-compressor's FUSED_LAYER_NAMES (observers/helpers.py) and vLLM expect
-FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"),
-         ("q_a_proj", "kv_a_proj_with_mqa"), ("w1", "w3"))
 DEFAULT_GROUP_SIZE = 128
 def fmt_of(scheme):
     """A scheme's compressed-tensors format."""
@@ -132,13 +128,7 @@ GROUP_SIZES = (32, 64, 128)
 #: every tensor suffix a quantized module may store
 STORED = ("weight", "weight_scale", "weight_packed", "weight_shape", "weight_zero_point",
           "weight_global_scale")
-#: a decoder block: model.layers.3. (Llama, Qwen, Mixtral, Gemma), h.3. (GPT-2), blocks.3.
-_BLOCK = re.compile(r"(^|\.)(layers|layer|h|blocks|block)\.\d+\.")
-#: MoE routers and shared-expert gates (llm-compressor's recipes ignore them)
-_ROUTER = re.compile(r"(^|\.)(gate|router|shared_expert_gate)\.weight$")
-_TOWER = re.compile(r"(^|[._])(vision|visual|vision_tower|audio|audio_tower|multi_modal_projector)"
-                    r"([._]|$)")
-_EMBEDDING = re.compile(r"(^|[._])([^._]*embed[^._]*|wte|wpe)([._]|$)", re.IGNORECASE)
+
 
 
 # ------------------------------------------------------------------ numerics
@@ -202,14 +192,39 @@ def _amax(x):
     return a[..., 0]
 
 
+def _loops(x, func):
+    """(the row loops for ``x``, ``x`` C-contiguous, threads): the CPU's
+    ``_engines`` for numpy, its GPU twin ``quantcore_gpu.engine_kernels``
+    (the same element rules; statistics returned to the host, codes on
+    the device) for cupy."""
+    if A.is_cupy_array(x):
+        A.gpu_kernels(f"engines.{func}")  # (NotImplementedError when the GPU path cannot run)
+        from quantcore_gpu import engine_kernels
+        return engine_kernels, A.array_module(x).ascontiguousarray(x), 1
+    from .._cpu import _engines, threads
+    x = np.ascontiguousarray(x)
+    return _engines, x, threads.effective_n_threads(x.size)
+
+
+def on_device(quantize, x, dt, *args):
+    """``quantize(x, dt, *args)`` ({name: array}: :func:`quantize_tensor`,
+    ``modelopt.quantize_tensor``) with cupy ``x``: the same bytes as numpy
+    input, every output a cupy array; the loops on the device (:func:`_loops`)
+    except for an F16 weight (numpy's F16 roundings: on the host)."""
+    if not A.is_cupy_array(x):
+        return quantize(x, dt, *args)
+    cp = A.array_module(x)
+    return {k: cp.asarray(v) for k, v in
+            quantize(x.get() if dt == "F16" else x, dt, *args).items()}
+
+
 def row_absmax(w, name="weight"):
     """max |x| of each row of a 2-D weight given as float32 values or as
     its stored BF16 bits (uint16), in one pass (``_engines.absmax_rows``);
     ValueError naming ``name`` (:func:`hf.nonfinite_error`) when it holds a
     NaN or an inf."""
-    from .._cpu import _engines, threads
-    w = np.ascontiguousarray(w)
-    a = _engines.absmax_rows(w, threads.effective_n_threads(w.size))
+    loops, w, nt = _loops(w, "row_absmax")
+    a = loops.absmax_rows(w, nt)
     if not np.isfinite(a).all():
         from .hf import nonfinite_error
         raise nonfinite_error(name)
@@ -221,14 +236,13 @@ def fp8_rows(w, s, dt_round):
     one) rounded to ``dt_round`` first ("BF16", "F32", "F16" or None): the
     loop of ``qc_engines.h`` over float32 values or stored BF16 bits (uint16)
     for BF16 / F32 / None, else numpy (F16: :func:`round_to`)."""
-    from .._cpu import _engines, threads
     s = np.ascontiguousarray(s, F32).reshape(-1)
     if dt_round == "F16":
         with np.errstate(over="ignore"):
             v = _round_own(np.divide(w, s[:, None] if s.size > 1 else s[0], dtype=F32), "F16")
         return F.cast_fp8(v, "e4m3fn", overflow="satfinite")
-    w = np.ascontiguousarray(w)
-    return _engines.fp8_rows(w, s, dt_round == "BF16", threads.effective_n_threads(w.size))
+    loops, w, nt = _loops(w, "fp8_rows")
+    return loops.fp8_rows(w, s, dt_round == "BF16", nt)
 
 
 def fp8_channel(x, dt, name="weight"):
@@ -254,17 +268,15 @@ def int_group(x, dt, bits, group, symmetric=True, name="weight", loops=True, pac
     qmin, qmax = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     fast = loops and dt != "F16" and group >= 2 and not group & (group - 1)
     if fast:
-        from .._cpu import _engines, threads
-        x = np.ascontiguousarray(x)
-        nt = threads.effective_n_threads(x.size)
+        loops, x, nt = _loops(x, "int_group")
     else:
-        xg = x.reshape(rows, k // group, group)
+        xg = A.to_host(x).reshape(rows, k // group, group)
     if symmetric:
         s = _scale(group_absmax(x, group, name) if fast else _amax(xg), (qmax - qmin) / 2, dt)
         zp = np.zeros(s.shape, np.int8)
     else:
         if fast:
-            lo, hi = _engines.group_minmax_rows(x, group, nt)
+            lo, hi = loops.group_minmax_rows(x, group, nt)
             if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
                 from .hf import nonfinite_error
                 raise nonfinite_error(name)
@@ -279,8 +291,8 @@ def int_group(x, dt, bits, group, symmetric=True, name="weight", loops=True, pac
         zp = np.rint(np.clip(np.where(s == 0, F32(0), z), qmin, qmax)).astype(np.int8)
         s = np.where(s == 0, EPS[dt], s).astype(F32)
     if fast:
-        q = _engines.int_rows(x, s, zp.astype(F32), group, qmin, qmax, dt == "BF16", nt,
-                              bits if packed else 0)
+        q = loops.int_rows(x, s, zp.astype(F32), group, qmin, qmax, dt == "BF16", nt,
+                           bits if packed else 0)
         return (_words(q) if packed else q), s, zp
     with np.errstate(over="ignore"):
         v = _round_own(np.divide(xg, s[..., None], dtype=F32), dt)
@@ -318,7 +330,7 @@ def int4_packed(x, dt, group, name="weight"):
             v = (np.arange(65536, dtype=np.uint32) << 16).view(F32)
             _INT4_TABLE = (_int_codes(v, 4).astype(np.int16) + 8).astype(np.uint8)
     packed = fp4_codes(x, s, group, dt, _INT4_TABLE)
-    return np.ascontiguousarray(packed).view("<i4"), s
+    return packed.view("<i4"), s  # (fp4_codes: a new C-contiguous array, numpy or cupy)
 
 
 def mx_exponents(amax, dt):
@@ -351,7 +363,8 @@ def group_absmax(x, group, name="weight"):
     of ``x`` (float32 values or a BF16 weight's stored uint16 bits):
     :func:`row_absmax` of the groups (NaN / inf refused naming ``name``)."""
     rows, k = x.shape
-    return row_absmax(np.ascontiguousarray(x).reshape(-1, group), name).reshape(rows, k // group)
+    x = A.array_module(x).ascontiguousarray(x)
+    return row_absmax(x.reshape(-1, group), name).reshape(rows, k // group)
 
 
 def fp4_codes(x, divisors, group, dt_round, table=None):
@@ -368,13 +381,12 @@ def fp4_codes(x, divisors, group, dt_round, table=None):
             v = _round_own(np.divide(x.reshape(rows, k // group, group), d[..., None],
                                      dtype=F32), "F16")
         return F.pack_int4(e2m1_codes(v).reshape(rows, k))
-    from .._cpu import _engines, threads
     global _E2M1_TABLE
     if _E2M1_TABLE is None:
         _E2M1_TABLE = e2m1_codes((np.arange(65536, dtype=np.uint32) << 16).view(F32))
-    x = np.ascontiguousarray(x)
-    return _engines.fp4_rows(x, d, group, _E2M1_TABLE if table is None else table,
-                             dt_round == "BF16", threads.effective_n_threads(x.size))
+    loops, x, nt = _loops(x, "fp4_codes")
+    return loops.fp4_rows(x, d, group, _E2M1_TABLE if table is None else table,
+                          dt_round == "BF16", nt)
 
 
 _E2M1_TABLE = None
@@ -438,37 +450,6 @@ def e2m1_values(packed):
     return E2M1_VALUES[codes & 7] * np.where(codes & 8, F32(-1), F32(1))
 
 
-def fused_sets(names):
-    """{weight name: tuple of the names of its fused set} for the sets of
-    :data:`FUSED` whose members are all in ``names``."""
-    have, out = set(names), {}
-    for n in names:
-        parent, _, leaf = module_of(n).rpartition(".")
-        for group in FUSED:
-            if leaf in group:
-                members = tuple(f"{parent}.{m}.weight" if parent else f"{m}.weight"
-                                for m in group)
-                if all(m in have for m in members):
-                    out[n] = members
-    return out
-
-
-def fused_absmax(model, chosen):
-    """{weight: max |x| over its fused set} (:func:`fused_sets`: q/k/v,
-    gate/up, experts' w1/w3 share one NVFP4 global scale, as llm-compressor's
-    fused observers, ModelOpt's ``preprocess_linear_fusion`` and vLLM's
-    fused layers expect; else the weight's own) of the 2-D weights
-    ``chosen`` of an ``hf.HFModel``, in one read pass over their stored
-    bits; NaN / inf refused naming the tensor (:func:`row_absmax`)."""
-    from .hf import read_weight
-    amax = {}
-    for n in chosen:
-        x = read_weight(model, n, True)
-        amax[n] = F32(row_absmax(x.reshape(1, -1) if x.ndim != 2 else x, n).max(initial=0))
-    sets = fused_sets(chosen)
-    return {n: max(amax[m] for m in sets.get(n, (n,))) for n in chosen}
-
-
 def pack_int32(q, bits):
     """compressed-tensors' ``pack_to_int32`` of int4 / int8 codes ``q`` [R,
     C] along the last axis: ``q + 2^(bits-1)`` densely in the bit stream of
@@ -483,10 +464,11 @@ def pack_int32(q, bits):
 def _words(b):
     """uint8 bytes [..., n] as little-endian int32 words, zero-padded to a
     multiple of 4 bytes."""
+    xp = A.array_module(b)
     pad = -b.shape[-1] % 4
     if pad:
-        b = np.concatenate([b, np.zeros(b.shape[:-1] + (pad,), np.uint8)], axis=-1)
-    return np.ascontiguousarray(b).view("<i4")
+        b = xp.concatenate([b, xp.zeros(b.shape[:-1] + (pad,), np.uint8)], axis=-1)
+    return xp.ascontiguousarray(b).view("<i4")
 
 
 def unpack_int32(packed, bits, k):
@@ -496,50 +478,6 @@ def unpack_int32(packed, bits, k):
     b = np.ascontiguousarray(packed).view(np.uint8)
     u = F.unpack_int4(b, k) if bits == 4 else b[:, :k]
     return (u.astype(np.int16) - (1 << (bits - 1))).astype(np.int8)
-
-
-# ----------------------------------------------------------------- selection
-def module_of(name):
-    return name[:-len(".weight")] if name.endswith(".weight") else name
-
-
-def select(model):
-    """(quantized tensor names, ignore list, {reason: copied names}): the
-    Linear weights of the decoder blocks, as llm-compressor's ``targets:
-    ["Linear"]`` with its usual ``ignore``; every other 2-D weight (lm_head,
-    routers, towers) is left alone and, but embeddings, listed in ``ignore``
-    so that an engine does not expect it quantized; ``lm_head`` is listed
-    always (a tied lm_head has no tensor of its own)."""
-    chosen, ignore, copied = [], ["lm_head"], {}
-    for n in model.names:
-        dt, shape = model.info(n)
-        if not n.endswith(".weight") or len(shape) != 2:
-            continue
-        why = ("embeddings" if _EMBEDDING.search(n) else
-               "not a decoder block's Linear" if not _BLOCK.search(n) else
-               "a MoE router" if _ROUTER.search(n) else
-               "a vision / audio tower" if _TOWER.search(n) else
-               f"{dt} (quantized from F32, F16 or BF16 only)" if dt not in WEIGHT_DTYPES
-               else None)
-        if why is None:
-            chosen.append(n)
-            continue
-        copied.setdefault(why, []).append(n)
-        if why != "embeddings" and module_of(n) not in ignore:
-            ignore.append(module_of(n))
-    return chosen, ignore, copied
-
-
-def select_checked(model, src, check_shape):
-    """:func:`select`, refusing a model with no weight to quantize (naming
-    ``src``) and running ``check_shape(name, shape)`` (which raises naming
-    the layer) on every chosen weight."""
-    chosen, ignore, copied = select(model)
-    if not chosen:
-        raise ValueError(f"{src}: no decoder-block Linear weight to quantize")
-    for n in chosen:
-        check_shape(n, model.info(n)[1])
-    return chosen, ignore, copied
 
 
 def check_shape(name, shape, scheme, group):
@@ -589,7 +527,11 @@ def quantize_tensor(x, dt, scheme, group, global_scale=None, name="weight"):
     """{stored name suffix: array} of one weight (float32 ``x`` holding its
     ``dt`` values, or a BF16 weight's stored uint16 bits;
     NVFP4A16: with its fused set's ``global_scale``), in :func:`plan`'s
-    order (``name`` in errors)."""
+    order (``name`` in errors); numpy or cupy ``x`` (:func:`on_device`)."""
+    return on_device(_quantize_tensor, x, dt, scheme, group, global_scale, name)
+
+
+def _quantize_tensor(x, dt, scheme, group, global_scale, name):
     if scheme == "NVFP4A16":
         packed, scodes, _ = nvfp4(x, dt, global_scale, name)
         return {"weight_packed": packed, "weight_scale": scodes,

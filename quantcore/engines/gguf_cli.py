@@ -46,6 +46,8 @@ def run(args):
     if given:
         raise _error(f"{', '.join(given)} does not apply to --format gguf (--type chooses "
                      "the types)")
+    if args.device != "cpu":
+        raise _error("--device gpu: the GGUF quantizers run on the CPU only")
     if not args.output.endswith(".gguf"):
         raise _error(f"-o {args.output}: --format gguf writes a .gguf file")
     # (--type / --tokenizer-pre without --format gguf: cli_quantize refuses them)

@@ -271,8 +271,25 @@ def nonfinite_error(name):
     return ValueError(f"tensor {name!r} holds NaN or inf values: not quantized")
 
 
+#: where quantize_model's loops run
+DEVICES = ("cpu", "gpu")
+
+
+def check_device(device):
+    """ValueError naming ``device`` unless it is one of :data:`DEVICES` and,
+    for "gpu", the GPU path can run here (cupy and a device, or the CUDA
+    emulator: ``quantcore_gpu.can_use``)."""
+    if device not in DEVICES:
+        raise ValueError(f"device {device!r}: expected one of {list(DEVICES)}")
+    if device == "gpu":
+        import quantcore_gpu
+        ok, reason = quantcore_gpu.can_use()
+        if not ok:
+            raise ValueError(f"device 'gpu': the GPU path cannot run here: {reason}")
+
+
 def write_quantized_dir(model, dst, config, todo, plan, quantize, max_shard_size,
-                        progress=None, extra_files=None, bits=False):
+                        progress=None, extra_files=None, bits=False, device="cpu"):
     """Stream ``model`` into a model directory at ``dst``
     (:func:`write_model_dir`) with the weights ``todo`` quantized and every
     other tensor copied as stored.  ``plan(name, dtype, shape)`` lists a
@@ -283,7 +300,9 @@ def write_quantized_dir(model, dst, config, todo, plan, quantize, max_shard_size
     ``bits=True``: ``x`` is the weight as stored when its dtype is in
     :data:`STORED_BITS` (BF16: its uint16 bits, read once, no float32
     copy), else its float32 values, and ``quantize`` refuses NaN / inf
-    itself (:func:`nonfinite_error`).
+    itself (:func:`nonfinite_error`).  ``device="gpu"``: ``x`` is copied to
+    the current cupy device and ``quantize``'s outputs back (its loops run
+    there: ``compressed_tensors.on_device``; :func:`check_device` first).
 
     Returns ``{"shards": file names, "bytes_in", "bytes_out"}``; raises
     ValueError naming a weight that holds NaN or inf values."""
@@ -308,7 +327,12 @@ def write_quantized_dir(model, dst, config, todo, plan, quantize, max_shard_size
             if not bits and x.size and not (np.isfinite(x.max()) and
                                             np.isfinite(x.min())):  # (NaN: NaN)
                 raise nonfinite_error(src_name)
-            cache[src_name] = quantize(x, dt, src_name)
+            if device == "gpu":
+                import cupy
+                cache[src_name] = {k: cupy.asnumpy(v) for k, v in
+                                   quantize(cupy.asarray(x), dt, src_name).items()}
+            else:
+                cache[src_name] = quantize(x, dt, src_name)
         writer.write(name, cache[src_name][name])
 
     write_model_dir(model, dst, config, shards, write_tensor, progress=progress,

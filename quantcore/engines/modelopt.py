@@ -46,6 +46,7 @@ import numpy as np
 
 from .. import formats as F
 from . import compressed_tensors as CT
+from . import selection as S
 
 __all__ = ["SCHEMES", "LAYOUT_VERSION", "plan", "quantize_tensor", "dequantize_module",
            "hf_quant_config", "quantization_config", "exclude_modules", "check_shape",
@@ -159,7 +160,12 @@ def plan(name, dt, shape, scheme, with_input=False):
 
 def quantize_tensor(x, dt, scheme, name, *, g=None, in_amax=None):
     """{stored name suffix: array} of one weight: ``x`` its float32 values,
-    or its stored bits when ``dt`` is BF16 (uint16; ``hf.read_weight``)."""
+    or its stored bits when ``dt`` is BF16 (uint16; ``hf.read_weight``);
+    numpy or cupy (``compressed_tensors.on_device``)."""
+    return CT.on_device(_quantize_tensor, x, dt, scheme, name, g, in_amax)
+
+
+def _quantize_tensor(x, dt, scheme, name, g, in_amax):
     m = CT.module_of(name)
     if scheme == "W4A16_NVFP4":
         packed, scodes = nvfp4(x, g, name)
@@ -183,7 +189,7 @@ def exclude_modules(model, ignore):
     names, sorted."""
     out = set(ignore)
     for n in model.names:
-        if n.endswith(".weight") and len(model.info(n)[1]) == 2 and CT._EMBEDDING.search(n):
+        if n.endswith(".weight") and len(model.info(n)[1]) == 2 and S.is_embedding(n):
             out.add(CT.module_of(n))
     return sorted(out)
 

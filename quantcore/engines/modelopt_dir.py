@@ -14,7 +14,8 @@ def _set_scales(model, chosen):
             for n, a in CT.fused_absmax(model, chosen).items()}
 
 
-def quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress, input_amax):
+def quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress, input_amax,
+                      device="cpu"):
     """:func:`quantcore.engines.quantize_model` for ``fmt="modelopt"``."""
     if scheme not in MO.SCHEMES:
         raise ValueError(f"scheme {scheme!r}: modelopt takes one of {list(MO.SCHEMES)}")
@@ -54,6 +55,6 @@ def quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress, in
             model, dst, config, set(chosen),
             lambda n, dt, shape: MO.plan(n, dt, shape, scheme, needs_input), quantize, limit,
             progress=progress, extra_files={"hf_quant_config.json": hq},
-            bits=True)  # (every scheme's loops read BF16 bits as stored)
+            bits=True, device=device)  # (every scheme's loops read BF16 bits as stored)
     return {"quantized": chosen, "ignore": exclude, "copied": copied, **written,
             "seconds": time.perf_counter() - t0}

@@ -1,10 +1,13 @@
 /*
  * qc_engines.h -- the per-element rules of the engine checkpoint writers
- * (quantcore/engines: compressed-tensors' and ModelOpt's FP8 weights), for
- * the CPU module quantcore/_cpu/_engines.pyx.  The scales are formed in
- * Python (quantcore/engines/compressed_tensors.py, modelopt.py); these are
- * the loops over the elements, reading the stored BF16 / F32 bits as they
- * are (no float32 copy of the weight):
+ * (quantcore/engines: compressed-tensors' and ModelOpt's weights), for the
+ * CPU module quantcore/_cpu/_engines.pyx and its GPU twin
+ * quantcore_gpu/cuda/engines.cu.  The scales are formed in Python
+ * (quantcore/engines/compressed_tensors.py, modelopt.py); these are the
+ * loops over the elements, reading the stored BF16 / F32 bits as they are
+ * (no float32 copy of the weight).  The element rules (qc_eng_fp8,
+ * qc_eng_index, qc_eng_int_code, qc_eng_group_minmax) are host and device
+ * code; the row loops (after #ifndef __CUDACC__) the CPU's:
  *
  *   qc_bf16_value(b)   the float32 value of BF16 bits b (b << 16)
  *   qc_round_bf16(v)   v rounded to nearest even to BF16, as float32
@@ -29,12 +32,10 @@
 #ifndef QC_ENGINES_H
 #define QC_ENGINES_H
 
-#include <type_traits>
-
 #include "qc_formats.h"
 
-QC_HD float qc_bf16_value(uint16_t b) { return qc_from_bits((unsigned)b << 16); }
-QC_HD float qc_eng_value(uint16_t b) { return qc_bf16_value(b); }
+QC_HD float qc_bf16_value(unsigned short b) { return qc_from_bits((unsigned)b << 16); }
+QC_HD float qc_eng_value(unsigned short b) { return qc_bf16_value(b); }
 QC_HD float qc_eng_value(float x) { return x; }
 
 QC_HD float qc_round_bf16(float v) {
@@ -49,14 +50,65 @@ QC_HD unsigned char qc_eng_fp8(float x, float s, int round_bf16) {
   return (unsigned char)qc_mf_encode(v, QC_FMT_E4M3FN, QC_F8_SATFINITE);
 }
 
-#ifndef __CUDACC__
-#if defined(_OPENMP) || defined(QC_HAVE_OMP_SIMD)
+#if !defined(__CUDACC__) && (defined(_OPENMP) || defined(QC_HAVE_OMP_SIMD))
 #define QC_ENG_SIMD _Pragma("omp simd")
 #define QC_ENG_SIMD_MAX _Pragma("omp simd reduction(max : m)")
 #else
 #define QC_ENG_SIMD
 #define QC_ENG_SIMD_MAX
 #endif
+
+/* The BF16 bits whose table entry is qc_eng_fp8(x, s, r) (qc_eng_index of
+ * v = x / s; the same index serves any code whose rule rounds to nearest on
+ * a grid of at most 6 significant bits or compares with thresholds exact in
+ * BF16 with an even last bit: e2m1's):
+ *   r  the bits of qc_round_bf16(v): the entry is the code of that value;
+ *   !r v rounded to odd to BF16 (truncated, the last bit set when a dropped
+ *      bit is set): BF16's 8 significant bits are at least e4m3's 4 + 2, so
+ *      rounding that to nearest even on e4m3's grid (normal or subnormal)
+ *      gives v rounded to it (round-to-odd, Boldo & Melquiond 2008); the
+ *      saturation sees the same side of 448 (exact in BF16). */
+QC_HD unsigned qc_eng_index(float v, int r) {
+  const unsigned b = qc_bits(v);
+  return r ? (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16
+           : (b >> 16) | (unsigned)((b & 0xFFFFu) != 0u);
+}
+
+/* The integer code of x in a group with scale s and zero point z (an
+ * integer, 0 when symmetric): v = x / s, rounded to BF16 when R; v + z,
+ * rounded to BF16 when R; then rint (nearest even) and clipped to [qmin,
+ * qmax] (inf: an end).  compressed_tensors.int_group's numpy steps, one
+ * rounding each. */
+template <int R> QC_HD signed char qc_eng_int_code(float x, float s, float z, float qmin,
+                                                  float qmax) {
+  float v = x / s;
+  if (R) v = qc_round_bf16(v);
+  v = v + z;
+  if (R) v = qc_round_bf16(v);
+  v = qc_rint(v);
+  v = v < qmin ? qmin : v;
+  v = v > qmax ? qmax : v;
+  return (signed char)v;
+}
+
+/* min and max of the g values of a group (both NaN when one is NaN; +-inf
+ * as they are; of equal values the first: a sequential scan, which the
+ * CPU's vectorised form may reorder only among equal values, +0 and -0) */
+template <class X> QC_HD void qc_eng_group_minmax(const X *x, qc_i64 g, float *lo, float *hi) {
+  float mn = qc_eng_value(x[0]), mx = mn;
+  int nan = 0;
+  QC_ENG_SIMD for (qc_i64 j = 0; j < g; j++) {
+    const float v = qc_eng_value(x[j]);
+    nan |= v != v;
+    mn = v < mn ? v : mn;
+    mx = v > mx ? v : mx;
+  }
+  *lo = nan ? qc_from_bits(0x7FC00000u) : mn;
+  *hi = nan ? qc_from_bits(0x7FC00000u) : mx;
+}
+
+#ifndef __CUDACC__
+#include <type_traits>
 
 /* max |x| of n values as the largest of their bits with the sign cleared
  * (non-negative floats order as their bits); a NaN's bits exceed inf's:
@@ -85,22 +137,6 @@ static inline float qc_eng_absmax_f32(const uint32_t *x, int64_t n) {
 static inline void qc_eng_fp8_table(uint8_t *t) {
   for (unsigned b = 0; b < 65536u; b++)
     t[b] = (uint8_t)qc_mf_encode(qc_bf16_value((uint16_t)b), QC_FMT_E4M3FN, QC_F8_SATFINITE);
-}
-
-/* The BF16 bits whose table entry is qc_eng_fp8(x, s, r) (qc_eng_index of
- * v = x / s; the same index serves any code whose rule rounds to nearest on
- * a grid of at most 6 significant bits or compares with thresholds exact in
- * BF16 with an even last bit: e2m1's):
- *   r  the bits of qc_round_bf16(v): the entry is the code of that value;
- *   !r v rounded to odd to BF16 (truncated, the last bit set when a dropped
- *      bit is set): BF16's 8 significant bits are at least e4m3's 4 + 2, so
- *      rounding that to nearest even on e4m3's grid (normal or subnormal)
- *      gives v rounded to it (round-to-odd, Boldo & Melquiond 2008); the
- *      saturation sees the same side of 448 (exact in BF16). */
-static inline unsigned qc_eng_index(float v, int r) {
-  const unsigned b = qc_bits(v);
-  return r ? (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16
-           : (b >> 16) | (unsigned)((b & 0xFFFFu) != 0u);
 }
 
 static inline unsigned qc_eng_fp8_index(float x, float s, int r) { return qc_eng_index(x / s, r); }
@@ -161,46 +197,14 @@ static inline void qc_eng_fp4_rows(const uint8_t *t, const void *x, int bf16, ui
   });
 }
 
-/* min and max of each group of 2^gshift values of a row (both NaN for a
- * group that holds a NaN; +-inf as they are) */
-template <class X> static inline void qc_eng_group_minmax_row(const X *x, int64_t n, int gshift,
-                                                             float *lo, float *hi) {
-  const int64_t g = (int64_t)1 << gshift;
-  for (int64_t k = 0; k < n >> gshift; k++) {
-    float mn = qc_eng_value(x[k * g]), mx = mn;
-    int nan = 0;
-    QC_ENG_SIMD for (int64_t j = k * g; j < (k + 1) * g; j++) {
-      const float v = qc_eng_value(x[j]);
-      nan |= v != v;
-      mn = v < mn ? v : mn;
-      mx = v > mx ? v : mx;
-    }
-    lo[k] = nan ? NAN : mn;
-    hi[k] = nan ? NAN : mx;
-  }
-}
-
+/* qc_eng_group_minmax of each group of 2^gshift values of a row */
 static inline void qc_eng_group_minmax_rows(const void *x, int bf16, int64_t n, int gshift,
                                             float *lo, float *hi) {
-  if (bf16) qc_eng_group_minmax_row((const uint16_t *)x, n, gshift, lo, hi);
-  else qc_eng_group_minmax_row((const float *)x, n, gshift, lo, hi);
-}
-
-/* The integer code of x in a group with scale s and zero point z (an
- * integer, 0 when symmetric): v = x / s, rounded to BF16 when R; v + z,
- * rounded to BF16 when R; then rint (nearest even) and clipped to [qmin,
- * qmax] (inf: an end).  compressed_tensors.int_group's numpy steps, one
- * rounding each. */
-template <int R> static inline int8_t qc_eng_int_code(float x, float s, float z, float qmin,
-                                                      float qmax) {
-  float v = x / s;
-  if (R) v = qc_round_bf16(v);
-  v = v + z;
-  if (R) v = qc_round_bf16(v);
-  v = rintf(v);
-  v = v < qmin ? qmin : v;
-  v = v > qmax ? qmax : v;
-  return (int8_t)v;
+  const int64_t g = (int64_t)1 << gshift;
+  for (int64_t k = 0; k < n >> gshift; k++) {
+    if (bf16) qc_eng_group_minmax((const uint16_t *)x + k * g, g, lo + k, hi + k);
+    else qc_eng_group_minmax((const float *)x + k * g, g, lo + k, hi + k);
+  }
 }
 
 /* a row's codes: P = 0, int8 codes; P = 4 / 8, the codes + 2^(P-1) as
