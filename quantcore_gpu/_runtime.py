@@ -171,6 +171,15 @@ SOURCES["engines.cu"] = tuple(
     f"qc_eng_int_k<{r}, {p}, {x}, {i}>" for r in (0, 1) for p in ENGINE_PACKS
     for x in ENGINE_TYPES for i in _INDEX) + tuple(
     f"qc_eng_group_minmax_k<{x}, {i}>" for x in ENGINE_TYPES for i in _INDEX)
+def _gguf_ids():
+    """The ggml type ids of the GGUF quantizers (QC_GGUF_TYPES in qc_gguf.h,
+    as the CPU module _gguf compiled it)."""
+    from quantcore._cpu import _gguf
+    return _gguf.QUANTIZE_IDS
+
+
+SOURCES["gguf.cu"] = tuple(f"qc_gg_rows_k<{t}, {i}>" for t in _gguf_ids() for i in _INDEX) + \
+    tuple(f"qc_gg_dq_rows_k<{i}>" for i in _INDEX)
 #: block-scaled recipe name -> id (the CPU extension's BLOCK_RECIPES)
 BLOCK_RECIPES = {name: i for i, (name, _) in enumerate(_BLOCK_LIST)}
 #: encode / decode family name -> id and group recipe name -> id (the CPU

@@ -239,3 +239,21 @@ def test_bad_input():
         qc.gguf_dequantize(data, "Q8_0", (4, 48))
     with pytest.raises(ValueError, match="shape: expected a tuple of non-negative ints"):
         qc.gguf_dequantize(data, "Q8_0", ())
+
+
+def test_floor_log2_bits_is_libms():
+    """MXFP4's scale exponent floorf(log2f(amax)): the device computes it
+    from the bits and a table of where log2f rounds up to the next integer
+    (``qc_gg_floor_log2_bits``); here it equals the host's libm (ggml's
+    x86-64 build: glibc) on the 64 floats on each side of every power of
+    two (normal and subnormal), on every subnormal's top-bit boundary and
+    on random floats; a table entry off by one fails."""
+    p = np.arange(1, 255, dtype=np.uint32) << np.uint32(23)
+    sub = np.uint32(1) << np.arange(0, 23, dtype=np.uint32)
+    around = (np.concatenate([p, sub, [np.uint32(0x7F800000)]])[:, None].astype(np.int64) +
+              np.arange(-64, 65)[None, :]).reshape(-1)
+    rnd = np.random.default_rng(0).integers(1, 0x7F800000, 200_000)
+    bits = np.unique(np.concatenate([around, rnd]))
+    bits = bits[(bits > 0) & (bits < 0x7F800000)].astype(np.uint32)
+    host, table = _gguf.floor_log2_pairs(bits.view(np.float32))
+    assert np.array_equal(host, table), bits[host != table][:5]

@@ -22,6 +22,8 @@ cdef extern from "qc_gguf.h":
     bint qc_gg_dequantize(int type_id, const uint8_t *y, float *x, int64_t n) noexcept nogil
     int qc_gg_iq4_index(float x) noexcept nogil
     void qc_gg_iq4_indices(const float *x, float id, uint8_t *L, int n) noexcept nogil
+    float qc_gg_floor_log2(float a) noexcept nogil
+    float qc_gg_floor_log2_bits(float a) noexcept nogil
 
 cnp.import_array()
 
@@ -95,3 +97,17 @@ def iq4_index_pairs(const float[::1] x):
     for j in range(0, n, 4):
         qc_gg_iq4_indices(&x[j], 1.0, &v[j], 4)
     return scalar, lanes
+
+
+def floor_log2_pairs(const float[::1] x):
+    """(libm's ``floorf(log2f(x))`` as the CPU's MXFP4 takes it, the
+    device's bits form ``qc_gg_floor_log2_bits``), float32 each, of every
+    positive value of ``x``: the tests' check of the device's table."""
+    cdef int64_t n = x.shape[0], j
+    host = np.empty(n, np.float32)
+    bits = np.empty(n, np.float32)
+    cdef float[::1] h = host, b = bits
+    for j in range(n):
+        h[j] = qc_gg_floor_log2(x[j])
+        b[j] = qc_gg_floor_log2_bits(x[j])
+    return host, bits

@@ -32,8 +32,9 @@ def add_arguments(p):
                         f"(default {DEFAULT_MAX_SHARD_SIZE}, transformers' default; '5GB', "
                         "'500MiB' or a number)")
     p.add_argument("--device", choices=DEVICES, default="cpu",
-                   help="a model directory only: where the weights are quantized (default "
-                        "cpu; gpu: on the current CUDA device through cupy, the same bytes)")
+                   help="a model directory only (compressed-tensors, modelopt, gguf): where "
+                        "the weights are quantized (default cpu; gpu: on the current CUDA "
+                        "device through cupy, the same bytes)")
 
 
 def is_model_dir(path):

@@ -46,8 +46,6 @@ def run(args):
     if given:
         raise _error(f"{', '.join(given)} does not apply to --format gguf (--type chooses "
                      "the types)")
-    if args.device != "cpu":
-        raise _error("--device gpu: the GGUF quantizers run on the CPU only")
     if not args.output.endswith(".gguf"):
         raise _error(f"-o {args.output}: --format gguf writes a .gguf file")
     # (--type / --tokenizer-pre without --format gguf: cli_quantize refuses them)
@@ -56,7 +54,7 @@ def run(args):
     type = args.gguf_type or "Q8_0"
     try:
         rep = write_gguf(args.file, args.output, type, tokenizer_pre=args.tokenizer_pre,
-                         imatrix=args.imatrix)
+                         imatrix=args.imatrix, device=args.device)
     except (ModelDirError, GGUFFileError, ValueError) as exc:
         raise _error(str(exc)) from None
     except OSError as exc:

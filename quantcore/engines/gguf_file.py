@@ -156,11 +156,12 @@ def _plan(model, hf_arch, gg, type):
     return plan
 
 
-def _tensor(model, hf_arch, name, t, qw=None):
+def _tensor(model, hf_arch, name, t, qw=None, device="cpu"):
     """The tensor as the converter hands it on (float32, or float16 for an F16
     source as torch keeps it), permuted for Llama's q / k, then converted to
     the GGUF type ``t`` (with the importance weights ``qw`` of its imatrix
-    entry, or None): a numpy array GGUFWriter writes as is."""
+    entry, or None; quantized on the cupy device for ``device="gpu"``): a
+    numpy array GGUFWriter writes as is."""
     cfg = model.config
     w = model.reader(name).float32(name)
     if hf_arch == "LlamaForCausalLM":
@@ -176,8 +177,12 @@ def _tensor(model, hf_arch, name, t, qw=None):
         return np.ascontiguousarray(w.astype(np.float16))
     if w.ndim != 2:
         w = w.reshape(-1, w.shape[-1])
-    q = gguf_quantize(np.ascontiguousarray(w), t, imatrix=qw)
-    return np.frombuffer(q, np.uint8).reshape(*w.shape[:-1], gguf_row_bytes(t, w.shape[-1]))
+    if device == "gpu":
+        import cupy
+        q = cupy.asnumpy(gguf_quantize(cupy.asarray(w), t, imatrix=qw))
+    else:
+        q = np.frombuffer(gguf_quantize(np.ascontiguousarray(w), t, imatrix=qw), np.uint8)
+    return q.reshape(*w.shape[:-1], gguf_row_bytes(t, w.shape[-1]))
 
 
 def _vocab_base(dir_model, cfg, gg, tokenizer_pre):
@@ -297,7 +302,7 @@ def _set_parameters(w, cfg, hf_arch, file_type):
 
 
 def write_gguf(model_dir, out, type="F16", *, tokenizer_pre=None, progress=None,
-               imatrix=None):
+               imatrix=None, device="cpu"):
     """Write a Hugging Face model directory as a GGUF file.
 
     Parameters
@@ -321,6 +326,10 @@ def write_gguf(model_dir, out, type="F16", *, tokenizer_pre=None, progress=None,
         entry of its row length is quantized with those weights, one without
         an entry without; the file is recorded in ``quantize.imatrix.*``
         keys (:mod:`quantcore.gguf.imatrix`).
+    device : {"cpu", "gpu"}
+        Where the weights are quantized ("gpu": the current cupy device,
+        ``quantcore_gpu.gguf_kernels``; the bytes: docs/FORMATS.md, "On the
+        GPU").
 
     Returns
     -------
@@ -337,6 +346,8 @@ def write_gguf(model_dir, out, type="F16", *, tokenizer_pre=None, progress=None,
                             f"{', '.join(MIXES)})")
     if imatrix is not None and not isinstance(imatrix, Imatrix):
         imatrix = read_imatrix(imatrix)
+    from .hf import check_device
+    check_device(device)
     gg = _gguf()
     from pathlib import Path
     with HFModel(model_dir) as model:
@@ -385,7 +396,7 @@ def write_gguf(model_dir, out, type="F16", *, tokenizer_pre=None, progress=None,
             w.write_kv_data_to_file()
             w.write_ti_data_to_file()
             for name, new, _, t in it:
-                w.write_tensor_data(_tensor(model, hf_arch, name, t, weights.get(new)))
+                w.write_tensor_data(_tensor(model, hf_arch, name, t, weights.get(new), device))
             w.close()
         bytes_in = model.total_bytes
     return {"tensors": {new: t for _, new, _, t in plan}, "bytes_in": bytes_in,

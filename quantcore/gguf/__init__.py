@@ -54,6 +54,7 @@ import numbers
 
 import numpy as np
 
+from .. import _arrays as A
 from .._cpu import _gguf, threads
 
 #: (name, ggml type id, values per block, bytes per block), in the order
@@ -121,10 +122,13 @@ def gguf_quantize(w, type, imatrix=None):
     -------
     bytes
         ``rows * row_length / block`` blocks, row after row, each block the
-        ggml struct's bytes (little-endian fp16 fields).
+        ggml struct's bytes (little-endian fp16 fields).  For a cupy ``w``:
+        the same bytes as a 1-D cupy uint8 array, quantized on its device
+        (a row a thread: ``quantcore_gpu.gguf_kernels``).
     """
     name, tid, bs, bb = _type(type)
-    a = np.asarray(w)
+    gpu = A.is_cupy_array(w)
+    a = w if gpu else np.asarray(w)
     if a.dtype != np.float32:
         raise TypeError(f"w: expected float32, got {a.dtype}")
     if a.ndim == 0:
@@ -133,18 +137,28 @@ def gguf_quantize(w, type, imatrix=None):
     if n == 0 or n % bs:
         raise ValueError(f"w: row length {n} (w's last axis) is not a positive multiple of "
                          f"{name}'s block size {bs}")
-    rows = np.ascontiguousarray(a.reshape(-1, n))
+    rows = A.array_module(a).ascontiguousarray(a.reshape(-1, n))
     qw = None
     if imatrix is not None:
-        qw = np.asarray(imatrix)
+        qw = np.asarray(A.to_host(imatrix))
         if qw.dtype != np.float32:
             raise TypeError(f"imatrix: expected float32, got {qw.dtype}")
         if qw.ndim != 1 or qw.shape[0] != n:
             raise ValueError(f"imatrix: expected one weight per column ({n},) for w's rows, "
                              f"got shape {qw.shape}")
         qw = np.ascontiguousarray(qw)
+    if gpu:
+        return _gpu("gguf_quantize").quantize_rows(tid, rows, qw, n // bs * bb)
     nt = threads.effective_n_threads(rows.size)
     return _gguf.quantize_rows(tid, rows, qw, n // bs * bb, nt)
+
+
+def _gpu(func):
+    """quantcore_gpu.gguf_kernels, or NotImplementedError saying why the GPU
+    path cannot run."""
+    A.gpu_kernels(func)
+    from quantcore_gpu import gguf_kernels
+    return gguf_kernels
 
 
 def gguf_dequantize(data, type, shape):
@@ -163,7 +177,8 @@ def gguf_dequantize(data, type, shape):
 
     Returns
     -------
-    numpy.ndarray of float32, ``shape``
+    numpy.ndarray of float32, ``shape`` (cupy for cupy ``data``: computed on
+    its device)
         ``x' = d * q`` (Q8_0), ``d * (q - 8 | 16)`` (Q4_0 / Q5_0),
         ``d * q + m`` (Q4_1 / Q5_1), ``d * sc * q - dmin * m`` (Q2_K, Q4_K,
         Q5_K), ``d * sc * q`` (Q3_K, Q6_K), ``d * K[q]`` (IQ4_NL),
@@ -180,11 +195,17 @@ def gguf_dequantize(data, type, shape):
     if n == 0 or n % bs:
         raise ValueError(f"shape: row length {n} (the last axis) is not a positive multiple "
                          f"of {name}'s block size {bs}")
-    buf = np.frombuffer(memoryview(data).cast("B"), np.uint8)
+    gpu = A.is_cupy_array(data)
+    if gpu and data.dtype != np.uint8:
+        raise TypeError(f"data: expected a uint8 cupy array of blocks, got {data.dtype}")
+    buf = data.reshape(-1) if gpu else np.frombuffer(memoryview(data).cast("B"), np.uint8)
     rows = int(np.prod(shape[:-1], dtype=np.int64))
     want = rows * (n // bs) * bb
     if buf.size != want:
         raise ValueError(f"data: {buf.size} bytes, expected {want} for {name} of shape {shape}")
+    if gpu:
+        return _gpu("gguf_dequantize").dequantize_rows(tid, buf, rows, n,
+                                                       n // bs * bb).reshape(shape)
     nt = threads.effective_n_threads(rows * n)
     return _gguf.dequantize_rows(tid, buf, rows, n, n // bs * bb, nt).reshape(shape)
 

@@ -16,20 +16,42 @@
 #ifndef QC_GGUF_H
 #define QC_GGUF_H
 
+// Host code, and device code (quantcore_gpu/cuda/gguf.cu: a row a thread).
+// NVRTC has no C library headers: the fixed-width types and INT32_MIN here.
+#ifdef __CUDACC__
+#if !defined(INT8_MAX)
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+#endif
+#ifndef INT32_MIN
+#define INT32_MIN (-2147483647 - 1)
+#endif
+#define QC_GG_FN static __device__ inline
+#define QC_GG_TABLE static __device__ const
+#else
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#define QC_GG_FN static inline
+#define QC_GG_TABLE static const
+#endif
 
 #define QC_GG_QK_K 256
 #define QC_GG_EPS 1e-15f
 
 // ---------------------------------------------------------------- scalars
-static inline uint32_t qc_gg_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float qc_gg_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+QC_GG_FN uint32_t qc_gg_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+QC_GG_FN float qc_gg_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
 // IEEE binary16 from float32, round to nearest even; NaN -> sign | 0x7E00
 // (ggml's GGML_FP32_TO_FP16 on a build without F16C)
-static inline uint16_t qc_gg_fp16(float f) {
+QC_GG_FN uint16_t qc_gg_fp16(float f) {
     float base = (fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
     uint32_t w = qc_gg_bits(f), shl1 = w + w, sign = w & 0x80000000u;
     uint32_t bias = shl1 & 0xFF000000u;
@@ -41,7 +63,7 @@ static inline uint16_t qc_gg_fp16(float f) {
 }
 
 // float32 from binary16 (exact)
-static inline float qc_gg_half(uint16_t h) {
+QC_GG_FN float qc_gg_half(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
     if (e == 0x1F) return qc_gg_float(sign | 0x7F800000u | (m << 13));
     if (e == 0) {
@@ -51,33 +73,39 @@ static inline float qc_gg_half(uint16_t h) {
     return qc_gg_float(sign | ((e + 112) << 23) | (m << 13));
 }
 
-static inline uint16_t qc_gg_rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static inline void qc_gg_wr16(uint8_t *p, uint16_t v) { p[0] = v & 0xFF; p[1] = v >> 8; }
+QC_GG_FN uint16_t qc_gg_rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+QC_GG_FN void qc_gg_wr16(uint8_t *p, uint16_t v) { p[0] = v & 0xFF; p[1] = v >> 8; }
 
-// nearest_int: float + 1.5 * 2**23, the low mantissa bits (ties to even)
-static inline int qc_gg_nearest(float f) {
+// nearest_int: float + 1.5 * 2**23, the low mantissa bits (ties to even).
+// A NaN on x86 keeps its payload through the sum: 0 for the default NaN an
+// invalid operation makes and for numpy's nan; the device's NaN result is
+// 0x7FFFFFFF whatever the operands, so there a NaN gives that 0 outright.
+QC_GG_FN int qc_gg_nearest(float f) {
+#ifdef __CUDACC__
+    if (f != f) return 0;
+#endif
     uint32_t i = qc_gg_bits(f + 12582912.f);
     return (int)(i & 0x007fffffu) - 0x00400000;
 }
 
 // x86-64's float -> int32 truncation (cvttss2si): NaN / out of range -> INT32_MIN
-static inline int32_t qc_gg_trunc32(float f) {
+QC_GG_FN int32_t qc_gg_trunc32(float f) {
     const bool ok = f > -2147483904.0f && f < 2147483648.0f;  // (false for NaN)
     const int32_t v = (int32_t)(ok ? f : 0.0f);               // branch-free: vectorises
     return ok ? v : INT32_MIN;
 }
-static inline int8_t qc_gg_to_i8(float f) { return (int8_t)(uint8_t)(uint32_t)qc_gg_trunc32(f); }
+QC_GG_FN int8_t qc_gg_to_i8(float f) { return (int8_t)(uint8_t)(uint32_t)qc_gg_trunc32(f); }
 
-static inline int qc_gg_min(int a, int b) { return a < b ? a : b; }
-static inline int qc_gg_max(int a, int b) { return a > b ? a : b; }
-static inline float qc_gg_maxf(float a, float b) { return a > b ? a : b; }  // ggml's MAX
+QC_GG_FN int qc_gg_min(int a, int b) { return a < b ? a : b; }
+QC_GG_FN int qc_gg_max(int a, int b) { return a > b ? a : b; }
+QC_GG_FN float qc_gg_maxf(float a, float b) { return a > b ? a : b; }  // ggml's MAX
 
 #include "qc_gguf_sse.h"  // SSE4.1 lanes (x86-64): legacy blocks, the qkx search
 
 // ------------------------------------------------------ per-group searches
 // the value of largest magnitude, the first of equal magnitudes (a NaN is
 // never taken; 0 when every |x| is 0)
-static inline float qc_gg_signed_max(const float *x, int n) {
+QC_GG_FN float qc_gg_signed_max(const float *x, int n) {
     float amax = 0, max = 0;
 #ifdef QC_GG_SSE
     if (n % 4 == 0 && n <= 32 && qc_gg_signed_max_n_sse(x, n, &max)) return max;
@@ -89,7 +117,7 @@ static inline float qc_gg_signed_max(const float *x, int n) {
 
 // make_qx_quants: symmetric codes L in [0, 2 nmax), scale by weighted least
 // squares over 19 candidate inverse scales (rmse_type 1; qw: weights or x^2)
-static inline float qc_gg_qx(int n, int nmax, const float *x, int8_t *L, const float *qw) {
+QC_GG_FN float qc_gg_qx(int n, int nmax, const float *x, int8_t *L, const float *qw) {
     const float max = qc_gg_signed_max(x, n);
     if (fabsf(max) < QC_GG_EPS) { for (int i = 0; i < n; ++i) L[i] = 0; return 0.f; }
     float iscale = (float)(-nmax) / max;
@@ -133,7 +161,7 @@ static inline float qc_gg_qx(int n, int nmax, const float *x, int8_t *L, const f
 
 // make_q3_quants (do_rmse): codes in [-nmax, nmax), then up to 5 rounds of
 // one-code moves that raise sumlx^2 / suml2 (weights x^2); L stored + nmax
-static inline float qc_gg_q3(int n, int nmax, const float *x, int8_t *L) {
+QC_GG_FN float qc_gg_q3(int n, int nmax, const float *x, int8_t *L) {
     const float max = qc_gg_signed_max(x, n);
     if (fabsf(max) < QC_GG_EPS) { for (int i = 0; i < n; ++i) L[i] = 0; return 0.f; }
     float iscale = (float)(-nmax) / max;
@@ -179,7 +207,7 @@ static inline float qc_gg_q3(int n, int nmax, const float *x, int8_t *L) {
 // weights): asymmetric codes in [0, nmax] with a min <= 0; nstep + 1
 // candidate scales, each refit by weighted least squares (scale, min), the
 // best by weighted squared (or absolute, mad) error
-static inline float qc_gg_qkx(int n, int nmax, const float *x, const float *w, uint8_t *L,
+QC_GG_FN float qc_gg_qkx(int n, int nmax, const float *x, const float *w, uint8_t *L,
                               float *the_min, uint8_t *Laux, float rmin, float rdelta,
                               int nstep, bool mad, bool le) {
     float min = x[0], max = x[0];
@@ -251,7 +279,7 @@ static inline float qc_gg_qkx(int n, int nmax, const float *x, const float *w, u
 
 // make_qp_quants: positive codes in [0, nmax] for the sub-block scales of
 // the weighted K-quants (8 candidate inverse scales, then 5 rounds of moves)
-static inline float qc_gg_qp(int n, int nmax, const float *x, uint8_t *L, const float *qw) {
+QC_GG_FN float qc_gg_qp(int n, int nmax, const float *x, uint8_t *L, const float *qw) {
     float max = 0;
     for (int i = 0; i < n; ++i) max = qc_gg_maxf(max, x[i]);
     if (max < QC_GG_EPS) { for (int i = 0; i < n; ++i) L[i] = 0; return 0.f; }
@@ -306,7 +334,7 @@ static inline float qc_gg_qp(int n, int nmax, const float *x, uint8_t *L, const 
 }
 
 // the sum of squares of a row (the weighted paths' sigma^2)
-static inline float qc_gg_sumsq(const float *x, int64_t n) {
+QC_GG_FN float qc_gg_sumsq(const float *x, int64_t n) {
     float s = 0;
     for (int64_t j = 0; j < n; ++j) s += x[j] * x[j];
     return s;
@@ -335,18 +363,29 @@ static inline float qc_gg_sumsq(const float *x, int64_t n) {
     X(23, qc_gg_iq4_xs, qc_gg_dq_iq4)     \
     X(39, qc_gg_mxfp4, qc_gg_dq_mxfp4)
 
+#ifndef __CUDACC__
 typedef void (*qc_gg_row_fn)(const float *x, const float *qw, uint8_t *y, int64_t n);
 
 // the row quantizer of a type id (NULL: none)
-static inline qc_gg_row_fn qc_gg_quantizer(int id) {
+QC_GG_FN qc_gg_row_fn qc_gg_quantizer(int id) {
 #define QC_GG_Q(ID, Q, D) if (id == ID) return Q;
     QC_GGUF_TYPES(QC_GG_Q)
 #undef QC_GG_Q
     return nullptr;
 }
+#endif
+
+// the row quantizer of type id ID, called (the GPU kernels' form: one
+// instantiation per type, no function pointer)
+template <int ID>
+QC_GG_FN void qc_gg_quantize_row(const float *x, const float *qw, uint8_t *y, int64_t n) {
+#define QC_GG_R(ID_, Q, D) if (ID == ID_) { Q(x, qw, y, n); return; }
+    QC_GGUF_TYPES(QC_GG_R)
+#undef QC_GG_R
+}
 
 // dequantize one row of n values of type id (false: unknown id)
-static inline bool qc_gg_dequantize(int id, const uint8_t *y, float *x, int64_t n) {
+QC_GG_FN bool qc_gg_dequantize(int id, const uint8_t *y, float *x, int64_t n) {
 #define QC_GG_D(ID, Q, D) if (id == ID) { D(id, y, x, n); return true; }
     QC_GGUF_TYPES(QC_GG_D)
 #undef QC_GG_D

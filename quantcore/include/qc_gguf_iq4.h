@@ -6,13 +6,13 @@
 #ifndef QC_GGUF_IQ4_H
 #define QC_GGUF_IQ4_H
 
-static const int8_t qc_gg_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+QC_GG_TABLE int8_t qc_gg_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 
 // the index of the table value nearest to x (the upper of a tie: the
 // comparison is strict), by bisection as ggml's best_index_int8 (a NaN
 // goes to the last index)
-static inline int qc_gg_iq4_index(float x) {
+QC_GG_FN int qc_gg_iq4_index(float x) {
     const int8_t *v = qc_gg_iq4_values;
     if (x <= (float)v[0]) return 0;
     if (x >= (float)v[15]) return 15;
@@ -25,7 +25,7 @@ static inline int qc_gg_iq4_index(float x) {
 }
 
 // L[j] = qc_gg_iq4_index(id * x[j]), j < n (a multiple of 4)
-static inline void qc_gg_iq4_indices(const float *x, float id, uint8_t *L, int n);
+QC_GG_FN void qc_gg_iq4_indices(const float *x, float id, uint8_t *L, int n);
 
 #ifdef QC_GG_SSE
 // qc_gg_iq4_index as a count of thresholds: t[m] (m < 15) is the least
@@ -35,11 +35,11 @@ static inline void qc_gg_iq4_indices(const float *x, float id, uint8_t *L, int n
 // number of t[m] <= x (x <= v[0]: none, x >= v[15]: all), NaN its 15
 struct qc_gg_iq4_cuts { float t[15]; };
 
-static inline bool qc_gg_iq4_upper(float x, int m) {
+QC_GG_FN bool qc_gg_iq4_upper(float x, int m) {
     return !(x - (float)qc_gg_iq4_values[m] < (float)qc_gg_iq4_values[m + 1] - x);
 }
 
-static inline const float *qc_gg_iq4_thresholds() {
+QC_GG_FN const float *qc_gg_iq4_thresholds() {
     static const qc_gg_iq4_cuts cuts = [] {
         qc_gg_iq4_cuts c;
         for (int m = 0; m < 15; ++m) {
@@ -53,7 +53,7 @@ static inline const float *qc_gg_iq4_thresholds() {
     return cuts.t;
 }
 
-static inline __m128i qc_gg_iq4_index_ps(__m128 x, const float *t) {
+QC_GG_FN __m128i qc_gg_iq4_index_ps(__m128 x, const float *t) {
     __m128i count = _mm_setzero_si128();
     for (int m = 0; m < 15; ++m)
         count = _mm_sub_epi32(count, _mm_castps_si128(_mm_cmpge_ps(x, _mm_set1_ps(t[m]))));
@@ -61,13 +61,13 @@ static inline __m128i qc_gg_iq4_index_ps(__m128 x, const float *t) {
 }
 
 // kvalues[index] per lane as float (the table's bytes by pshufb, sign-extended)
-static inline __m128 qc_gg_iq4_value_ps(__m128i index) {
+QC_GG_FN __m128 qc_gg_iq4_value_ps(__m128i index) {
     const __m128i table = _mm_loadu_si128((const __m128i *)qc_gg_iq4_values);
     const __m128i b = _mm_shuffle_epi8(table, _mm_or_si128(index, _mm_set1_epi32((int)0x80808000u)));
     return _mm_cvtepi32_ps(_mm_srai_epi32(_mm_slli_epi32(b, 24), 24));
 }
 
-static inline void qc_gg_iq4_indices(const float *x, float id, uint8_t *L, int n) {
+QC_GG_FN void qc_gg_iq4_indices(const float *x, float id, uint8_t *L, int n) {
     const float *t = qc_gg_iq4_thresholds();
     const __m128 vid = _mm_set1_ps(id);
     for (int j = 0; j < n; j += 4) {
@@ -83,7 +83,7 @@ static inline void qc_gg_iq4_indices(const float *x, float id, uint8_t *L, int n
 // 4 a pass, one per lane: they depend on each other only through best, so
 // the lanes are taken in the scalar loop's order; per lane the sums run
 // over j in the scalar order: the same bits
-static inline void qc_gg_iq4_search_sse(const float *xb, const float *w, float max, int ntry,
+QC_GG_FN void qc_gg_iq4_search_sse(const float *xb, const float *w, float max, int ntry,
                                         float *d_io, float *best_io) {
     const float *t = qc_gg_iq4_thresholds();
     float d = *d_io, best = *best_io;
@@ -108,13 +108,13 @@ static inline void qc_gg_iq4_search_sse(const float *xb, const float *w, float m
     *d_io = d; *best_io = best;
 }
 #else
-static inline void qc_gg_iq4_indices(const float *x, float id, uint8_t *L, int n) {
+QC_GG_FN void qc_gg_iq4_indices(const float *x, float id, uint8_t *L, int n) {
     for (int j = 0; j < n; ++j) L[j] = (uint8_t)qc_gg_iq4_index(id * x[j]);
 }
 #endif
 
 // one super-block of `sbs` values in groups of 32 (sbs == 32: IQ4_NL)
-static inline void qc_gg_iq4_super(int sbs, const float *x, const float *qw, uint8_t *dh,
+QC_GG_FN void qc_gg_iq4_super(int sbs, const float *x, const float *qw, uint8_t *dh,
                                    uint8_t *q4, uint8_t *scales_h, uint8_t *scales_l) {
     const int8_t *values = qc_gg_iq4_values;
     const int ntry = 7, nb = sbs / 32;
@@ -190,7 +190,7 @@ static inline void qc_gg_iq4_super(int sbs, const float *x, const float *qw, uin
 }
 
 // IQ4_NL (18 bytes: d, qs[16]); x = d * kvalues[q]
-static inline void qc_gg_iq4_nl(const float *x, const float *qw, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_iq4_nl(const float *x, const float *qw, uint8_t *y, int64_t n) {
     for (int64_t b = 0; b < n / 32; ++b)
         qc_gg_iq4_super(32, x + 32 * b, qw ? qw + 32 * b : nullptr, y + 18 * b, y + 18 * b + 2,
                         nullptr, nullptr);
@@ -198,13 +198,13 @@ static inline void qc_gg_iq4_nl(const float *x, const float *qw, uint8_t *y, int
 
 // IQ4_XS (136 bytes: d, scales_h u16, scales_l[4], qs[128]);
 // x = d * (sc - 32) * kvalues[q]
-static inline void qc_gg_iq4_xs(const float *x, const float *qw, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_iq4_xs(const float *x, const float *qw, uint8_t *y, int64_t n) {
     for (int64_t b = 0; b < n / QC_GG_QK_K; ++b, y += 136)
         qc_gg_iq4_super(QC_GG_QK_K, x + QC_GG_QK_K * b, qw ? qw + QC_GG_QK_K * b : nullptr, y,
                         y + 8, y + 2, y + 4);
 }
 
-static inline void qc_gg_dq_iq4(int type, const uint8_t *y, float *x, int64_t n) {
+QC_GG_FN void qc_gg_dq_iq4(int type, const uint8_t *y, float *x, int64_t n) {
     const bool xs = type == 23;
     const int sbs = xs ? QC_GG_QK_K : 32;
     for (int64_t b = 0; b < n / sbs; ++b, x += sbs) {
@@ -232,20 +232,65 @@ static inline void qc_gg_dq_iq4(int type, const uint8_t *y, float *x, int64_t n)
 // e = floor(log2(amax)) - 2 + 127 (0 for amax 0; float -> uint8 as x86),
 // q = the first index of least |K2[q] * 2^(e - 128) - x|.  The imatrix is
 // ignored (as ggml's quantize_mxfp4).
-static const int8_t qc_gg_fp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12,
+QC_GG_TABLE int8_t qc_gg_fp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12,
                                             0, -1, -2, -3, -4, -6, -8, -12};
 
 // ggml's E8M0 -> float halved: 2^(e - 128) (e < 2: the subnormals)
-static inline float qc_gg_e8m0_half(uint8_t e) {
+QC_GG_FN float qc_gg_e8m0_half(uint8_t e) {
     return qc_gg_float(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
 }
 
-static inline void qc_gg_mxfp4(const float *x, const float *, uint8_t *y, int64_t n) {
+// The count of floats below 2^k whose log2f rounds up to k, k = -148 ..
+// 128 (glibc's log2f: equal on every positive float to the exact log2
+// rounded to float, checked outside CI; a row per 24 k)
+QC_GG_TABLE uint8_t qc_gg_log2_up[277] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 5, 11, 11, 22, 44,
+    44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44,
+    44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44,
+    44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22,
+    22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 11, 11, 11,
+    11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 5, 5, 5, 5, 5, 5, 5, 5, 2, 2, 2,
+    2, 1, 1, 0, 0, 0, 0, 1, 1, 2, 2, 2, 2, 5, 5, 5, 5, 5, 5, 5, 5, 11, 11, 11,
+    11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22,
+    22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 44, 44, 44,
+    44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44,
+    44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44,
+    44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44,
+};
+
+// floorf(log2f(a)) for a > 0 (inf: inf) from the bits, with no libm: the
+// exponent of a, plus one for the qc_gg_log2_up floats just below the next
+// power of two (the device's form; tests/test_gguf.py compares it with the
+// host's log2f around every power of two)
+QC_GG_FN float qc_gg_floor_log2_bits(float a) {
+    const uint32_t b = qc_gg_bits(a);
+    if (b >= 0x7F800000u) return a;
+    int e = (int)(b >> 23) - 127;  // floor(log2(a)): the exponent, or for a subnormal
+    if (b < 0x800000u) {           // the position of its top bit
+        e = -150;
+        for (uint32_t t = b; t; t >>= 1) ++e;
+    }
+    const int k = e + 1;
+    const uint32_t next = k >= -126 ? (uint32_t)(k + 127) << 23 : 1u << (k + 149);
+    return (float)(b >= next - qc_gg_log2_up[k + 148] ? k : e);
+}
+
+// ggml's MXFP4 scale exponent floorf(log2f(a)), a > 0: libm's on the host
+// (ggml's x86-64 build: glibc), the bits' form on the device
+QC_GG_FN float qc_gg_floor_log2(float a) {
+#ifdef __CUDACC__
+    return qc_gg_floor_log2_bits(a);
+#else
+    return floorf(log2f(a));
+#endif
+}
+
+QC_GG_FN void qc_gg_mxfp4(const float *x, const float *, uint8_t *y, int64_t n) {
     for (int64_t b = 0; b < n / 32; ++b, x += 32, y += 17) {
         float amax = 0.0f;
         for (int j = 0; j < 32; ++j)
             if (amax < fabsf(x[j])) amax = fabsf(x[j]);
-        const uint8_t e = amax > 0.0f ? (uint8_t)qc_gg_to_i8(floorf(log2f(amax)) - 2 + 127) : 0;
+        const uint8_t e = amax > 0.0f ? (uint8_t)qc_gg_to_i8(qc_gg_floor_log2(amax) - 2 + 127) : 0;
         const float d = qc_gg_e8m0_half(e);
         y[0] = e;
         uint8_t q[32];
@@ -262,7 +307,7 @@ static inline void qc_gg_mxfp4(const float *x, const float *, uint8_t *y, int64_
     }
 }
 
-static inline void qc_gg_dq_mxfp4(int, const uint8_t *y, float *x, int64_t n) {
+QC_GG_FN void qc_gg_dq_mxfp4(int, const uint8_t *y, float *x, int64_t n) {
     for (int64_t b = 0; b < n / 32; ++b, x += 32, y += 17) {
         const float d = qc_gg_e8m0_half(y[0]);
         for (int j = 0; j < 16; ++j) {

@@ -5,7 +5,7 @@
 #define QC_GGUF_K_H
 
 // the 2-bit codes of 256 values, 4 to a byte (value j + 32 k at bits 2k)
-static inline void qc_gg_pack2(const uint8_t *L, uint8_t *qs) {
+QC_GG_FN void qc_gg_pack2(const uint8_t *L, uint8_t *qs) {
     for (int j = 0; j < QC_GG_QK_K; j += 128)
         for (int l = 0; l < 32; ++l)
             qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
@@ -14,7 +14,7 @@ static inline void qc_gg_pack2(const uint8_t *L, uint8_t *qs) {
 
 // Q2_K (84 bytes: scales[16] (4-bit scale | 4-bit min << 4), qs[64], d, dmin)
 // x = d * sc * q - dmin * m, q in [0, 3], 16 groups of 16
-static inline void qc_gg_q2_k(const float *x, const float *qw, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q2_k(const float *x, const float *qw, uint8_t *y, int64_t n) {
     uint8_t L[QC_GG_QK_K], Laux[16], Ls[16], Lm[16];
     float w[16], mins[16], scales[16], sw[16];
     for (int64_t b = 0; b < n / QC_GG_QK_K; ++b, x += QC_GG_QK_K, y += 84) {
@@ -76,12 +76,12 @@ static inline void qc_gg_q2_k(const float *x, const float *qw, uint8_t *y, int64
 
 // Q3_K (110 bytes: hmask[32], qs[64], scales[12] (6-bit, biased by 32), d)
 // x = d * (sc - 32) * (q - 4), q in [0, 7], 16 groups of 16
-static inline int qc_gg_q3_scale(const uint8_t *s, int j) {
+QC_GG_FN int qc_gg_q3_scale(const uint8_t *s, int j) {
     int sc = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
     return (int8_t)((sc | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32);
 }
 
-static inline void qc_gg_q3_k(const float *x, const float *qw, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q3_k(const float *x, const float *qw, uint8_t *y, int64_t n) {
     int8_t L[QC_GG_QK_K], Ls[16];
     float scales[16], w[16], sw[16];
     for (int64_t b = 0; b < n / QC_GG_QK_K; ++b, x += QC_GG_QK_K, y += 110) {
@@ -146,7 +146,7 @@ static inline void qc_gg_q3_k(const float *x, const float *qw, uint8_t *y, int64
 }
 
 // the 6-bit scale and min of group j of Q4_K / Q5_K's 12 scale bytes
-static inline void qc_gg_k4_get(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+QC_GG_FN void qc_gg_k4_get(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
     if (j < 4) { *d = q[j] & 63; *m = q[j + 4] & 63; }
     else {
         *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
@@ -154,7 +154,7 @@ static inline void qc_gg_k4_get(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
     }
 }
 
-static inline void qc_gg_k4_put(int j, uint8_t ls, uint8_t lm, uint8_t *s) {
+QC_GG_FN void qc_gg_k4_put(int j, uint8_t ls, uint8_t lm, uint8_t *s) {
     if (j < 4) { s[j] = ls; s[j + 4] = lm; }
     else {
         s[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
@@ -166,7 +166,7 @@ static inline void qc_gg_k4_put(int j, uint8_t ls, uint8_t lm, uint8_t *s) {
 // Q4_K / Q5_K (144 / 176 bytes: d, dmin, scales[12], [qh[32]], qs[128])
 // x = d * sc * q - dmin * m, q in [0, 15 (31)], 8 groups of 32
 template <int BITS>
-static inline void qc_gg_q45_k(const float *x, const float *qw, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q45_k(const float *x, const float *qw, uint8_t *y, int64_t n) {
     const int nmax = BITS == 4 ? 15 : 31, B = BITS == 4 ? 144 : 176;
     uint8_t L[QC_GG_QK_K], Laux[32], Ls[8], Lm[8];
     float w[32], mins[8], scales[8], sw[8];
@@ -247,16 +247,16 @@ static inline void qc_gg_q45_k(const float *x, const float *qw, uint8_t *y, int6
     }
 }
 
-static inline void qc_gg_q4_k(const float *x, const float *qw, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q4_k(const float *x, const float *qw, uint8_t *y, int64_t n) {
     qc_gg_q45_k<4>(x, qw, y, n);
 }
-static inline void qc_gg_q5_k(const float *x, const float *qw, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q5_k(const float *x, const float *qw, uint8_t *y, int64_t n) {
     qc_gg_q45_k<5>(x, qw, y, n);
 }
 
 // Q6_K (210 bytes: ql[128], qh[64], scales[16] (int8), d)
 // x = d * sc * (q - 32), q in [0, 63], 16 groups of 16
-static inline void qc_gg_q6_k(const float *x, const float *qw, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q6_k(const float *x, const float *qw, uint8_t *y, int64_t n) {
     int8_t L[QC_GG_QK_K];
     float scales[16];
     for (int64_t b = 0; b < n / QC_GG_QK_K; ++b, x += QC_GG_QK_K, y += 210) {
@@ -297,7 +297,7 @@ static inline void qc_gg_q6_k(const float *x, const float *qw, uint8_t *y, int64
 }
 
 // ------------------------------------------------------------ dequantize
-static inline void qc_gg_dq_k(int type, const uint8_t *y, float *x, int64_t n) {
+QC_GG_FN void qc_gg_dq_k(int type, const uint8_t *y, float *x, int64_t n) {
     for (int64_t b = 0; b < n / QC_GG_QK_K; ++b) {
         if (type == 10) {  // Q2_K
             const float d = qc_gg_half(qc_gg_rd16(y + 80)), mn = qc_gg_half(qc_gg_rd16(y + 82));

@@ -7,7 +7,7 @@
 // a NaN every order gives the same maximum (the values are >= +0), so 8
 // lanes (vectorised) and their fold; with one, ggml's order (a NaN is taken
 // by the ternary and dropped at the next value), one value at a time.
-static inline float qc_gg_amax32(const float *x) {
+QC_GG_FN float qc_gg_amax32(const float *x) {
     float m[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int nan = 0;
     for (int j = 0; j < 32; j += 8)
@@ -26,7 +26,7 @@ static inline float qc_gg_amax32(const float *x) {
 }
 
 // Q8_0: d = amax / 127 (fp16), q = round(x / d) in int8.  34 bytes: d, qs[32]
-static inline void qc_gg_q8_0(const float *x, const float *, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q8_0(const float *x, const float *, uint8_t *y, int64_t n) {
     for (int64_t b = 0; b < n / 32; ++b, x += 32, y += 34) {
         if (QC_GG_TRY_SSE(qc_gg_q8_0_sse(x, y))) continue;
         const float amax = qc_gg_amax32(x);
@@ -39,7 +39,7 @@ static inline void qc_gg_q8_0(const float *x, const float *, uint8_t *y, int64_t
 
 // Q4_0 / Q5_0 without imatrix: d = max / -8 (-16), q = min(15 (31), trunc(x / d + 8.5 (16.5)))
 template <int BITS>
-static inline void qc_gg_q_0_ref(const float *x, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q_0_ref(const float *x, uint8_t *y, int64_t n) {
     const int B = BITS == 4 ? 18 : 22, off = BITS == 4 ? 2 : 6;
     const float half = BITS == 4 ? 8.5f : 16.5f;
     const int qmax = BITS == 4 ? 15 : 31;
@@ -64,7 +64,7 @@ static inline void qc_gg_q_0_ref(const float *x, uint8_t *y, int64_t n) {
 // Q4_1 / Q5_1 without imatrix: d = (max - min) / 15 (31), m = min,
 // q = trunc((x - min) / d + 0.5) (Q4_1: at most 15)
 template <int BITS>
-static inline void qc_gg_q_1_ref(const float *x, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q_1_ref(const float *x, uint8_t *y, int64_t n) {
     const int B = BITS == 4 ? 20 : 24, off = BITS == 4 ? 4 : 8;
     for (int64_t b = 0; b < n / 32; ++b, x += 32, y += B) {
         if (QC_GG_TRY_SSE(qc_gg_q_1_sse<BITS>(x, y))) continue;
@@ -92,13 +92,13 @@ static inline void qc_gg_q_1_ref(const float *x, uint8_t *y, int64_t n) {
 }
 
 // weights of the imatrix paths: qw * sqrt(sigma2 + x^2)
-static inline void qc_gg_weights(const float *x, const float *qw, float sigma2, float *w, int n) {
+QC_GG_FN void qc_gg_weights(const float *x, const float *qw, float sigma2, float *w, int n) {
     for (int j = 0; j < n; ++j) w[j] = qw[j] * sqrtf(sigma2 + x[j] * x[j]);
 }
 
 // Q4_0 / Q5_0 with imatrix: make_qx_quants(32, 8 (16)) with those weights
 template <int BITS>
-static inline void qc_gg_q_0_w(const float *x, const float *qw, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q_0_w(const float *x, const float *qw, uint8_t *y, int64_t n) {
     const int B = BITS == 4 ? 18 : 22, off = BITS == 4 ? 2 : 6;
     const float sigma2 = qc_gg_sumsq(x, n) / (float)n;
     float w[32];
@@ -119,7 +119,7 @@ static inline void qc_gg_q_0_w(const float *x, const float *qw, uint8_t *y, int6
 
 // Q4_1 / Q5_1 with imatrix: make_qkx3_quants(32, 15 (31), -0.9, 0.05, 36)
 template <int BITS>
-static inline void qc_gg_q_1_w(const float *x, const float *qw, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q_1_w(const float *x, const float *qw, uint8_t *y, int64_t n) {
     const int B = BITS == 4 ? 20 : 24, off = BITS == 4 ? 4 : 8;
     const float sigma2 = qc_gg_sumsq(x, n) / (float)n;
     float w[32];
@@ -142,21 +142,21 @@ static inline void qc_gg_q_1_w(const float *x, const float *qw, uint8_t *y, int6
     }
 }
 
-static inline void qc_gg_q4_0(const float *x, const float *qw, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q4_0(const float *x, const float *qw, uint8_t *y, int64_t n) {
     if (qw) qc_gg_q_0_w<4>(x, qw, y, n); else qc_gg_q_0_ref<4>(x, y, n);
 }
-static inline void qc_gg_q5_0(const float *x, const float *qw, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q5_0(const float *x, const float *qw, uint8_t *y, int64_t n) {
     if (qw) qc_gg_q_0_w<5>(x, qw, y, n); else qc_gg_q_0_ref<5>(x, y, n);
 }
-static inline void qc_gg_q4_1(const float *x, const float *qw, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q4_1(const float *x, const float *qw, uint8_t *y, int64_t n) {
     if (qw) qc_gg_q_1_w<4>(x, qw, y, n); else qc_gg_q_1_ref<4>(x, y, n);
 }
-static inline void qc_gg_q5_1(const float *x, const float *qw, uint8_t *y, int64_t n) {
+QC_GG_FN void qc_gg_q5_1(const float *x, const float *qw, uint8_t *y, int64_t n) {
     if (qw) qc_gg_q_1_w<5>(x, qw, y, n); else qc_gg_q_1_ref<5>(x, y, n);
 }
 
 // ------------------------------------------------------------ dequantize
-static inline void qc_gg_dq_legacy(int type, const uint8_t *y, float *x, int64_t n) {
+QC_GG_FN void qc_gg_dq_legacy(int type, const uint8_t *y, float *x, int64_t n) {
     for (int64_t b = 0; b < n / 32; ++b, x += 32) {
         const float d = qc_gg_half(qc_gg_rd16(y));
         if (type == 8) {  // Q8_0
