@@ -181,3 +181,39 @@ def test_gpu_block_scaled_fake_quant(benchmark, op, n):
         gs = np.float32(1.0)
         call = lambda: mx.nvfp4_fake_quant(x, gs, out=out)  # noqa: E731
     benchmark(synced(call))
+
+
+@pytest.mark.parametrize("gtype", ["Q8_0", "Q4_K"])
+@pytest.mark.parametrize("impl", ["quantcore-gpu", "quantcore-cpu"])
+def test_gpu_gguf_quantize(benchmark, impl, gtype):
+    """GGUF blocks of a 4096 x 4096 float32 weight (issue 39; a row a
+    thread on the device) against the same call on the host's threads."""
+    from quantcore import gguf_quantize
+    _gpu_or_skip()
+    n = 16 * MI
+    x = device_input(n).reshape(4096, 4096)
+    annotate(benchmark, f"gpu_gguf_quantize_{gtype.lower()}", n, impl, 4 * n)
+    if impl == "quantcore-cpu":
+        host = cp.asnumpy(x)
+        benchmark(lambda: gguf_quantize(host, gtype))
+    else:
+        benchmark(synced(lambda: gguf_quantize(x, gtype)))
+
+
+@pytest.mark.parametrize("scheme", ["FP8_DYNAMIC", "NVFP4A16", "W4A16"])
+@pytest.mark.parametrize("impl", ["quantcore-gpu", "quantcore-cpu"])
+def test_gpu_engines_quantize(benchmark, impl, scheme):
+    """A 4096 x 4096 BF16 weight (its stored bits) into compressed-tensors'
+    tensors (issue 45; ``compressed_tensors.quantize_tensor``: statistics on
+    the host, codes on the device) against the host's loops."""
+    from quantcore.engines import compressed_tensors as CT
+    _gpu_or_skip()
+    n = 16 * MI
+    x = (device_input(n).view(np.uint32) >> 16).astype(np.uint16).reshape(4096, 4096)
+    g = np.float32(1.0)
+    annotate(benchmark, f"gpu_engines_{scheme.lower()}", n, impl, 2 * n)
+    if impl == "quantcore-cpu":
+        host = cp.asnumpy(x)
+        benchmark(lambda: CT.quantize_tensor(host, "BF16", scheme, 128, g, "w"))
+    else:
+        benchmark(synced(lambda: CT.quantize_tensor(x, "BF16", scheme, 128, g, "w")))
