@@ -79,7 +79,7 @@ import numpy as np
 
 from .. import _arrays as A
 from .. import formats as F
-from .selection import FUSED, WEIGHT_DTYPES, fused_absmax, fused_sets, module_of, select, \
+from .selection import FUSED, WEIGHT_DTYPES, fused_sets, module_of, select, \
     select_checked  # noqa: F401 (the selection rules, here by their old names)
 
 __all__ = ["SCHEMES", "select", "select_checked", "plan", "quantize_tensor", "dequantize_module",
@@ -128,7 +128,6 @@ GROUP_SIZES = (32, 64, 128)
 #: every tensor suffix a quantized module may store
 STORED = ("weight", "weight_scale", "weight_packed", "weight_shape", "weight_zero_point",
           "weight_global_scale")
-
 
 
 # ------------------------------------------------------------------ numerics
@@ -268,7 +267,7 @@ def int_group(x, dt, bits, group, symmetric=True, name="weight", loops=True, pac
     qmin, qmax = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     fast = loops and dt != "F16" and group >= 2 and not group & (group - 1)
     if fast:
-        loops, x, nt = _loops(x, "int_group")
+        eng, x, nt = _loops(x, "int_group")
     else:
         xg = A.to_host(x).reshape(rows, k // group, group)
     if symmetric:
@@ -276,7 +275,7 @@ def int_group(x, dt, bits, group, symmetric=True, name="weight", loops=True, pac
         zp = np.zeros(s.shape, np.int8)
     else:
         if fast:
-            lo, hi = loops.group_minmax_rows(x, group, nt)
+            lo, hi = eng.group_minmax_rows(x, group, nt)
             if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
                 from .hf import nonfinite_error
                 raise nonfinite_error(name)
@@ -291,8 +290,8 @@ def int_group(x, dt, bits, group, symmetric=True, name="weight", loops=True, pac
         zp = np.rint(np.clip(np.where(s == 0, F32(0), z), qmin, qmax)).astype(np.int8)
         s = np.where(s == 0, EPS[dt], s).astype(F32)
     if fast:
-        q = loops.int_rows(x, s, zp.astype(F32), group, qmin, qmax, dt == "BF16", nt,
-                           bits if packed else 0)
+        q = eng.int_rows(x, s, zp.astype(F32), group, qmin, qmax, dt == "BF16", nt,
+                         bits if packed else 0)
         return (_words(q) if packed else q), s, zp
     with np.errstate(over="ignore"):
         v = _round_own(np.divide(xg, s[..., None], dtype=F32), dt)
@@ -448,6 +447,22 @@ def e2m1_values(packed):
     the low nibble)."""
     codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
     return E2M1_VALUES[codes & 7] * np.where(codes & 8, F32(-1), F32(1))
+
+
+def fused_absmax(model, chosen):
+    """{weight: max |x| over its fused set} (:func:`fused_sets`: q/k/v,
+    gate/up, experts' w1/w3 share one NVFP4 global scale, as llm-compressor's
+    fused observers, ModelOpt's ``preprocess_linear_fusion`` and vLLM's
+    fused layers expect; else the weight's own) of the 2-D weights
+    ``chosen`` of an ``hf.HFModel``, in one read pass over their stored
+    bits; NaN / inf refused naming the tensor (:func:`row_absmax`)."""
+    from .hf import read_weight
+    amax = {}
+    for n in chosen:
+        x = read_weight(model, n, True)
+        amax[n] = F32(row_absmax(x.reshape(1, -1) if x.ndim != 2 else x, n).max(initial=0))
+    sets = fused_sets(chosen)
+    return {n: max(amax[m] for m in sets.get(n, (n,))) for n in chosen}
 
 
 def pack_int32(q, bits):

@@ -1,14 +1,12 @@
 """Which weights a checkpoint writer quantizes, as the producers choose
 (llm-compressor's ``targets: ["Linear"]`` and usual ``ignore``; ModelOpt's
 exclusions follow from these), and the fused sets that share one NVFP4
-global scale; both formats' writers use it (``compressed_tensors`` keeps
-these names too)."""
+global scale (their absmax: ``compressed_tensors.fused_absmax``); both
+formats' writers use it (``compressed_tensors`` keeps these names too)."""
 import re
 
-import numpy as np
-
 __all__ = ["WEIGHT_DTYPES", "FUSED", "module_of", "select", "select_checked", "is_embedding",
-           "fused_sets", "fused_absmax"]
+           "fused_sets"]
 
 #: the weight dtypes the writers quantize (others are copied)
 WEIGHT_DTYPES = ("F32", "F16", "BF16")
@@ -87,20 +85,3 @@ def fused_sets(names):
                 if all(m in have for m in members):
                     out[n] = members
     return out
-
-
-def fused_absmax(model, chosen):
-    """{weight: max |x| over its fused set} (:func:`fused_sets`: q/k/v,
-    gate/up, experts' w1/w3 share one NVFP4 global scale, as llm-compressor's
-    fused observers, ModelOpt's ``preprocess_linear_fusion`` and vLLM's
-    fused layers expect; else the weight's own) of the 2-D weights
-    ``chosen`` of an ``hf.HFModel``, in one read pass over their stored
-    bits; NaN / inf refused naming the tensor (``compressed_tensors.row_absmax``)."""
-    from .compressed_tensors import row_absmax
-    from .hf import read_weight
-    amax = {}
-    for n in chosen:
-        x = read_weight(model, n, True)
-        amax[n] = np.float32(row_absmax(x.reshape(1, -1) if x.ndim != 2 else x, n).max(initial=0))
-    sets = fused_sets(chosen)
-    return {n: max(amax[m] for m in sets.get(n, (n,))) for n in chosen}
