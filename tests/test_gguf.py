@@ -242,12 +242,13 @@ def test_bad_input():
 
 
 def test_floor_log2_bits_is_libms():
-    """MXFP4's scale exponent floorf(log2f(amax)): the device computes it
+    """MXFP4's scale exponent floorf(log2f(amax)): the headers compute it
     from the bits and a table of where log2f rounds up to the next integer
-    (``qc_gg_floor_log2_bits``); here it equals the host's libm (ggml's
-    x86-64 build: glibc) on the 64 floats on each side of every power of
-    two (normal and subnormal), on every subnormal's top-bit boundary and
-    on random floats; a table entry off by one fails."""
+    (``qc_gg_floor_log2``: CPU and GPU); here it equals the host's libm
+    (ggml's x86-64 build: glibc) on the 64 floats on each side of every
+    power of two (normal and subnormal: where log2f can round up, at most
+    44 floats below), and on random floats; a table entry off by one
+    fails."""
     p = np.arange(1, 255, dtype=np.uint32) << np.uint32(23)
     sub = np.uint32(1) << np.arange(0, 23, dtype=np.uint32)
     around = (np.concatenate([p, sub, [np.uint32(0x7F800000)]])[:, None].astype(np.int64) +

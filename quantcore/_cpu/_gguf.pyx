@@ -13,6 +13,7 @@ import numpy as np
 cimport numpy as cnp
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cython.parallel cimport prange
+from libc.math cimport floorf, log2f
 from libc.stdint cimport int64_t, uint8_t
 
 cdef extern from "qc_gguf.h":
@@ -23,7 +24,6 @@ cdef extern from "qc_gguf.h":
     int qc_gg_iq4_index(float x) noexcept nogil
     void qc_gg_iq4_indices(const float *x, float id, uint8_t *L, int n) noexcept nogil
     float qc_gg_floor_log2(float a) noexcept nogil
-    float qc_gg_floor_log2_bits(float a) noexcept nogil
 
 cnp.import_array()
 
@@ -100,14 +100,14 @@ def iq4_index_pairs(const float[::1] x):
 
 
 def floor_log2_pairs(const float[::1] x):
-    """(libm's ``floorf(log2f(x))`` as the CPU's MXFP4 takes it, the
-    device's bits form ``qc_gg_floor_log2_bits``), float32 each, of every
-    positive value of ``x``: the tests' check of the device's table."""
+    """(libm's ``floorf(log2f(x))``, as ggml calls it, and the headers' bits
+    form ``qc_gg_floor_log2`` that MXFP4 takes on CPU and GPU), float32
+    each, of every positive value of ``x``: the tests' check of its table."""
     cdef int64_t n = x.shape[0], j
     host = np.empty(n, np.float32)
     bits = np.empty(n, np.float32)
     cdef float[::1] h = host, b = bits
     for j in range(n):
-        h[j] = qc_gg_floor_log2(x[j])
-        b[j] = qc_gg_floor_log2_bits(x[j])
+        h[j] = floorf(log2f(x[j]))
+        b[j] = qc_gg_floor_log2(x[j])
     return host, bits

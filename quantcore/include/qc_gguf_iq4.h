@@ -258,11 +258,13 @@ QC_GG_TABLE uint8_t qc_gg_log2_up[277] = {
     44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44, 44,
 };
 
-// floorf(log2f(a)) for a > 0 (inf: inf) from the bits, with no libm: the
-// exponent of a, plus one for the qc_gg_log2_up floats just below the next
-// power of two (the device's form; tests/test_gguf.py compares it with the
-// host's log2f around every power of two)
-QC_GG_FN float qc_gg_floor_log2_bits(float a) {
+// ggml's MXFP4 scale exponent floorf(log2f(a)) for a > 0 (inf: inf), as
+// its x86-64 build gives it (glibc's log2f), from the bits with no libm (the
+// device has no such log2f; the CPU takes the same form): the exponent of
+// a, plus one for the qc_gg_log2_up floats just below the next power of
+// two.  tests/test_gguf.py compares it with the host's libm around every
+// power of two, where every difference would be.
+QC_GG_FN float qc_gg_floor_log2(float a) {
     const uint32_t b = qc_gg_bits(a);
     if (b >= 0x7F800000u) return a;
     int e = (int)(b >> 23) - 127;  // floor(log2(a)): the exponent, or for a subnormal
@@ -273,16 +275,6 @@ QC_GG_FN float qc_gg_floor_log2_bits(float a) {
     const int k = e + 1;
     const uint32_t next = k >= -126 ? (uint32_t)(k + 127) << 23 : 1u << (k + 149);
     return (float)(b >= next - qc_gg_log2_up[k + 148] ? k : e);
-}
-
-// ggml's MXFP4 scale exponent floorf(log2f(a)), a > 0: libm's on the host
-// (ggml's x86-64 build: glibc), the bits' form on the device
-QC_GG_FN float qc_gg_floor_log2(float a) {
-#ifdef __CUDACC__
-    return qc_gg_floor_log2_bits(a);
-#else
-    return floorf(log2f(a));
-#endif
 }
 
 QC_GG_FN void qc_gg_mxfp4(const float *x, const float *, uint8_t *y, int64_t n) {
