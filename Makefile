@@ -149,8 +149,8 @@ wheel: $(VENV)/.created
 # (TEST_LANES=1: one lane after the other).  A phase's output goes to
 # build/test-logs/PHASE.log and is printed whole when the phase ends, a line
 # saying it started when it starts; the phase names and exit statuses last.
-TEST_LANE_1 := test-cpu gpu-toolchain-check llmc-check
-TEST_LANE_2 := test-lint test-numpy-levels gpu-emu-kernels gpu-emu-mirror test-bench
+TEST_LANE_1 := test-cpu gpu-toolchain-check
+TEST_LANE_2 := test-lint test-numpy-levels gpu-emu-kernels gpu-emu-mirror test-bench llmc-check
 TEST_PHASES := $(TEST_LANE_1) $(TEST_LANE_2)
 TEST_LANES ?= 2
 TEST_LOGS := build/test-logs
