@@ -364,6 +364,37 @@ def pread_into(fd, view, offset, what="the file"):
         at += got
 
 
+#: copy_file_range's errors that mean "not here" (another file system on an
+#: old kernel, no such call, a file system or sandbox that refuses it): the
+#: copy goes through memory instead
+_NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EPERM}
+
+
+def copy_range(src_fd, dst_fd, offset, nbytes, what="the file"):
+    """Append ``nbytes`` of ``src_fd`` from ``offset`` to ``dst_fd`` at its
+    file position: in the kernel (``os.copy_file_range``: no copy through
+    this process's memory), else with :func:`pread_into` and ``os.write``
+    where the system refuses it; OSError when the source ends first."""
+    at = 0
+    copy = getattr(os, "copy_file_range", None)
+    while at < nbytes and copy is not None:
+        try:
+            got = copy(src_fd, dst_fd, nbytes - at, offset + at)
+        except OSError as e:
+            if e.errno not in _NO_COPY_RANGE:
+                raise
+            break
+        if not got:
+            raise OSError(f"{what} was cut short: {nbytes - at} of {nbytes} bytes missing at "
+                          f"offset {offset + at}")
+        at += got
+    if at < nbytes:
+        view = memoryview(bytearray(nbytes - at))
+        pread_into(src_fd, view, offset + at, what)
+        while len(view):
+            view = view[os.write(dst_fd, view):]
+
+
 def same_file(a, b):
     """Whether the paths ``a`` and ``b`` name the same file (symlinks,
     symlinked folders and hard links included); False when either does not

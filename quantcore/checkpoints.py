@@ -47,7 +47,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._files import AtomicFile, pread_into
+from ._files import AtomicFile, copy_range, pread_into
 
 __all__ = ["SafetensorsReader", "SafetensorsWriter", "load_safetensors", "DTYPES",
            "dtype_name", "read_header"]
@@ -374,6 +374,18 @@ class SafetensorsReader(Mapping):
         self._pread(name, out, begin + start)
         return out
 
+    def copy_to(self, name, fd):
+        """Append the tensor's bytes to the file open for writing at ``fd``,
+        at its position, a piece of ``_READ_BYTES`` at a time
+        (``_files.copy_range``: in the kernel where the system can), the
+        file's size checked before each piece: a file truncated meanwhile
+        gives ValueError or OSError naming the tensor, never SIGBUS."""
+        _, _, begin, end = self._entry(name)
+        for start in range(begin, end, _READ_BYTES):
+            self._check(name)
+            copy_range(self._fd, fd, self._data_start + start, min(_READ_BYTES, end - start),
+                       f"{self.path}: tensor {name!r} (the file was truncated?)")
+
     def _pread(self, name, view, offset):
         """Fill ``view`` from data-section ``offset`` (the size checked first)."""
         self._check(name)
@@ -559,18 +571,19 @@ class SafetensorsWriter:
 
     def copy_from(self, reader, name, source=None):
         """Write tensor ``name`` as the bytes of ``reader``'s tensor
-        ``source`` (default ``name``), read with pread a bounded piece at a
-        time (``_READ_BYTES``): no memory map, so an input truncated during
-        the copy is a ValueError naming it, never SIGBUS, and the memory is
-        one piece whatever the tensor's size."""
+        ``source`` (default ``name``), copied file to file in the kernel a
+        bounded piece at a time (:meth:`SafetensorsReader.copy_to`): no
+        memory map, so an input truncated during the copy is an error naming
+        it, never SIGBUS, and no buffer whatever the tensor's size."""
         source = name if source is None else source
         nbytes = self._expect(name)
         size = reader.nbytes(source)
         if size != nbytes:
             raise ValueError(f"{self.path}: tensor {name!r} is declared {nbytes} bytes, "
                              f"{reader.path}: tensor {source!r} has {size}")
-        for start in range(0, nbytes, _READ_BYTES):
-            self._fh.write(reader.read_bytes(source, start, min(start + _READ_BYTES, nbytes)))
+        self._fh.flush()
+        reader.copy_to(source, self._fh.fileno())
+        self._fh.seek(0, os.SEEK_END)  # (the buffered writer's position: the file's end)
         self._next += 1
 
     def close(self):

@@ -482,37 +482,58 @@ def test_group_fake_quantize_module():
     assert grad.shape == w.shape and set(np.unique(grad)) <= {0.0, 1.0}
 
 
-def test_copied_tensors_are_read_with_pread_and_a_truncation_is_an_error(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kernel_copy", [True, False], ids=["copy_file_range", "pread"])
+def test_copied_tensors_are_copied_in_pieces_and_a_truncation_is_an_error(tmp_path, monkeypatch,
+                                                                          kernel_copy):
     """A tensor copied bytes for bytes (quantize's unquantized tensors, the
-    engines' ignored ones) is read a piece at a time with pread, not through
-    the memory map: the input truncated between two pieces gives an error
-    naming the file, never SIGBUS, and an intact copy is bytes for bytes."""
+    engines' ignored ones) goes file to file a piece at a time, in the
+    kernel (copy_file_range) or, where the system refuses that, through
+    pread and write; never through the memory map: the input truncated
+    between two pieces gives an error naming the file, never SIGBUS, and an
+    intact copy is bytes for bytes, written at the output's position among
+    the other tensors."""
+    import errno
+    import os
+
+    from quantcore import _files
+    real_copy = os.copy_file_range
+    if not kernel_copy:
+        def refuse(*args):
+            raise OSError(errno.EXDEV, "cross-device")
+        monkeypatch.setattr(os, "copy_file_range", refuse)
     src = tmp_path / "in.safetensors"
-    t = {"a": np.arange(64, dtype=np.float32), "b": np.arange(40, dtype=np.int16)}
+    t = {"a": np.arange(64, dtype=np.float32), "b": np.arange(40, dtype=np.int16),
+         "c": np.arange(5, dtype=np.uint8)}
     with CK.SafetensorsWriter(str(src), [(n, a.dtype, a.shape) for n, a in t.items()]) as w:
         for n, a in t.items():
             w.write(n, a)
     monkeypatch.setattr(CK, "_READ_BYTES", 32)
     with CK.SafetensorsReader(str(src)) as r:
         with CK.SafetensorsWriter(str(tmp_path / "out.safetensors"),
-                                  [("a", "F32", (64,)), ("b2", "I16", (40,))]) as w:
+                                  [("c", "U8", (5,)), ("a", "F32", (64,)), ("x", "F32", (3,)),
+                                   ("b2", "I16", (40,))]) as w:
+            w.write("c", t["c"])  # (buffered when the copy starts)
             w.copy_from(r, "a")
+            w.write("x", np.float32([1, 2, 3]))
             w.copy_from(r, "b2", "b")
     with CK.SafetensorsReader(str(tmp_path / "out.safetensors")) as back:
         assert np.array_equal(back["a"], t["a"]) and np.array_equal(back["b2"], t["b"])
-    reads = []
-    with CK.SafetensorsReader(str(src)) as r:
-        real = r.read_bytes
+        assert np.array_equal(back["c"], t["c"]) and back["x"].tolist() == [1, 2, 3]
+    pieces = []
+    real = _files.pread_into if not kernel_copy else real_copy
 
-        def cut_after_first(name, start=0, stop=None):
-            reads.append(start)
-            if len(reads) == 2:
-                with open(src, "r+b") as fh:
-                    fh.truncate(src.stat().st_size - 100)
-            return real(name, start, stop)
-        monkeypatch.setattr(r, "read_bytes", cut_after_first)
+    def cut_after_first(*args):
+        pieces.append(args)
+        if len(pieces) == 2:
+            with open(src, "r+b") as fh:
+                fh.truncate(src.stat().st_size - 100)
+        return real(*args)
+    monkeypatch.setattr(*((os, "copy_file_range") if kernel_copy else
+                          (_files, "pread_into")), cut_after_first)
+    with CK.SafetensorsReader(str(src)) as r:
         w = CK.SafetensorsWriter(str(tmp_path / "cut.safetensors"), [("a", "F32", (64,))])
         with pytest.raises((ValueError, OSError), match="in.safetensors"):
             w.copy_from(r, "a")
         w.abort()
+    assert len(pieces) == 2
     assert not (tmp_path / "cut.safetensors").exists()
