@@ -231,6 +231,10 @@ def write_build_config(cflags, ldflags, openmp, baseline, levels, quick):
 CPU = os.path.join("quantcore", "_cpu")
 #: the units of the loops, each compiled once per SIMD build (qc_kernels.h)
 LOOP_UNITS = sorted(glob.glob(os.path.join(CPU, "qc_loops_*.cpp")))
+#: the units compiled once per SIMD level (the build in use chosen at run
+#: time: qc_kernels.h, qc_eng_builds.h), by extension
+SIMD_UNITS = {"quantcore._cpu._kernels": LOOP_UNITS,
+              "quantcore._cpu._engines": [os.path.join(CPU, "qc_eng_loops.cpp")]}
 OBJ_DIR = os.path.join("build", "qc_obj")
 #: the units whose speed ``make demo`` does not show: the loops it does not
 #: run (the MX / NVFP4, code, FP8 and group loops; the GGUF and
@@ -242,7 +246,7 @@ OBJ_DIR = os.path.join("build", "qc_obj")
 #: add no reassociation or contraction at any level (-ffp-contract=off, no
 #: -ffast-math), so -O1 gives the same bits: only the speed differs.
 DEMO_QUICK_UNITS = ("qc_loops_affine", "qc_loops_mx", "qc_loops_codes", "qc_loops_fp8",
-                    "qc_loops_groups", "_gguf", "_engines")
+                    "qc_loops_groups", "_gguf", "_engines", "qc_eng_loops")
 #: the versions of each object kept in OBJ_DIR/store, by key (a branch switch
 #: or an edit undone finds its object there instead of compiling it again)
 STORE_KEEP = 3
@@ -280,9 +284,9 @@ class BuildExt(build_ext):
             ext.extra_compile_args = cflags
             ext.extra_link_args = ldflags
             macros = list(ext.define_macros)
-            if ext.name == "quantcore._cpu._kernels":
+            if ext.name in SIMD_UNITS:
                 # the loops: each unit once per build, in the build's namespace
-                for unit in LOOP_UNITS:
+                for unit in SIMD_UNITS[ext.name]:
                     for level in [2] + levels:
                         march = [SIMD_LEVELS[level][1]] if level in SIMD_LEVELS else []
                         obj = os.path.join(OBJ_DIR, f"{_unit(unit)}.v{level}.o")

@@ -210,6 +210,12 @@ def test_each_unit_includes_only_the_headers_of_what_it_runs(tmp_path):
     # the tables (compiled once) need no group recipe: an edit of qc_groups.h
     # rebuilds the groups loops only
     assert "qc_groups.h" not in _header_closure(cxx, cpu / "qc_tables.cpp")
+    # the engine writers' row loops (one unit per SIMD build, _engines):
+    # qc_engines.h and what it needs, no other family's loops or formulas
+    closure = _header_closure(cxx, cpu / "qc_eng_loops.cpp")
+    assert {"qc_engines.h", "qc_eng_builds.h"} <= closure
+    assert not closure & {"qc_groups.h", "qc_mx.h", "qc_families.h", "qc_format_families.h",
+                          "qc_cpu_loops.h", "qc_gguf.h"}, closure
     named = set()
     for path in sorted(cpu.glob("_kernels*.p*")):
         named |= set(re.findall(r'(?:cdef extern from|#include) "(qc_\w+\.h)"',
@@ -308,7 +314,7 @@ def test_demo_build_compiles_only_the_units_whose_speed_it_does_not_show_at_O1(m
     monkeypatch.setenv("QUANTCORE_BUILD", "fast")
     with pytest.raises(SystemExit, match="QUANTCORE_BUILD='fast'"):
         mod.quick_units()
-    units = {mod._unit(u) for u in mod.LOOP_UNITS}
+    units = {mod._unit(u) for us in mod.SIMD_UNITS.values() for u in us}
     units |= {mod._unit(src) for ext in mod.extensions for src in ext.sources}
     assert set(mod.DEMO_QUICK_UNITS) <= units
     # the demo times calibrations: the observers of the extension's own unit

@@ -106,6 +106,25 @@ def test_row_amax_on_bits_and_values():
         CT.row_absmax(x, "w")
 
 
+@pytest.mark.parametrize("group", [2, 4, 8, 16, 32, 64])
+def test_group_amax_on_bits_and_values(group):
+    """group_absmax_rows is absmax_rows of each group (NaN over inf, -0 as
+    0), on stored bits and float32 values, at 1 and 2 threads; groups
+    shorter and longer than its 8 lanes."""
+    x = CT.round_to(np.random.default_rng(group).standard_normal((5, 128)).astype(F32), "BF16")
+    x[0, :6] = [-0.0, 0.0, -0.0, -0.0, 0.0, -0.0]
+    x[0, 64:] = -0.0
+    x[1, 5], x[2, 70], x[3, 1], x[3, 127] = np.inf, -np.inf, np.nan, np.inf
+    x[4, 9] = 2.0 ** -130
+    for w in (x, _bits(x)):
+        ref = E.absmax_rows(np.ascontiguousarray(w).reshape(-1, group), 1).reshape(5, -1)
+        for nt in (1, 2):
+            got = E.group_absmax_rows(w, group, nt)
+            assert got.view(np.uint32).tolist() == ref.view(np.uint32).tolist()
+    with pytest.raises(ValueError, match="tensor 'w' holds NaN or inf"):
+        CT.group_absmax(x, 16, "w")
+
+
 @pytest.mark.parametrize("dt", ["BF16", "F16", "F32"])
 def test_fp8_weights_equal_the_numpy_path(dt):
     """compressed-tensors' and ModelOpt's FP8 weights (the fast loops) equal
@@ -175,27 +194,25 @@ def _e2m1_tricky():
 @pytest.mark.parametrize("rnd", [True, False])
 @pytest.mark.parametrize("group", [16, 32])
 def test_fp4_rows_ties_and_every_bf16_value(rnd, group):
-    table = CT.e2m1_codes((np.arange(65536, dtype=np.uint32) << 16).view(F32))
     v = _e2m1_tricky().reshape(1, -1)
     d = np.ones((1, v.shape[1] // group), F32)
     for nt in (1, 2):
-        assert np.array_equal(E.fp4_rows(v, d, group, table, rnd, nt),
-                              _fp4_reference(v, d, group, rnd))
+        assert np.array_equal(E.fp4_rows(v, d, group, rnd, nt), _fp4_reference(v, d, group, rnd))
     b = np.arange(65536, dtype=np.uint32)
     rows = b[(b & 0x7F80) != 0x7F80].astype(np.uint16).reshape(-1, 256)
     xr = (rows.astype(np.uint32) << 16).view(F32)
     d = np.random.default_rng(1).choice(np.array([1, 0.5, 3e-3, 7.25, 1e-20, 3e20], F32),
                                         (rows.shape[0], 256 // group)).astype(F32)
     ref = _fp4_reference(xr, d, group, rnd)
-    assert np.array_equal(E.fp4_rows(rows, d, group, table, rnd, 1), ref)
-    assert np.array_equal(E.fp4_rows(xr, d, group, table, rnd, 2), ref)
+    assert np.array_equal(E.fp4_rows(rows, d, group, rnd, 1), ref)
+    assert np.array_equal(E.fp4_rows(xr, d, group, rnd, 2), ref)
 
 
 @settings(max_examples=40, deadline=None)
 @given(dt=st.sampled_from(["BF16", "F16", "F32"]), rows=st.integers(1, 7),
        groups=st.integers(1, 9), log_spread=st.integers(-12, 10), seed=st.integers(0, 2**32 - 1))
 def test_fp4_weights_equal_the_numpy_path(dt, rows, groups, log_spread, seed):
-    """NVFP4A16's and MXFP4's weights (the table loop) equal the numpy
+    """NVFP4A16's and MXFP4's weights (the e2m1 loop) equal the numpy
     formulas they replaced."""
     rng = np.random.default_rng(seed)
     x = CT.round_to((rng.standard_normal((rows, 32 * groups)) * 2.0 ** log_spread).astype(F32),
@@ -216,8 +233,8 @@ def test_fp4_weights_equal_the_numpy_path(dt, rows, groups, log_spread, seed):
 
 @pytest.mark.parametrize("dt", ["BF16", "F32", "F16"])
 def test_w4a16_words_equal_the_numpy_path(dt):
-    """W4A16's packed words (the table loop) equal pack_int32 of int_group's
-    codes: on every BF16 / F16 value (BF16: and its stored bits), and on the
+    """W4A16's packed words (the int4 code loop) equal pack_int32 of the
+    numpy int_group's codes: on every BF16 / F16 value (BF16: and its stored bits), and on the
     rounding ties k + 0.5 and a float32 ulp either side (F32)."""
     b = np.arange(65536, dtype=np.uint32)
     x = (b[(b & 0x7F80) != 0x7F80] << 16).view(F32).reshape(-1, 256)
@@ -234,11 +251,11 @@ def test_w4a16_words_equal_the_numpy_path(dt):
     for group in (32, 64, 128):
         if x.shape[1] % group:
             continue
-        want_q, want_s, _ = CT.int_group(np.array(x), dt, 4, group)
-        packed, s = CT.int4_packed(x, dt, group)
+        want_q, want_s, _ = CT.int_group(np.array(x), dt, 4, group, loops=False)
+        packed, s, _ = CT.int_group(x, dt, 4, group, packed=True)
         assert np.array_equal(packed, CT.pack_int32(want_q, 4)) and np.array_equal(s, want_s)
         if dt == "BF16":
-            assert np.array_equal(CT.int4_packed(_bits(x), dt, group)[0], packed)
+            assert np.array_equal(CT.int_group(_bits(x), dt, 4, group, packed=True)[0], packed)
 
 
 def _int_ties(bits):

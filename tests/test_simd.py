@@ -287,6 +287,36 @@ def test_block_scaled_recipes(both):
             assert_same_bytes(full, np.ascontiguousarray(part))
 
 
+def test_engine_row_loops(both):
+    """The engine writers' row loops (_engines, qc_eng_loops.cpp: its own
+    builds, switched with _kernels') on BF16 bits and float32 values full
+    of ties, specials and signed zeros."""
+    from quantcore._cpu import _engines as E
+    x = data(np.float32, (24, 256), 11)
+    b = (x.view(np.uint32) >> 16).astype(np.uint16)
+    s = np.geomspace(1e-3, 1e3, 24).astype(np.float32)
+    d = np.geomspace(1e-2, 1e2, 24 * 16).astype(np.float32).reshape(24, 16)
+    z = np.rint(np.linspace(-8, 7, 24 * 2)).astype(np.float32).reshape(24, 2)
+
+    def loops():
+        out = []
+        for w in (b, x):
+            for nt in (1, 2):
+                out += [E.absmax_rows(w, nt), E.group_absmax_rows(w, 16, nt),
+                        *E.group_minmax_rows(w, 32, nt)]
+                for r in (True, False):
+                    out += [E.fp8_rows(w, s, r, nt), E.fp4_rows(w, d, 16, r, nt),
+                            E.int_rows(w, d[:, :2].copy(), z, 128, -8, 7, r, nt, 4),
+                            E.int_rows(w, d[:, :2].copy(), z, 128, -128, 127, r, nt, 0)]
+        return out
+
+    original = E.simd_variant()
+    try:
+        same(*both(lambda: (E.select_simd(K.simd_variant()), loops())[1]))
+    finally:
+        E.select_simd(original)
+
+
 def binade_sweep():
     """float32 values in every binade (every exponent field, float32
     subnormals, +-Inf, NaN) with the mantissas where rounding to 1, 2 or 3

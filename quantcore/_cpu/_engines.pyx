@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""The engine checkpoint writers' FP8 weight loops (quantcore.engines).
+"""The engine checkpoint writers' weight loops (quantcore.engines).
 
 The per-element rules are in ``quantcore/include/qc_engines.h``; this module
 runs them over the rows of a C-contiguous weight given as its stored bits
@@ -7,11 +7,12 @@ runs them over the rows of a C-contiguous weight given as its stored bits
 ``prange`` (rows are independent: the bytes do not depend on the thread
 count):
 
-* :func:`absmax_rows` -- max |x| of each row (NaN when the row holds a NaN,
-  else inf when it holds an inf), in one pass over the stored bits;
+* :func:`absmax_rows`, :func:`group_absmax_rows` -- max |x| of each row or
+  group (NaN when it holds a NaN, else inf when it holds an inf), in one
+  pass over the stored bits;
 * :func:`fp8_rows` -- e4m3fn codes (satfinite) of ``x / s`` per row,
   rounded to BF16 first when asked (compressed-tensors' ``r_D(x / s)``);
-* :func:`fp4_rows` -- 4-bit codes of ``x / d`` per group by a table;
+* :func:`fp4_rows` -- e2m1 codes of ``x / d`` per group;
 * :func:`group_minmax_rows`, :func:`int_rows` -- the integer group schemes'
   (W8A16, W4A16_ASYM) group minima / maxima and codes.
 """
@@ -22,24 +23,54 @@ from cython.parallel cimport prange
 from libc.stdint cimport int8_t, int64_t, uint8_t, uint16_t, uint32_t
 
 cdef extern from "qc_engines.h":
-    float qc_eng_absmax_bf16(const uint16_t *x, int64_t n) noexcept nogil
-    float qc_eng_absmax_f32(const uint32_t *x, int64_t n) noexcept nogil
     uint8_t qc_eng_fp8(float x, float s, int round_bf16) noexcept nogil
     void qc_eng_fp8_table(uint8_t *t) noexcept nogil
-    void qc_eng_fp8_row(const uint8_t *t, const void *x, int bf16, uint8_t *q, int64_t n,
-                        float s, int r) noexcept nogil
-    void qc_eng_fp4_rows(const uint8_t *t, const void *x, int bf16, uint8_t *q, int64_t n,
-                         const float *d, int gshift, int r) noexcept nogil
-    void qc_eng_group_minmax_rows(const void *x, int bf16, int64_t n, int gshift, float *lo,
-                                  float *hi) noexcept nogil
-    void qc_eng_int_rows(const void *x, int bf16, uint8_t *q, int64_t n, const float *s,
-                         const float *z, int gshift, float qmin, float qmax, int r,
-                         int pack) noexcept nogil
+
+cdef extern from "qc_eng_builds.h":
+    int qc_simd_level "qc::simd_level"
+    int qc_select_simd "qc::select_simd"(int max_level)
+    float qc_eng_run_absmax_bf16(const uint16_t *x, int64_t n) noexcept nogil
+    float qc_eng_run_absmax_f32(const uint32_t *x, int64_t n) noexcept nogil
+    void qc_eng_run_fp8_row(const uint8_t *t, const void *x, int bf16, uint8_t *q, int64_t n,
+                            float s, int r) noexcept nogil
+    void qc_eng_run_fp4_rows(const void *x, int bf16, uint8_t *q, int64_t n, const float *d,
+                             int gshift, int r) noexcept nogil
+    void qc_eng_run_group_absmax_rows(const void *x, int bf16, int64_t n, int gshift,
+                                      float *out) noexcept nogil
+    void qc_eng_run_group_minmax_rows(const void *x, int bf16, int64_t n, int gshift,
+                                      float *lo, float *hi) noexcept nogil
+    void qc_eng_run_int_rows(const void *x, int bf16, uint8_t *q, int64_t n, const float *s,
+                             const float *z, int gshift, float qmin, float qmax, int r,
+                             int pack) noexcept nogil
 
 cnp.import_array()
 
 cdef uint8_t _FP8_TABLE[65536]
 qc_eng_fp8_table(_FP8_TABLE)
+
+#: the builds of the row loops by SIMD level (qc_eng_builds.h: _kernels')
+_SIMD_LEVELS = {"baseline": 2, "x86-64-v3": 3, "x86-64-v4": 4}
+
+
+def select_simd(name):
+    """Run the row loops of the build ``name`` ("baseline", "x86-64-v3",
+    "x86-64-v4"), or the best one this CPU has below it; returns the build
+    in use.  _kernels' choice at import (QUANTCORE_SIMD caps it) is this
+    module's too; for tests, which compare the builds bit for bit."""
+    if name not in _SIMD_LEVELS:
+        raise ValueError(f"SIMD build {name!r}: expected one of {list(_SIMD_LEVELS)}")
+    qc_select_simd(_SIMD_LEVELS[name])
+    return simd_variant()
+
+
+def simd_variant():
+    """The build of the row loops in use (:func:`select_simd`)."""
+    return {v: k for k, v in _SIMD_LEVELS.items()}[qc_simd_level]
+
+
+from quantcore._cpu._kernels import simd_variant as _kernels_variant  # noqa: E402
+
+select_simd(_kernels_variant())
 
 
 cdef const char *_rows_data(x, int64_t *item) except NULL:
@@ -92,8 +123,8 @@ def absmax_rows(x, int nthreads):
 
 cdef inline float _absmax_row(const void *p, int bf16, int64_t r, int64_t n) noexcept nogil:
     if bf16:
-        return qc_eng_absmax_bf16(<const uint16_t *>p + r * n, n)
-    return qc_eng_absmax_f32(<const uint32_t *>p + r * n, n)
+        return qc_eng_run_absmax_bf16(<const uint16_t *>p + r * n, n)
+    return qc_eng_run_absmax_f32(<const uint32_t *>p + r * n, n)
 
 
 def fp8_rows(x, const float[::1] scales, bint round_bf16, int nthreads):
@@ -117,26 +148,24 @@ def fp8_rows(x, const float[::1] scales, bint round_bf16, int nthreads):
     if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
         with nogil:
             for r in range(rows):
-                qc_eng_fp8_row(_FP8_TABLE, p + r * n * item, item == 2, op + r * n, n, sp[r * ss], rnd)
+                qc_eng_run_fp8_row(_FP8_TABLE, p + r * n * item, item == 2, op + r * n, n, sp[r * ss], rnd)
     else:
         for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
-            qc_eng_fp8_row(_FP8_TABLE, p + r * n * item, item == 2, op + r * n, n, sp[r * ss], rnd)
+            qc_eng_run_fp8_row(_FP8_TABLE, p + r * n * item, item == 2, op + r * n, n, sp[r * ss], rnd)
     return out
 
 
-def fp4_rows(x, const float[:, ::1] divisors, int group, const uint8_t[::1] table,
-             bint round_bf16, int nthreads):
-    """uint8 [rows, n / 2]: the 4-bit codes ``table[index]`` of ``x /
-    divisors[row, j // group]`` packed two a byte (element 2i in the low
-    nibble); the index is the BF16 bits of the quotient rounded to nearest
-    even when ``round_bf16``, else rounded to odd (qc_eng_index); ``x``
-    C-contiguous 2-D uint16 BF16 bits or float32, ``n`` a multiple of the
-    power-of-two ``group``; ``table`` 65536 codes."""
+def fp4_rows(x, const float[:, ::1] divisors, int group, bint round_bf16, int nthreads):
+    """uint8 [rows, n / 2]: compressed-tensors' e2m1 codes (``qc_eng_e2m1``:
+    ``compressed_tensors.e2m1_codes``) of ``x / divisors[row, j // group]``,
+    rounded to nearest even to BF16 first when ``round_bf16``, packed two a
+    byte (element 2i in the low nibble); ``x`` C-contiguous 2-D uint16 BF16
+    bits or float32, ``n`` a multiple of the power-of-two ``group``."""
     cdef int64_t rows = x.shape[0], n = x.shape[1], r
     cdef int gshift = _group_shift(n, group)
-    if table.shape[0] != 65536 or divisors.shape[0] != rows or divisors.shape[1] != n // group:
+    if divisors.shape[0] != rows or divisors.shape[1] != n // group:
         raise ValueError(f"fp4_rows: x {x.shape}, group {group}, divisors "
-                         f"{divisors.shape[0]}x{divisors.shape[1]}, table {table.shape[0]}")
+                         f"{divisors.shape[0]}x{divisors.shape[1]}")
     out = np.empty((rows, n // 2), np.uint8)
     cdef uint8_t[:, ::1] o = out
     cdef int rnd = round_bf16
@@ -145,16 +174,15 @@ def fp4_rows(x, const float[:, ::1] divisors, int group, const uint8_t[::1] tabl
     cdef int64_t item
     cdef const char *p = _rows_data(x, &item)
     cdef const float *dp = &divisors[0, 0]
-    cdef const uint8_t *tp = &table[0]
     cdef uint8_t *op = &o[0, 0]
     if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
         with nogil:
             for r in range(rows):
-                qc_eng_fp4_rows(tp, p + r * n * item, item == 2, op + r * (n // 2), n,
+                qc_eng_run_fp4_rows(p + r * n * item, item == 2, op + r * (n // 2), n,
                                 dp + r * (n // group), gshift, rnd)
     else:
         for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
-            qc_eng_fp4_rows(tp, p + r * n * item, item == 2, op + r * (n // 2), n,
+            qc_eng_run_fp4_rows(p + r * n * item, item == 2, op + r * (n // 2), n,
                             dp + r * (n // group), gshift, rnd)
     return out
 
@@ -163,6 +191,31 @@ cdef int _group_shift(int64_t n, int group) except -1:
     if group < 2 or group & (group - 1) or n % group:
         raise ValueError(f"row length {n} and group {group}: a power-of-two group dividing it")
     return group.bit_length() - 1
+
+
+def group_absmax_rows(x, int group, int nthreads):
+    """float32 [rows, n / group]: max |x| of every group of ``group`` values
+    along the rows of ``x`` (C-contiguous 2-D uint16 BF16 bits or float32;
+    a power-of-two group dividing n), on the bits as :func:`absmax_rows`
+    (NaN for a group with a NaN, else inf for one with an inf)."""
+    cdef int64_t rows = x.shape[0], n = x.shape[1], r
+    cdef int gshift = _group_shift(n, group)
+    out = np.empty((rows, n // group), np.float32)
+    if rows == 0 or n == 0:
+        return out
+    cdef float[:, ::1] ov = out
+    cdef int64_t item
+    cdef const char *p = _rows_data(x, &item)
+    cdef float *op = &ov[0, 0]
+    cdef int64_t ng = n // group
+    if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
+        with nogil:
+            for r in range(rows):
+                qc_eng_run_group_absmax_rows(p + r * n * item, item == 2, n, gshift, op + r * ng)
+    else:
+        for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
+            qc_eng_run_group_absmax_rows(p + r * n * item, item == 2, n, gshift, op + r * ng)
+    return out
 
 
 def group_minmax_rows(x, int group, int nthreads):
@@ -184,11 +237,11 @@ def group_minmax_rows(x, int group, int nthreads):
     if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
         with nogil:
             for r in range(rows):
-                qc_eng_group_minmax_rows(p + r * n * item, item == 2, n, gshift, lp + r * ng,
+                qc_eng_run_group_minmax_rows(p + r * n * item, item == 2, n, gshift, lp + r * ng,
                                          hp + r * ng)
     else:
         for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
-            qc_eng_group_minmax_rows(p + r * n * item, item == 2, n, gshift, lp + r * ng,
+            qc_eng_run_group_minmax_rows(p + r * n * item, item == 2, n, gshift, lp + r * ng,
                                      hp + r * ng)
     return lo, hi
 
@@ -225,10 +278,10 @@ def int_rows(x, const float[:, ::1] scales, const float[:, ::1] zero_points, int
     if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
         with nogil:
             for r in range(rows):
-                qc_eng_int_rows(p + r * n * item, item == 2, op + r * width, n, sp + r * ng,
+                qc_eng_run_int_rows(p + r * n * item, item == 2, op + r * width, n, sp + r * ng,
                                 zp + r * ng, gshift, lo, hi, rnd, pack)
     else:
         for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
-            qc_eng_int_rows(p + r * n * item, item == 2, op + r * width, n, sp + r * ng,
+            qc_eng_run_int_rows(p + r * n * item, item == 2, op + r * width, n, sp + r * ng,
                             zp + r * ng, gshift, lo, hi, rnd, pack)
     return out

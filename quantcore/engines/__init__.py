@@ -24,8 +24,9 @@ import numpy as np
 
 from . import compressed_tensors as CT
 from . import modelopt as MO
+from .fused import FusedSetReader
 from .hf import DEFAULT_MAX_SHARD_SIZE, HFModel, ModelDirError, check_device, parse_size, \
-    write_quantized_dir
+    read_weight, write_quantized_dir
 
 __all__ = ["quantize_model", "load_dequantized", "convert_model", "ENGINE_FORMATS",
            "ModelDirError"]
@@ -104,19 +105,23 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
     with HFModel(src) as model:
         chosen, ignore, copied = CT.select_checked(
             model, src, lambda n, shape: CT.check_shape(n, shape, scheme, group))
-        global_scales = _global_scales(model, chosen) if scheme == "NVFP4A16" else {}
+        fused = FusedSetReader(model, chosen, CT.NVFP4_GROUP) if scheme == "NVFP4A16" else None
         config = dict(model.config)
         config["quantization_config"] = CT.quantization_config(scheme, ignore, group)
 
         def quantize(x, dt, name):
-            outs = CT.quantize_tensor(x, dt, scheme, group, global_scales.get(name), name)
+            g = maxima = None
+            if fused is not None:  # (the global scale of the fused set's absmax)
+                maxima, amax = fused.take(name)
+                g = CT.nvfp4_global_scale(amax, dt)
+            outs = CT.quantize_tensor(x, dt, scheme, group, g, name, maxima)
             return {f"{CT.module_of(name)}.{k}": v for k, v in outs.items()}
 
         written = write_quantized_dir(model, dst, config, set(chosen),
                                       lambda n, dt, shape: CT.plan(n, dt, shape, scheme, group),
                                       quantize, limit, progress=progress,
                                       bits=True,  # (every scheme's loops read stored bits)
-                                      device=device)
+                                      device=device, read=fused.read if fused else read_weight)
     return {"quantized": chosen, "ignore": ignore, "copied": copied, **written,
             "seconds": time.perf_counter() - t0}
 
@@ -124,13 +129,6 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
 def _quantize_modelopt(*args):
     from .modelopt_dir import quantize_modelopt
     return quantize_modelopt(*args)
-
-
-def _global_scales(model, chosen):
-    """{weight: NVFP4 global scale}: from the absmax over its fused set
-    (:func:`compressed_tensors.fused_absmax`)."""
-    return {n: CT.nvfp4_global_scale(a, model.info(n)[0])
-            for n, a in CT.fused_absmax(model, chosen).items()}
 
 
 def load_dequantized(path):

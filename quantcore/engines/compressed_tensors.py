@@ -223,11 +223,15 @@ def row_absmax(w, name="weight"):
     ValueError naming ``name`` (:func:`hf.nonfinite_error`) when it holds a
     NaN or an inf."""
     loops, w, nt = _loops(w, "row_absmax")
-    a = loops.absmax_rows(w, nt)
-    if not np.isfinite(a).all():
+    return _finite(loops.absmax_rows(w, nt), name)
+
+
+def _finite(amax, name):
+    """``amax``, or the ValueError naming ``name`` when one is NaN or inf."""
+    if not np.isfinite(amax).all():
         from .hf import nonfinite_error
         raise nonfinite_error(name)
-    return a
+    return amax
 
 
 def fp8_rows(w, s, dt_round):
@@ -310,28 +314,6 @@ def _int_codes(v, bits):
     return v.astype(np.int8)
 
 
-_INT4_TABLE = None
-
-
-def int4_packed(x, dt, group, name="weight"):
-    """W4A16's weight (symmetric int4 groups) as compressed-tensors stores
-    it: (int32 words [O, I / 8]: :func:`pack_int32` of :func:`int_group`'s
-    codes, scales float32 [O, I / group]) of rows ``x`` holding ``dt``
-    values (float32, or a BF16 weight's stored uint16 bits), by the table
-    loop of :func:`fp4_codes` over ``_int_codes(value) + 8`` of every BF16
-    value (F16: :func:`int_group`)."""
-    s = _scale(group_absmax(x, group, name), 7.5, dt)
-    if dt == "F16":
-        return pack_int32(int_group(x, dt, 4, group)[0], 4), s
-    global _INT4_TABLE
-    if _INT4_TABLE is None:
-        with np.errstate(invalid="ignore"):  # (NaN entries: never looked up)
-            v = (np.arange(65536, dtype=np.uint32) << 16).view(F32)
-            _INT4_TABLE = (_int_codes(v, 4).astype(np.int16) + 8).astype(np.uint8)
-    packed = fp4_codes(x, s, group, dt, _INT4_TABLE)
-    return packed.view("<i4"), s  # (fp4_codes: a new C-contiguous array, numpy or cupy)
-
-
 def mx_exponents(amax, dt):
     """MXFP4's biased E8M0 exponents (uint8) and float32 scales of the
     per-group ``amax`` (``dt`` values): compressed-tensors'
@@ -359,20 +341,19 @@ def mx_exponents(amax, dt):
 
 def group_absmax(x, group, name="weight"):
     """max |x| [O, I / group] of each group of ``group`` values along the rows
-    of ``x`` (float32 values or a BF16 weight's stored uint16 bits):
-    :func:`row_absmax` of the groups (NaN / inf refused naming ``name``)."""
-    rows, k = x.shape
-    x = A.array_module(x).ascontiguousarray(x)
-    return row_absmax(x.reshape(-1, group), name).reshape(rows, k // group)
+    of ``x`` (float32 values or a BF16 weight's stored uint16 bits), in one
+    pass (``_engines.group_absmax_rows``; NaN / inf refused naming ``name``
+    as :func:`row_absmax`)."""
+    loops, x, nt = _loops(x, "group_absmax")
+    return _finite(loops.group_absmax_rows(x, group, nt), name)
 
 
-def fp4_codes(x, divisors, group, dt_round, table=None):
+def fp4_codes(x, divisors, group, dt_round):
     """:func:`e2m1_codes` of ``r(x / divisors[:, j // group])`` packed two a
     byte (F.pack_int4's order), ``r`` rounding to ``dt_round`` ("BF16",
-    "F32", "F16" or None: none): the table loop of ``qc_engines.h``
-    (``_engines.fp4_rows``) over float32 values or stored BF16 bits, with the
-    table of :func:`e2m1_codes` over every BF16 value (F16: numpy), or
-    ``table`` (65536 4-bit codes of the BF16 values; not for F16)."""
+    "F32", "F16" or None: none): the loop of ``qc_engines.h``
+    (``_engines.fp4_rows``, its e2m1 rule ``qc_eng_e2m1``) over float32
+    values or stored BF16 bits (F16: numpy)."""
     rows, k = x.shape
     d = np.ascontiguousarray(divisors, F32)
     if dt_round == "F16":
@@ -380,15 +361,8 @@ def fp4_codes(x, divisors, group, dt_round, table=None):
             v = _round_own(np.divide(x.reshape(rows, k // group, group), d[..., None],
                                      dtype=F32), "F16")
         return F.pack_int4(e2m1_codes(v).reshape(rows, k))
-    global _E2M1_TABLE
-    if _E2M1_TABLE is None:
-        _E2M1_TABLE = e2m1_codes((np.arange(65536, dtype=np.uint32) << 16).view(F32))
     loops, x, nt = _loops(x, "fp4_codes")
-    return loops.fp4_rows(x, d, group, _E2M1_TABLE if table is None else table,
-                          dt_round == "BF16", nt)
-
-
-_E2M1_TABLE = None
+    return loops.fp4_rows(x, d, group, dt_round == "BF16", nt)
 
 
 def mxfp4(x, dt, name="weight"):
@@ -415,16 +389,23 @@ _E2M1_UP = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, Fals
 E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], F32)
 
 
-def nvfp4(x, dt, g, name="weight"):
+def nvfp4(x, dt, g, name="weight", group_amax=None):
     """NVFP4A16's weight: (packed uint8 [O, I / 2], FP8 scale codes uint8
     [O, I / 16], the float32 per-group divisors f32(s / g)) of rows ``x``
     holding ``dt`` values (float32, or a BF16 weight's stored uint16 bits),
-    with the global scale ``g``."""
-    s = round_to((group_absmax(x, NVFP4_GROUP, name) / F32(6)).astype(F32), dt)
-    s = F.fp8_decode(F.cast_fp8((g * s).astype(F32), "e4m3fn"), "e4m3fn")
-    s = np.where(s == 0, F32(0.125), s).astype(F32)
-    t = (s / g).astype(F32)
-    return fp4_codes(x, t, NVFP4_GROUP, None), F.cast_fp8(s, "e4m3fn"), t
+    with the global scale ``g`` (``group_amax``: :func:`group_absmax` of
+    ``x``, when already taken: ``fused.FusedSetReader``)."""
+    if group_amax is None:
+        group_amax = group_absmax(x, NVFP4_GROUP, name)
+    s = _round_own(np.divide(group_amax, F32(6), dtype=F32), dt)
+    codes = F.cast_fp8(np.multiply(g, s, dtype=F32), "e4m3fn")
+    codes[codes == 0] = _E4M3_EIGHTH  # (g * s >= 0: a zero scale is 0.125)
+    t = np.divide(F.fp8_decode(codes, "e4m3fn"), g, dtype=F32)
+    return fp4_codes(x, t, NVFP4_GROUP, None), codes, t
+
+
+#: the e4m3fn code of 0.125, NVFP4A16's scale where the group's is zero
+_E4M3_EIGHTH = F.cast_fp8(np.float32([0.125]), "e4m3fn")[0]
 
 
 def e2m1_codes(v):
@@ -447,22 +428,6 @@ def e2m1_values(packed):
     the low nibble)."""
     codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
     return E2M1_VALUES[codes & 7] * np.where(codes & 8, F32(-1), F32(1))
-
-
-def fused_absmax(model, chosen):
-    """{weight: max |x| over its fused set} (:func:`fused_sets`: q/k/v,
-    gate/up, experts' w1/w3 share one NVFP4 global scale, as llm-compressor's
-    fused observers, ModelOpt's ``preprocess_linear_fusion`` and vLLM's
-    fused layers expect; else the weight's own) of the 2-D weights
-    ``chosen`` of an ``hf.HFModel``, in one read pass over their stored
-    bits; NaN / inf refused naming the tensor (:func:`row_absmax`)."""
-    from .hf import read_weight
-    amax = {}
-    for n in chosen:
-        x = read_weight(model, n, True)
-        amax[n] = F32(row_absmax(x.reshape(1, -1) if x.ndim != 2 else x, n).max(initial=0))
-    sets = fused_sets(chosen)
-    return {n: max(amax[m] for m in sets.get(n, (n,))) for n in chosen}
 
 
 def pack_int32(q, bits):
@@ -538,17 +503,18 @@ def plan(name, dt, shape, scheme, group):
     return out
 
 
-def quantize_tensor(x, dt, scheme, group, global_scale=None, name="weight"):
+def quantize_tensor(x, dt, scheme, group, global_scale=None, name="weight", group_amax=None):
     """{stored name suffix: array} of one weight (float32 ``x`` holding its
     ``dt`` values, or a BF16 weight's stored uint16 bits;
-    NVFP4A16: with its fused set's ``global_scale``), in :func:`plan`'s
+    NVFP4A16: with its fused set's ``global_scale`` and, when taken
+    already, its group maxima ``group_amax``), in :func:`plan`'s
     order (``name`` in errors); numpy or cupy ``x`` (:func:`on_device`)."""
-    return on_device(_quantize_tensor, x, dt, scheme, group, global_scale, name)
+    return on_device(_quantize_tensor, x, dt, scheme, group, global_scale, name, group_amax)
 
 
-def _quantize_tensor(x, dt, scheme, group, global_scale, name):
+def _quantize_tensor(x, dt, scheme, group, global_scale, name, group_amax):
     if scheme == "NVFP4A16":
-        packed, scodes, _ = nvfp4(x, dt, global_scale, name)
+        packed, scodes, _ = nvfp4(x, dt, global_scale, name, group_amax)
         return {"weight_packed": packed, "weight_scale": scodes,
                 "weight_global_scale": np.asarray(global_scale, F32).reshape(1)}
     if scheme == "FP8_DYNAMIC":
@@ -558,10 +524,7 @@ def _quantize_tensor(x, dt, scheme, group, global_scale, name):
         packed, e = mxfp4(x, dt, name)
         return {"weight_packed": packed, "weight_scale": e}
     bits, sym = SCHEMES[scheme][1], scheme not in ASYMMETRIC
-    if scheme == "W4A16":
-        packed, s = int4_packed(x, dt, group, name)
-    else:
-        packed, s, zp = int_group(x, dt, bits, group, sym, name, packed=True)
+    packed, s, zp = int_group(x, dt, bits, group, sym, name, packed=True)
     out = {"weight_packed": packed, "weight_scale": as_dtype_bytes(s, dt),
            "weight_shape": np.array(x.shape, np.int64)}
     if not sym:  # packed along O (compressed-tensors' packed_dim=0)

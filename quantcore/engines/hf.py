@@ -289,7 +289,8 @@ def check_device(device):
 
 
 def write_quantized_dir(model, dst, config, todo, plan, quantize, max_shard_size,
-                        progress=None, extra_files=None, bits=False, device="cpu"):
+                        progress=None, extra_files=None, bits=False, device="cpu",
+                        read=read_weight):
     """Stream ``model`` into a model directory at ``dst``
     (:func:`write_model_dir`) with the weights ``todo`` quantized and every
     other tensor copied as stored.  ``plan(name, dtype, shape)`` lists a
@@ -303,6 +304,8 @@ def write_quantized_dir(model, dst, config, todo, plan, quantize, max_shard_size
     itself (:func:`nonfinite_error`).  ``device="gpu"``: ``x`` is copied to
     the current cupy device and ``quantize``'s outputs back (its loops run
     there: ``compressed_tensors.on_device``; :func:`check_device` first).
+    ``read(model, name, bits)`` reads a weight (:func:`read_weight`, or
+    NVFP4's ``fused.FusedSetReader.read``, which reads a fused set at once).
 
     Returns ``{"shards": file names, "bytes_in", "bytes_out"}``; raises
     ValueError naming a weight that holds NaN or inf values."""
@@ -323,7 +326,7 @@ def write_quantized_dir(model, dst, config, todo, plan, quantize, max_shard_size
         if src_name not in cache:
             cache.clear()  # (one weight's outputs at a time)
             dt = model.info(src_name)[0]
-            x = read_weight(model, src_name, bits)
+            x = read(model, src_name, bits)
             if not bits and x.size and not (np.isfinite(x.max()) and
                                             np.isfinite(x.min())):  # (NaN: NaN)
                 raise nonfinite_error(src_name)

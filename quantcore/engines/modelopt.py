@@ -124,21 +124,22 @@ def global_scale(amax, module):
     return F32(a / F32(2688))
 
 
-def nvfp4(x, g, name="weight"):
+def nvfp4(x, g, name="weight", group_amax=None):
     """W4A16_NVFP4's weight: (packed uint8 [O, I / 2], FP8 scale codes uint8
     [O, I / 16]) of rows ``x`` (float32 values, or a BF16 weight's stored
     uint16 bits) with the set's ``weight_scale_2`` ``g``: the modelopt
     recipe of ``quantcore.formats.nvfp4_quantize`` (its formula is stated
     there), here with the block scales in numpy on the group maxima and the
-    codes by the table loop of ``compressed_tensors.fp4_codes`` (e2m1
+    codes by the loop of ``compressed_tensors.fp4_codes`` (e2m1
     nearest even, saturating, the sign from ``v < 0``: ModelOpt's rule too).
-    NaN / inf refused naming ``name``."""
+    NaN / inf refused naming ``name``; ``group_amax``: the group maxima
+    when already taken (``fused.FusedSetReader``)."""
     g = F32(g)
-    bamax = CT.group_absmax(x, NVFP4_GROUP, name)
-    bs = (bamax / F32(F32(6) * g)).astype(F32)
+    bamax = CT.group_absmax(x, NVFP4_GROUP, name) if group_amax is None else group_amax
+    bs = np.divide(bamax, F32(F32(6) * g), dtype=F32)
     bs[bs == 0] = 1
-    scodes = F.cast_fp8(np.clip(bs, F32(2.0 ** -9), F32(448)), "e4m3fn")
-    divisors = (F.fp8_decode(scodes, "e4m3fn") * g).astype(F32)
+    scodes = F.cast_fp8(np.clip(bs, F32(2.0 ** -9), F32(448), out=bs), "e4m3fn")
+    divisors = np.multiply(F.fp8_decode(scodes, "e4m3fn"), g, dtype=F32)
     return CT.fp4_codes(x, divisors, NVFP4_GROUP, None), scodes
 
 
@@ -158,17 +159,17 @@ def plan(name, dt, shape, scheme, with_input=False):
     return out
 
 
-def quantize_tensor(x, dt, scheme, name, *, g=None, in_amax=None):
+def quantize_tensor(x, dt, scheme, name, *, g=None, in_amax=None, group_amax=None):
     """{stored name suffix: array} of one weight: ``x`` its float32 values,
     or its stored bits when ``dt`` is BF16 (uint16; ``hf.read_weight``);
     numpy or cupy (``compressed_tensors.on_device``)."""
-    return CT.on_device(_quantize_tensor, x, dt, scheme, name, g, in_amax)
+    return CT.on_device(_quantize_tensor, x, dt, scheme, name, g, in_amax, group_amax)
 
 
-def _quantize_tensor(x, dt, scheme, name, g, in_amax):
+def _quantize_tensor(x, dt, scheme, name, g, in_amax, group_amax):
     m = CT.module_of(name)
     if scheme == "W4A16_NVFP4":
-        packed, scodes = nvfp4(x, g, name)
+        packed, scodes = nvfp4(x, g, name, group_amax)
         return {"weight": packed, "weight_scale": scodes,
                 "weight_scale_2": np.asarray(g, F32).reshape(())}
     if scheme == "FP8_PER_CHANNEL_PER_TOKEN":

@@ -5,13 +5,8 @@ import time
 
 from . import compressed_tensors as CT
 from . import modelopt as MO
-from .hf import HFModel, parse_size, write_quantized_dir
-
-
-def _set_scales(model, chosen):
-    """{weight: NVFP4 weight_scale_2} over the fused sets (one read pass)."""
-    return {n: MO.global_scale(a, CT.module_of(n))
-            for n, a in CT.fused_absmax(model, chosen).items()}
+from .fused import FusedSetReader
+from .hf import HFModel, parse_size, read_weight, write_quantized_dir
 
 
 def quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress, input_amax,
@@ -39,7 +34,8 @@ def quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress, in
                                  f"give the input amax of {len(missing)} layer(s), e.g. "
                                  f"{missing[:3]} (or use FP8_PER_CHANNEL_PER_TOKEN: "
                                  "activations per token at run time)")
-        g = _set_scales(model, chosen) if scheme == "W4A16_NVFP4" else {}
+        fused = FusedSetReader(model, chosen, MO.NVFP4_GROUP) if scheme == "W4A16_NVFP4" \
+            else None
         exclude = MO.exclude_modules(model, ignore)
         hq = MO.hf_quant_config(scheme, exclude)
         config = dict(model.config)
@@ -47,7 +43,11 @@ def quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress, in
 
         def quantize(x, dt, name):
             m = CT.module_of(name)
-            outs = MO.quantize_tensor(x, dt, scheme, name, g=g.get(name),
+            g = maxima = None
+            if fused is not None:  # (weight_scale_2 of the fused set's absmax)
+                maxima, amax = fused.take(name)
+                g = MO.global_scale(amax, m)
+            outs = MO.quantize_tensor(x, dt, scheme, name, g=g, group_amax=maxima,
                                       in_amax=amaxes[m] if needs_input else None)
             return {f"{m}.{k}": v for k, v in outs.items()}
 
@@ -55,6 +55,7 @@ def quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress, in
             model, dst, config, set(chosen),
             lambda n, dt, shape: MO.plan(n, dt, shape, scheme, needs_input), quantize, limit,
             progress=progress, extra_files={"hf_quant_config.json": hq},
-            bits=True, device=device)  # (every scheme's loops read BF16 bits as stored)
+            bits=True, device=device,  # (every scheme's loops read BF16 bits as stored)
+            read=fused.read if fused else read_weight)
     return {"quantized": chosen, "ignore": exclude, "copied": copied, **written,
             "seconds": time.perf_counter() - t0}

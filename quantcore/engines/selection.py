@@ -1,7 +1,7 @@
 """Which weights a checkpoint writer quantizes, as the producers choose
 (llm-compressor's ``targets: ["Linear"]`` and usual ``ignore``; ModelOpt's
 exclusions follow from these), and the fused sets that share one NVFP4
-global scale (their absmax: ``compressed_tensors.fused_absmax``); both
+global scale (their absmax: ``fused.FusedSetReader``); both
 formats' writers use it (``compressed_tensors`` keeps these names too)."""
 import re
 

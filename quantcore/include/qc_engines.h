@@ -6,7 +6,7 @@
  * (quantcore/engines/compressed_tensors.py, modelopt.py); these are the
  * loops over the elements, reading the stored BF16 / F32 bits as they are
  * (no float32 copy of the weight).  The element rules (qc_eng_fp8,
- * qc_eng_index, qc_eng_int_code, qc_eng_group_minmax) are host and device
+ * qc_eng_e2m1, qc_eng_index, qc_eng_int_code, qc_eng_group_minmax) are host and device
  * code; the row loops (after #ifndef __CUDACC__) the CPU's:
  *
  *   qc_bf16_value(b)   the float32 value of BF16 bits b (b << 16)
@@ -18,10 +18,12 @@
  *                      BF16 first when r (compressed-tensors' r_D(x / s) of
  *                      a BF16 weight; ModelOpt's FP8 per tensor)
  *   qc_eng_absmax_*    max |x| of a row, on the bits (NaN when one is there)
+ *   qc_eng_group_absmax_rows  the same of each group of a row
  *   qc_eng_fp8_row     qc_eng_fp8 over a row, by a table of the encode of
  *                      every BF16 value (qc_eng_fp8_table, qc_eng_fp8_index)
- *   qc_eng_fp4_rows    4-bit codes of x / d (d per group) by a caller's table
- *                      over BF16 (compressed_tensors.e2m1_codes), packed
+ *   qc_eng_e2m1(v)     compressed-tensors' cast_to_fp4 of v as a 4-bit code
+ *                      (compressed_tensors.e2m1_codes, its thresholds _E2M1_UP)
+ *   qc_eng_fp4_rows    qc_eng_e2m1 codes of x / d (d per group), packed
  *   qc_eng_group_minmax_rows  min and max of each group (NaN when one is there)
  *   qc_eng_int_rows    integer group codes clip(rint(r(r(x / s) + z))) (W8A16,
  *                      W4A16_ASYM: compressed_tensors.int_group's last step)
@@ -61,10 +63,34 @@ QC_HD unsigned char qc_eng_fp8(float x, float s, int round_bf16) {
 #define QC_ENG_SIMD_MINMAX
 #endif
 
+/* compressed-tensors' cast_to_fp4 of v (compressed_tensors.e2m1_codes): the
+ * magnitude code counts the thresholds of _E2M1_UP that |v| passes (> 0.25,
+ * >= 0.75, > 1.25, >= 1.75, > 2.5, >= 3.5, > 5), i.e. |v| rounded to nearest
+ * even on e2m1's grid 0, 0.5, 1, 1.5, 2, 3, 4, 6 (every tie goes to the even
+ * code), saturating at 6; on the bits A of a = |v|:
+ *   a < 1   rint(2a), the grid's step 0.5 there: bits(a + 2^22) - bits(2^22)
+ *           (the float addition rounds to a multiple of 2^22's ulp, 0.5);
+ *   a >= 1  a rounded to nearest even to one mantissa bit, as its exponent
+ *           and that bit: (A + 0x1FFFFF + bit 22 of A) >> 22, less 252 (the
+ *           code of 1.0, bits >> 22 = 254, is 2);
+ * then min(code, 7) (inf: 7), the sign in bit 3 when v < 0 (-0 and NaN:
+ * 0).  Checked against e2m1_codes on every BF16 value and a float32 ulp
+ * either side of every threshold and grid value (test_engines_fast).
+ * Signed 32-bit integer steps and one float addition: they vectorise on
+ * every x86-64 level (a chain of 7 compares does not, well). */
+QC_HD unsigned qc_eng_e2m1(float v) {
+  const int b = (int)qc_bits(v), ab = b & 0x7FFFFFFF;
+  const int below1 = (int)qc_bits(qc_from_bits((unsigned)ab) + 4194304.0f) - 0x4A800000;
+  const int from1 = ((ab + 0x1FFFFF + ((ab >> 22) & 1)) >> 22) - 252;
+  int c = ab < 0x3F800000 ? below1 : from1;
+  c = c < 7 ? c : 7;
+  c |= b < 0 && ab != 0 ? 8 : 0;
+  return ab > 0x7F800000 ? 0u : (unsigned)c;
+}
+
 /* The BF16 bits whose table entry is qc_eng_fp8(x, s, r) (qc_eng_index of
- * v = x / s; the same index serves any code whose rule rounds to nearest on
- * a grid of at most 6 significant bits or compares with thresholds exact in
- * BF16 with an even last bit: e2m1's):
+ * v = x / s; the same index would serve any code whose rule rounds to
+ * nearest on a grid of at most 6 significant bits):
  *   r  the bits of qc_round_bf16(v): the entry is the code of that value;
  *   !r v rounded to odd to BF16 (truncated, the last bit set when a dropped
  *      bit is set): BF16's 8 significant bits are at least e4m3's 4 + 2, so
@@ -137,6 +163,43 @@ static inline float qc_eng_absmax_f32(const uint32_t *x, int64_t n) {
   return qc_from_bits(m > 0x7F800000u ? 0x7FC00000u : m);
 }
 
+/* max |x| of each group of 2^gshift values of a row of n (qc_eng_absmax_*
+ * of each group), on the bits B (uint16_t: BF16, uint32_t: float32): with
+ * L lanes, L running maxima over the group's values j mod L, then the
+ * largest of them (a loop over one short group would be shorter than a
+ * wide vector and not vectorise; 8 lanes do at every level); L = 1: a
+ * plain scan (groups of 2 or 4). */
+template <int L, class B> static inline void qc_eng_group_absmax_row(const B *x, int64_t n,
+                                                                     int gshift, float *out) {
+  const B mask = sizeof(B) == 2 ? (B)0x7FFFu : (B)0x7FFFFFFFu;
+  const int64_t g = (int64_t)1 << gshift;
+  for (int64_t k = 0; k < n >> gshift; k++) {
+    const B *xk = x + (k << gshift);
+    B lane[L] = {0};
+    for (int64_t c = 0; c < g; c += L)
+      for (int l = 0; l < L; l++) {
+        const B a = (B)(xk[c + l] & mask);
+        lane[l] = a > lane[l] ? a : lane[l];
+      }
+    B m = 0;
+    for (int l = 0; l < L; l++) m = lane[l] > m ? lane[l] : m;
+    out[k] = sizeof(B) == 2 ? qc_bf16_value((uint16_t)(m > 0x7F80u ? 0x7FC0u : m))
+                            : qc_from_bits(m > 0x7F800000u ? 0x7FC00000u : (unsigned)m);
+  }
+}
+
+template <class B> static inline void qc_eng_group_absmax_row_b(const B *x, int64_t n, int gshift,
+                                                                float *out) {
+  if (gshift >= 3) qc_eng_group_absmax_row<8>(x, n, gshift, out);
+  else qc_eng_group_absmax_row<1>(x, n, gshift, out);
+}
+
+static inline void qc_eng_group_absmax_rows(const void *x, int bf16, int64_t n, int gshift,
+                                            float *out) {
+  if (bf16) qc_eng_group_absmax_row_b((const uint16_t *)x, n, gshift, out);
+  else qc_eng_group_absmax_row_b((const uint32_t *)x, n, gshift, out);
+}
+
 /* The e4m3fn code (satfinite) of every BF16 value: t[b] = qc_mf_encode of
  * qc_bf16_value(b), the table of the one encode rule. */
 static inline void qc_eng_fp8_table(uint8_t *t) {
@@ -174,31 +237,63 @@ template <class F> static inline void qc_eng_by_input(const void *x, int bf16, i
   }
 }
 
-/* 4-bit codes t[qc_eng_index(x / d, R)] of a row in groups of 2^gshift
- * values sharing the divisor d[group], packed two a byte (element 2i in the
- * low nibble); n even */
-template <int R, class X> static inline void qc_eng_fp4_row(const uint8_t *t, const X *x,
-                                                            uint8_t *q, int64_t n,
-                                                            const float *d, int gshift) {
-  uint16_t idx[256];
+/* m (even) 4-bit codes c[j] ^ flip (codes in 0..15 after the xor) packed two
+ * a byte, element 2i in the low nibble: a pair is a little-endian 16-bit
+ * word, both nibbles at once (vectorised) */
+static inline void qc_eng_pack4(const uint8_t *c, uint8_t *q, int64_t m, unsigned flip) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  for (int64_t j = 0; j + 1 < m; j += 2)
+    q[j >> 1] = (uint8_t)(((c[j] ^ flip) & 15u) | (((c[j + 1] ^ flip) & 15u) << 4));
+#else
+  const uint16_t flip2 = (uint16_t)(flip | (flip << 8));
+  QC_ENG_SIMD for (int64_t j = 0; j < m / 2; j++) {
+    uint16_t w;
+    memcpy(&w, c + 2 * j, 2);
+    w = (uint16_t)((w ^ flip2) & 0x0F0Fu);
+    q[j] = (uint8_t)(w | (w >> 4));
+  }
+#endif
+}
+
+/* the quotients v[j] = x[j] / d[j >> gshift] of m values of a row (rounded to
+ * BF16 when R), through dv, the divisor of each value: every loop runs over
+ * the m values (a loop over one group's 2^gshift values of the narrow type is
+ * shorter than a wide vector and would not vectorise) */
+template <int R, class X> static inline void qc_eng_quotients(const X *x, const float *d,
+                                                              int gshift, int64_t m,
+                                                              float *dv, float *v) {
   const int64_t g = (int64_t)1 << gshift;
-  for (int64_t j0 = 0; j0 < n; j0 += 256) { /* (256: a multiple of the group, or less) */
-    const int64_t m = n - j0 < 256 ? n - j0 : 256;
-    for (int64_t k0 = 0; k0 < m; k0 += g) {
-      const float dk = d[(j0 + k0) >> gshift];
-      const int64_t e = k0 + g < m ? k0 + g : m;
-      QC_ENG_SIMD for (int64_t j = k0; j < e; j++)
-        idx[j] = (uint16_t)qc_eng_index(qc_eng_value(x[j0 + j]) / dk, R);
-    }
-    for (int64_t j = 0; j + 1 < m; j += 2)
-      q[(j0 + j) >> 1] = (uint8_t)(t[idx[j]] | (t[idx[j + 1]] << 4));
+  for (int64_t k0 = 0; k0 < m; k0 += g) {
+    const float dk = d[k0 >> gshift];
+    const int64_t e = k0 + g < m ? k0 + g : m;
+    QC_ENG_SIMD for (int64_t j = k0; j < e; j++) dv[j] = dk;
+  }
+  QC_ENG_SIMD for (int64_t j = 0; j < m; j++) {
+    const float q = qc_eng_value(x[j]) / dv[j];
+    v[j] = R ? qc_round_bf16(q) : q;
   }
 }
 
-static inline void qc_eng_fp4_rows(const uint8_t *t, const void *x, int bf16, uint8_t *q,
-                                   int64_t n, const float *d, int gshift, int r) {
+/* qc_eng_e2m1 codes of x / d (rounded to BF16 when R) of a row in groups of
+ * 2^gshift values sharing the divisor d[group], packed two a byte
+ * (qc_eng_pack4); n even.  In pieces of 256 values (a multiple of the
+ * group, or less), each loop vectorised. */
+template <int R, class X> static inline void qc_eng_fp4_row(const X *x, uint8_t *q, int64_t n,
+                                                            const float *d, int gshift) {
+  float dv[256], v[256];
+  uint8_t c[256];
+  for (int64_t j0 = 0; j0 < n; j0 += 256) {
+    const int64_t m = n - j0 < 256 ? n - j0 : 256;
+    qc_eng_quotients<R>(x + j0, d + (j0 >> gshift), gshift, m, dv, v);
+    QC_ENG_SIMD for (int64_t j = 0; j < m; j++) c[j] = (uint8_t)qc_eng_e2m1(v[j]);
+    qc_eng_pack4(c, q + (j0 >> 1), m, 0u);
+  }
+}
+
+static inline void qc_eng_fp4_rows(const void *x, int bf16, uint8_t *q, int64_t n,
+                                   const float *d, int gshift, int r) {
   qc_eng_by_input(x, bf16, r, [&](auto R, const auto *xp) {
-    qc_eng_fp4_row<decltype(R)::value>(t, xp, q, n, d, gshift);
+    qc_eng_fp4_row<decltype(R)::value>(xp, q, n, d, gshift);
   });
 }
 
@@ -231,19 +326,8 @@ template <int R, int P, class X> static inline void qc_eng_int_row(const X *x, u
       QC_ENG_SIMD for (int64_t j = k0; j < e; j++)
         c[j] = qc_eng_int_code<R>(qc_eng_value(x[j0 + j]), sk, zk, qmin, qmax);
     }
-    if (P == 4) { /* (c + 8) & 15 = (c & 15) ^ 8 for codes in [-8, 7]: a pair a
-                   * little-endian 16-bit word, both nibbles at once (vectorised; m even) */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-      for (int64_t j = 0; j + 1 < m; j += 2)
-        q[(j0 + j) >> 1] = (uint8_t)((c[j] + 8) | ((c[j + 1] + 8) << 4));
-#else
-      QC_ENG_SIMD for (int64_t j = 0; j < m / 2; j++) {
-        uint16_t w;
-        memcpy(&w, c + 2 * j, 2);
-        w = (uint16_t)((w & 0x0F0Fu) ^ 0x0808u);
-        q[(j0 >> 1) + j] = (uint8_t)(w | (w >> 4));
-      }
-#endif
+    if (P == 4) { /* (c + 8) & 15 = (c & 15) ^ 8 for codes in [-8, 7] */
+      qc_eng_pack4((const uint8_t *)c, q + (j0 >> 1), m, 8u);
     } else {
       for (int64_t j = 0; j < m; j++) q[j0 + j] = (uint8_t)(P == 8 ? c[j] + 128 : c[j]);
     }
