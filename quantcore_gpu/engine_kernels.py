@@ -8,8 +8,8 @@ numpy; ``nthreads`` is accepted and ignored.  The per-row and per-group
 statistics (:func:`absmax_rows`, :func:`group_minmax_rows`) come back to
 the host as numpy arrays (a value per row or group: the scale arithmetic
 is numpy's, in ``quantcore/engines``); the codes stay on the device.
-Scales, divisors and tables may be host or device arrays (copied to the
-device when host).
+Scales and divisors may be host or device arrays (copied to the device
+when host).
 """
 import numpy as np
 
@@ -50,16 +50,32 @@ def absmax_rows(x, nthreads=None):
     maximum of the bits with the sign cleared: NaN when one is there, else
     inf when one is there), as ``_engines.absmax_rows``."""
     x, rows, cols, _ = _rows(x, "absmax_rows")
+    return _absmax_bits(x, rows, cols, 1)
+
+
+def group_absmax_rows(x, group, nthreads=None):
+    """float32 [rows, n / group] (numpy): max |x| of every group, on the
+    bits, as ``_engines.group_absmax_rows``."""
+    x, rows, cols, _ = _rows(x, "group_absmax_rows")
+    gshift = _group_shift(cols, group, "group_absmax_rows")
+    return _absmax_bits(x, rows, cols >> gshift, 1 << gshift)
+
+
+def _absmax_bits(x, rows, ngroups, group):
+    """max |x| [rows, ngroups] (numpy; squeezed to [rows] when ``group`` is
+    1: a row) of groups of ``group`` values (a row: cols), on the bits."""
     cp = _cupy()
     if x.dtype == np.uint16:
         mask, nan, dt, shift = 0x7FFF, 0x7F80, np.uint16, 16
     else:
         mask, nan, dt, shift = 0x7FFFFFFF, 0x7F800000, np.uint32, 0
-    if cols == 0:
-        return np.zeros(rows, np.float32)
-    m = cp.asnumpy((x.view(dt) & dt(mask)).max(axis=1)).astype(np.uint32)
+    shape = (rows,) if group == 1 else (rows, ngroups)
+    if x.size == 0:
+        return np.zeros(shape, np.float32)
+    width = x.shape[1] if group == 1 else group
+    m = cp.asnumpy((x.view(dt) & dt(mask)).reshape(-1, width).max(axis=1)).astype(np.uint32)
     m = np.where(m > nan, np.uint32(0x7FC00000 >> shift), m) << np.uint32(shift)
-    return m.view(np.float32)
+    return m.view(np.float32).reshape(shape)
 
 
 def fp8_rows(x, scales, round_bf16, nthreads=None):
@@ -79,21 +95,19 @@ def fp8_rows(x, scales, round_bf16, nthreads=None):
     return out
 
 
-def fp4_rows(x, divisors, group, table, round_bf16, nthreads=None):
-    """uint8 [rows, n / 2] (cupy): the 4-bit codes ``table[index]`` of ``x /
-    divisors[row, j // group]`` packed two a byte, as ``_engines.fp4_rows``
-    (``table``: 65536 codes, host or device)."""
+def fp4_rows(x, divisors, group, round_bf16, nthreads=None):
+    """uint8 [rows, n / 2] (cupy): the e2m1 codes (``qc_eng_e2m1``) of ``x /
+    divisors[row, j // group]`` packed two a byte, as ``_engines.fp4_rows``."""
     x, rows, cols, xt = _rows(x, "fp4_rows")
     gshift = _group_shift(cols, group, "fp4_rows")
     cp = _cupy()
     d = _device(divisors, np.float32, rows * (cols // group), "divisors", "fp4_rows")
-    t = _device(table, np.uint8, 65536, "table", "fp4_rows")
     out = cp.empty((rows, cols // 2), np.uint8)
     n = rows * cols // 2
     if n:
         ct, it = _index(rows * cols)
         fn = _function("engines.cu", f"qc_eng_fp4_k<{int(bool(round_bf16))}, {xt}, {ct}>")
-        fn((_grid(n),), (256,), (x, out, it(n), it(cols), d, np.int32(gshift), t))
+        fn((_grid(n),), (256,), (x, out, it(n), it(cols), d, np.int32(gshift)))
     return out
 
 

@@ -7,9 +7,9 @@
  * BF16 rounding of the quotient:
  *
  *   qc_eng_fp8_k          q[i] = qc_eng_fp8(x[i], s[row or 0], R)
- *   qc_eng_fp4_k          q[i / 2] = t[qc_eng_index(x[i] / d[group], R)]
- *                         | t[... x[i + 1] ...] << 4   (a caller's table of
- *                         65536 4-bit codes; the CPU reads the same entries)
+ *   qc_eng_fp4_k          q[i / 2] = e(x[i] / d[group]) | e(x[i + 1] / ...) << 4,
+ *                         e the e2m1 code qc_eng_e2m1 (of the quotient
+ *                         rounded to BF16 when R)
  *   qc_eng_int_k<P>       qc_eng_int_code<R>(x[i], s[group], z[group]) as
  *                         int8 (P = 0), + 128 (P = 8), or + 8 two a byte,
  *                         element 2i in the low nibble (P = 4)
@@ -30,14 +30,24 @@ __global__ void qc_eng_fp8_k(const X *x, unsigned char *q, I n, I cols, const fl
   QC_ENG_LOOP(i, n) q[i] = qc_eng_fp8(qc_eng_value(x[i]), s[per_row ? i / cols : (I)0], R);
 }
 
+/* the divisor of element i's group (2^gshift values of a row of cols) */
+template <typename I>
+__device__ __forceinline__ I qc_eng_group_of(I i, I cols, int gshift) {
+  const I row = i / cols;
+  return row * (cols >> gshift) + ((i - row * cols) >> gshift);
+}
+
+template <int R> __device__ __forceinline__ unsigned qc_eng_e2m1_of(float v) {
+  return qc_eng_e2m1(R ? qc_round_bf16(v) : v);
+}
+
 template <int R, typename X, typename I>
 __global__ void qc_eng_fp4_k(const X *x, unsigned char *q, I npairs, I cols, const float *d,
-                             int gshift, const unsigned char *t) {
+                             int gshift) {
   QC_ENG_LOOP(p, npairs) {
-    const I i = 2 * p, row = i / cols;
-    const float dk = d[row * (cols >> gshift) + ((i - row * cols) >> gshift)];
-    const unsigned c0 = t[qc_eng_index(qc_eng_value(x[i]) / dk, R)];
-    const unsigned c1 = t[qc_eng_index(qc_eng_value(x[i + 1]) / dk, R)];
+    const float dk = d[qc_eng_group_of(2 * p, cols, gshift)];
+    const unsigned c0 = qc_eng_e2m1_of<R>(qc_eng_value(x[2 * p]) / dk);
+    const unsigned c1 = qc_eng_e2m1_of<R>(qc_eng_value(x[2 * p + 1]) / dk);
     q[p] = (unsigned char)(c0 | (c1 << 4));
   }
 }
@@ -46,7 +56,7 @@ template <int R, typename X, typename I>
 __device__ __forceinline__ int qc_eng_int_at(const X *x, I i, I cols, const float *s,
                                              const float *z, int gshift, float qmin,
                                              float qmax) {
-  const I row = i / cols, k = row * (cols >> gshift) + ((i - row * cols) >> gshift);
+  const I k = qc_eng_group_of(i, cols, gshift);
   return qc_eng_int_code<R>(qc_eng_value(x[i]), s[k], z[k], qmin, qmax);
 }
 
