@@ -231,6 +231,42 @@ def test_fp4_weights_equal_the_numpy_path(dt, rows, groups, log_spread, seed):
         assert np.array_equal(CT.mxfp4(_bits(x), dt)[0], packed)
 
 
+@settings(max_examples=30, deadline=None)
+@given(log_spread=st.integers(-30, 30), seed=st.integers(0, 2**32 - 1),
+       rnd=st.booleans())
+def test_nvfp4_scales_equal_the_numpy_steps(log_spread, seed, rnd):
+    """_engines.nvfp4_scales (qc_eng_nvfp4_scale) equals the numpy steps:
+    NVFP4A16's (BF16 / F32; its F16 path's steps with BF16 / no rounding):
+    r(amax / 6), e4m3(g * s) satfinite, 0.125's code where 0, decode / g;
+    and ModelOpt's W4A16_NVFP4;
+    on maxima spread over 2^+-30 with zeros, ties of BF16 and huge values
+    past 448 * 6 / g."""
+    rng = np.random.default_rng(seed)
+    a = (np.abs(rng.standard_normal((7, 130))) * 2.0 ** log_spread).astype(F32)
+    a[0, :4] = [0, 2.0 ** -149, 1e30, 3e38]
+    a[1, :3] = (np.float32([1.5, 3.0, 0.75]) * 6).astype(F32)
+    g = CT.nvfp4_global_scale(np.float32(np.median(a)), "BF16")
+    s = np.divide(a, F32(6), dtype=F32)
+    if rnd:
+        s = CT.round_to(s, "BF16")
+    with np.errstate(over="ignore"):
+        codes = F.cast_fp8(np.multiply(g, s, dtype=F32), "e4m3fn")
+    codes[codes == 0] = F.cast_fp8(np.float32([0.125]), "e4m3fn")[0]
+    t = np.divide(F.fp8_decode(codes, "e4m3fn"), g, dtype=F32)
+    recipe = "compressed-tensors-bf16" if rnd else "compressed-tensors"
+    # ModelOpt's (modelopt.nvfp4 before the C loop): amax / f32(6 g), 1 where
+    # 0, clipped to [2^-9, 448], e4m3, decode * g
+    bs = np.divide(a, F32(F32(6) * g[0]), dtype=F32)
+    bs[bs == 0] = 1
+    mo_codes = F.cast_fp8(np.clip(bs, F32(2.0 ** -9), F32(448)), "e4m3fn")
+    mo_t = np.multiply(F.fp8_decode(mo_codes, "e4m3fn"), g[0], dtype=F32)
+    for nt in (1, 2):
+        got_codes, got_t = E.nvfp4_scales(a, float(g[0]), recipe, nt)
+        assert np.array_equal(got_codes, codes) and np.array_equal(got_t, t)
+        got_codes, got_t = E.nvfp4_scales(a, float(g[0]), "modelopt", nt)
+        assert np.array_equal(got_codes, mo_codes) and np.array_equal(got_t, mo_t)
+
+
 @pytest.mark.parametrize("dt", ["BF16", "F32", "F16"])
 def test_w4a16_words_equal_the_numpy_path(dt):
     """W4A16's packed words (the int4 code loop) equal pack_int32 of the

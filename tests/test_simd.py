@@ -303,7 +303,10 @@ def test_engine_row_loops(both):
         for w in (b, x):
             for nt in (1, 2):
                 out += [E.absmax_rows(w, nt), E.group_absmax_rows(w, 16, nt),
-                        *E.group_minmax_rows(w, 32, nt)]
+                        *E.group_minmax_rows(w, 32, nt),
+                        *E.nvfp4_scales(np.abs(np.nan_to_num(x)), 0.37, "compressed-tensors-bf16",
+                                        nt),
+                        *E.nvfp4_scales(np.abs(np.nan_to_num(x)), 0.37, "modelopt", nt)]
                 for r in (True, False):
                     out += [E.fp8_rows(w, s, r, nt), E.fp4_rows(w, d, 16, r, nt),
                             E.int_rows(w, d[:, :2].copy(), z, 128, -8, 7, r, nt, 4),

@@ -37,6 +37,8 @@ cdef extern from "qc_eng_builds.h":
                              int gshift, int r) noexcept nogil
     void qc_eng_run_group_absmax_rows(const void *x, int bf16, int64_t n, int gshift,
                                       float *out) noexcept nogil
+    void qc_eng_run_nvfp4_scales(const float *amax, int64_t n, float g, int recipe,
+                                 uint8_t *codes, float *divisors) noexcept nogil
     void qc_eng_run_group_minmax_rows(const void *x, int bf16, int64_t n, int gshift,
                                       float *lo, float *hi) noexcept nogil
     void qc_eng_run_int_rows(const void *x, int bf16, uint8_t *q, int64_t n, const float *s,
@@ -216,6 +218,39 @@ def group_absmax_rows(x, int group, int nthreads):
         for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
             qc_eng_run_group_absmax_rows(p + r * n * item, item == 2, n, gshift, op + r * ng)
     return out
+
+
+#: nvfp4_scales' recipes (qc_eng_nvfp4_scale's K)
+NVFP4_RECIPES = {"compressed-tensors": 0, "compressed-tensors-bf16": 1, "modelopt": 2}
+
+
+def nvfp4_scales(amax, float g, recipe, int nthreads):
+    """(uint8 e4m3fn codes, float32 divisors), each shaped as ``amax``:
+    NVFP4's scale of every group from its absmax ``amax`` (float32) and the
+    global scale ``g`` by ``recipe`` (:data:`NVFP4_RECIPES`;
+    ``qc_eng_nvfp4_scale``): compressed-tensors' (``s = amax / 6``, rounded
+    to BF16 for "compressed-tensors-bf16", the code ``e4m3(g * s)``, 0.125's
+    where that is 0, the divisor ``decode(code) / g``) or ModelOpt's
+    (``s = amax / (6 g)``, 1 where 0, clipped to [2^-9, 448], the code
+    ``e4m3(s)``, the divisor ``decode(code) * g``); in blocks of 4096."""
+    cdef int k = NVFP4_RECIPES[recipe]
+    a = np.ascontiguousarray(amax, np.float32)
+    codes = np.empty(a.shape, np.uint8)
+    divisors = np.empty(a.shape, np.float32)
+    cdef const float[::1] av = a.reshape(-1)
+    cdef uint8_t[::1] cv = codes.reshape(-1)
+    cdef float[::1] dv = divisors.reshape(-1)
+    cdef int64_t n = av.shape[0], b, nb = (n + 4095) // 4096
+    if n == 0:
+        return codes, divisors
+    if nthreads <= 1 or nb == 1:
+        with nogil:
+            qc_eng_run_nvfp4_scales(&av[0], n, g, k, &cv[0], &dv[0])
+    else:
+        for b in prange(nb, nogil=True, schedule='static', num_threads=nthreads):
+            qc_eng_run_nvfp4_scales(&av[b * 4096], min(4096, n - b * 4096), g, k, &cv[b * 4096],
+                                    &dv[b * 4096])
+    return codes, divisors
 
 
 def group_minmax_rows(x, int group, int nthreads):

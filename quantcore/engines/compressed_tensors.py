@@ -397,15 +397,28 @@ def nvfp4(x, dt, g, name="weight", group_amax=None):
     ``x``, when already taken: ``fused.FusedSetReader``)."""
     if group_amax is None:
         group_amax = group_absmax(x, NVFP4_GROUP, name)
-    s = _round_own(np.divide(group_amax, F32(6), dtype=F32), dt)
-    codes = F.cast_fp8(np.multiply(g, s, dtype=F32), "e4m3fn")
-    codes[codes == 0] = _E4M3_EIGHTH  # (g * s >= 0: a zero scale is 0.125)
-    t = np.divide(F.fp8_decode(codes, "e4m3fn"), g, dtype=F32)
+    if dt == "F16":  # (numpy's F16 rounding)
+        s = _round_own(np.divide(group_amax, F32(6), dtype=F32), dt)
+        codes = F.cast_fp8(np.multiply(g, s, dtype=F32), "e4m3fn")
+        codes[codes == 0] = _E4M3_EIGHTH  # (g * s >= 0: a zero scale is 0.125)
+        t = np.divide(F.fp8_decode(codes, "e4m3fn"), g, dtype=F32)
+    else:  # the same steps in C (qc_eng_nvfp4_scale), on the host's group maxima
+        codes, t = nvfp4_scales(group_amax, g, "compressed-tensors" +
+                                ("-bf16" if dt == "BF16" else ""))
     return fp4_codes(x, t, NVFP4_GROUP, None), codes, t
 
 
 #: the e4m3fn code of 0.125, NVFP4A16's scale where the group's is zero
 _E4M3_EIGHTH = F.cast_fp8(np.float32([0.125]), "e4m3fn")[0]
+
+
+def nvfp4_scales(group_amax, g, recipe):
+    """(e4m3fn codes uint8, float32 divisors) of NVFP4 groups from their
+    maxima (host arrays) and the global scale ``g``, by ``recipe``
+    (``_engines.NVFP4_RECIPES``: this module's NVFP4A16, or ModelOpt's)."""
+    from .._cpu import _engines, threads
+    return _engines.nvfp4_scales(group_amax, F32(np.asarray(g, F32).reshape(-1)[0]), recipe,
+                                 threads.effective_n_threads(group_amax.size * NVFP4_GROUP))
 
 
 def e2m1_codes(v):

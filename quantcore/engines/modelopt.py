@@ -129,17 +129,16 @@ def nvfp4(x, g, name="weight", group_amax=None):
     [O, I / 16]) of rows ``x`` (float32 values, or a BF16 weight's stored
     uint16 bits) with the set's ``weight_scale_2`` ``g``: the modelopt
     recipe of ``quantcore.formats.nvfp4_quantize`` (its formula is stated
-    there), here with the block scales in numpy on the group maxima and the
+    there), here with the block scales on the group maxima (``_engines.
+    nvfp4_scales``: bs = amax / f32(6 g), 1 where 0, clipped to [2^-9, 448],
+    its e4m3 code, the divisor decode(code) * g) and the
     codes by the loop of ``compressed_tensors.fp4_codes`` (e2m1
     nearest even, saturating, the sign from ``v < 0``: ModelOpt's rule too).
     NaN / inf refused naming ``name``; ``group_amax``: the group maxima
     when already taken (``fused.FusedSetReader``)."""
     g = F32(g)
     bamax = CT.group_absmax(x, NVFP4_GROUP, name) if group_amax is None else group_amax
-    bs = np.divide(bamax, F32(F32(6) * g), dtype=F32)
-    bs[bs == 0] = 1
-    scodes = F.cast_fp8(np.clip(bs, F32(2.0 ** -9), F32(448), out=bs), "e4m3fn")
-    divisors = np.multiply(F.fp8_decode(scodes, "e4m3fn"), g, dtype=F32)
+    scodes, divisors = CT.nvfp4_scales(bamax, g, "modelopt")
     return CT.fp4_codes(x, divisors, NVFP4_GROUP, None), scodes
 
 

@@ -28,6 +28,9 @@
     (x, bf16, q, n, d, gshift, r))                                                             \
   X(void, group_absmax_rows, (const void *x, int bf16, int64_t n, int gshift, float *out),      \
     (x, bf16, n, gshift, out))                                                                 \
+  X(void, nvfp4_scales,                                                                        \
+    (const float *amax, int64_t n, float g, int recipe, uint8_t *codes, float *divisors),      \
+    (amax, n, g, recipe, codes, divisors))                                                     \
   X(void, group_minmax_rows,                                                                   \
     (const void *x, int bf16, int64_t n, int gshift, float *lo, float *hi),                    \
     (x, bf16, n, gshift, lo, hi))                                                              \

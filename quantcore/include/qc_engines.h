@@ -24,6 +24,8 @@
  *   qc_eng_e2m1(v)     compressed-tensors' cast_to_fp4 of v as a 4-bit code
  *                      (compressed_tensors.e2m1_codes, its thresholds _E2M1_UP)
  *   qc_eng_fp4_rows    qc_eng_e2m1 codes of x / d (d per group), packed
+ *   qc_eng_nvfp4_scale NVFP4's e4m3 scale code and divisor of a group's amax
+ *                      (compressed-tensors' and ModelOpt's recipes)
  *   qc_eng_group_minmax_rows  min and max of each group (NaN when one is there)
  *   qc_eng_int_rows    integer group codes clip(rint(r(r(x / s) + z))) (W8A16,
  *                      W4A16_ASYM: compressed_tensors.int_group's last step)
@@ -120,6 +122,33 @@ template <int R> QC_HD signed char qc_eng_int_code(float x, float s, float z, fl
   return (signed char)v;
 }
 
+/* NVFP4's scale of a group from its absmax and the fused set's global scale
+ * g, by recipe K:
+ *   K = 0, 1  compressed-tensors' NVFP4A16 (compressed_tensors.nvfp4, its
+ *             module docstring): s = amax / 6, rounded to BF16 when K = 1;
+ *             the e4m3fn code c = e4m3(g * s) (the code of 0.125 where that
+ *             is 0: g * s >= 0); the divisor decode(c) / g;
+ *   K = 2     ModelOpt's W4A16_NVFP4 (modelopt.nvfp4): s = amax / f32(6 g)
+ *             (1 where 0), clipped to [2^-9, 448]; c = e4m3(s); the divisor
+ *             decode(c) * g (g: weight_scale_2);
+ * e4m3 satfinite, nearest even (qc_mf_encode).  Returns the divisor of the
+ * group's values, the code in *code. */
+template <int K> QC_HD float qc_eng_nvfp4_scale(float amax, float g, unsigned char *code) {
+  float s = K == 2 ? amax / (6.0f * g) : amax / 6.0f;
+  if (K == 1) s = qc_round_bf16(s);
+  if (K == 2) {
+    s = s == 0.0f ? 1.0f : s;
+    s = s < 0.001953125f ? 0.001953125f : s > 448.0f ? 448.0f : s;
+  } else {
+    s = g * s;
+  }
+  unsigned c = qc_mf_encode(s, QC_FMT_E4M3FN, QC_F8_SATFINITE);
+  if (K != 2 && c == 0u) c = qc_mf_encode(0.125f, QC_FMT_E4M3FN, QC_F8_SATFINITE);
+  *code = (unsigned char)c;
+  const float d = qc_mf_decode(c, QC_FMT_E4M3FN);
+  return K == 2 ? d * g : d / g;
+}
+
 /* min and max of the g values of a group (both NaN when one is NaN; +-inf
  * as they are).  Of +0 and -0 either may be kept: the GPU scans in order,
  * the CPU in SIMD lanes (6x faster than a scan that keeps the first); the
@@ -198,6 +227,17 @@ static inline void qc_eng_group_absmax_rows(const void *x, int bf16, int64_t n, 
                                             float *out) {
   if (bf16) qc_eng_group_absmax_row_b((const uint16_t *)x, n, gshift, out);
   else qc_eng_group_absmax_row_b((const uint32_t *)x, n, gshift, out);
+}
+
+/* qc_eng_nvfp4_scale<recipe> of n group maxima */
+static inline void qc_eng_nvfp4_scales(const float *amax, int64_t n, float g, int recipe,
+                                       uint8_t *codes, float *divisors) {
+  if (recipe == 2)
+    for (int64_t k = 0; k < n; k++) divisors[k] = qc_eng_nvfp4_scale<2>(amax[k], g, codes + k);
+  else if (recipe == 1)
+    for (int64_t k = 0; k < n; k++) divisors[k] = qc_eng_nvfp4_scale<1>(amax[k], g, codes + k);
+  else
+    for (int64_t k = 0; k < n; k++) divisors[k] = qc_eng_nvfp4_scale<0>(amax[k], g, codes + k);
 }
 
 /* The e4m3fn code (satfinite) of every BF16 value: t[b] = qc_mf_encode of
