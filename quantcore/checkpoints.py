@@ -75,6 +75,10 @@ _MAX_DEPTH = 3
 _ENTRY_FIELDS = ("dtype", "shape", "data_offsets")
 #: float32() reads a tensor's bytes this many at a time (F32: all at once)
 _READ_BYTES = 1 << 24
+#: the writer asks the kernel to start writing its file every this many
+#: bytes (``AtomicFile.start_writeback``): the disk works while the next
+#: tensors are computed, and the fsync at the end waits for the last piece
+_WRITEBACK_BYTES = 1 << 23
 _INTP_MAX = 2 ** 63 - 1
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 
@@ -540,6 +544,15 @@ class SafetensorsWriter:
             self._out.discard()
             raise
         self._next = 0
+        self._unsynced = 0  # bytes written since the last start_writeback
+
+    def _wrote(self, nbytes):
+        """Count ``nbytes`` written; start the kernel's writeback every
+        ``_WRITEBACK_BYTES``."""
+        self._unsynced += nbytes
+        if self._unsynced >= _WRITEBACK_BYTES:
+            self._out.start_writeback()
+            self._unsynced = 0
 
     def write(self, name, array):
         """Write the next tensor (C order, little-endian whatever the byte
@@ -568,6 +581,7 @@ class SafetensorsWriter:
                              f"{nbytes}")
         self._fh.write(mv)
         self._next += 1
+        self._wrote(nbytes)
 
     def copy_from(self, reader, name, source=None):
         """Write tensor ``name`` as the bytes of ``reader``'s tensor
@@ -585,6 +599,7 @@ class SafetensorsWriter:
         reader.copy_to(source, self._fh.fileno())
         self._fh.seek(0, os.SEEK_END)  # (the buffered writer's position: the file's end)
         self._next += 1
+        self._wrote(nbytes)
 
     def close(self):
         """Finish the file (fsync it and rename it into place)."""
