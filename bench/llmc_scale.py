@@ -32,22 +32,6 @@ sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "bench")]
 SCHEMES = ("FP8_DYNAMIC", "W4A16", "W4A16_ASYM", "NVFP4A16")
 
 
-def make_model(path, hidden):
-    import torch
-    import transformers
-    torch.manual_seed(1)
-    cfg = transformers.LlamaConfig(hidden_size=hidden, intermediate_size=hidden * 11 // 4,
-                                   num_hidden_layers=6, num_attention_heads=16,
-                                   num_key_value_heads=4, vocab_size=16000,
-                                   max_position_embeddings=64)
-    cfg.architectures = ["LlamaForCausalLM"]
-    model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.02)
-    model.save_pretrained(path)
-
-
 def cpu_model():
     """The CPU's model name (/proc/cpuinfo), else the machine type."""
     try:
@@ -73,8 +57,8 @@ def main(argv=None):
     import test_llmc as L
     from test_bench_engines import _copy
     src = os.path.join(args.work, f"llama-{args.hidden}")
-    if not os.path.exists(src):
-        make_model(src, args.hidden)
+    if not os.path.exists(src):  # (6 blocks, 16 heads, vocab 16000, N(0, 0.02))
+        L._wide_llama(src, hidden=args.hidden, blocks=6, heads=16, vocab=16000, std=0.02)
     tiny, out = os.path.join(args.work, "tiny"), os.path.join(args.work, "out")
     if not os.path.exists(tiny):
         L.tiny_model("llama", tiny)

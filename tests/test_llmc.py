@@ -213,18 +213,21 @@ def sources(tmp_path_factory):
     return get
 
 
-def _wide_llama(path):
-    """A Llama whose widths take the presets' group 128 (hidden 1024, two
-    blocks; ~40M parameters, BF16), weights N(0, 0.5) as tiny_models'."""
+def _wide_llama(path, hidden=1024, blocks=2, heads=8, vocab=4096, std=0.5):
+    """A Llama whose widths take the presets' group 128 (by default hidden
+    1024, two blocks; ~40M parameters, BF16; intermediate 11/4 of hidden),
+    weights N(0, std): 0.5 as tiny_models' (bench/llmc_scale.py makes a
+    larger one)."""
     torch.manual_seed(1)
-    cfg = transformers.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=2,
-                                   num_attention_heads=8, num_key_value_heads=4, vocab_size=4096,
+    cfg = transformers.LlamaConfig(hidden_size=hidden, intermediate_size=hidden * 11 // 4,
+                                   num_hidden_layers=blocks, num_attention_heads=heads,
+                                   num_key_value_heads=4, vocab_size=vocab,
                                    max_position_embeddings=64)
     cfg.architectures = ["LlamaForCausalLM"]
     model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
     with torch.no_grad():
         for p in model.parameters():
-            p.normal_(0, 0.5)
+            p.normal_(0, std)
     model.save_pretrained(path)
 
 
