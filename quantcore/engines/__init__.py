@@ -105,7 +105,7 @@ def quantize_model(src, dst, scheme=None, *, fmt="compressed-tensors", group_siz
     with HFModel(src) as model:
         chosen, ignore, copied = CT.select_checked(
             model, src, lambda n, shape: CT.check_shape(n, shape, scheme, group))
-        fused = FusedSetReader(model, chosen, CT.NVFP4_GROUP) if scheme == "NVFP4A16" else None
+        fused = FusedSetReader(chosen, CT.NVFP4_GROUP) if scheme == "NVFP4A16" else None
         config = dict(model.config)
         config["quantization_config"] = CT.quantization_config(scheme, ignore, group)
 

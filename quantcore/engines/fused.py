@@ -19,7 +19,7 @@ F32 = np.float32
 
 
 class FusedSetReader:
-    """The weights ``chosen`` of an ``hf.HFModel`` for an NVFP4 writer.
+    """The weights ``chosen`` (of an ``hf.HFModel``) for an NVFP4 writer.
 
     :meth:`read` stands in for ``hf.read_weight`` in
     ``hf.write_quantized_dir``: the first read of a member of a fused set
@@ -30,14 +30,15 @@ class FusedSetReader:
     set absmax), once.
     """
 
-    def __init__(self, model, chosen, group):
-        self.model, self.group = model, group
+    def __init__(self, chosen, group):
+        self.group = group
         self.sets = fused_sets(chosen)
         self.waiting = {}  # {member read with its set: stored bits}
         self.found = {}  # {weight: (group maxima [O, I / group], set absmax)}
 
     def read(self, model, name, bits):
-        """``name``'s stored bits (``hf.read_weight``), its set read with it."""
+        """``name``'s stored bits in ``model`` (``hf.read_weight``), its set
+        read with it."""
         if name in self.waiting:
             return self.waiting.pop(name)
         members = self.sets.get(name, (name,))

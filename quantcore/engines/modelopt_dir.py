@@ -34,7 +34,7 @@ def quantize_modelopt(src, dst, scheme, group_size, max_shard_size, progress, in
                                  f"give the input amax of {len(missing)} layer(s), e.g. "
                                  f"{missing[:3]} (or use FP8_PER_CHANNEL_PER_TOKEN: "
                                  "activations per token at run time)")
-        fused = FusedSetReader(model, chosen, MO.NVFP4_GROUP) if scheme == "W4A16_NVFP4" \
+        fused = FusedSetReader(chosen, MO.NVFP4_GROUP) if scheme == "W4A16_NVFP4" \
             else None
         exclude = MO.exclude_modules(model, ignore)
         hq = MO.hf_quant_config(scheme, exclude)
