@@ -232,9 +232,10 @@ CPU = os.path.join("quantcore", "_cpu")
 #: the units of the loops, each compiled once per SIMD build (qc_kernels.h)
 LOOP_UNITS = sorted(glob.glob(os.path.join(CPU, "qc_loops_*.cpp")))
 #: the units compiled once per SIMD level (the build in use chosen at run
-#: time: qc_kernels.h, qc_eng_builds.h), by extension
+#: time: qc_builds.h), by extension
 SIMD_UNITS = {"quantcore._cpu._kernels": LOOP_UNITS,
-              "quantcore._cpu._engines": [os.path.join(CPU, "qc_eng_loops.cpp")]}
+              "quantcore._cpu._engines": [os.path.join(CPU, "qc_eng_loops.cpp")],
+              "quantcore._cpu._hist": [os.path.join(CPU, "qc_hist_loops.cpp")]}
 OBJ_DIR = os.path.join("build", "qc_obj")
 #: the units whose speed ``make demo`` does not show: the loops it does not
 #: run (the MX / NVFP4, code, FP8 and group loops; the GGUF and
@@ -449,7 +450,9 @@ extensions = [
         "quantcore._cpu._hist",
         [os.path.join(CPU, "_hist.pyx")],
         include_dirs=[INCLUDE, numpy.get_include()],
-        depends=[os.path.join(INCLUDE, "qc_np_histogram.h"), os.path.join(CPU, "_shares.pxd")],
+        depends=[os.path.join(INCLUDE, h)
+                 for h in ("qc_np_histogram.h", "qc_hist_builds.h", "qc_builds.h")] +
+                [os.path.join(CPU, f) for f in ("_shares.pxd", "_simd_follow.pxi")],
         language="c++",
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
     ),
@@ -467,7 +470,8 @@ extensions = [
         "quantcore._cpu._engines",
         [os.path.join(CPU, "_engines.pyx")],
         include_dirs=[INCLUDE, numpy.get_include()],
-        depends=sorted(glob.glob(os.path.join(INCLUDE, "*.h"))),
+        depends=sorted(glob.glob(os.path.join(INCLUDE, "*.h"))) +
+        [os.path.join(CPU, "_simd_follow.pxi")],
         language="c++",
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
     ),

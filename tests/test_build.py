@@ -216,6 +216,10 @@ def test_each_unit_includes_only_the_headers_of_what_it_runs(tmp_path):
     assert {"qc_engines.h", "qc_eng_builds.h"} <= closure
     assert not closure & {"qc_groups.h", "qc_mx.h", "qc_families.h", "qc_format_families.h",
                           "qc_cpu_loops.h", "qc_gguf.h"}, closure
+    # numpy.histogram's counting loops (one unit per SIMD build, _hist): its
+    # bin rule and the builds' dispatch only
+    assert _header_closure(cxx, cpu / "qc_hist_loops.cpp") == {
+        "qc_np_histogram.h", "qc_hist_builds.h", "qc_builds.h"}
     named = set()
     for path in sorted(cpu.glob("_kernels*.p*")):
         named |= set(re.findall(r'(?:cdef extern from|#include) "(qc_\w+\.h)"',

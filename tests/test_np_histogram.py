@@ -5,6 +5,8 @@ explicit edges with duplicates, ``|x|``; and the same counts for 1, 2 and 3
 threads (the data is large enough for every thread to get a share)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from quantcore._cpu import _hist as H
 from quantcore.compat import onnxruntime as O
@@ -189,9 +191,10 @@ def test_absmin_matches_numpy(seed):
     if seed % 4 == 3:
         x[rng.integers(0, x.size)] = -np.inf
     expected = np.abs(x).min()
-    got = H.absmin_f32(x)
-    assert ((np.isnan(got) and np.isnan(expected))
-            or F32(got).view(np.uint32) == expected.view(np.uint32))
+    for nthreads in THREADS:
+        got = H.absmin_f32(x, nthreads)
+        assert ((np.isnan(got) and np.isnan(expected))
+                or F32(got).view(np.uint32) == expected.view(np.uint32))
 
 
 @pytest.mark.parametrize("size", [1, 15, 16, 17, 40, 1000])
@@ -203,6 +206,24 @@ def test_absmin_finds_the_value_and_the_nan_in_every_lane_and_the_tail(size):
         assert F32(H.absmin_f32(y)) == F32(1e-30)
         y[k] = np.nan
         assert np.isnan(H.absmin_f32(y))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 1e-45, -1e-45, 0.5, -0.5, 2.0, -3.0, np.inf, -np.inf,
+                                 np.nan]) | st.floats(width=32), min_size=1, max_size=40),
+       st.sampled_from([1, 70_000]))
+def test_absmin_from_the_range_statistics_is_numpys(values, repeat):
+    """min |x| as the calibrators take it (histogram._absmin_f32: from the
+    min / max pass where the signs decide it, a pass of absmin_f32 only for
+    data that crosses zero without a zero) is numpy's, bit for bit, for
+    every mix of signs, zeros, infinities and NaN."""
+    from quantcore.compat.onnxruntime.histogram import _absmin_f32, _minmax_f32
+    x = np.resize(np.array(values, F32), len(values) * repeat)
+    expected = np.abs(x).min()
+    got = _absmin_f32(x, *_minmax_f32(x))
+    assert type(got) is F32
+    assert ((np.isnan(got) and np.isnan(expected))
+            or got.view(np.uint32) == expected.view(np.uint32)), values
 
 
 def test_absmin_on_bit_patterns():

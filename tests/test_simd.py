@@ -177,6 +177,43 @@ def test_histograms_and_fused_step(both):
         same(*both(steps))
 
 
+def test_numpy_histogram_counting_loops(both):
+    """onnxruntime's np.histogram counts (_hist: its own builds of
+    qc_hist_loops.cpp, switched with _kernels') equal numpy's in every
+    build: uniform bins over a range and over the data (values on and
+    beside every edge, zeros on an edge, NaN, infinities, |x|), and
+    explicit edges; 1 and 2 threads, and lengths that leave a partial
+    round and a partial group of interleaved histograms; and min |x|."""
+    from quantcore._cpu import _hist as H
+    from quantcore.compat.onnxruntime.histogram import np_histogram
+    x = data(np.float32, (70001,), 12)
+    edges = np.linspace(-3.0, 3.0, 129, dtype=np.float32)
+    near = np.concatenate([np.nextafter(edges, -np.inf), edges, np.nextafter(edges, np.inf),
+                           np.zeros(1000, np.float32)]).astype(np.float32)
+    cases = [(x, 2048, None, False), (x, 128, (-50.0, 50.0), False), (x, 33, None, True),
+             (near, 128, (-3.0, 3.0), False), (near, 2048, None, True),
+             (near[:259], 7, None, False),
+             (x, np.array([-40.0, -1.0, 0.0, 0.0, 2.5, 1e30]), None, True)]
+
+    # (a range taken from the data: its finite values below 1e6)
+    cases = [(a[np.abs(a) < 1e6] if rng is None and np.ndim(bins) == 0 else a, bins, rng,
+              absolute) for a, bins, rng, absolute in cases]
+
+    def counts():
+        return [np_histogram(a, bins, rng, absolute=absolute)[0]
+                for a, bins, rng, absolute in cases] + [H.absmin_f32(x, 2), H.absmin_f32(near)]
+
+    want = [np.histogram(np.abs(a) if absolute else a, bins, rng)[0]
+            for a, bins, rng, absolute in cases] + [np.nan, 0.0]
+    original = H.simd_variant()
+    try:
+        for got in both(lambda: (H.select_simd(K.simd_variant()), counts())[1]):
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g, w)   # (NaN equal to NaN)
+    finally:
+        H.select_simd(original)
+
+
 @pytest.mark.parametrize("cap", ["baseline", "x86-64-v3"])
 def test_the_environment_variable_caps_the_build(cap):
     env = dict(os.environ, QUANTCORE_SIMD=cap)

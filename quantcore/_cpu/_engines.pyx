@@ -27,21 +27,19 @@ cdef extern from "qc_engines.h":
     void qc_eng_fp8_table(uint8_t *t) noexcept nogil
 
 cdef extern from "qc_eng_builds.h":
-    int qc_simd_level "qc::simd_level"
-    int qc_select_simd "qc::select_simd"(int max_level)
-    float qc_eng_run_absmax_bf16(const uint16_t *x, int64_t n) noexcept nogil
-    float qc_eng_run_absmax_f32(const uint32_t *x, int64_t n) noexcept nogil
-    void qc_eng_run_fp8_row(const uint8_t *t, const void *x, int bf16, uint8_t *q, int64_t n,
+    float qc_run_eng_absmax_bf16(const uint16_t *x, int64_t n) noexcept nogil
+    float qc_run_eng_absmax_f32(const uint32_t *x, int64_t n) noexcept nogil
+    void qc_run_eng_fp8_row(const uint8_t *t, const void *x, int bf16, uint8_t *q, int64_t n,
                             float s, int r) noexcept nogil
-    void qc_eng_run_fp4_rows(const void *x, int bf16, uint8_t *q, int64_t n, const float *d,
+    void qc_run_eng_fp4_rows(const void *x, int bf16, uint8_t *q, int64_t n, const float *d,
                              int gshift, int r) noexcept nogil
-    void qc_eng_run_group_absmax_rows(const void *x, int bf16, int64_t n, int gshift,
+    void qc_run_eng_group_absmax_rows(const void *x, int bf16, int64_t n, int gshift,
                                       float *out) noexcept nogil
-    void qc_eng_run_nvfp4_scales(const float *amax, int64_t n, float g, int recipe,
+    void qc_run_eng_nvfp4_scales(const float *amax, int64_t n, float g, int recipe,
                                  uint8_t *codes, float *divisors) noexcept nogil
-    void qc_eng_run_group_minmax_rows(const void *x, int bf16, int64_t n, int gshift,
+    void qc_run_eng_group_minmax_rows(const void *x, int bf16, int64_t n, int gshift,
                                       float *lo, float *hi) noexcept nogil
-    void qc_eng_run_int_rows(const void *x, int bf16, uint8_t *q, int64_t n, const float *s,
+    void qc_run_eng_int_rows(const void *x, int bf16, uint8_t *q, int64_t n, const float *s,
                              const float *z, int gshift, float qmin, float qmax, int r,
                              int pack) noexcept nogil
 
@@ -50,29 +48,7 @@ cnp.import_array()
 cdef uint8_t _FP8_TABLE[65536]
 qc_eng_fp8_table(_FP8_TABLE)
 
-#: the builds of the row loops by SIMD level (qc_eng_builds.h: _kernels')
-_SIMD_LEVELS = {"baseline": 2, "x86-64-v3": 3, "x86-64-v4": 4}
-
-
-def select_simd(name):
-    """Run the row loops of the build ``name`` ("baseline", "x86-64-v3",
-    "x86-64-v4"), or the best one this CPU has below it; returns the build
-    in use.  _kernels' choice at import (QUANTCORE_SIMD caps it) is this
-    module's too; for tests, which compare the builds bit for bit."""
-    if name not in _SIMD_LEVELS:
-        raise ValueError(f"SIMD build {name!r}: expected one of {list(_SIMD_LEVELS)}")
-    qc_select_simd(_SIMD_LEVELS[name])
-    return simd_variant()
-
-
-def simd_variant():
-    """The build of the row loops in use (:func:`select_simd`)."""
-    return {v: k for k, v in _SIMD_LEVELS.items()}[qc_simd_level]
-
-
-from quantcore._cpu._kernels import simd_variant as _kernels_variant  # noqa: E402
-
-select_simd(_kernels_variant())
+include "_simd_follow.pxi"
 
 
 cdef const char *_rows_data(x, int64_t *item) except NULL:
@@ -125,8 +101,8 @@ def absmax_rows(x, int nthreads):
 
 cdef inline float _absmax_row(const void *p, int bf16, int64_t r, int64_t n) noexcept nogil:
     if bf16:
-        return qc_eng_run_absmax_bf16(<const uint16_t *>p + r * n, n)
-    return qc_eng_run_absmax_f32(<const uint32_t *>p + r * n, n)
+        return qc_run_eng_absmax_bf16(<const uint16_t *>p + r * n, n)
+    return qc_run_eng_absmax_f32(<const uint32_t *>p + r * n, n)
 
 
 def fp8_rows(x, const float[::1] scales, bint round_bf16, int nthreads):
@@ -150,10 +126,10 @@ def fp8_rows(x, const float[::1] scales, bint round_bf16, int nthreads):
     if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
         with nogil:
             for r in range(rows):
-                qc_eng_run_fp8_row(_FP8_TABLE, p + r * n * item, item == 2, op + r * n, n, sp[r * ss], rnd)
+                qc_run_eng_fp8_row(_FP8_TABLE, p + r * n * item, item == 2, op + r * n, n, sp[r * ss], rnd)
     else:
         for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
-            qc_eng_run_fp8_row(_FP8_TABLE, p + r * n * item, item == 2, op + r * n, n, sp[r * ss], rnd)
+            qc_run_eng_fp8_row(_FP8_TABLE, p + r * n * item, item == 2, op + r * n, n, sp[r * ss], rnd)
     return out
 
 
@@ -180,11 +156,11 @@ def fp4_rows(x, const float[:, ::1] divisors, int group, bint round_bf16, int nt
     if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
         with nogil:
             for r in range(rows):
-                qc_eng_run_fp4_rows(p + r * n * item, item == 2, op + r * (n // 2), n,
+                qc_run_eng_fp4_rows(p + r * n * item, item == 2, op + r * (n // 2), n,
                                 dp + r * (n // group), gshift, rnd)
     else:
         for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
-            qc_eng_run_fp4_rows(p + r * n * item, item == 2, op + r * (n // 2), n,
+            qc_run_eng_fp4_rows(p + r * n * item, item == 2, op + r * (n // 2), n,
                             dp + r * (n // group), gshift, rnd)
     return out
 
@@ -213,10 +189,10 @@ def group_absmax_rows(x, int group, int nthreads):
     if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
         with nogil:
             for r in range(rows):
-                qc_eng_run_group_absmax_rows(p + r * n * item, item == 2, n, gshift, op + r * ng)
+                qc_run_eng_group_absmax_rows(p + r * n * item, item == 2, n, gshift, op + r * ng)
     else:
         for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
-            qc_eng_run_group_absmax_rows(p + r * n * item, item == 2, n, gshift, op + r * ng)
+            qc_run_eng_group_absmax_rows(p + r * n * item, item == 2, n, gshift, op + r * ng)
     return out
 
 
@@ -245,10 +221,10 @@ def nvfp4_scales(amax, float g, recipe, int nthreads):
         return codes, divisors
     if nthreads <= 1 or nb == 1:
         with nogil:
-            qc_eng_run_nvfp4_scales(&av[0], n, g, k, &cv[0], &dv[0])
+            qc_run_eng_nvfp4_scales(&av[0], n, g, k, &cv[0], &dv[0])
     else:
         for b in prange(nb, nogil=True, schedule='static', num_threads=nthreads):
-            qc_eng_run_nvfp4_scales(&av[b * 4096], min(4096, n - b * 4096), g, k, &cv[b * 4096],
+            qc_run_eng_nvfp4_scales(&av[b * 4096], min(4096, n - b * 4096), g, k, &cv[b * 4096],
                                     &dv[b * 4096])
     return codes, divisors
 
@@ -272,11 +248,11 @@ def group_minmax_rows(x, int group, int nthreads):
     if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
         with nogil:
             for r in range(rows):
-                qc_eng_run_group_minmax_rows(p + r * n * item, item == 2, n, gshift, lp + r * ng,
+                qc_run_eng_group_minmax_rows(p + r * n * item, item == 2, n, gshift, lp + r * ng,
                                          hp + r * ng)
     else:
         for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
-            qc_eng_run_group_minmax_rows(p + r * n * item, item == 2, n, gshift, lp + r * ng,
+            qc_run_eng_group_minmax_rows(p + r * n * item, item == 2, n, gshift, lp + r * ng,
                                      hp + r * ng)
     return lo, hi
 
@@ -313,10 +289,10 @@ def int_rows(x, const float[:, ::1] scales, const float[:, ::1] zero_points, int
     if nthreads <= 1 or rows == 1:  # (one thread: no OpenMP team, threads.py)
         with nogil:
             for r in range(rows):
-                qc_eng_run_int_rows(p + r * n * item, item == 2, op + r * width, n, sp + r * ng,
+                qc_run_eng_int_rows(p + r * n * item, item == 2, op + r * width, n, sp + r * ng,
                                 zp + r * ng, gshift, lo, hi, rnd, pack)
     else:
         for r in prange(rows, nogil=True, schedule='static', num_threads=nthreads):
-            qc_eng_run_int_rows(p + r * n * item, item == 2, op + r * width, n, sp + r * ng,
+            qc_run_eng_int_rows(p + r * n * item, item == 2, op + r * width, n, sp + r * ng,
                             zp + r * ng, gshift, lo, hi, rnd, pack)
     return out

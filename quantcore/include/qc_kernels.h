@@ -1,20 +1,10 @@
 /*
  * qc_kernels.h -- the CPU extension's entry points into the loops of
  * qc_cpu_loops.h, each declared once, for float and double, and chosen at
- * run time among up to three builds of the same source:
- *
- *   qc_base   the loops with the extension's flags (x86-64-v2 on x86-64:
- *             SSE4.1 roundps), always present;
- *   qc_v3     the same loops compiled with -march=x86-64-v3 (AVX2 + FMA);
- *   qc_v4     the same loops compiled with -march=x86-64-v4 (AVX-512),
- *             each used when the CPU (and OS) support it (QC_HAVE_V3 /
- *             QC_HAVE_V4: setup.py built it).
- *
- * Every build is the same formulas with the same flags (-ffp-contract=off:
- * no contraction; an explicit qc_fma is the correctly rounded fma either
- * way), so they give the same bits; tests/test_simd.py checks it on every
- * family.  qc::select_simd() is called once when the extension is imported
- * (QUANTCORE_SIMD=baseline / x86-64-v3 caps the level).
+ * run time among the SIMD builds of the same source (qc_base, qc_v3, qc_v4:
+ * qc_builds.h); tests/test_simd.py checks that they give the same bits on
+ * every family.  qc::select_simd() is called once when the extension is
+ * imported (QUANTCORE_SIMD=baseline / x86-64-v3 caps the level).
  *
  * The loops are split by family into translation units (quantcore/_cpu/
  * qc_loops_*.cpp, each compiled once per build, QC_SIMD_LEVEL = 2, 3 or 4),
@@ -33,6 +23,7 @@
 #ifndef QC_KERNELS_H
 #define QC_KERNELS_H
 
+#include "qc_builds.h"
 #include "qc_registry.h"
 
 /* X(name, parameters, arguments) for every entry point that is not per
@@ -136,63 +127,8 @@ QC_DECLARE_BUILD(qc_v4)
 #undef QC_DECLARE_FAMILY_ENTRY
 #undef QC_DECLARE_ENTRY
 
-/* The namespace of the build that a unit of qc_loops_*.cpp compiles
- * (QC_SIMD_LEVEL: 2 baseline, 3 AVX2 + FMA, 4 AVX-512). */
-#if defined(QC_SIMD_LEVEL) && QC_SIMD_LEVEL == 4
-#define QC_LOOPS_NS qc_v4
-#elif defined(QC_SIMD_LEVEL) && QC_SIMD_LEVEL == 3
-#define QC_LOOPS_NS qc_v3
-#else
-#define QC_LOOPS_NS qc_base
-#endif
-
 namespace qc {
 
-/* The level of the build in use: 2 (baseline), 3 (x86-64-v3: AVX2 + FMA)
- * or 4 (x86-64-v4: AVX-512 F / BW / DQ / VL / CD), set by select_simd. */
-inline int simd_level = 2;
-
-/* The levels built, as a bit mask (bit 2: the baseline, always; bit 3:
- * x86-64-v3; bit 4: x86-64-v4). */
-inline int simd_builds() {
-  int builds = 1 << 2;
-#ifdef QC_HAVE_V3
-  builds |= 1 << 3;
-#endif
-#ifdef QC_HAVE_V4
-  builds |= 1 << 4;
-#endif
-  return builds;
-}
-
-/* Use the highest build of level at most `max_level` that the CPU (and
- * OS) support; returns the level in use. */
-inline int select_simd(int max_level) {
-  int level = 2;
-#if defined(QC_HAVE_V3) || defined(QC_HAVE_V4)
-  __builtin_cpu_init();
-#endif
-#ifdef QC_HAVE_V3
-  if (max_level >= 3 && __builtin_cpu_supports("x86-64-v3")) level = 3;
-#endif
-#ifdef QC_HAVE_V4
-  if (max_level >= 4 && __builtin_cpu_supports("x86-64-v4")) level = 4;
-#endif
-  (void)max_level;
-  simd_level = level;
-  return level;
-}
-
-#ifdef QC_HAVE_V3
-#define QC_IF_V3(...) __VA_ARGS__
-#else
-#define QC_IF_V3(...)
-#endif
-#ifdef QC_HAVE_V4
-#define QC_IF_V4(...) __VA_ARGS__
-#else
-#define QC_IF_V4(...)
-#endif
 /* CALL(ns, ...) in the namespace of the build in use */
 #define QC_PICK(CALL, ...)                                                                     \
   switch (simd_level) {                                                                        \

@@ -19,20 +19,32 @@ def _is_f32_scalar(v):
 
 
 def _minmax_f32(flat):
-    """(nanmin, nanmax, has_nan) of a contiguous float32 array as numpy
-    computes them: NaN for an all-NaN array, numpy's own sign for a zero
-    when both -0.0 and +0.0 occur."""
+    """(nanmin, nanmax, has_nan, has_zero) of a contiguous float32 array as
+    numpy computes them: NaN for an all-NaN array, numpy's own sign for a
+    zero when both -0.0 and +0.0 occur; ``has_zero``: a +-0.0 occurs."""
     lo, hi, flags = K.minmax(flat, _threads(flat.shape[0]))
     has_nan = bool(flags & 1)
-    if lo > hi:  # non-empty and all NaN
-        return _F32(np.nan), _F32(np.nan), True
-    lo, hi = _F32(lo), _F32(hi)
     both_zeros = (flags & 6) == 6
+    if lo > hi:  # non-empty and all NaN
+        return _F32(np.nan), _F32(np.nan), True, False
+    lo, hi = _F32(lo), _F32(hi)
     if lo == 0:
         lo = np.nanmin(flat) if both_zeros else (_F32(-0.0) if flags & 2 else _F32(0.0))
     if hi == 0:
         hi = np.nanmax(flat) if both_zeros else (_F32(0.0) if flags & 4 else _F32(-0.0))
-    return lo, hi, has_nan
+    return lo, hi, has_nan, bool(flags & 6)
+
+
+def _absmin_f32(flat, lo, hi, has_nan, has_zero):
+    """``np.abs(flat).min()`` (float32) of a non-empty float32 array from
+    what :func:`_minmax_f32` gave for it: NaN when it holds a NaN; ``|lo|``
+    when no value is below zero, ``|hi|`` when none is above; 0 when it
+    crosses zero and holds a zero; only otherwise a pass over the values."""
+    if has_nan:
+        return _F32(np.nan)
+    if lo >= 0 or hi <= 0:
+        return _F32(abs(lo) if lo >= 0 else abs(hi))
+    return _F32(0.0) if has_zero else _F32(H.absmin_f32(flat, _threads(flat.shape[0])))
 
 
 def _flat(a):
@@ -56,12 +68,11 @@ def _outer_edges(a, range_, absolute):
     elif a.size == 0:
         first, last = 0, 1
     else:
+        lo, hi, has_nan, has_zero = _minmax_f32(a)
         if absolute:
-            lo, hi, has_nan = _minmax_f32(a)
-            first = _F32(np.nan) if has_nan else _F32(H.absmin_f32(a))
+            first = _absmin_f32(a, lo, hi, has_nan, has_zero)
             last = _F32(np.nan) if has_nan else max(abs(lo), abs(hi))
         else:
-            lo, hi, has_nan = _minmax_f32(a)
             first, last = (_F32(np.nan), _F32(np.nan)) if has_nan else (lo, hi)
         if not (np.isfinite(first) and np.isfinite(last)):
             raise ValueError(f"autodetected range of [{first}, {last}] is not finite")
@@ -166,7 +177,7 @@ class _CallStats:
             return False
         self.size += a.size
         if a.dtype == np.float32:
-            lo, hi, has_nan = _minmax_f32(a)
+            lo, hi, has_nan, has_zero = _minmax_f32(a)
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: NaN, as in ORT
@@ -176,7 +187,7 @@ class _CallStats:
         self.min = lo if self.min is None else _nan_aware(min, self.min, lo)
         self.max = hi if self.max is None else _nan_aware(max, self.max, hi)
         if need_absmin:
-            am = (a.dtype.type(H.absmin_f32(a)) if a.dtype == np.float32
+            am = (_absmin_f32(a, lo, hi, has_nan, has_zero) if a.dtype == np.float32
                   else np.absolute(a).min())
             self.absmin = am if self.absmin is None else (
                 am if np.isnan(am)
