@@ -281,8 +281,8 @@ def get():
 CONVERTER_PARTS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/gguf/")
 #: run in a subprocess: two patches, each what the converter does where the
 #: test's tiny model differs from a released one: a tokenizer.model missing is
-#: FileNotFoundError before sentencepiece is imported (it is not installed
-#: here; with it the converter raises the same), and the tiny BPE tokenizer's
+#: FileNotFoundError before sentencepiece is imported (with sentencepiece
+#: installed the converter raises the same), and the tiny BPE tokenizer's
 #: probe hash, which no released model has, is named (QC_TOKENIZER_PRE)
 _CONVERTER_MAIN = r"""
 import os, runpy, sys

@@ -28,9 +28,44 @@ import ggml_oracle  # noqa: E402
 PRE = "qwen2"
 
 
+def _spm_tokenizer(path):
+    """A SentencePiece tokenizer as Llama 2 / Mistral ship one: tokenizer.model
+    (a BPE with byte fallback, trained here: fewer pieces than the config's
+    300 ids, so the rest are padding), added_tokens.json and
+    tokenizer_config.json's added_tokens_decoder (a special token, a
+    special-looking one, a user-defined one with U+2581, an id past the
+    vocabulary)."""
+    import json
+
+    import sentencepiece as spm
+    os.makedirs(path, exist_ok=True)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(["hello world the quick brown fox jumps over the lazy dog"] * 50),
+        model_prefix=os.path.join(path, "sp"), vocab_size=290, model_type="bpe",
+        byte_fallback=True, hard_vocab_limit=False, minloglevel=2,
+        user_defined_symbols=["<|user|>"], control_symbols=["<ctrl>"])
+    os.replace(os.path.join(path, "sp.model"), os.path.join(path, "tokenizer.model"))
+    os.remove(os.path.join(path, "sp.vocab"))
+    with open(os.path.join(path, "added_tokens.json"), "w") as fh:
+        json.dump({"<extra_a>": 296, "<too_far>": 400}, fh)
+    decoder = {"0": {"content": "<unk>", "special": True},
+               "1": {"content": "<s>", "special": True},
+               "2": {"content": "</s>", "special": True},
+               "297": {"content": "<|im_end|>", "special": False},
+               "298": {"content": "\u2581hi\u2581there", "special": False},
+               "500": {"content": "<far>", "special": True}}
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as fh:
+        json.dump({"added_tokens_decoder": decoder, "bos_token": "<s>", "eos_token": "</s>",
+                   "add_bos_token": True, "add_eos_token": False}, fh)
+
+
 def _tiny(kind, path, hidden=256, layers=2, tie=False):
-    """A random transformers model saved with a byte-level BPE tokenizer."""
+    """A random transformers model saved with a byte-level BPE tokenizer
+    (``llama_spm``: a Llama with a SentencePiece one)."""
     from tokenizers import decoders, models, pre_tokenizers, trainers
+    if kind == "llama_spm":
+        _spm_tokenizer(path)
+        return _tiny_weights("llama", path, hidden, layers, tie)
     tok = tokenizers.Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -41,6 +76,11 @@ def _tiny(kind, path, hidden=256, layers=2, tie=False):
     tok.train_from_iterator(["hello world the quick brown fox jumps over the lazy dog"] * 50, tr)
     transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>",
                                          eos_token="<|im_end|>").save_pretrained(path)
+    return _tiny_weights(kind, path, hidden, layers, tie)
+
+
+def _tiny_weights(kind, path, hidden, layers, tie):
+    """The random model of :func:`_tiny`, saved (BF16, N(0, 0.5))."""
     torch.manual_seed(0)
     common = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                   num_attention_heads=4, num_key_value_heads=2, vocab_size=300,
@@ -64,7 +104,7 @@ def _tiny(kind, path, hidden=256, layers=2, tie=False):
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("gguf_models")
-    return {k: _tiny(k, root / k) for k in ("llama", "qwen3", "qwen2")}
+    return {k: _tiny(k, root / k) for k in ("llama", "qwen3", "qwen2", "llama_spm")}
 
 
 @pytest.fixture(scope="module")
@@ -78,14 +118,14 @@ def converted(models, tmp_path_factory):
             raise
         pytest.skip("llama.cpp's converter (llama-cpp-python sdist) not available")
     out = {(kind, t): str(root / f"{kind}_{t}.gguf") for kind in models
-           for t in (("f32", "f16", "q8_0") if kind != "qwen2" else ("q8_0",))}
+           for t in (("f32", "f16", "q8_0") if kind in ("llama", "qwen3") else ("q8_0",))}
     ggml_oracle.convert_hf([(models[k], t, f) for (k, t), f in out.items()], tokenizer_pre=PRE)
     return out
 
 
 @pytest.mark.parametrize("kind,outtype", [(k, t) for k in ("llama", "qwen3")
                                            for t in ("f32", "f16", "q8_0")] +
-                         [("qwen2", "q8_0")])
+                         [("qwen2", "q8_0"), ("llama_spm", "q8_0")])
 def test_file_equals_converter(models, converted, kind, outtype, tmp_path):
     """The whole file, bytes for bytes: key/values and their order, tensor
     names, order, shapes, types, data (Llama's q / k permuted)."""
@@ -291,6 +331,54 @@ def test_bad_input(models, tmp_path):
         GF._tensor = orig
     assert sorted(os.listdir(tmp_path)) == ["b.gguf", "gpt2"]
     assert (tmp_path / "b.gguf").read_bytes() == b"old"
+
+
+def test_bad_tokenizers(models, tmp_path, monkeypatch):
+    """A tokenizer the converter would read another way, or cannot: a clear
+    error naming the directory and what to do, and no file written."""
+    import json
+    import shutil
+    spm_dir, bpe_dir = tmp_path / "spm", tmp_path / "bpe"
+    shutil.copytree(models["llama_spm"], spm_dir)
+    shutil.copytree(models["llama"], bpe_dir)
+    out = tmp_path / "out"
+    out.mkdir()
+    # a corrupt tokenizer.model
+    (spm_dir / "tokenizer.model").write_bytes(b"not a sentencepiece model")
+    with pytest.raises(GF.GGUFFileError, match="tokenizer.model is not a SentencePiece model"):
+        GF.write_gguf(spm_dir, out / "a.gguf", "Q8_0")
+    # without the sentencepiece package
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)
+    with pytest.raises(GF.GGUFFileError, match="pip install sentencepiece"):
+        GF.write_gguf(spm_dir, out / "a.gguf", "Q8_0")
+    monkeypatch.undo()
+    # a Llama tokenizer.json the converter reads as LlamaHfVocab (byte-fallback BPE)
+    tj = json.loads((bpe_dir / "tokenizer.json").read_text())
+    tj["model"]["byte_fallback"] = True
+    tj["decoder"] = {"type": "Sequence", "decoders": []}
+    (bpe_dir / "tokenizer.json").write_text(json.dumps(tj))
+    with pytest.raises(GF.GGUFFileError, match="LlamaHfVocab"):
+        GF.write_gguf(bpe_dir, out / "a.gguf", "Q8_0", tokenizer_pre=PRE)
+    # CodeLlama's vocabulary size (the converter's special FIM tokens)
+    cfg = json.loads((bpe_dir / "config.json").read_text())
+    cfg["vocab_size"] = 32016
+    (bpe_dir / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(GF.GGUFFileError, match="32016"):
+        GF.write_gguf(bpe_dir, out / "a.gguf", "Q8_0", tokenizer_pre=PRE)
+    # neither tokenizer
+    (bpe_dir / "tokenizer.json").unlink()
+    with pytest.raises(GF.GGUFFileError, match="neither tokenizer.model nor tokenizer.json"):
+        GF.write_gguf(_copy_without(models["qwen3"], tmp_path), out / "a.gguf", "Q8_0",
+                      tokenizer_pre=PRE)
+    assert os.listdir(out) == []
+
+
+def _copy_without(src, tmp_path, name="tokenizer.json"):
+    import shutil
+    dst = tmp_path / "no_tokenizer"
+    shutil.copytree(src, dst)
+    (dst / name).unlink()
+    return dst
 
 
 def test_malformed_gguf(models, tmp_path, capsys):

@@ -38,7 +38,8 @@ def run(args):
     from .hf import ModelDirError
     if not os.path.isdir(args.file):
         raise _error(f"{args.file}: --format gguf reads a Hugging Face model directory "
-                     "(config.json, model.safetensors or its shards, tokenizer.json)")
+                     "(config.json, model.safetensors or its shards, tokenizer.json or "
+                     "tokenizer.model)")
     given = [opt for opt, v in (("--recipe", args.recipe), ("--symmetric / --affine",
                                                              args.symmetric is not None),
                                 ("--tensors", args.tensors), ("--scheme", args.scheme),

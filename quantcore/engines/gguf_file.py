@@ -239,26 +239,110 @@ def _looks_special(t):
 
 
 def _set_vocab(w, model, hf_arch, gg, tokenizer_pre):
-    """LlamaModel.set_vocab / Qwen2Model.set_vocab for a tokenizer.json (GPT-2 BPE)."""
+    """LlamaModel.set_vocab / Qwen2Model.set_vocab: a SentencePiece
+    ``tokenizer.model`` when there is one, else a tokenizer.json (GPT-2 BPE)."""
     d = model.path
-    if os.path.isfile(os.path.join(d, "tokenizer.model")):
-        raise GGUFFileError(f"{d}: tokenizer.model (SentencePiece) is not supported yet; "
-                            "a tokenizer.json BPE tokenizer is")
-    if not os.path.isfile(os.path.join(d, "tokenizer.json")):
-        raise GGUFFileError(f"{d}: no tokenizer.json")
+    cfg = model.config
     if hf_arch == "LlamaForCausalLM":
+        if cfg.get("vocab_size") in (32016, 49152):   # CodeLlama's FIM tokens, Granite's BOS
+            raise GGUFFileError(f"{d}: vocab_size {cfg['vocab_size']} (CodeLlama / Granite: the "
+                                "converter's special cases) is not supported")
         tc = os.path.join(d, "tokenizer_config.json")
         if os.path.isfile(tc):
             with open(tc, encoding="utf-8") as fh:
                 tcj = json.load(fh)
             if (aps := tcj.get("add_prefix_space")) is not None:
                 w.add_add_space_prefix(aps)
-    tokens, toktypes, pre = _vocab_base(d, model.config, gg, tokenizer_pre)
+    if os.path.isfile(os.path.join(d, "tokenizer.model")):
+        tokens, scores, toktypes = _vocab_sentencepiece(d, cfg, gg)
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(toktypes)
+        gg.SpecialVocab(d, n_vocab=len(tokens)).add_to_gguf(w)
+        return
+    tokenizer_json = os.path.join(d, "tokenizer.json")
+    if not os.path.isfile(tokenizer_json):
+        raise GGUFFileError(f"{d}: neither tokenizer.model nor tokenizer.json")
+    if hf_arch == "LlamaForCausalLM" and _llama_hf_bpe(tokenizer_json):
+        raise GGUFFileError(f"{d}: tokenizer.json is a SentencePiece-style BPE (byte fallback) "
+                            "without its tokenizer.model; the converter's LlamaHfVocab for it "
+                            "is not supported: add the tokenizer.model")
+    tokens, toktypes, pre = _vocab_base(d, cfg, gg, tokenizer_pre)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
     w.add_token_types(toktypes)
     gg.SpecialVocab(d, load_merges=True).add_to_gguf(w)
+
+
+def _llama_hf_bpe(tokenizer_json):
+    """Whether the converter's ``LlamaHfVocab`` takes this tokenizer.json
+    (gguf-py vocab.py: a BPE with byte fallback and a Sequence decoder, not
+    Llama 3's ignore_merges BPE)."""
+    with open(tokenizer_json, encoding="utf-8") as fh:
+        tj = json.load(fh)
+    m = tj.get("model") or {}
+    if m.get("type") == "BPE" and m.get("ignore_merges", False) and \
+            not m.get("byte_fallback", True):
+        return False
+    return (m.get("type") == "BPE" and bool(m.get("byte_fallback", False))
+            and (tj.get("decoder") or {}).get("type") == "Sequence")
+
+
+def _vocab_sentencepiece(d, cfg, gg):
+    """conversion/base.py ``_create_vocab_sentencepiece``: (tokens as UTF-8
+    bytes, scores, token types) of ``d/tokenizer.model`` over the config's
+    vocabulary size (ids past the model's pieces ``[PAD<i>]``, score
+    -10000, unused), then the ids of ``added_tokens.json`` (user-defined,
+    score -1000) and of tokenizer_config.json's ``added_tokens_decoder``
+    (control when special or special-looking, else user-defined with
+    U+2581 as a space; score -1000); ids past the vocabulary are ignored."""
+    try:
+        from sentencepiece import SentencePieceProcessor
+    except ImportError:
+        raise GGUFFileError(f"{d}: reading tokenizer.model (SentencePiece) needs the "
+                            "sentencepiece package: pip install sentencepiece") from None
+    sp = SentencePieceProcessor()
+    try:
+        sp.LoadFromFile(os.path.join(d, "tokenizer.model"))
+    except (OSError, RuntimeError) as exc:
+        raise GGUFFileError(f"{d}: tokenizer.model is not a SentencePiece model ({exc})") \
+            from None
+    T = gg.TokenType
+    size = _hparam(cfg, ["vocab_size_per_layer_input", "vocab_size"]) or sp.vocab_size()
+    tokens = [f"[PAD{i}]".encode() for i in range(size)]
+    scores = [-10000.0] * size
+    toktypes = [T.UNUSED] * size
+    for i in range(min(sp.vocab_size(), size)):
+        tokens[i] = sp.IdToPiece(i).encode("utf-8")
+        scores[i] = sp.GetScore(i)
+        toktypes[i] = (T.UNKNOWN if sp.IsUnknown(i) else T.CONTROL if sp.IsControl(i)
+                       else T.UNUSED if sp.IsUnused(i) else T.BYTE if sp.IsByte(i)
+                       else T.NORMAL)
+    added = os.path.join(d, "added_tokens.json")
+    if os.path.isfile(added):
+        with open(added, encoding="utf-8") as fh:
+            for text, i in json.load(fh).items():
+                if i < size:
+                    tokens[i], scores[i], toktypes[i] = text.encode("utf-8"), -1000.0, \
+                        T.USER_DEFINED
+    tc = os.path.join(d, "tokenizer_config.json")
+    if os.path.isfile(tc):
+        with open(tc, encoding="utf-8") as fh:
+            decoder = json.load(fh).get("added_tokens_decoder", {})
+        for key, data in decoder.items():
+            i, text = int(key), data["content"]
+            if i >= size:
+                continue
+            if data.get("special") or _looks_special(text):
+                toktypes[i] = T.CONTROL
+            else:
+                text = text.replace("\u2581", " ")
+                toktypes[i] = T.USER_DEFINED
+            tokens[i], scores[i] = text.encode("utf-8"), -1000.0
+    return tokens, scores, toktypes
 
 
 def _set_parameters(w, cfg, hf_arch, file_type):
