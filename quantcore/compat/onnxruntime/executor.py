@@ -5,7 +5,7 @@ import contextlib
 import os
 import threading
 
-from ..._cpu.threads import effective_n_threads
+from ..._cpu.threads import PARALLEL_THRESHOLD, effective_n_threads
 
 
 _local = threading.local()
@@ -15,6 +15,8 @@ def _threads(n_elements):
     """Kernel threads for ``n_elements`` values: 1 inside :func:`kernel_threads`
     (1) -- e.g. in the worker threads of a calibrator's ``executor`` -- else
     quantcore's setting (``quantcore.set_num_threads`` / OpenMP)."""
+    if n_elements < PARALLEL_THRESHOLD:     # (one thread whatever the setting: per call, fast)
+        return 1
     limit = getattr(_local, "threads", None)
     n = effective_n_threads(n_elements)
     return n if limit is None else min(n, limit)
