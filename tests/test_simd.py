@@ -334,6 +334,7 @@ def test_engine_row_loops(both):
     s = np.geomspace(1e-3, 1e3, 24).astype(np.float32)
     d = np.geomspace(1e-2, 1e2, 24 * 16).astype(np.float32).reshape(24, 16)
     z = np.rint(np.linspace(-8, 7, 24 * 2)).astype(np.float32).reshape(24, 2)
+    z8 = np.rint(np.linspace(-8, 7, 24 * 8)).astype(np.float32).reshape(24, 8)
 
     def loops():
         out = []
@@ -347,7 +348,10 @@ def test_engine_row_loops(both):
                 for r in (True, False):
                     out += [E.fp8_rows(w, s, r, nt), E.fp4_rows(w, d, 16, r, nt),
                             E.int_rows(w, d[:, :2].copy(), z, 128, -8, 7, r, nt, 4),
-                            E.int_rows(w, d[:, :2].copy(), z, 128, -128, 127, r, nt, 0)]
+                            E.int_rows(w, d[:, :2].copy(), z, 128, -128, 127, r, nt, 0),
+                            # (a group shorter than a vector: the spread-scale loop)
+                            E.int_rows(w, d[:, :8].copy(), z8, 32, -8, 7, r, nt, 4),
+                            E.int_rows(w, d[:, :8].copy(), z8, 32, -128, 127, r, nt, 0)]
         return out
 
     original = E.simd_variant()

@@ -358,13 +358,28 @@ template <int R, int P, class X> static inline void qc_eng_int_row(const X *x, u
                                                                   float qmin, float qmax) {
   const int64_t g = (int64_t)1 << gshift;
   int8_t c[256];
+  float sv[256], zv[256];
   for (int64_t j0 = 0; j0 < n; j0 += 256) {
     const int64_t m = n - j0 < 256 ? n - j0 : 256;
-    for (int64_t k0 = 0; k0 < m; k0 += g) { /* (256: a multiple of the group, or less) */
-      const float sk = s[(j0 + k0) >> gshift], zk = z[(j0 + k0) >> gshift];
-      const int64_t e = k0 + g < m ? k0 + g : m;
-      QC_ENG_SIMD for (int64_t j = k0; j < e; j++)
-        c[j] = qc_eng_int_code<R>(qc_eng_value(x[j0 + j]), sk, zk, qmin, qmax);
+    if (g >= 64) {
+      for (int64_t k0 = 0; k0 < m; k0 += g) { /* (256: a multiple of the group, or less) */
+        const float sk = s[(j0 + k0) >> gshift], zk = z[(j0 + k0) >> gshift];
+        const int64_t e = k0 + g < m ? k0 + g : m;
+        QC_ENG_SIMD for (int64_t j = k0; j < e; j++)
+          c[j] = qc_eng_int_code<R>(qc_eng_value(x[j0 + j]), sk, zk, qmin, qmax);
+      }
+    } else { /* a group shorter than a vector (of int8 codes at AVX-512): the
+              * group's scale and zero spread over the piece, one loop */
+      for (int64_t k0 = 0; k0 < m; k0 += g) {
+        const float sk = s[(j0 + k0) >> gshift], zk = z[(j0 + k0) >> gshift];
+        const int64_t e = k0 + g < m ? k0 + g : m;
+        for (int64_t j = k0; j < e; j++) {
+          sv[j] = sk;
+          zv[j] = zk;
+        }
+      }
+      QC_ENG_SIMD for (int64_t j = 0; j < m; j++)
+        c[j] = qc_eng_int_code<R>(qc_eng_value(x[j0 + j]), sv[j], zv[j], qmin, qmax);
     }
     if (P == 4) { /* (c + 8) & 15 = (c & 15) ^ 8 for codes in [-8, 7] */
       qc_eng_pack4((const uint8_t *)c, q + (j0 >> 1), m, 8u);
