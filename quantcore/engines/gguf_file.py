@@ -279,14 +279,11 @@ def _set_vocab(w, model, hf_arch, gg, tokenizer_pre):
 
 def _llama_hf_bpe(tokenizer_json):
     """Whether the converter's ``LlamaHfVocab`` takes this tokenizer.json
-    (gguf-py vocab.py: a BPE with byte fallback and a Sequence decoder, not
-    Llama 3's ignore_merges BPE)."""
+    (gguf-py vocab.py: a BPE with byte fallback and a Sequence decoder;
+    Llama 3's ignore_merges BPE, which it refuses, has no byte fallback)."""
     with open(tokenizer_json, encoding="utf-8") as fh:
         tj = json.load(fh)
     m = tj.get("model") or {}
-    if m.get("type") == "BPE" and m.get("ignore_merges", False) and \
-            not m.get("byte_fallback", True):
-        return False
     return (m.get("type") == "BPE" and bool(m.get("byte_fallback", False))
             and (tj.get("decoder") or {}).get("type") == "Sequence")
 
