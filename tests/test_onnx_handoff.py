@@ -247,3 +247,94 @@ def test_quantizer_renames_inputs_as_ort_does_only_faster(spec_n, tmp_path, monk
     assert sorted(a) == sorted(b)
     for k in a:
         assert same_bits(a[k], b[k]), k
+
+
+_NAMES = ("a", "b", "c", "d", "a_DequantizeLinear_Output", "b_DequantizeLinear_Output")
+
+
+def _node_graph(inputs_per_node):
+    """A ModelProto of Identity-like nodes reading the given input names
+    (names need not be produced: only the inputs matter here)."""
+    from onnx import helper
+    nodes = [helper.make_node("Sum", list(ins), [f"out{i}"], name=f"n{i}")
+             for i, ins in enumerate(inputs_per_node)]
+    return helper.make_model(helper.make_graph(nodes, "g", [], []))
+
+
+hypothesis = pytest.importorskip("hypothesis")
+st = hypothesis.strategies
+_inputs = st.lists(st.sampled_from(_NAMES), min_size=0, max_size=4)
+_ops = st.one_of(
+    st.tuples(st.just("all"), st.sampled_from(_NAMES), st.sampled_from(_NAMES)),
+    st.tuples(st.just("node"), st.integers(0, 40), st.sampled_from(_NAMES),
+              st.sampled_from(_NAMES)),
+    st.tuples(st.just("nodes"), st.sampled_from(_NAMES), st.sampled_from(_NAMES),
+              st.sets(st.integers(0, 40), max_size=3)),
+    st.tuples(st.just("add"), _inputs),
+    st.tuples(st.just("remove"), st.integers(0, 40)),
+    st.tuples(st.just("reorder"), st.integers(0, 2 ** 32)),
+    st.tuples(st.just("new_model"),))
+
+
+def _apply(op, model, onnx_model_cls, replace_all):
+    """One graph change through ORT's ONNXModel API: ``replace_all`` is the
+    replace_input_of_all_nodes to use, ``onnx_model_cls.replace_node_input``
+    the per-node rename."""
+    import random
+
+    from onnx import helper
+    graph = model.graph
+    m = onnx_model_cls(model)
+    kind = op[0]
+    if kind == "all":
+        replace_all(m, op[1], op[2])
+    elif kind == "node" and len(graph.node):
+        onnx_model_cls.replace_node_input(graph.node[op[1] % len(graph.node)], op[2], op[3])
+    elif kind == "nodes" and len(graph.node):
+        names = {graph.node[i % len(graph.node)].name for i in op[3]}
+        m.replace_input_of_nodes(op[1], op[2], names)
+    elif kind == "add":
+        m.add_node(helper.make_node("Sum", list(op[1]), ["o"], name=f"x{len(graph.node)}"))
+    elif kind == "remove" and len(graph.node):
+        m.remove_node(graph.node[op[1] % len(graph.node)])
+    elif kind == "reorder":
+        nodes = list(graph.node)
+        random.Random(op[1]).shuffle(nodes)
+        copies = [onnx.NodeProto() for _ in nodes]
+        for c, n in zip(copies, nodes):
+            c.CopyFrom(n)
+        graph.ClearField("node")
+        graph.node.extend(copies)
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(start=st.lists(_inputs, min_size=0, max_size=12),
+                  ops=st.lists(st.tuples(_ops, st.sampled_from(_NAMES), st.sampled_from(_NAMES)),
+                               max_size=25))
+def test_input_index_follows_every_graph_change(start, ops):
+    """handoff's name -> readers index (_Readers) against ORT's own full
+    scan: the same graph after every rename, whatever nodes were added,
+    removed, reordered or renamed through ORT's other methods in between
+    (each change made to two copies: ours inside a quantcore call, ORT's
+    originals outside), each change followed by a rename of all readers."""
+    from onnxruntime.quantization.onnx_model import ONNXModel
+    from quantcore.onnx import handoff
+    handoff._install()
+    assert handoff._ORIGINAL_REPLACE, "the fast rename is not installed over this ORT"
+    ours, theirs = _node_graph(start), _node_graph(start)
+    original_node_replace = staticmethod(handoff._ORIGINAL_NODE_REPLACE[0])
+
+    class TheirModel(ONNXModel):    # ORT's own methods, as shipped
+        replace_node_input = original_node_replace
+
+    with handoff._inside_quantcore_call():
+        for change, old, new in ops:
+            for op in (change, ("all", old, new)):
+                if op[0] == "new_model":    # the graph's content replaced whole
+                    for model in (ours, theirs):
+                        inputs = [list(n.input) for n in model.graph.node]
+                        model.graph.CopyFrom(_node_graph(inputs).graph)
+                    continue
+                _apply(op, ours, ONNXModel, ONNXModel.replace_input_of_all_nodes)
+                _apply(op, theirs, TheirModel, handoff._ORIGINAL_REPLACE[0])
+                assert ours.SerializeToString() == theirs.SerializeToString(), op

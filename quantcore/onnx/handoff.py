@@ -37,14 +37,26 @@ In those calls ORT's QDQ quantizer also gets a faster
 ``ONNXModel.replace_input_of_all_nodes`` (:func:`_replace_input_fast`): ORT's
 visits every node for every tensor it quantizes (``onnx_model.py``: one
 Python call of ``replace_node_input`` per node; on the PP-OCR detector 491
-tensors x 1162 nodes, 570 k calls, 1.9 s of a 3 s quantizer); the same
-replacement made only in the nodes that read the name (a containment test
-in protobuf's C code first), so the same graph.  It is installed only over
-the implementation this was written against (its code's names checked);
-another ORT keeps its own.
+tensors x 1162 nodes, 570 k calls, 1.9 s of a 3 s quantizer).  Ours renames
+the same inputs of the same nodes, found through :class:`_Readers`, an index
+name -> the nodes that read it, built once per call and kept true: the node
+list is compared by identity on every use (nodes appended since are
+indexed, any other change of the list rebuilds the index), and every rename
+made through ``ONNXModel.replace_node_input`` (which ORT's
+``replace_input_of_nodes`` and its per-consumer renames call) is recorded.
+Those are the only ways ORT 1.32's QDQ quantizer changes a node's inputs
+(``qdq_quantizer.py``: ``replace_node_input`` :786,
+``replace_input_of_nodes`` :413 :916 :955, ``replace_input_of_all_nodes``
+:707 :805; its operators only mark tensors).  A node found is renamed only
+if it still reads the name, so the index may hold too many, never too few.
+Both are installed only over the implementation this was written against
+(their code's names checked); another ORT keeps its own; where the
+protobuf runtime does not return one Python object per node, the full scan
+runs (:meth:`_Readers.of`).
 """
 import contextlib
 import importlib
+import operator
 import os
 import tempfile
 import threading
@@ -54,8 +66,11 @@ _INSTALL = threading.Lock()
 _ORIGINAL = []
 _ORIGINAL_INFER = []
 _ORIGINAL_REPLACE = []
+_ORIGINAL_NODE_REPLACE = []
 #: the global names of ORT 1.32's ONNXModel.replace_input_of_all_nodes
 _REPLACE_NAMES = ("model", "graph", "node", "ONNXModel", "replace_node_input")
+#: ... and of its ONNXModel.replace_node_input
+_NODE_REPLACE_NAMES = ("isinstance", "str", "range", "len", "input")
 
 
 class _HandedCalibrator:
@@ -118,6 +133,60 @@ def _shape_infer_privately(model_path):
     return model
 
 
+class _Readers:
+    """Which nodes of one graph read each tensor name, kept true through a
+    quantizer's renames (module docstring); one per quantize_static call
+    and thread (``_STATE.readers``)."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        #: the indexed nodes' Python objects in graph order (held, so that
+        #: their ids stay theirs), and by id
+        self.nodes, self.by_id = [], {}
+        #: name -> {id(node): node} of the nodes that read it (or did)
+        self.by_name = {}
+        self._index(graph.node)
+
+    def _index(self, nodes):
+        for node in nodes:
+            self.nodes.append(node)
+            self.by_id[id(node)] = node
+            for name in node.input:
+                self.by_name.setdefault(name, {})[id(node)] = node
+
+    @staticmethod
+    def of(graph):
+        """The index of ``graph`` as its node list is now (this thread's,
+        brought up to date), or None where node objects are not kept by
+        the protobuf runtime (then the caller scans every node)."""
+        readers = getattr(_STATE, "readers", None)
+        if readers is None or readers.graph is not graph:
+            if len(graph.node) and graph.node[0] is not graph.node[0]:
+                return None
+            readers = _STATE.readers = _Readers(graph)
+            return readers
+        nodes, known = graph.node, len(readers.nodes)
+        if len(nodes) < known or not all(map(operator.is_, nodes, readers.nodes)):
+            readers = _STATE.readers = _Readers(graph)
+        elif len(nodes) > known:
+            readers._index(nodes[known:])
+        return readers
+
+    def renamed(self, node, new_input_name):
+        """Record that ``node`` may now read ``new_input_name``."""
+        if self.by_id.get(id(node)) is node:
+            self.by_name.setdefault(new_input_name, {})[id(node)] = node
+
+
+def _replace_node_input_noted(node, old_input_name, new_input_name):
+    """ORT's ``ONNXModel.replace_node_input``, the rename recorded in this
+    thread's :class:`_Readers` (module docstring)."""
+    _ORIGINAL_NODE_REPLACE[0](node, old_input_name, new_input_name)
+    readers = getattr(_STATE, "readers", None)
+    if readers is not None:
+        readers.renamed(node, new_input_name)
+
+
 def _replace_input_fast(self, old_input_name, new_input_name):
     """ORT's ``ONNXModel.replace_input_of_all_nodes``: every input named
     ``old_input_name`` of every node renamed ``new_input_name``, with ORT's
@@ -126,11 +195,21 @@ def _replace_input_fast(self, old_input_name, new_input_name):
     :func:`ort_quantize_static`."""
     if not getattr(_STATE, "inside", False):
         return _ORIGINAL_REPLACE[0](self, old_input_name, new_input_name)
-    from onnxruntime.quantization.onnx_model import ONNXModel
     assert isinstance(old_input_name, str) and isinstance(new_input_name, str)
-    for node in self.model.graph.node:
+    replace = _ORIGINAL_NODE_REPLACE[0]
+    graph = self.model.graph
+    readers = _Readers.of(graph)
+    if readers is None:
+        for node in graph.node:
+            if old_input_name in node.input:
+                replace(node, old_input_name, new_input_name)
+        return
+    reading = readers.by_name.pop(old_input_name, {})
+    renamed = readers.by_name.setdefault(new_input_name, {})    # (after: old may be new)
+    for key, node in reading.items():
         if old_input_name in node.input:
-            ONNXModel.replace_node_input(node, old_input_name, new_input_name)
+            replace(node, old_input_name, new_input_name)
+            renamed[key] = node
 
 
 def _install():
@@ -142,8 +221,12 @@ def _install():
     from onnxruntime.quantization.onnx_model import ONNXModel
     with _INSTALL:
         replace = ONNXModel.replace_input_of_all_nodes
-        if not _ORIGINAL_REPLACE and replace.__code__.co_names == _REPLACE_NAMES:
+        node_replace = ONNXModel.replace_node_input
+        if (not _ORIGINAL_REPLACE and replace.__code__.co_names == _REPLACE_NAMES
+                and node_replace.__code__.co_names == _NODE_REPLACE_NAMES):
             _ORIGINAL_REPLACE.append(replace)
+            _ORIGINAL_NODE_REPLACE.append(node_replace)
+            ONNXModel.replace_node_input = staticmethod(_replace_node_input_noted)
             ONNXModel.replace_input_of_all_nodes = _replace_input_fast
         if not _ORIGINAL_INFER and hasattr(ort_quantize, "load_model_with_shape_infer"):
             _ORIGINAL_INFER.append(ort_quantize.load_model_with_shape_infer)
@@ -162,12 +245,12 @@ def _install():
 def _inside_quantcore_call():
     """Mark this thread as inside one of quantcore's quantize_static calls
     (the names installed by :func:`_install` act only there)."""
-    previous = getattr(_STATE, "inside", False)
-    _STATE.inside = True
+    previous = getattr(_STATE, "inside", False), getattr(_STATE, "readers", None)
+    _STATE.inside, _STATE.readers = True, None
     try:
         yield
     finally:
-        _STATE.inside = previous
+        _STATE.inside, _STATE.readers = previous
 
 
 def ort_quantize_static(model_input, model_output, calibration_data_reader, **kwargs):
