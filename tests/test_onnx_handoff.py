@@ -338,3 +338,68 @@ def test_input_index_follows_every_graph_change(start, ops):
                 _apply(op, ours, ONNXModel, ONNXModel.replace_input_of_all_nodes)
                 _apply(op, theirs, TheirModel, handoff._ORIGINAL_REPLACE[0])
                 assert ours.SerializeToString() == theirs.SerializeToString(), op
+
+
+_init_ops = st.one_of(
+    st.tuples(st.just("add"), st.lists(st.sampled_from(_NAMES), max_size=3)),
+    st.tuples(st.just("remove"), st.integers(0, 40)),
+    st.tuples(st.just("swap"), st.tuples(st.integers(0, 40), st.sampled_from(_NAMES))),
+    st.tuples(st.just("reorder"), st.integers(0, 2 ** 32)),
+    st.tuples(st.just("rename"), st.integers(0, 40)),
+    st.tuples(st.just("model"), st.lists(st.sampled_from(_NAMES), max_size=3)))
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(start=st.lists(st.sampled_from(_NAMES), max_size=8),
+                  ops=st.lists(st.tuples(_init_ops, st.sampled_from(_NAMES + ("zz",))),
+                               max_size=25))
+def test_initializer_index_follows_every_list_change(start, ops):
+    """handoff's name -> first initializer (_FirstByName), through
+    find_by_name and ONNXModel.get_initializer inside a quantcore call,
+    against ORT's own functions after every change of the list (added,
+    possibly under a name already there; removed; one removed and one
+    added; reordered as copies; one renamed in place away from its name;
+    added through ORT's add_initializer) - the same item, by identity."""
+    import random
+
+    from onnx import TensorProto, helper
+    from onnxruntime.quantization import quant_utils
+    from onnxruntime.quantization.onnx_model import ONNXModel
+    from quantcore.onnx import handoff
+    handoff._install()
+    assert handoff._ORIGINAL_FIND, "the fast lookups are not installed over this ORT"
+    their_find, their_get = handoff._ORIGINAL_FIND
+    assert quant_utils.find_by_name is handoff._find_by_name_fast
+
+    def tensor(name, i):
+        return helper.make_tensor(name, TensorProto.FLOAT, [], [float(i)])
+
+    model = helper.make_model(helper.make_graph(
+        [], "g", [], [], initializer=[tensor(n, i) for i, n in enumerate(start)]))
+    inits, m = model.graph.initializer, ONNXModel(model)
+    with handoff._inside_quantcore_call():
+        for step, ((kind, arg), probe) in enumerate(ops):
+            if kind == "add":
+                inits.extend([tensor(n, step) for n in arg])
+            elif kind == "remove" and len(inits):
+                inits.remove(inits[arg % len(inits)])
+            elif kind == "swap" and len(inits):   # one removed, one added: the same length
+                inits.remove(inits[arg[0] % len(inits)])
+                inits.extend([tensor(arg[1], step)])
+            elif kind == "reorder":
+                items = [TensorProto() for _ in inits]
+                for copy, item in zip(items, inits):
+                    copy.CopyFrom(item)
+                random.Random(arg).shuffle(items)
+                model.graph.ClearField("initializer")   # (a new field object: the old one
+                inits = model.graph.initializer         # keeps the old items, detached)
+                inits.extend(items)
+            elif kind == "rename" and len(inits):   # in place, to a name no one looks up
+                inits[arg % len(inits)].name = f"renamed{step}"
+            elif kind == "model":
+                for n in arg:
+                    m.add_initializer(tensor(n, step))
+            for name in set(_NAMES) | {probe}:
+                assert quant_utils.find_by_name(name, inits) is their_find(name, inits), name
+                assert m.get_initializer(name) is their_get(m, name), name
+            assert quant_utils.find_by_name(probe, list(inits)) is their_find(probe, inits)

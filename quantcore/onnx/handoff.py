@@ -53,11 +53,25 @@ Both are installed only over the implementation this was written against
 (their code's names checked); another ORT keeps its own; where the
 protobuf runtime does not return one Python object per node, the full scan
 runs (:meth:`_Readers.of`).
+
+The quantizer also looks initializers up by name, each time over the whole
+list (``quant_utils.find_by_name``: a list comprehension of every item's
+name; ``ONNXModel.get_initializer``: a loop), 3.8 k lookups over about
+1000 initializers on the detector, 0.4 s.  In quantcore's calls, for a
+protobuf repeated field, both answer from :class:`_FirstByName` (each
+name's first item), kept true the same way: the field's items compared by
+identity on every lookup (appended items indexed, any other change
+rebuilds), and the item found checked to still have the name.  ORT 1.32's
+quantizer names an initializer only before adding it (``qdq_quantizer.py``
+:366, ``base_quantizer.py`` :345, ``quant_utils.py`` :700: a new
+TensorProto each), never one in the list.  Other lists (Python lists of
+nodes) get ORT's own function.
 """
 import contextlib
 import importlib
 import operator
 import os
+import sys
 import tempfile
 import threading
 
@@ -71,6 +85,11 @@ _ORIGINAL_NODE_REPLACE = []
 _REPLACE_NAMES = ("model", "graph", "node", "ONNXModel", "replace_node_input")
 #: ... and of its ONNXModel.replace_node_input
 _NODE_REPLACE_NAMES = ("isinstance", "str", "range", "len", "input")
+_ORIGINAL_FIND = []
+#: the global names of ORT 1.32's quant_utils.find_by_name and its list
+#: comprehension's, and of ONNXModel.get_initializer
+_FIND_NAMES = (("len",), ("name",))
+_GET_INITIALIZER_NAMES = ("model", "graph", "initializer", "name")
 
 
 class _HandedCalibrator:
@@ -187,6 +206,63 @@ def _replace_node_input_noted(node, old_input_name, new_input_name):
         readers.renamed(node, new_input_name)
 
 
+class _FirstByName:
+    """The first item of one protobuf repeated field with each name, kept
+    true through the field's changes (module docstring); in
+    ``_STATE.firsts`` by the field's id, for one quantize_static call."""
+
+    def __init__(self, items):
+        #: the field, the item objects indexed (held, in order), name -> first
+        self.items, self.seen, self.first = items, [], {}
+        self._index(items)
+
+    def _index(self, items):
+        for item in items:
+            self.seen.append(item)
+            self.first.setdefault(item.name, item)
+
+    @staticmethod
+    def find(items, name):
+        """``items``' first item named ``name`` (None if none), as
+        ``find_by_name(name, items)`` answers."""
+        firsts = _STATE.firsts
+        index = firsts.get(id(items))
+        known = len(index.seen) if index is not None else 0
+        if (index is None or len(items) < known       # (the id is the field's: held)
+                or not all(map(operator.is_, items, index.seen))):
+            index = firsts[id(items)] = _FirstByName(items)
+        elif len(items) > known:
+            index._index(items[known:])
+        item = index.first.get(name)
+        if item is not None and item.name != name:     # renamed in place: not ORT's way
+            index = firsts[id(items)] = _FirstByName(items)
+            item = index.first.get(name)
+        return item
+
+
+def _indexed(items):
+    """Whether lookups in ``items`` go through :class:`_FirstByName`: in
+    quantcore's calls, for a protobuf repeated field."""
+    return getattr(_STATE, "inside", False) and type(items).__name__ == "RepeatedCompositeContainer"
+
+
+def _find_by_name_fast(item_name, item_list):
+    """ORT's ``quant_utils.find_by_name``: the first item of ``item_list``
+    whose ``name`` is ``item_name``, or None (module docstring)."""
+    if not _indexed(item_list):
+        return _ORIGINAL_FIND[0](item_name, item_list)
+    return _FirstByName.find(item_list, item_name)
+
+
+def _get_initializer_fast(self, name):
+    """ORT's ``ONNXModel.get_initializer``: the first initializer named
+    ``name``, or None (module docstring)."""
+    initializers = self.model.graph.initializer
+    if not _indexed(initializers):
+        return _ORIGINAL_FIND[1](self, name)
+    return _FirstByName.find(initializers, name)
+
+
 def _replace_input_fast(self, old_input_name, new_input_name):
     """ORT's ``ONNXModel.replace_input_of_all_nodes``: every input named
     ``old_input_name`` of every node renamed ``new_input_name``, with ORT's
@@ -218,6 +294,7 @@ def _install():
     (once)."""
     # (the module: the package's name "quantize" is a function)
     ort_quantize = importlib.import_module("onnxruntime.quantization.quantize")
+    from onnxruntime.quantization import quant_utils
     from onnxruntime.quantization.onnx_model import ONNXModel
     with _INSTALL:
         replace = ONNXModel.replace_input_of_all_nodes
@@ -228,6 +305,17 @@ def _install():
             _ORIGINAL_NODE_REPLACE.append(node_replace)
             ONNXModel.replace_node_input = staticmethod(_replace_node_input_noted)
             ONNXModel.replace_input_of_all_nodes = _replace_input_fast
+        find, get = quant_utils.find_by_name, ONNXModel.get_initializer
+        if (not _ORIGINAL_FIND and get.__code__.co_names == _GET_INITIALIZER_NAMES
+                and (find.__code__.co_names,) + tuple(
+                    c.co_names for c in find.__code__.co_consts if hasattr(c, "co_names"))
+                == _FIND_NAMES):
+            _ORIGINAL_FIND.extend((find, get))
+            ONNXModel.get_initializer = _get_initializer_fast
+            for module in list(sys.modules.values()):   # (each module imported the name)
+                if (getattr(module, "__name__", "").startswith("onnxruntime.quantization")
+                        and getattr(module, "find_by_name", None) is find):
+                    module.find_by_name = _find_by_name_fast
         if not _ORIGINAL_INFER and hasattr(ort_quantize, "load_model_with_shape_infer"):
             _ORIGINAL_INFER.append(ort_quantize.load_model_with_shape_infer)
             ort_quantize.load_model_with_shape_infer = _shape_infer_privately
@@ -245,12 +333,13 @@ def _install():
 def _inside_quantcore_call():
     """Mark this thread as inside one of quantcore's quantize_static calls
     (the names installed by :func:`_install` act only there)."""
-    previous = getattr(_STATE, "inside", False), getattr(_STATE, "readers", None)
-    _STATE.inside, _STATE.readers = True, None
+    previous = (getattr(_STATE, "inside", False), getattr(_STATE, "readers", None),
+                getattr(_STATE, "firsts", None))
+    _STATE.inside, _STATE.readers, _STATE.firsts = True, None, {}
     try:
         yield
     finally:
-        _STATE.inside, _STATE.readers = previous
+        _STATE.inside, _STATE.readers, _STATE.firsts = previous
 
 
 def ort_quantize_static(model_input, model_output, calibration_data_reader, **kwargs):
