@@ -40,7 +40,8 @@ def test_no_cache_no_json_same_model_as_quantize_static(method, extra, spec_n, t
                                                         monkeypatch):
     """Without calibration_cache_path nothing is encoded as JSON and no file
     but the model is written (the old path wrote a JSON cache in a temporary
-    folder and made ORT read it back); the model is ORT's default call's."""
+    folder and made ORT read it back); the model is ORT's default call's,
+    byte for byte."""
     from onnxruntime.quantization import CalibrationMethod, QuantType, quantize_static
     kw = {}
     if method == "Distribution":    # ORT: float 8 only
@@ -61,6 +62,8 @@ def test_no_cache_no_json_same_model_as_quantize_static(method, extra, spec_n, t
     assert sorted(a) == sorted(b)
     for k in a:
         assert same_bits(a[k], b[k]), k
+    with open(out_dir / "qc.onnx", "rb") as fa, open(theirs, "rb") as fb:
+        assert fa.read() == fb.read()     # (ORT's quantizer with handoff's fast paths)
 
 
 def test_ort_called_directly_keeps_its_own_calibrator(spec_n, tmp_path):
@@ -403,3 +406,35 @@ def test_initializer_index_follows_every_list_change(start, ops):
                 assert quant_utils.find_by_name(name, inits) is their_find(name, inits), name
                 assert m.get_initializer(name) is their_get(m, name), name
             assert quant_utils.find_by_name(probe, list(inits)) is their_find(probe, inits)
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(codes=st.binary(max_size=64),
+                  data_type=st.sampled_from(("FLOAT8E4M3FN", "FLOAT8E5M2", "UINT8", "FLOAT")),
+                  raw=st.booleans(), test=st.sampled_from((None, "gain", "end")))
+def test_float8_nan_check_as_ort(codes, data_type, raw, test):
+    """handoff's _check_init_fast (numpy over the raw bytes) inside a
+    quantcore call == ORT's ONNXModel._check_init: the same initializer
+    returned, or the same ValueError (a float8 e4m3fn code & 127 == 127)."""
+    from onnx import TensorProto
+    from onnxruntime.quantization.onnx_model import ONNXModel
+    from quantcore.onnx import handoff
+    handoff._install()
+    assert ONNXModel._check_init is handoff._check_init_fast
+    init = TensorProto(name="w", data_type=getattr(TensorProto, data_type), dims=[len(codes)])
+    if raw:
+        init.raw_data = codes
+    else:
+        init.int32_data.extend(codes)
+    m = ONNXModel(onnx.ModelProto())
+
+    def outcome(check):
+        try:
+            return check(m, init, test) is init
+        except ValueError as e:
+            return str(e)
+
+    theirs = outcome(handoff._ORIGINAL_CHECK[0])
+    with handoff._inside_quantcore_call():
+        assert outcome(ONNXModel._check_init) == theirs
+    assert theirs in (True, "Initializer 'w' has nan.")
