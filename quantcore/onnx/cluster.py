@@ -57,6 +57,7 @@ finishes the calls in order with the summed counts.
 """
 import hashlib
 import os
+import pickle
 import threading
 import uuid
 
@@ -251,12 +252,33 @@ def _same(obj):
     return obj
 
 
+class _Packed:
+    """A task's result, or a plan sent to the tasks, as one pickled byte
+    string.  Dask sends a dict of numpy arrays as one frame per array (with
+    a header each); the detector's MinMax rows or counts are 649-1298 small
+    arrays, and sent as they are one result took about 0.1 s to gather on
+    this 2-core machine, longer than computing it.  One byte string is one
+    frame."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, value):
+        self.data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def value(self):
+        return pickle.loads(self.data)
+
+
+def _unpacked(value):
+    return value.value() if isinstance(value, _Packed) else value
+
+
 def _add_counts(*parts):
     out = {}
-    for part in parts:
+    for part in map(_unpacked, parts):
         for name, c in part.items():
             out[name] = c if name not in out else out[name] + c
-    return out
+    return _Packed(out)
 
 
 def _task(kind, job, index, spec, *args):
@@ -265,7 +287,7 @@ def _task(kind, job, index, spec, *args):
     fn = {"minmax": _minmax_rows, "ranges": _range_stats, "counts": _counts,
           "batch_stats": _batch_stats, "call_counts": _call_counts}[kind]
     try:
-        return fn(job, spec, *args)
+        return _Packed(fn(job, spec, *map(_unpacked, args)))
     except (ValueError, TypeError, KeyError, OSError) as exc:
         raise ValueError(f"{_label(index, spec)}: {_one_line(exc)}") from None
 
@@ -450,7 +472,7 @@ def _gather(futures, specs):
     try:
         for i, f in enumerate(futures):
             try:
-                out.append(_result(f, i, specs[i]))
+                out.append(_unpacked(_result(f, i, specs[i])))
             except KilledWorker:
                 raise _died(i, specs[i]) from None
     finally:
@@ -527,7 +549,8 @@ def calibrate_on(client, model, partitions, method="minmax", *, options=None, st
     counts = histograms or not (method == "entropy" and
                                 O._single_entropy_window(col.num_bins, col.num_quantized_bins))
     if counts:
-        plans_f = client.submit(_same, plans, pure=False, key=f"quantcore-onnx-plans-{run}")
+        plans_f = client.submit(_same, _Packed(plans), pure=False,
+                                key=f"quantcore-onnx-plans-{run}")
         futures = [client.submit(_task, "counts", job_f, i, spec, plans_f, parts[i][2],
                                  pure=False, key=f"quantcore-onnx-counts-{i}-{run}")
                    for i, spec in enumerate(specs)]
@@ -581,7 +604,8 @@ def _strided_histograms(client, cal, job_f, specs, k, submit, run, t0):
         plans.append(mine)
     del batches
     col.histogram_dict = {}
-    plans_f = client.submit(_same, plans, pure=False, key=f"quantcore-onnx-plans-{run}")
+    plans_f = client.submit(_same, _Packed(plans), pure=False,
+                            key=f"quantcore-onnx-plans-{run}")
     firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
     futures = [client.submit(_task, "call_counts", job_f, i, spec, plans_f, int(firsts[i]),
                              sizes[i], pure=False, key=f"quantcore-onnx-counts-{i}-{run}")
@@ -618,7 +642,7 @@ def _summed(client, futures, specs, run):
         return {}
     top = _tree(client, futures, run)
     try:
-        return top[0].result()
+        return _unpacked(top[0].result())
     except KilledWorker:
         for i, f in enumerate(futures):
             if f.status == "error":
