@@ -159,26 +159,49 @@ def _shape_infer_privately(model_path):
     return model
 
 
-class _Readers:
+class _ListIndex:
+    """An index over a protobuf repeated field's items, kept true through
+    the field's changes (module docstring): the items indexed are held, in
+    order (so that their ids stay theirs), and compared by identity with
+    the field on every use.  A subclass indexes one item (``_add``)."""
+
+    def __init__(self, items):
+        self.seen = []
+        self._extend(items)
+
+    def _extend(self, items):
+        for item in items:
+            self.seen.append(item)
+            self._add(item)
+
+    def follow(self, items):
+        """Bring the index up to date with ``items`` (the field as it is
+        now): True, or False where the field changed otherwise than by
+        appending (the caller makes a new index)."""
+        known = len(self.seen)
+        if len(items) < known or not all(map(operator.is_, items, self.seen)):
+            return False
+        if len(items) > known:
+            self._extend(items[known:])
+        return True
+
+
+class _Readers(_ListIndex):
     """Which nodes of one graph read each tensor name, kept true through a
     quantizer's renames (module docstring); one per quantize_static call
     and thread (``_STATE.readers``)."""
 
     def __init__(self, graph):
         self.graph = graph
-        #: the indexed nodes' Python objects in graph order (held, so that
-        #: their ids stay theirs), and by id
-        self.nodes, self.by_id = [], {}
-        #: name -> {id(node): node} of the nodes that read it (or did)
-        self.by_name = {}
-        self._index(graph.node)
+        #: the nodes indexed by id; name -> {id(node): node} of the nodes
+        #: that read it (or did)
+        self.by_id, self.by_name = {}, {}
+        super().__init__(graph.node)
 
-    def _index(self, nodes):
-        for node in nodes:
-            self.nodes.append(node)
-            self.by_id[id(node)] = node
-            for name in node.input:
-                self.by_name.setdefault(name, {})[id(node)] = node
+    def _add(self, node):
+        self.by_id[id(node)] = node
+        for name in node.input:
+            self.by_name.setdefault(name, {})[id(node)] = node
 
     @staticmethod
     def of(graph):
@@ -186,16 +209,11 @@ class _Readers:
         brought up to date), or None where node objects are not kept by
         the protobuf runtime (then the caller scans every node)."""
         readers = getattr(_STATE, "readers", None)
-        if readers is None or readers.graph is not graph:
-            if len(graph.node) and graph.node[0] is not graph.node[0]:
-                return None
-            readers = _STATE.readers = _Readers(graph)
+        if readers is not None and readers.graph is graph and readers.follow(graph.node):
             return readers
-        nodes, known = graph.node, len(readers.nodes)
-        if len(nodes) < known or not all(map(operator.is_, nodes, readers.nodes)):
-            readers = _STATE.readers = _Readers(graph)
-        elif len(nodes) > known:
-            readers._index(nodes[known:])
+        if len(graph.node) and graph.node[0] is not graph.node[0]:
+            return None
+        readers = _STATE.readers = _Readers(graph)
         return readers
 
     def renamed(self, node, new_input_name):
@@ -213,20 +231,18 @@ def _replace_node_input_noted(node, old_input_name, new_input_name):
         readers.renamed(node, new_input_name)
 
 
-class _FirstByName:
+class _FirstByName(_ListIndex):
     """The first item of one protobuf repeated field with each name, kept
     true through the field's changes (module docstring); in
-    ``_STATE.firsts`` by the field's id, for one quantize_static call."""
+    ``_STATE.firsts`` by the field's id (the field is held: the id stays
+    its own), for one quantize_static call."""
 
     def __init__(self, items):
-        #: the field, the item objects indexed (held, in order), name -> first
-        self.items, self.seen, self.first = items, [], {}
-        self._index(items)
+        self.items, self.first = items, {}
+        super().__init__(items)
 
-    def _index(self, items):
-        for item in items:
-            self.seen.append(item)
-            self.first.setdefault(item.name, item)
+    def _add(self, item):
+        self.first.setdefault(item.name, item)
 
     @staticmethod
     def find(items, name):
@@ -234,12 +250,8 @@ class _FirstByName:
         ``find_by_name(name, items)`` answers."""
         firsts = _STATE.firsts
         index = firsts.get(id(items))
-        known = len(index.seen) if index is not None else 0
-        if (index is None or len(items) < known       # (the id is the field's: held)
-                or not all(map(operator.is_, items, index.seen))):
+        if index is None or not index.follow(items):
             index = firsts[id(items)] = _FirstByName(items)
-        elif len(items) > known:
-            index._index(items[known:])
         item = index.first.get(name)
         if item is not None and item.name != name:     # renamed in place: not ORT's way
             index = firsts[id(items)] = _FirstByName(items)
