@@ -7,6 +7,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -256,16 +258,14 @@ _NAMES = ("a", "b", "c", "d", "a_DequantizeLinear_Output", "b_DequantizeLinear_O
 
 
 def _node_graph(inputs_per_node):
-    """A ModelProto of Identity-like nodes reading the given input names
-    (names need not be produced: only the inputs matter here)."""
+    """A ModelProto of Sum nodes reading the given input names (names need
+    not be produced: only the inputs matter here)."""
     from onnx import helper
     nodes = [helper.make_node("Sum", list(ins), [f"out{i}"], name=f"n{i}")
              for i, ins in enumerate(inputs_per_node)]
     return helper.make_model(helper.make_graph(nodes, "g", [], []))
 
 
-hypothesis = pytest.importorskip("hypothesis")
-st = hypothesis.strategies
 _inputs = st.lists(st.sampled_from(_NAMES), min_size=0, max_size=4)
 _ops = st.one_of(
     st.tuples(st.just("all"), st.sampled_from(_NAMES), st.sampled_from(_NAMES)),
@@ -310,8 +310,8 @@ def _apply(op, model, onnx_model_cls, replace_all):
         graph.node.extend(copies)
 
 
-@hypothesis.settings(max_examples=300, deadline=None)
-@hypothesis.given(start=st.lists(_inputs, min_size=0, max_size=12),
+@settings(max_examples=300, deadline=None)
+@given(start=st.lists(_inputs, min_size=0, max_size=12),
                   ops=st.lists(st.tuples(_ops, st.sampled_from(_NAMES), st.sampled_from(_NAMES)),
                                max_size=25))
 def test_input_index_follows_every_graph_change(start, ops):
@@ -352,8 +352,8 @@ _init_ops = st.one_of(
     st.tuples(st.just("model"), st.lists(st.sampled_from(_NAMES), max_size=3)))
 
 
-@hypothesis.settings(max_examples=300, deadline=None)
-@hypothesis.given(start=st.lists(st.sampled_from(_NAMES), max_size=8),
+@settings(max_examples=300, deadline=None)
+@given(start=st.lists(st.sampled_from(_NAMES), max_size=8),
                   ops=st.lists(st.tuples(_init_ops, st.sampled_from(_NAMES + ("zz",))),
                                max_size=25))
 def test_initializer_index_follows_every_list_change(start, ops):
@@ -408,8 +408,8 @@ def test_initializer_index_follows_every_list_change(start, ops):
             assert quant_utils.find_by_name(probe, list(inits)) is their_find(probe, inits)
 
 
-@hypothesis.settings(max_examples=300, deadline=None)
-@hypothesis.given(codes=st.binary(max_size=64),
+@settings(max_examples=300, deadline=None)
+@given(codes=st.binary(max_size=64),
                   data_type=st.sampled_from(("FLOAT8E4M3FN", "FLOAT8E5M2", "UINT8", "FLOAT")),
                   raw=st.booleans(), test=st.sampled_from((None, "gain", "end")))
 def test_float8_nan_check_as_ort(codes, data_type, raw, test):
