@@ -37,58 +37,78 @@ QC_GG_FN void qc_gg_q8_0(const float *x, const float *, uint8_t *y, int64_t n) {
     }
 }
 
-// Q4_0 / Q5_0 without imatrix: d = max / -8 (-16), q = min(15 (31), trunc(x / d + 8.5 (16.5)))
-template <int BITS>
-QC_GG_FN void qc_gg_q_0_ref(const float *x, uint8_t *y, int64_t n) {
-    const int B = BITS == 4 ? 18 : 22, off = BITS == 4 ? 2 : 6;
-    const float half = BITS == 4 ? 8.5f : 16.5f;
-    const int qmax = BITS == 4 ? 15 : 31;
-    for (int64_t b = 0; b < n / 32; ++b, x += 32, y += B) {
-        if (QC_GG_TRY_SSE(qc_gg_q_0_sse<BITS>(x, y))) continue;
-        const float d = qc_gg_signed_max(x, 32) / (BITS == 4 ? -8 : -16);
-        const float id = d ? 1.0f / d : 0.0f;
-        qc_gg_wr16(y, qc_gg_fp16(d));
-        uint8_t q[32];
-        for (int j = 0; j < 32; ++j) q[j] = (uint8_t)qc_gg_min(qmax, qc_gg_to_i8(x[j] * id + half));
-        uint32_t qh = 0;
-        for (int j = 0; j < 16; ++j) {
-            const uint8_t q0 = q[j], q1 = q[16 + j];
-            y[off + j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
-            qh |= ((q0 & 0x10u) >> 4) << j;
-            qh |= ((q1 & 0x10u) >> 4) << (j + 16);
-        }
-        if (BITS == 5) memcpy(y + 2, &qh, 4);
+// a block's 32 codes q: the low nibbles at y[off + j] = q[j] | q[16 + j] << 4
+// and (qh_at >= 0: Q5) bit 4 of each code in the 32-bit qh at y + qh_at
+// (bit j: q[j], bit 16 + j: q[16 + j]); qc_gg_pack_nibbles_sse's scalar twin
+QC_GG_FN void qc_gg_pack_nibbles(const uint8_t *q, uint8_t *y, int off, int qh_at) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; ++j) {
+        const uint8_t q0 = q[j], q1 = q[16 + j];
+        y[off + j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+        qh |= ((q0 & 0x10u) >> 4) << j;
+        qh |= ((q1 & 0x10u) >> 4) << (j + 16);
     }
+    if (qh_at >= 0) memcpy(y + qh_at, &qh, 4);
 }
 
-// Q4_1 / Q5_1 without imatrix: d = (max - min) / 15 (31), m = min,
-// q = trunc((x - min) / d + 0.5) (Q4_1: at most 15)
+// Q4_0 / Q5_0 without imatrix, one block: d = max / -8 (-16),
+// q = min(15 (31), trunc(x / d + 8.5 (16.5)))
+template <int BITS>
+QC_GG_FN void qc_gg_q_0_block(const float *x, uint8_t *y) {
+    const int off = BITS == 4 ? 2 : 6;
+    const float half = BITS == 4 ? 8.5f : 16.5f;
+    const int qmax = BITS == 4 ? 15 : 31;
+    const float d = qc_gg_signed_max(x, 32) / (BITS == 4 ? -8 : -16);
+    const float id = d ? 1.0f / d : 0.0f;
+    qc_gg_wr16(y, qc_gg_fp16(d));
+    uint8_t q[32];
+    for (int j = 0; j < 32; ++j) q[j] = (uint8_t)qc_gg_min(qmax, qc_gg_to_i8(x[j] * id + half));
+    qc_gg_pack_nibbles(q, y, off, BITS == 4 ? -1 : 2);
+}
+
+// Q4_0 / Q5_0 without imatrix: the blocks of a row (on x86, 8 at a time
+// by the SSE lanes, a block with a NaN by the scalar loop)
+template <int BITS>
+QC_GG_FN void qc_gg_q_0_ref(const float *x, uint8_t *y, int64_t n) {
+    const int B = BITS == 4 ? 18 : 22;
+#ifdef QC_GG_SSE
+    qc_gg_blocks_sse<B, qc_gg_q_0_sse<BITS>, qc_gg_q_0_block<BITS>>(x, y, n);
+#else
+    for (int64_t b = 0; b < n / 32; ++b, x += 32, y += B) qc_gg_q_0_block<BITS>(x, y);
+#endif
+}
+
+// Q4_1 / Q5_1 without imatrix, one block: d = (max - min) / 15 (31),
+// m = min, q = trunc((x - min) / d + 0.5) (Q4_1: at most 15)
+template <int BITS>
+QC_GG_FN void qc_gg_q_1_block(const float *x, uint8_t *y) {
+    const int off = BITS == 4 ? 4 : 8;
+    float min = 3.402823466e+38f, max = -3.402823466e+38f;
+    for (int j = 0; j < 32; ++j) {
+        if (x[j] < min) min = x[j];
+        if (x[j] > max) max = x[j];
+    }
+    const float d = (max - min) / (BITS == 4 ? 15 : 31);
+    const float id = d ? 1.0f / d : 0.0f;
+    qc_gg_wr16(y, qc_gg_fp16(d));
+    qc_gg_wr16(y + 2, qc_gg_fp16(min));
+    uint8_t q[32];
+    for (int j = 0; j < 32; ++j) {
+        const int8_t a = qc_gg_to_i8((x[j] - min) * id + 0.5f);
+        q[j] = BITS == 4 ? (uint8_t)qc_gg_min(15, a) : (uint8_t)a;
+    }
+    qc_gg_pack_nibbles(q, y, off, BITS == 4 ? -1 : 4);
+}
+
+// Q4_1 / Q5_1 without imatrix: the blocks of a row (as qc_gg_q_0_ref)
 template <int BITS>
 QC_GG_FN void qc_gg_q_1_ref(const float *x, uint8_t *y, int64_t n) {
-    const int B = BITS == 4 ? 20 : 24, off = BITS == 4 ? 4 : 8;
-    for (int64_t b = 0; b < n / 32; ++b, x += 32, y += B) {
-        if (QC_GG_TRY_SSE(qc_gg_q_1_sse<BITS>(x, y))) continue;
-        float min = 3.402823466e+38f, max = -3.402823466e+38f;
-        for (int j = 0; j < 32; ++j) {
-            if (x[j] < min) min = x[j];
-            if (x[j] > max) max = x[j];
-        }
-        const float d = (max - min) / (BITS == 4 ? 15 : 31);
-        const float id = d ? 1.0f / d : 0.0f;
-        qc_gg_wr16(y, qc_gg_fp16(d));
-        qc_gg_wr16(y + 2, qc_gg_fp16(min));
-        uint32_t qh = 0;
-        for (int j = 0; j < 16; ++j) {
-            int8_t a = qc_gg_to_i8((x[j] - min) * id + 0.5f);
-            int8_t c = qc_gg_to_i8((x[16 + j] - min) * id + 0.5f);
-            const uint8_t q0 = BITS == 4 ? (uint8_t)qc_gg_min(15, a) : (uint8_t)a;
-            const uint8_t q1 = BITS == 4 ? (uint8_t)qc_gg_min(15, c) : (uint8_t)c;
-            y[off + j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
-            qh |= ((q0 & 0x10u) >> 4) << j;
-            qh |= ((q1 & 0x10u) >> 4) << (j + 16);
-        }
-        if (BITS == 5) memcpy(y + 4, &qh, 4);
-    }
+    const int B = BITS == 4 ? 20 : 24;
+#ifdef QC_GG_SSE
+    qc_gg_blocks_sse<B, qc_gg_q_1_sse<BITS>, qc_gg_q_1_block<BITS>>(x, y, n);
+#else
+    for (int64_t b = 0; b < n / 32; ++b, x += 32, y += B) qc_gg_q_1_block<BITS>(x, y);
+#endif
 }
 
 // weights of the imatrix paths: qw * sqrt(sigma2 + x^2)
@@ -106,14 +126,7 @@ QC_GG_FN void qc_gg_q_0_w(const float *x, const float *qw, uint8_t *y, int64_t n
     for (int64_t b = 0; b < n / 32; ++b, x += 32, qw += 32, y += B) {
         qc_gg_weights(x, qw, sigma2, w, 32);
         qc_gg_wr16(y, qc_gg_fp16(qc_gg_qx(32, BITS == 4 ? 8 : 16, x, L, w)));
-        uint32_t qh = 0;
-        for (int j = 0; j < 16; ++j) {
-            const uint8_t q0 = (uint8_t)L[j], q1 = (uint8_t)L[16 + j];
-            y[off + j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
-            qh |= ((q0 & 0x10u) >> 4) << j;
-            qh |= ((q1 & 0x10u) >> 4) << (j + 16);
-        }
-        if (BITS == 5) memcpy(y + 2, &qh, 4);
+        qc_gg_pack_nibbles((const uint8_t *)L, y, off, BITS == 4 ? -1 : 2);
     }
 }
 
@@ -131,14 +144,7 @@ QC_GG_FN void qc_gg_q_1_w(const float *x, const float *qw, uint8_t *y, int64_t n
                             false, true);
         qc_gg_wr16(y, qc_gg_fp16(d));
         qc_gg_wr16(y + 2, qc_gg_fp16(-min));
-        uint32_t qh = 0;
-        for (int j = 0; j < 16; ++j) {
-            const uint8_t q0 = L[j], q1 = L[16 + j];
-            y[off + j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
-            qh |= ((q0 & 0x10u) >> 4) << j;
-            qh |= ((q1 & 0x10u) >> 4) << (j + 16);
-        }
-        if (BITS == 5) memcpy(y + 4, &qh, 4);
+        qc_gg_pack_nibbles(L, y, off, BITS == 4 ? -1 : 4);
     }
 }
 

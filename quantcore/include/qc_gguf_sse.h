@@ -140,52 +140,109 @@ static inline bool qc_gg_signed_max_n_sse(const float *x, int n, float *max) {
     return qc_gg_signed_max_sse(x, v, n / 4, (uint32_t)_mm_cvtsi128_si32(m), max);
 }
 
-// Q4_0 / Q5_0: qc_gg_signed_max, then q = min(qmax, (int8_t)trunc32(x * id + half))
+// Q4_0 / Q5_0 of nb <= 8 blocks at x (written at y): qc_gg_signed_max of
+// each block first, then every block's d = max / -8 (-16) and id = 1 / d
+// (0 where d is 0) as vectors (the same correctly rounded divisions; one
+// block at a time, each waited on two divisions in a row), then each
+// block's q = min(qmax, (int8_t)trunc32(x * id + half)).  ok[k] is false
+// for a block with a NaN: nothing written, the scalar loop's (the caller).
 template <int BITS>
-static inline bool qc_gg_q_0_sse(const float *x, uint8_t *y) {
-    __m128 v[8];
-    qc_gg_load32(x, v);
-    float max;
-    if (!qc_gg_signed_max_sse(x, v, 8, qc_gg_absmax_bits(v), &max)) return false;
-    const float d = max / (BITS == 4 ? -8 : -16);
-    const float id = d ? 1.0f / d : 0.0f;
-    qc_gg_wr16(y, qc_gg_fp16(d));
-    const __m128 vid = _mm_set1_ps(id), half = _mm_set1_ps(BITS == 4 ? 8.5f : 16.5f);
+static inline void qc_gg_q_0_sse(const float *x, uint8_t *y, int nb, bool *ok) {
+    const int B = BITS == 4 ? 18 : 22;
+    float max[8] = {0, 0, 0, 0, 0, 0, 0, 0}, d[8], id[8];
+    for (int k = 0; k < nb; ++k) {
+        __m128 v[8];
+        qc_gg_load32(x + 32 * k, v);
+        ok[k] = qc_gg_signed_max_sse(x + 32 * k, v, 8, qc_gg_absmax_bits(v), &max[k]);
+    }
+    const __m128 div = _mm_set1_ps(BITS == 4 ? -8.0f : -16.0f), zero = _mm_setzero_ps();
+    for (int h = 0; h < 8; h += 4) {
+        const __m128 dv = _mm_div_ps(_mm_loadu_ps(max + h), div);
+        _mm_storeu_ps(d + h, dv);
+        _mm_storeu_ps(id + h, _mm_andnot_ps(_mm_cmpeq_ps(dv, zero),
+                                            _mm_div_ps(_mm_set1_ps(1.0f), dv)));
+    }
+    const __m128 half = _mm_set1_ps(BITS == 4 ? 8.5f : 16.5f);
     const __m128i qmax = _mm_set1_epi32(BITS == 4 ? 15 : 31);
-    __m128i q[8];
-    for (int k = 0; k < 8; ++k)
-        q[k] = _mm_min_epi32(qmax, qc_gg_to_i8_epi32(_mm_add_ps(_mm_mul_ps(v[k], vid), half)));
-    qc_gg_pack_nibbles_sse(q, y, BITS == 4 ? 2 : 6, BITS == 4 ? -1 : 2);
-    return true;
+    for (int k = 0; k < nb; ++k) {
+        if (!ok[k]) continue;
+        const float *xb = x + 32 * k;
+        uint8_t *yb = y + B * k;
+        qc_gg_wr16(yb, qc_gg_fp16(d[k]));
+        const __m128 vid = _mm_set1_ps(id[k]);
+        __m128i q[8];
+        for (int j = 0; j < 8; ++j)
+            q[j] = _mm_min_epi32(qmax, qc_gg_to_i8_epi32(
+                                           _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(xb + 4 * j), vid), half)));
+        qc_gg_pack_nibbles_sse(q, yb, BITS == 4 ? 2 : 6, BITS == 4 ? -1 : 2);
+    }
 }
 
-// Q4_1 / Q5_1: min / max from +-FLT_MAX (as ggml's `<` / `>` loop), then
-// q = (int8_t)trunc32((x - min) * id + 0.5) (Q4_1: at most 15)
+// Q4_1 / Q5_1 of nb <= 8 blocks at x (written at y), as qc_gg_q_0_sse:
+// each block's min / max from +-FLT_MAX (as ggml's `<` / `>` loop), then
+// every block's d = (max - min) / 15 (31) and id = 1 / d (0 where d is 0)
+// as vectors, then each block's q = (int8_t)trunc32((x - min) * id + 0.5)
+// (Q4_1: at most 15).  ok[k] is false for a block with a NaN or a zero min
+// or max (which zero's sign ggml keeps is the first one's): nothing
+// written, the scalar loop's (the caller).
 template <int BITS>
-static inline bool qc_gg_q_1_sse(const float *x, uint8_t *y) {
-    __m128 v[8];
-    qc_gg_load32(x, v);
-    if (qc_gg_has_nan(qc_gg_absmax_bits(v))) return false;
-    __m128 lo = _mm_set1_ps(3.402823466e+38f), hi = _mm_set1_ps(-3.402823466e+38f);
-    for (int k = 0; k < 8; ++k) { lo = _mm_min_ps(lo, v[k]); hi = _mm_max_ps(hi, v[k]); }
-    lo = _mm_min_ps(lo, _mm_shuffle_ps(lo, lo, 0x4E));
-    lo = _mm_min_ps(lo, _mm_shuffle_ps(lo, lo, 0xB1));
-    hi = _mm_max_ps(hi, _mm_shuffle_ps(hi, hi, 0x4E));
-    hi = _mm_max_ps(hi, _mm_shuffle_ps(hi, hi, 0xB1));
-    const float min = _mm_cvtss_f32(lo), max = _mm_cvtss_f32(hi);
-    if (min == 0 || max == 0) return false;
-    const float d = (max - min) / (BITS == 4 ? 15 : 31);
-    const float id = d ? 1.0f / d : 0.0f;
-    qc_gg_wr16(y, qc_gg_fp16(d));
-    qc_gg_wr16(y + 2, qc_gg_fp16(min));
-    const __m128 vid = _mm_set1_ps(id), vmin = _mm_set1_ps(min), half = _mm_set1_ps(0.5f);
-    __m128i q[8];
-    for (int k = 0; k < 8; ++k) {
-        q[k] = qc_gg_to_i8_epi32(_mm_add_ps(_mm_mul_ps(_mm_sub_ps(v[k], vmin), vid), half));
-        if (BITS == 4) q[k] = _mm_min_epi32(_mm_set1_epi32(15), q[k]);
+static inline void qc_gg_q_1_sse(const float *x, uint8_t *y, int nb, bool *ok) {
+    const int B = BITS == 4 ? 20 : 24;
+    float min[8] = {0, 0, 0, 0, 0, 0, 0, 0}, max[8] = {0, 0, 0, 0, 0, 0, 0, 0}, d[8], id[8];
+    for (int k = 0; k < nb; ++k) {
+        __m128 v[8];
+        qc_gg_load32(x + 32 * k, v);
+        ok[k] = false;
+        if (qc_gg_has_nan(qc_gg_absmax_bits(v))) continue;
+        __m128 lo = _mm_set1_ps(3.402823466e+38f), hi = _mm_set1_ps(-3.402823466e+38f);
+        for (int j = 0; j < 8; ++j) { lo = _mm_min_ps(lo, v[j]); hi = _mm_max_ps(hi, v[j]); }
+        lo = _mm_min_ps(lo, _mm_shuffle_ps(lo, lo, 0x4E));
+        lo = _mm_min_ps(lo, _mm_shuffle_ps(lo, lo, 0xB1));
+        hi = _mm_max_ps(hi, _mm_shuffle_ps(hi, hi, 0x4E));
+        hi = _mm_max_ps(hi, _mm_shuffle_ps(hi, hi, 0xB1));
+        min[k] = _mm_cvtss_f32(lo);
+        max[k] = _mm_cvtss_f32(hi);
+        ok[k] = min[k] != 0 && max[k] != 0;
     }
-    qc_gg_pack_nibbles_sse(q, y, BITS == 4 ? 4 : 8, BITS == 4 ? -1 : 4);
-    return true;
+    const __m128 div = _mm_set1_ps(BITS == 4 ? 15.0f : 31.0f), zero = _mm_setzero_ps();
+    for (int h = 0; h < 8; h += 4) {
+        const __m128 dv = _mm_div_ps(_mm_sub_ps(_mm_loadu_ps(max + h), _mm_loadu_ps(min + h)), div);
+        _mm_storeu_ps(d + h, dv);
+        _mm_storeu_ps(id + h, _mm_andnot_ps(_mm_cmpeq_ps(dv, zero),
+                                            _mm_div_ps(_mm_set1_ps(1.0f), dv)));
+    }
+    const __m128 half = _mm_set1_ps(0.5f);
+    for (int k = 0; k < nb; ++k) {
+        if (!ok[k]) continue;
+        const float *xb = x + 32 * k;
+        uint8_t *yb = y + B * k;
+        qc_gg_wr16(yb, qc_gg_fp16(d[k]));
+        qc_gg_wr16(yb + 2, qc_gg_fp16(min[k]));
+        const __m128 vid = _mm_set1_ps(id[k]), vmin = _mm_set1_ps(min[k]);
+        __m128i q[8];
+        for (int j = 0; j < 8; ++j) {
+            q[j] = qc_gg_to_i8_epi32(
+                _mm_add_ps(_mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xb + 4 * j), vmin), vid), half));
+            if (BITS == 4) q[j] = _mm_min_epi32(_mm_set1_epi32(15), q[j]);
+        }
+        qc_gg_pack_nibbles_sse(q, yb, BITS == 4 ? 4 : 8, BITS == 4 ? -1 : 4);
+    }
+}
+
+// The blocks of a row of n values, B bytes each: on x86 8 at a time by
+// LANES (qc_gg_q_0_sse / qc_gg_q_1_sse), a block they leave by BLOCK (the
+// scalar loop of one block)
+template <int B, void (*LANES)(const float *, uint8_t *, int, bool *),
+          void (*BLOCK)(const float *, uint8_t *)>
+static inline void qc_gg_blocks_sse(const float *x, uint8_t *y, int64_t n) {
+    for (int64_t left = n / 32; left > 0;) {
+        const int nb = left < 8 ? (int)left : 8;
+        bool ok[8];
+        LANES(x, y, nb, ok);
+        for (int k = 0; k < nb; ++k)
+            if (!ok[k]) BLOCK(x + 32 * k, y + B * k);
+        left -= nb, x += 32 * nb, y += B * nb;
+    }
 }
 
 // make_qkx2/3_quants' candidate loop (qc_gg_qkx after its first pass), 4
