@@ -80,6 +80,14 @@ static inline void qc_gg_pack_nibbles_sse(const __m128i *q, uint8_t *y, int off,
     }
 }
 
+// d to its 4 lanes at d + h and, at id + h, 1 / d per lane, 0 where d is 0
+// (the scalar `d ? 1.0f / d : 0.0f`, the same correctly rounded division)
+static inline void qc_gg_store_d_id(__m128 dv, float *d, float *id, int h) {
+    _mm_storeu_ps(d + h, dv);
+    _mm_storeu_ps(id + h, _mm_andnot_ps(_mm_cmpeq_ps(dv, _mm_setzero_ps()),
+                                        _mm_div_ps(_mm_set1_ps(1.0f), dv)));
+}
+
 static inline void qc_gg_load32(const float *x, __m128 *v) {
     for (int k = 0; k < 8; ++k) v[k] = _mm_loadu_ps(x + 4 * k);
 }
@@ -155,13 +163,9 @@ static inline void qc_gg_q_0_sse(const float *x, uint8_t *y, int nb, bool *ok) {
         qc_gg_load32(x + 32 * k, v);
         ok[k] = qc_gg_signed_max_sse(x + 32 * k, v, 8, qc_gg_absmax_bits(v), &max[k]);
     }
-    const __m128 div = _mm_set1_ps(BITS == 4 ? -8.0f : -16.0f), zero = _mm_setzero_ps();
-    for (int h = 0; h < 8; h += 4) {
-        const __m128 dv = _mm_div_ps(_mm_loadu_ps(max + h), div);
-        _mm_storeu_ps(d + h, dv);
-        _mm_storeu_ps(id + h, _mm_andnot_ps(_mm_cmpeq_ps(dv, zero),
-                                            _mm_div_ps(_mm_set1_ps(1.0f), dv)));
-    }
+    const __m128 div = _mm_set1_ps(BITS == 4 ? -8.0f : -16.0f);
+    for (int h = 0; h < 8; h += 4)
+        qc_gg_store_d_id(_mm_div_ps(_mm_loadu_ps(max + h), div), d, id, h);
     const __m128 half = _mm_set1_ps(BITS == 4 ? 8.5f : 16.5f);
     const __m128i qmax = _mm_set1_epi32(BITS == 4 ? 15 : 31);
     for (int k = 0; k < nb; ++k) {
@@ -172,8 +176,8 @@ static inline void qc_gg_q_0_sse(const float *x, uint8_t *y, int nb, bool *ok) {
         const __m128 vid = _mm_set1_ps(id[k]);
         __m128i q[8];
         for (int j = 0; j < 8; ++j)
-            q[j] = _mm_min_epi32(qmax, qc_gg_to_i8_epi32(
-                                           _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(xb + 4 * j), vid), half)));
+            q[j] = _mm_min_epi32(qmax, qc_gg_to_i8_epi32(_mm_add_ps(
+                                           _mm_mul_ps(_mm_loadu_ps(xb + 4 * j), vid), half)));
         qc_gg_pack_nibbles_sse(q, yb, BITS == 4 ? 2 : 6, BITS == 4 ? -1 : 2);
     }
 }
@@ -204,13 +208,10 @@ static inline void qc_gg_q_1_sse(const float *x, uint8_t *y, int nb, bool *ok) {
         max[k] = _mm_cvtss_f32(hi);
         ok[k] = min[k] != 0 && max[k] != 0;
     }
-    const __m128 div = _mm_set1_ps(BITS == 4 ? 15.0f : 31.0f), zero = _mm_setzero_ps();
-    for (int h = 0; h < 8; h += 4) {
-        const __m128 dv = _mm_div_ps(_mm_sub_ps(_mm_loadu_ps(max + h), _mm_loadu_ps(min + h)), div);
-        _mm_storeu_ps(d + h, dv);
-        _mm_storeu_ps(id + h, _mm_andnot_ps(_mm_cmpeq_ps(dv, zero),
-                                            _mm_div_ps(_mm_set1_ps(1.0f), dv)));
-    }
+    const __m128 div = _mm_set1_ps(BITS == 4 ? 15.0f : 31.0f);
+    for (int h = 0; h < 8; h += 4)
+        qc_gg_store_d_id(_mm_div_ps(_mm_sub_ps(_mm_loadu_ps(max + h), _mm_loadu_ps(min + h)), div),
+                         d, id, h);
     const __m128 half = _mm_set1_ps(0.5f);
     for (int k = 0; k < nb; ++k) {
         if (!ok[k]) continue;
